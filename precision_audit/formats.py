@@ -1,0 +1,244 @@
+"""The one registry of number formats, and correctly rounded casts into them.
+
+Every auditor names its formats through :func:`get_format`; nothing else in the
+package hard-codes a dtype.  Rounding is round-to-nearest-even, as hardware
+does, computed on numpy arrays with ml_dtypes.
+
+>>> get_format("bf16").name
+'bfloat16'
+>>> get_format("bfloat16").max_exact_integer
+256
+>>> round_to([255.0, 257.0, 259.0], "bfloat16").tolist()
+[255.0, 256.0, 260.0]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "FORMATS",
+    "Format",
+    "format_names",
+    "get_format",
+    "round_to",
+    "spacing",
+]
+
+Overflow = Literal["inf", "nan", "saturate"]
+
+
+@dataclass(frozen=True)
+class Format:
+    """Facts about one binary floating-point format.
+
+    ``significand_bits`` counts the implicit leading bit (bfloat16: 8), so
+    every integer of magnitude up to ``2**significand_bits`` is exact unless
+    ``max_finite`` is smaller.  ``min_exponent`` is the exponent of the
+    smallest normal number.  ``overflow`` says what a value beyond the range
+    becomes on a cast: ``"inf"``, ``"nan"`` (formats without an infinity) or
+    ``"saturate"`` (formats without inf or nan clamp to ``max_finite``).
+    """
+
+    name: str
+    numpy_type: Any
+    torch_name: str | None
+    significand_bits: int
+    min_exponent: int
+    max_finite: float
+    overflow: Overflow
+
+    @property
+    def max_exact_integer(self) -> int:
+        """Largest N such that every integer 0..N is exactly representable.
+
+        >>> get_format("float16").max_exact_integer
+        2048
+        >>> get_format("float6_e2m3fn").max_exact_integer
+        7
+        """
+        return min(2**self.significand_bits, math.floor(self.max_finite))
+
+    @property
+    def overflow_integer(self) -> int:
+        """Smallest positive integer whose cast is not ``max_finite`` or below.
+
+        It is the first integer that rounds (to nearest, ties to even, with an
+        unbounded exponent) above ``max_finite``; it becomes inf, nan or
+        ``max_finite`` according to ``overflow``.
+
+        >>> get_format("float16").overflow_integer
+        65520
+        >>> get_format("float8_e4m3fn").overflow_integer
+        465
+        """
+        mant, exp = _split(self.max_finite, self.significand_bits)
+        # max_finite = mant * 2**exp, the next step up (mant + 1) * 2**exp; the
+        # midpoint (2*mant + 1) * 2**(exp-1) is a tie, which goes up iff mant is odd.
+        if exp >= 1:
+            mid = (2 * mant + 1) << (exp - 1)
+            return mid if mant % 2 else mid + 1
+        return ((2 * mant + 1) >> (1 - exp)) + 1  # midpoint is not an integer
+
+    @property
+    def torch_dtype(self) -> Any:
+        """The torch dtype, or ``None`` if torch has no such scalar type."""
+        if self.torch_name is None:
+            return None
+        import torch
+
+        return getattr(torch, self.torch_name)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _split(x: float, p: int) -> tuple[int, int]:
+    """Write a positive representable ``x`` as ``mant * 2**exp`` with a p-bit mant."""
+    m, e = math.frexp(x)  # x = m * 2**e, 0.5 <= m < 1
+    mant = int(m * 2**p)
+    return mant, e - p
+
+
+_h = float.fromhex
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("float64", np.float64, "float64", 53, -1022, _h("0x1.fffffffffffffp1023"), "inf"),
+        Format("float32", np.float32, "float32", 24, -126, _h("0x1.fffffep127"), "inf"),
+        # float16: integers exact to 2048; 65520 is the first value that overflows.
+        Format("float16", np.float16, "float16", 11, -14, _h("0x1.ffcp15"), "inf"),
+        # bfloat16: float32's range, 8 significant bits: integers exact to 256.
+        Format("bfloat16", ml_dtypes.bfloat16, "bfloat16", 8, -126, _h("0x1.fep127"), "inf"),
+        Format("float8_e4m3fn", ml_dtypes.float8_e4m3fn, "float8_e4m3fn", 4, -6, _h("0x1.cp8"), "nan"),
+        Format("float8_e4m3fnuz", ml_dtypes.float8_e4m3fnuz, "float8_e4m3fnuz", 4, -7, _h("0x1.ep7"), "nan"),
+        Format("float8_e5m2", ml_dtypes.float8_e5m2, "float8_e5m2", 3, -14, _h("0x1.cp15"), "inf"),
+        Format("float8_e5m2fnuz", ml_dtypes.float8_e5m2fnuz, "float8_e5m2fnuz", 3, -15, _h("0x1.cp15"), "nan"),
+        # OCP microscaling element formats: no inf, no nan, casts saturate.
+        Format("float6_e2m3fn", ml_dtypes.float6_e2m3fn, None, 4, 0, _h("0x1.ep2"), "saturate"),
+        Format("float6_e3m2fn", ml_dtypes.float6_e3m2fn, None, 3, -2, _h("0x1.cp4"), "saturate"),
+        Format("float4_e2m1fn", ml_dtypes.float4_e2m1fn, None, 2, 0, _h("0x1.8p2"), "saturate"),
+    )
+}
+
+ALIASES: dict[str, str] = {
+    "fp64": "float64",
+    "double": "float64",
+    "f64": "float64",
+    "fp32": "float32",
+    "float": "float32",
+    "single": "float32",
+    "f32": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "e4m3": "float8_e4m3fn",
+    "e4m3fn": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "e4m3fnuz": "float8_e4m3fnuz",
+    "e5m2": "float8_e5m2",
+    "fp8_e5m2": "float8_e5m2",
+    "e5m2fnuz": "float8_e5m2fnuz",
+    "fp6_e2m3": "float6_e2m3fn",
+    "fp6_e3m2": "float6_e3m2fn",
+    "fp4": "float4_e2m1fn",
+    "e2m1": "float4_e2m1fn",
+}
+
+
+def format_names(*, with_aliases: bool = False) -> list[str]:
+    """Canonical format names (and, if asked, the aliases), in registry order.
+
+    >>> format_names()[:4]
+    ['float64', 'float32', 'float16', 'bfloat16']
+    """
+    names = list(FORMATS)
+    return names + sorted(ALIASES) if with_aliases else names
+
+
+def get_format(name: str | Format) -> Format:
+    """Look up a format by canonical name, alias (``bf16``, ``half``, ``e4m3``
+    ...) or torch spelling (``torch.bfloat16``); case-insensitive.
+
+    >>> get_format("torch.float16").name
+    'float16'
+    >>> get_format("fp7")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown dtype 'fp7'; valid names: float64, float32, float16, bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn (aliases: bf16, double, e2m1, e4m3, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, f16, f32, f64, float, fp16, fp32, fp4, fp64, fp6_e2m3, fp6_e3m2, fp8_e4m3, fp8_e5m2, half, single)
+    """
+    if isinstance(name, Format):
+        return name
+    key = str(name).strip().lower().removeprefix("torch.")
+    key = ALIASES.get(key, key)
+    try:
+        return FORMATS[key]
+    except KeyError:
+        raise ValueError(
+            f"unknown dtype {name!r}; valid names: {', '.join(FORMATS)}"
+            f" (aliases: {', '.join(sorted(ALIASES))})"
+        ) from None
+
+
+def _float32_round_to_odd(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
+    """Round float64 to float32 with round-to-odd.
+
+    Rounding to odd in a format with at least two more significand bits than
+    the target, then to nearest-even in the target, gives the correctly
+    rounded result (Boldo & Melquiond, 2008).  A direct float64 -> bfloat16
+    cast in ml_dtypes (and in torch) goes through an ordinary float32 rounding
+    and can round twice wrongly above 2**24.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x.astype(np.float32)
+        inexact = (y.astype(np.float64) != x) & np.isfinite(y) & np.isfinite(x)
+    bits = y.view(np.uint32)
+    fix = inexact & ((bits & 1) == 0)
+    away = np.abs(x) > np.abs(y)  # x lies farther from zero than y
+    step = np.where(away, np.uint32(1), np.uint32(0xFFFFFFFF))  # +1 or -1 (mod 2**32)
+    return np.where(fix, bits + step, bits).view(np.float32)
+
+
+def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
+    """Cast ``x`` to ``fmt`` (round to nearest, ties to even) and back to float64.
+
+    The result is the exact value the format stores; overflow gives inf, nan or
+    ``max_finite`` as the format does.
+
+    >>> round_to([2047.0, 2049.0, 65519.0, 65520.0], "float16").tolist()
+    [2047.0, 2048.0, 65504.0, inf]
+    >>> round_to([464.0, 465.0], "e4m3").tolist()
+    [448.0, nan]
+    """
+    f = get_format(fmt)
+    a = np.asarray(x, dtype=np.float64)
+    if f.name == "float64":
+        return a.copy()
+    if f.name == "float32":
+        with np.errstate(over="ignore"):
+            return a.astype(np.float32).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _float32_round_to_odd(a).astype(f.numpy_type).astype(np.float64)
+
+
+def spacing(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
+    """Distance from ``|x|`` to the next larger number of ``fmt`` (one ulp).
+
+    Uses the binade of ``|x|`` (subnormals share the smallest normal binade's
+    spacing).
+
+    >>> spacing([1.0, 256.0, 4096.0, 8191.0], "bfloat16").tolist()
+    [0.0078125, 2.0, 32.0, 32.0]
+    """
+    f = get_format(fmt)
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    _, e = np.frexp(a)  # a = m * 2**e with 0.5 <= m < 1, so the binade is 2**(e-1)
+    e = np.maximum(e - 1, f.min_exponent)
+    return np.ldexp(1.0, e - (f.significand_bits - 1))
