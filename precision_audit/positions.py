@@ -1,0 +1,384 @@
+"""Position-id auditor: what happens to the positions 0..L-1 cast to a format.
+
+Two independent computations give the same numbers:
+
+* :func:`measure_positions` rounds every position (in chunks, so any length up
+  to 2**53 runs in bounded memory) and counts; one pass serves every shorter
+  length of a sweep.
+* :func:`predict_positions` derives each metric in closed form from the
+  format's binade structure, so it answers L = 2**40 instantly.
+
+>>> r = predict_positions(8192, "bfloat16")
+>>> r.exact_count, r.exact_fraction, r.distinct_values, r.first_inexact, r.max_run
+(896, 0.109375, 897, 257, 33)
+>>> r == measure_positions(8192, "bfloat16")[0]
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ._common import Row, check_lengths
+from .formats import Format, get_format, round_to
+
+__all__ = [
+    "EMPIRICAL_LIMIT",
+    "PositionAudit",
+    "audit_positions",
+    "measure_positions",
+    "predict_positions",
+]
+
+Method = Literal["auto", "empirical", "closed-form"]
+Engine = Literal["numpy", "torch"]
+
+EMPIRICAL_LIMIT = 2**26  # `auto` measures lengths up to here, predicts beyond
+CHUNK = 2**20
+
+
+@dataclass(frozen=True)
+class PositionAudit(Row):
+    """What the positions 0..length-1 become when cast to ``dtype``.
+
+    * ``exact_count`` / ``exact_fraction``: positions whose value survives.
+    * ``distinct_values``: different values among the ``length`` results
+      (all non-finite results count as one value).
+    * ``max_run``: most consecutive positions sharing one value.
+    * ``collision_fraction``: share of positions sharing their value with
+      at least one other position.
+    * ``max_abs_error``: largest ``|rounded - exact|`` over finite results.
+    * ``first_inexact``: smallest position that does not survive, or None.
+    * ``non_finite`` / ``overflow_position``: how many positions become inf
+      or nan, and the first that does (None if none).
+    * ``method``: ``"empirical"`` (measured) or ``"closed-form"`` (derived).
+    """
+
+    dtype: str
+    length: int
+    exact_count: int
+    exact_fraction: float
+    distinct_values: int
+    max_run: int
+    collision_fraction: float
+    max_abs_error: float
+    first_inexact: int | None
+    non_finite: int
+    overflow_position: int | None
+    method: str
+
+
+# --------------------------------------------------------------------------
+# Closed form.  All arithmetic on Python ints: exact for any length.
+# An integer n >= 2**p lies in the binade [2**e, 2**(e+1)) with e = bit_length-1
+# and there the representable numbers are the multiples of s = 2**(e-p+1).
+
+
+def _step(v: int, p: int) -> int:
+    """Spacing of the binade holding the integer v >= 1 (1 below 2**p)."""
+    return 1 << max(v.bit_length() - p, 0)
+
+
+def _round_int(n: int, p: int) -> int:
+    """Round the integer n >= 0 to p significant bits, ties to even (no overflow)."""
+    s = _step(n, p)
+    q, rem = divmod(n, s)
+    if 2 * rem > s or (2 * rem == s and q % 2):
+        q += 1
+    return q * s
+
+
+def _count_representable(x: int, p: int) -> int:
+    """How many integers in [0, x] have p significant bits (x >= 0)."""
+    if x < 2**p:
+        return x + 1
+    e = x.bit_length() - 1
+    return 2**p + (e - p) * 2 ** (p - 1) + (x - 2**e) // _step(x, p) + 1
+
+
+def _preimage(v: int, p: int) -> tuple[int, int]:
+    """Smallest and largest integer that round to the representable integer v."""
+    if v == 0:
+        return 0, 0
+    s_up = _step(v, p)
+    s_down = _step(v - 1, p)  # spacing below v (smaller at a binade boundary)
+    even = (v // s_up) % 2 == 0  # significand parity; 2**e is even both ways
+    # Midpoints v +- s/2, doubled to stay integral; a tie goes to the even side.
+    lo2, hi2 = 2 * v - s_down, 2 * v + s_up
+    lo = lo2 // 2 + (lo2 % 2 or not even)
+    hi = hi2 // 2 - (hi2 % 2 == 0 and not even)
+    return lo, hi
+
+
+def _max_full_run(u: int, p: int) -> int:
+    """Largest preimage size among representable integers 0..u.
+
+    Sizes grow with the binade: below 2**p every value is alone; in the binade
+    of u the boundary 2**e, the odd significands (size s-1) and the even ones
+    (size s+1) are the only three kinds, and each beats every lower binade.
+    """
+    if u < 2**p:
+        return 1
+    e = u.bit_length() - 1
+    s = _step(u, p)
+    j_u = (u - 2**e) // s
+    sizes = [_preimage(2**e + j * s, p) for j in range(min(j_u, 2) + 1)]
+    return max(hi - lo + 1 for lo, hi in sizes)
+
+
+def predict_positions(length: int, dtype: str | Format) -> PositionAudit:
+    """Position metrics for ``length`` and ``dtype`` in closed form.
+
+    Exact for any length up to 2**53; costs O(1).
+
+    >>> predict_positions(2**40, "bf16").distinct_values
+    4353
+    >>> r = predict_positions(65536, "float16")
+    >>> r.non_finite, r.overflow_position, r.first_inexact
+    (16, 65520, 2049)
+    """
+    f = get_format(dtype)
+    (L,) = check_lengths(length)
+    p, top = f.significand_bits, f.overflow_integer
+    saturate = f.overflow == "saturate"
+    n_last = min(L, top) - 1  # last position that rounds without overflow
+    non_finite = 0 if saturate else max(L - top, 0)
+
+    exact = _count_representable(min(L - 1, math.floor(f.max_finite)), p)
+    first_inexact = f.max_exact_integer + 1
+    # Largest error: in the binade of n_last up to s/2, in the one below s/4.
+    err = 0.0
+    if n_last > 2**p:
+        e = n_last.bit_length() - 1
+        s = _step(n_last, p)
+        err = float(max(min(n_last - 2**e, s // 2), s // 4 if e > p else 0))
+    if saturate and L > top:
+        err = max(err, (L - 1) - f.max_finite)
+
+    # The last finite value and the run of positions that share it.
+    if saturate and L > top:
+        v_last: float = f.max_finite
+        if f.max_finite.is_integer():
+            lo_last = _preimage(int(f.max_finite), p)[0]
+        else:  # a non-integer maximum is hit only by saturation
+            lo_last = top
+        hi_last = L - 1
+    else:
+        v_last = _round_int(n_last, p)
+        lo_last, hi_last = _preimage(int(v_last), p)
+        hi_last = min(hi_last, n_last)
+    run_last = hi_last - lo_last + 1
+    below = math.ceil(v_last)  # values hit before the last: representable integers < v_last
+    distinct = _count_representable(below - 1, p) + 1 + (non_finite > 0)
+    prev_run = _max_full_run(below - 1, p) if below > 0 else 0
+    max_run = max(prev_run, run_last, non_finite)
+
+    # Positions alone with their value: values below 2**p, odd significands in
+    # the binade [2**p, 2**(p+1)) (spacing 2), plus the last runs if of size 1.
+    singles = min(below, 2**p)
+    if below > 2**p:
+        j_max = min((below - 2**p + 1) // 2 - 1, 2 ** (p - 1) - 1)  # 2**p + 2j < v_last
+        singles += (j_max + 1) // 2
+    singles += (run_last == 1) + (non_finite == 1)
+
+    return PositionAudit(
+        dtype=f.name,
+        length=L,
+        exact_count=exact,
+        exact_fraction=exact / L,
+        distinct_values=distinct,
+        max_run=max_run,
+        collision_fraction=(L - singles) / L,
+        max_abs_error=err,
+        first_inexact=first_inexact if first_inexact < L else None,
+        non_finite=non_finite,
+        overflow_position=top if non_finite else None,
+        method="closed-form",
+    )
+
+
+# --------------------------------------------------------------------------
+# Empirical: round every position, count, one pass for a sweep of lengths.
+
+
+class _Tally:
+    """Running counts over the positions seen so far (a prefix 0..n-1)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.exact = 0
+        self.non_finite = 0
+        self.first_non_finite: int | None = None
+        self.first_inexact: int | None = None
+        self.max_err = 0.0
+        self.runs = 0  # values seen (runs of equal values, in order)
+        self.prev = np.nan  # value of the open run
+        self.run = 0  # length of the open run
+        self.max_closed = 0
+        self.singles_closed = 0
+
+    def add(self, values: np.ndarray) -> None:
+        n0, k = self.n, len(values)
+        pos = np.arange(n0, n0 + k, dtype=np.float64)
+        finite = np.isfinite(values)
+        same = values == pos
+        self.exact += int(np.count_nonzero(same))
+        if self.first_inexact is None and not same.all():
+            self.first_inexact = n0 + int(np.argmin(same))
+        bad = k - int(np.count_nonzero(finite))
+        if bad and self.first_non_finite is None:
+            self.first_non_finite = n0 + int(np.argmin(finite))
+        self.non_finite += bad
+        if bad < k:
+            self.max_err = max(self.max_err, float(np.max(np.abs(values[finite] - pos[finite]))))
+
+        keys = np.where(finite, values, np.inf)  # every non-finite result is one value
+        head = np.concatenate(([self.prev], keys[:-1]))
+        if np.any(keys < head):  # rounding is monotone; anything else is a bug
+            raise RuntimeError("rounded positions are not monotone")
+        starts = np.flatnonzero(keys != head) if n0 else np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        if len(starts) == 0:
+            self.run += k
+        else:
+            self._close(self.run + int(starts[0]))
+            runs = np.diff(np.r_[starts, k])
+            closed = runs[:-1]
+            if len(closed):
+                self.max_closed = max(self.max_closed, int(closed.max()))
+                self.singles_closed += int(np.count_nonzero(closed == 1))
+            self.run = int(runs[-1])
+            self.runs += len(starts)
+        self.prev = keys[-1]
+        self.n += k
+
+    def _close(self, run: int) -> None:
+        if run:
+            self.max_closed = max(self.max_closed, run)
+            self.singles_closed += run == 1
+
+    def result(self, dtype: str) -> PositionAudit:
+        singles = self.singles_closed + (self.run == 1)
+        return PositionAudit(
+            dtype=dtype,
+            length=self.n,
+            exact_count=self.exact,
+            exact_fraction=self.exact / self.n,
+            distinct_values=self.runs,
+            max_run=max(self.max_closed, self.run),
+            collision_fraction=(self.n - singles) / self.n,
+            max_abs_error=self.max_err,
+            first_inexact=self.first_inexact,
+            non_finite=self.non_finite,
+            overflow_position=self.first_non_finite,
+            method="empirical",
+        )
+
+
+def _rounded_numpy(start: int, stop: int, f: Format) -> np.ndarray:
+    return round_to(np.arange(start, stop, dtype=np.float64), f)
+
+
+def _rounded_torch(start: int, stop: int, f: Format) -> np.ndarray:
+    """Positions as torch builds them: ``torch.arange(..., dtype=dtype)``.
+
+    torch has no float8 arange kernel; there the int64 positions are cast
+    with ``.to(dtype)``, as ``position_ids.to(dtype)`` does.
+    """
+    import torch
+
+    dt = f.torch_dtype
+    if dt is None:
+        raise ValueError(f"torch has no dtype for {f.name}; use engine='numpy'")
+    try:
+        t = torch.arange(start, stop, dtype=dt)
+    except (RuntimeError, NotImplementedError):
+        t = torch.arange(start, stop, dtype=torch.int64).to(dt)
+    return t.to(torch.float64).numpy()
+
+
+_ENGINES: dict[str, Callable[[int, int, Format], np.ndarray]] = {
+    "numpy": _rounded_numpy,
+    "torch": _rounded_torch,
+}
+
+
+def measure_positions(
+    lengths: int | Iterable[int],
+    dtype: str | Format,
+    *,
+    engine: Engine = "numpy",
+    chunk: int = CHUNK,
+    progress: Callable[[int], None] | None = None,
+) -> list[PositionAudit]:
+    """Round every position 0..max(lengths)-1 and measure, one pass for all lengths.
+
+    ``engine="numpy"`` rounds with ml_dtypes (correctly rounded);
+    ``engine="torch"`` takes the values from ``torch.arange(L, dtype=...)``,
+    which computes in float32 and so is exact only up to 2**24.
+    ``progress`` is called with the number of positions done after each chunk.
+
+    >>> [r.exact_count for r in measure_positions([256, 512, 1024], "bf16")]
+    [256, 384, 512]
+    """
+    f = get_format(dtype)
+    lens = check_lengths(lengths)
+    if engine not in _ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(_ENGINES)}")
+    if chunk < 1:
+        raise ValueError(f"chunk {chunk} must be at least 1")
+    rounded = _ENGINES[engine]
+    tally, out = _Tally(), []
+    for target in lens:
+        while tally.n < target:
+            stop = min(tally.n + chunk, target)
+            tally.add(rounded(tally.n, stop, f))
+            if progress is not None:
+                progress(tally.n)
+        out.append(tally.result(f.name))
+    return out
+
+
+def audit_positions(
+    lengths: int | Iterable[int],
+    dtypes: str | Format | Iterable[str | Format],
+    *,
+    method: Method = "auto",
+    engine: Engine = "numpy",
+    progress: Callable[[int], None] | None = None,
+) -> list[PositionAudit]:
+    """Audit positions for every (dtype, length); rows ordered by dtype, then length.
+
+    ``method="auto"`` measures lengths up to :data:`EMPIRICAL_LIMIT` and uses
+    the closed form beyond; ``"empirical"`` or ``"closed-form"`` force one.
+
+    >>> rows = audit_positions([4096, 8192], ["bf16", "fp16"])
+    >>> [(r.dtype, r.length, r.exact_count) for r in rows]
+    [('bfloat16', 4096, 768), ('bfloat16', 8192, 896), ('float16', 4096, 3072), ('float16', 8192, 5120)]
+    """
+    lens = check_lengths(lengths)
+    if isinstance(dtypes, (str, Format)):
+        dtypes = [dtypes]
+    fmts = list(dict.fromkeys(get_format(d) for d in dtypes))
+    if not fmts:
+        raise ValueError("no dtype given")
+    if method not in ("auto", "empirical", "closed-form"):
+        raise ValueError(f"unknown method {method!r}; valid: auto, empirical, closed-form")
+    rows: list[PositionAudit] = []
+    for f in fmts:
+        if method == "closed-form":
+            measured: list[int] = []
+        elif method == "empirical":
+            measured = list(lens)
+        else:
+            measured = [n for n in lens if n <= EMPIRICAL_LIMIT]
+        by_len = {}
+        if measured:
+            by_len = {r.length: r for r in measure_positions(measured, f, engine=engine, progress=progress)}
+        rows += [by_len.get(n) or predict_positions(n, f) for n in lens]
+    return rows
+
