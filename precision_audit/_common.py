@@ -61,7 +61,9 @@ def check_length(length: Any) -> int:
 
 def check_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:
     """One length or many -> a sorted tuple of distinct validated lengths."""
-    if isinstance(lengths, (int, np.integer)) and not isinstance(lengths, bool):
+    if isinstance(lengths, (str, bytes)):
+        raise ValueError(f"length {lengths!r} is not an integer (parse text with parse_length)")
+    if not isinstance(lengths, Iterable):
         lengths = [lengths]
     out = sorted({check_length(n) for n in lengths})  # type: ignore[union-attr]
     if not out:

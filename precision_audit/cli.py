@@ -130,9 +130,11 @@ def _progress_bar(total: int) -> Any:
 @click.option("--method", type=click.Choice(["auto", "empirical", "closed-form"]), default="auto", show_default=True,
               help="empirical rounds every position (chunked); closed-form derives the metrics from the "
                    "format's binade structure (instant at any length); auto measures up to 2**26 positions.")
-@click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
-              help="Who rounds in the empirical pass: numpy+ml_dtypes (correctly rounded) or "
-                   "torch.arange(L, dtype=...) itself.")
+@click.option("--engine", type=click.Choice(["numpy", "torch", "torch-arange"]), default="numpy",
+              show_default=True,
+              help="Who rounds in the empirical pass: numpy+ml_dtypes (exact positions, correctly "
+                   "rounded), torch (int64 positions .to(dtype)), or torch-arange "
+                   "(torch.arange(L, dtype=...) as this CPU's torch kernel computes it).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, engine: str, as_json: bool) -> None:
     """Audit position ids 0..L-1 cast to a number format.
@@ -147,7 +149,7 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
 
     lengths = lengths or (8192,)
     dtypes = dtypes or ("bfloat16",)
-    if engine == "torch":
+    if engine != "numpy":
         missing = [d for d in dtypes if get_format(d).torch_dtype is None]
         if missing:
             raise click.BadParameter(f"torch has no dtype for {', '.join(missing)}", param_hint="'--engine'")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 Method = Literal["auto", "empirical", "closed-form"]
-Engine = Literal["numpy", "torch"]
+Engine = Literal["numpy", "torch", "torch-arange"]
 
 EMPIRICAL_LIMIT = 2**26  # `auto` measures lengths up to here, predicts beyond
 CHUNK = 2**20
@@ -283,31 +283,56 @@ class _Tally:
         )
 
 
-def _rounded_numpy(start: int, stop: int, f: Format) -> np.ndarray:
-    return round_to(np.arange(start, stop, dtype=np.float64), f)
+Rounder = Callable[[int, int], np.ndarray]
 
 
-def _rounded_torch(start: int, stop: int, f: Format) -> np.ndarray:
-    """Positions as torch builds them: ``torch.arange(..., dtype=dtype)``.
+def _numpy_engine(f: Format, stop: int) -> Rounder:
+    """Exact positions correctly rounded by ml_dtypes."""
+    return lambda a, b: round_to(np.arange(a, b, dtype=np.float64), f)
 
-    torch has no float8 arange kernel; there the int64 positions are cast
-    with ``.to(dtype)``, as ``position_ids.to(dtype)`` does.
+
+def _torch_dtype(f: Format) -> Any:
+    if f.torch_dtype is None:
+        raise ValueError(f"torch has no dtype for {f.name}; use engine='numpy'")
+    return f.torch_dtype
+
+
+def _torch_engine(f: Format, stop: int) -> Rounder:
+    """int64 positions cast by torch: ``position_ids.to(dtype)``.
+
+    Each element is rounded once from its exact value (through float32, so
+    exact to 2**24); a GPU ``torch.arange(L, dtype=...)``, which evaluates
+    ``start + i * step`` per element in float32, gives the same values.
     """
     import torch
 
-    dt = f.torch_dtype
-    if dt is None:
-        raise ValueError(f"torch has no dtype for {f.name}; use engine='numpy'")
+    dt = _torch_dtype(f)
+    return lambda a, b: torch.arange(a, b, dtype=torch.int64).to(dt).to(torch.float64).numpy()
+
+
+def _torch_arange_engine(f: Format, stop: int) -> Rounder:
+    """``torch.arange(L, dtype=dtype)`` as this machine's torch build computes it.
+
+    torch's vectorised CPU kernel rounds the first position of each SIMD
+    block to ``dtype`` and adds the offsets to that rounded base, so above
+    the exact-integer range its values can differ from the correctly rounded
+    positions (for example bf16 4113..4127 -> 4096 instead of 4128 on AVX2);
+    the result depends on the CPU's vector width.  The whole range is built
+    once so every prefix is what ``torch.arange(L, dtype=...)`` returns.
+    """
+    import torch
+
     try:
-        t = torch.arange(start, stop, dtype=dt)
+        full = torch.arange(stop, dtype=_torch_dtype(f))
     except (RuntimeError, NotImplementedError):
-        t = torch.arange(start, stop, dtype=torch.int64).to(dt)
-    return t.to(torch.float64).numpy()
+        raise ValueError(f"torch has no arange kernel for {f.name}; use engine='torch'") from None
+    return lambda a, b: full[a:b].to(torch.float64).numpy()
 
 
-_ENGINES: dict[str, Callable[[int, int, Format], np.ndarray]] = {
-    "numpy": _rounded_numpy,
-    "torch": _rounded_torch,
+_ENGINES: dict[str, Callable[[Format, int], Rounder]] = {
+    "numpy": _numpy_engine,
+    "torch": _torch_engine,
+    "torch-arange": _torch_arange_engine,
 }
 
 
@@ -321,9 +346,11 @@ def measure_positions(
 ) -> list[PositionAudit]:
     """Round every position 0..max(lengths)-1 and measure, one pass for all lengths.
 
-    ``engine="numpy"`` rounds with ml_dtypes (correctly rounded);
-    ``engine="torch"`` takes the values from ``torch.arange(L, dtype=...)``,
-    which computes in float32 and so is exact only up to 2**24.
+    ``engine="numpy"`` rounds the exact positions with ml_dtypes (correctly
+    rounded); ``"torch"`` casts int64 positions with ``.to(dtype)`` (the same
+    values up to 2**24, where torch's float32 intermediate stops being exact);
+    ``"torch-arange"`` takes ``torch.arange(L, dtype=dtype)`` from this
+    machine's torch build (see :func:`_torch_arange_engine`).
     ``progress`` is called with the number of positions done after each chunk.
 
     >>> [r.exact_count for r in measure_positions([256, 512, 1024], "bf16")]
@@ -335,12 +362,12 @@ def measure_positions(
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(_ENGINES)}")
     if chunk < 1:
         raise ValueError(f"chunk {chunk} must be at least 1")
-    rounded = _ENGINES[engine]
+    rounded = _ENGINES[engine](f, lens[-1])
     tally, out = _Tally(), []
     for target in lens:
         while tally.n < target:
             stop = min(tally.n + chunk, target)
-            tally.add(rounded(tally.n, stop, f))
+            tally.add(rounded(tally.n, stop))
             if progress is not None:
                 progress(tally.n)
         out.append(tally.result(f.name))
