@@ -1,0 +1,108 @@
+"""CLI: the positions and reproduce commands, exit codes, JSON, errors.
+
+Expected numbers are the hand-derived ones of tests/test_positions.py
+(bf16 at 8192: 896 exact = 256 + 5 * 128; IEEE fp16 overflows at 65520).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from precision_audit.cli import main
+
+ROW_KEYS = {
+    "dtype", "length", "exact_count", "exact_fraction", "distinct_values", "max_run",
+    "collision_fraction", "max_abs_error", "first_inexact", "non_finite", "overflow_position", "method",
+}
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_positions_json_headline():
+    res = run("positions", "--length", "8192", "--dtype", "bfloat16", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["auditor"] == "positions"
+    (row,) = doc["results"]
+    assert set(row) == ROW_KEYS
+    assert (row["dtype"], row["length"], row["exact_fraction"], row["distinct_values"], row["first_inexact"]) == (
+        "bfloat16", 8192, 0.109375, 897, 257)
+
+
+def test_positions_float16_overflow_json():
+    res = run("positions", "-l", "64k", "-d", "half", "--json")
+    (row,) = json.loads(res.output)["results"]
+    assert (row["dtype"], row["length"], row["non_finite"], row["overflow_position"]) == ("float16", 65536, 16, 65520)
+
+
+def test_positions_repeats_and_suffixes():
+    res = run("positions", "-l", "8k", "-l", "32K", "-l", "1M", "-d", "bf16", "-d", "e4m3", "--json")
+    rows = json.loads(res.output)["results"]
+    assert [(r["dtype"], r["length"]) for r in rows] == [
+        (d, n) for d in ("bfloat16", "float8_e4m3fn") for n in (8192, 32768, 2**20)
+    ]
+
+
+def test_positions_closed_form_for_huge_length():
+    res = run("positions", "-l", str(2**40), "--json")
+    (row,) = json.loads(res.output)["results"]
+    # 256 integers below 2**8, 128 per binade 2**8..2**39, and 2**40 itself
+    assert row["method"] == "closed-form" and row["distinct_values"] == 256 + 32 * 128 + 1
+
+
+def test_positions_table_defaults():
+    res = run("positions")
+    assert res.exit_code == 0
+    assert "bfloat16" in res.output and "8192" in res.output and "10.94%" in res.output
+
+
+def test_reproduce_baichuan_table_and_sentence():
+    res = run("reproduce", "baichuan")
+    assert res.exit_code == 0, res.output
+    assert "10.9 %" in res.output and "about 10 %" in res.output
+    assert "896 of 8192" in res.output
+    for n in (1024, 131072):
+        assert str(n) in res.output
+
+
+def test_reproduce_baichuan_json():
+    doc = json.loads(run("reproduce", "baichuan", "--json").output)
+    assert doc["auditor"] == "positions"
+    rows = {(r["dtype"], r["length"]): r for r in doc["results"]}
+    assert {d for d, _ in rows} == {"bfloat16", "float16", "float32"}
+    assert sorted({n for _, n in rows}) == [2**k for k in range(10, 18)]
+    assert rows["bfloat16", 8192]["exact_fraction"] == 0.109375
+    assert all(rows["float32", n]["exact_fraction"] == 1.0 for n in (1024, 131072))
+    assert set(rows["float16", 65536]) == ROW_KEYS
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--length", "0"], "length 0 must be at least 1"),
+        (["--length", "-5"], "not a whole number"),
+        (["--length", "1.5k"], "not a whole number"),
+        (["--length", "abc"], "'abc' is not a whole number"),
+        (["--length", str(2**53 + 1)], "exceeds 2**53"),
+        (["--dtype", "bf17"], "unknown dtype 'bf17'; valid names: float64, float32, float16, bfloat16"),
+        (["--method", "fast"], "'fast' is not one of"),
+        (["--engine", "torch", "--dtype", "fp4"], "torch has no dtype for float4_e2m1fn"),
+    ],
+)
+def test_bad_input_exits_2(args, message):
+    res = run("positions", *args)
+    assert res.exit_code == 2
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_help_and_version():
+    res = run("--help")
+    assert res.exit_code == 0 and "positions" in res.output and "reproduce" in res.output
+    assert run("positions", "--help").output.count("--length") >= 1
+    assert run("--version").exit_code == 0
