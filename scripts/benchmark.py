@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Print speed and memory figures of the auditors (not a test: it only reports).
+
+Run from the repo root: python scripts/benchmark.py
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable
+
+
+def _timed(label: str, fn: Callable[[], object], work: float | None = None, unit: str = "") -> None:
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rate = f"  {work / dt / 1e6:8.1f} M{unit}/s" if work else ""
+    print(f"{label:<58} {dt:8.3f} s{rate}   peak RSS so far {rss:7.0f} MiB")
+
+
+def main() -> None:
+    from precision_audit.positions import measure_positions, predict_positions
+
+    for fmt in ("bfloat16", "float16", "float8_e4m3fn"):
+        _timed(f"positions measured, {fmt}, one pass to 2**26", lambda: measure_positions(
+            [2**k for k in range(10, 27)], fmt), 2**26, "positions")
+    _timed("positions closed form, 7 formats x 2**40", lambda: [predict_positions(2**40, f) for f in (
+        "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn")])
+
+
+if __name__ == "__main__":
+    main()
