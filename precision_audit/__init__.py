@@ -6,15 +6,21 @@
 """
 
 from .formats import FORMATS, Format, format_names, get_format, round_to, spacing
+from .positions import PositionAudit, audit_positions, measure_positions, predict_positions, reproduce_baichuan
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FORMATS",
     "Format",
+    "PositionAudit",
+    "audit_positions",
     "__version__",
     "format_names",
     "get_format",
+    "measure_positions",
+    "predict_positions",
+    "reproduce_baichuan",
     "round_to",
     "spacing",
 ]
