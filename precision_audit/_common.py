@@ -13,7 +13,7 @@ import numpy as np
 MAX_LENGTH = 2**53  # beyond this float64 itself cannot hold every position exactly
 
 _SUFFIX = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
-_LENGTH_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)\s*$")
+_LENGTH_RE = re.compile(r"^\s*([0-9]+)\s*([kKmMgG]?)\s*$")
 
 
 def parse_length(text: str | int) -> int:
@@ -47,7 +47,7 @@ def check_length(length: Any) -> int:
     ValueError: length 0 must be at least 1
     """
     if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
-        if isinstance(length, float) and length.is_integer():
+        if isinstance(length, (float, np.floating)) and float(length).is_integer():
             length = int(length)
         else:
             raise ValueError(f"length {length!r} is not an integer")

@@ -225,20 +225,25 @@ def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
         with np.errstate(over="ignore"):
             return a.astype(np.float32).astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        return _float32_round_to_odd(a).astype(f.numpy_type).astype(np.float64)
+        out = _float32_round_to_odd(a).astype(f.numpy_type).astype(np.float64)
+    if f.overflow == "saturate":  # no nan encoding; a nan input stays nan here
+        out[np.isnan(a)] = np.nan
+    return out
 
 
 def spacing(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     """Distance from ``|x|`` to the next larger number of ``fmt`` (one ulp).
 
-    Uses the binade of ``|x|`` (subnormals share the smallest normal binade's
-    spacing).
+    Uses the binade of ``|x|``; zero and subnormals share the smallest normal
+    binade's spacing (the smallest subnormal).
 
     >>> spacing([1.0, 256.0, 4096.0, 8191.0], "bfloat16").tolist()
     [0.0078125, 2.0, 32.0, 32.0]
+    >>> spacing([0.0], "float16").tolist() == [2.0**-24]
+    True
     """
     f = get_format(fmt)
     a = np.abs(np.asarray(x, dtype=np.float64))
     _, e = np.frexp(a)  # a = m * 2**e with 0.5 <= m < 1, so the binade is 2**(e-1)
-    e = np.maximum(e - 1, f.min_exponent)
+    e = np.where(a == 0, f.min_exponent, np.maximum(e - 1, f.min_exponent))
     return np.ldexp(1.0, e - (f.significand_bits - 1))
