@@ -1,0 +1,716 @@
+"""RoPE auditor: frequency schedules, computation recipes, angle and rotation errors.
+
+Rotary position embedding rotates pair ``i`` of a query/key at position ``m``
+by the angle ``m * theta_i``.  A :class:`RopeSchedule` gives the float64
+frequencies ``theta_i`` (base, partial rotary dims, and the scaling families
+of transformers' ``modeling_rope_utils``: linear, dynamic NTK, YaRN, Llama-3).
+A :class:`Recipe` gives one number format per stage of the computation::
+
+    positions -> inv_freq -> angle (= position * inv_freq) -> trig (cos/sin) -> cache
+
+and each stage rounds exactly once (round to nearest even, :func:`round_to`):
+
+* ``positions``: the integer position ``m`` rounded to the format (as
+  ``torch.arange(L, dtype=...)`` builds it);
+* ``inv_freq``: the exact float64 ``theta_i`` rounded to the format (as a
+  float32 buffer or ``buffer.to(dtype)`` holds it);
+* ``angle``: the exact product of the two rounded operands, rounded to the
+  format (one multiply, as ``torch.outer`` / a K=1 matmul does);
+* ``trig``: the angle is converted to the trig format (a no-op unless that
+  format is narrower) and cos/sin are evaluated exactly on that value and
+  rounded to the format.  For a float32 trig stage this is the correctly
+  rounded cos/sin, where real libm/SLEEF kernels may be off by one float32
+  ulp; for bfloat16/float16 it is the correctly rounded result, where torch
+  evaluates in float32 and rounds again (identical except near midpoints);
+* ``cache``: the trig value times the schedule's attention factor (YaRN's
+  mscale; 1 otherwise), rounded to the stored format.
+
+Every error is measured against one oracle: the exact product of the integer
+``m`` and the float64 ``theta_i`` (a two-term product), reduced modulo 2*pi
+with a three-term 2*pi (Cody-Waite), i.e. accurate to ~1e-16 rad at 2**26.
+
+>>> sched = RopeSchedule(head_dim=128, base=10000.0)
+>>> rows = audit(sched, [preset("lowp", "bf16"), preset("fp32", "bf16")], [4096])
+>>> [(r.recipe, r.max_rotation_error > 3.0) for r in rows]
+[('lowp', True), ('fp32', False)]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._common import Row, check_lengths
+from .formats import Format, get_format, round_to
+
+__all__ = [
+    "PRESETS",
+    "SCALINGS",
+    "STAGES",
+    "Recipe",
+    "RopeRow",
+    "RopeSchedule",
+    "audit",
+    "cache_rounding_bound",
+    "exact_angles",
+    "parse_stages",
+    "preset",
+    "recipe_stages",
+    "torch_stages",
+    "wrap",
+]
+
+F64 = npt.NDArray[np.float64]
+
+STAGES: tuple[str, ...] = ("positions", "inv_freq", "angle", "trig", "cache")
+SCALINGS: tuple[str, ...] = ("none", "linear", "dynamic", "yarn", "llama3")
+MAX_ROPE_LENGTH = 2**26  # the oracle's two-term product is exact for m < 2**27
+
+# 2*pi as three float64 terms: C1 (25 bits) + C2 (25 bits) = float64(2*pi) exactly,
+# C3 = 2*pi - float64(2*pi).  k * C1 and k * C2 are exact for k < 2**28.
+_TWO_PI = float.fromhex("0x1.921fb54442d18p+2")
+_TWO_PI_C1 = float.fromhex("0x1.921fb5p+2")
+_TWO_PI_C2 = _TWO_PI - _TWO_PI_C1  # exact: the low 27 bits of float64(2*pi)
+_TWO_PI_C3 = float.fromhex("0x1.1a62633145c07p-52")  # 2*pi - float64(2*pi)
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def _ntk_base(s: "RopeSchedule", seq_len: int | None) -> float:
+    """transformers ``_compute_dynamic_ntk_parameters``: the base grows with seq_len."""
+    n = s.original_max_position_embeddings if seq_len is None else max(seq_len, s.original_max_position_embeddings)
+    dim = s.rotary
+    return s.base * ((s.factor * n / s.original_max_position_embeddings) - (s.factor - 1)) ** (dim / (dim - 2))
+
+
+def _inv_none(s: "RopeSchedule", seq_len: int | None) -> F64:
+    return s.default_inv_freq()
+
+
+def _inv_linear(s: "RopeSchedule", seq_len: int | None) -> F64:
+    return s.default_inv_freq() / s.factor
+
+
+def _inv_dynamic(s: "RopeSchedule", seq_len: int | None) -> F64:
+    return s.default_inv_freq(_ntk_base(s, seq_len))
+
+
+def _inv_yarn(s: "RopeSchedule", seq_len: int | None) -> F64:
+    """transformers ``_compute_yarn_parameters`` (truncate=True), in float64."""
+    dim, base = s.rotary, s.base
+    pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    extrapolation = 1.0 / pos_freqs
+    interpolation = 1.0 / (s.factor * pos_freqs)
+
+    def correction_dim(num_rotations: float) -> float:
+        return (dim * math.log(s.original_max_position_embeddings / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(s.beta_fast)), 0)
+    high = min(math.ceil(correction_dim(s.beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001  # transformers: prevent singularity
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    extrapolation_factor = 1.0 - ramp
+    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
+
+
+def _inv_llama3(s: "RopeSchedule", seq_len: int | None) -> F64:
+    """transformers ``_compute_llama3_parameters``, in float64."""
+    inv = s.default_inv_freq()
+    old = s.original_max_position_embeddings
+    low_wavelen = old / s.low_freq_factor
+    high_wavelen = old / s.high_freq_factor
+    wavelen = 2 * math.pi / inv
+    out = np.where(wavelen > low_wavelen, inv / s.factor, inv)
+    smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * out / s.factor + smooth * out
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, out)
+
+
+_INV_FREQ: dict[str, Callable[["RopeSchedule", int | None], F64]] = {
+    "none": _inv_none,
+    "linear": _inv_linear,
+    "dynamic": _inv_dynamic,
+    "yarn": _inv_yarn,
+    "llama3": _inv_llama3,
+}
+
+
+@dataclass(frozen=True)
+class RopeSchedule:
+    """RoPE frequencies: ``theta_i = base ** (-2i / rotary_dim)``, then scaling.
+
+    ``rotary_dim`` (default ``head_dim``) is the number of rotated dims
+    (partial rotary: ``int(head_dim * partial_rotary_factor)``).  ``scaling``
+    is one of ``none, linear, dynamic, yarn, llama3`` with transformers'
+    parameters: ``factor``; ``original_max_position_embeddings`` (for
+    ``dynamic`` it is ``max_position_embeddings``); ``low_freq_factor`` /
+    ``high_freq_factor`` (llama3); ``beta_fast`` / ``beta_slow`` and
+    ``mscale`` / ``mscale_all_dim`` / ``attention_factor`` (yarn).
+
+    >>> RopeSchedule(head_dim=8, base=10000.0).inv_freq().tolist()
+    [1.0, 0.1, 0.01, 0.001]
+    >>> RopeSchedule(head_dim=8, scaling="linear", factor=4).inv_freq()[0]
+    np.float64(0.25)
+    >>> RopeSchedule(head_dim=7)
+    Traceback (most recent call last):
+    ...
+    ValueError: head_dim 7 must be a positive even integer
+    """
+
+    head_dim: int = 128
+    base: float = 10000.0
+    rotary_dim: int | None = None
+    scaling: str = "none"
+    factor: float = 1.0
+    original_max_position_embeddings: int = 8192
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+
+    def __post_init__(self) -> None:
+        d = self.head_dim
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d <= 0 or d % 2:
+            raise ValueError(f"head_dim {d!r} must be a positive even integer")
+        if not (isinstance(self.base, (int, float, np.floating)) and math.isfinite(self.base) and self.base > 1):
+            raise ValueError(f"base {self.base!r} must be a finite number > 1")
+        r = d if self.rotary_dim is None else self.rotary_dim
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r <= 0 or r % 2:
+            raise ValueError(f"rotary_dim {r!r} must be a positive even integer")
+        if r > d:
+            raise ValueError(f"rotary_dim {r} is larger than head_dim {d}")
+        if self.scaling not in _INV_FREQ:
+            raise ValueError(f"unknown scaling {self.scaling!r}; valid: {', '.join(SCALINGS)}")
+        if not (math.isfinite(self.factor) and self.factor > 0):
+            raise ValueError(f"scaling factor {self.factor!r} must be > 0")
+        if self.scaling == "dynamic" and r <= 2:
+            raise ValueError(f"dynamic scaling needs rotary_dim > 2, got {r}")
+        if self.original_max_position_embeddings < 1:
+            raise ValueError(
+                f"original_max_position_embeddings {self.original_max_position_embeddings!r} must be >= 1"
+            )
+        if self.scaling == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
+            raise ValueError(
+                f"llama3 needs high_freq_factor > low_freq_factor > 0, got {self.high_freq_factor!r}"
+                f" and {self.low_freq_factor!r}"
+            )
+        if self.scaling == "yarn" and not self.beta_fast > self.beta_slow > 0:
+            raise ValueError(f"yarn needs beta_fast > beta_slow > 0, got {self.beta_fast!r} and {self.beta_slow!r}")
+        object.__setattr__(self, "base", float(self.base))
+        object.__setattr__(self, "rotary_dim", int(r))
+        object.__setattr__(self, "head_dim", int(d))
+
+    @property
+    def rotary(self) -> int:
+        """Number of rotated dims (``rotary_dim``)."""
+        return int(self.rotary_dim)  # type: ignore[arg-type]
+
+    @property
+    def n_freq(self) -> int:
+        """Number of frequencies (rotated pairs), ``rotary_dim // 2``."""
+        return self.rotary // 2
+
+    def default_inv_freq(self, base: float | None = None) -> F64:
+        """``1 / base ** (arange(0, dim, 2) / dim)`` in float64 (the unscaled schedule)."""
+        b = self.base if base is None else base
+        dim = self.rotary
+        return 1.0 / (b ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+
+    def inv_freq(self, seq_len: int | None = None) -> F64:
+        """The float64 frequencies; ``seq_len`` matters only for ``dynamic``."""
+        return _INV_FREQ[self.scaling](self, seq_len)
+
+    @property
+    def cos_sin_scale(self) -> float:
+        """Factor on cos/sin (transformers' ``attention_scaling``): YaRN's mscale, else 1.
+
+        >>> round(RopeSchedule(scaling="yarn", factor=4).cos_sin_scale, 6)
+        1.138629
+        """
+        if self.scaling != "yarn":
+            return 1.0
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+
+        def get_mscale(scale: float, m: float = 1.0) -> float:
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return float(get_mscale(self.factor, self.mscale) / get_mscale(self.factor, self.mscale_all_dim))
+        return get_mscale(self.factor)
+
+
+# --------------------------------------------------------------------------- recipes
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One number format per stage: positions, inv_freq, angle, trig, cache.
+
+    >>> preset("fp32", "bf16").stages
+    {'positions': 'float32', 'inv_freq': 'float32', 'angle': 'float32', 'trig': 'float32', 'cache': 'bfloat16'}
+    >>> Recipe("x", "bf16", "fp32", "fp32", "fp32", "fp9")
+    Traceback (most recent call last):
+    ...
+    ValueError: recipe 'x' stage cache: unknown dtype 'fp9'; valid names: float64, float32, float16, bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn (aliases: bf16, double, e2m1, e4m3, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, f16, f32, f64, float, fp16, fp32, fp4, fp64, fp6_e2m3, fp6_e3m2, fp8_e4m3, fp8_e5m2, half, single)
+    """
+
+    name: str
+    positions: str
+    inv_freq: str
+    angle: str
+    trig: str
+    cache: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"recipe name {self.name!r} must be a non-empty string")
+        for stage in STAGES:
+            try:
+                fmt = get_format(getattr(self, stage))
+            except ValueError as e:
+                raise ValueError(f"recipe {self.name!r} stage {stage}: {e}") from None
+            object.__setattr__(self, stage, fmt.name)
+
+    @property
+    def stages(self) -> dict[str, str]:
+        """Stage name -> canonical format name."""
+        return {s: getattr(self, s) for s in STAGES}
+
+    def with_exact(self, stage: str) -> "Recipe":
+        """The same recipe with one stage made exact (float64), for the error budget."""
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
+        return replace(self, name=f"{self.name}/exact-{stage}", **{stage: "float64"})
+
+
+def _lowp(d: str) -> tuple[str, ...]:
+    return (d, d, d, d, d)
+
+
+def _lowp_inv_freq(d: str) -> tuple[str, ...]:
+    return ("float32", d, "float32", "float32", d)
+
+
+def _fp32(d: str) -> tuple[str, ...]:
+    return ("float32", "float32", "float32", "float32", d)
+
+
+def _fp64(d: str) -> tuple[str, ...]:
+    return ("float64", "float64", "float64", "float64", d)
+
+
+PRESETS: dict[str, Callable[[str], tuple[str, ...]]] = {
+    "lowp": _lowp,  # everything in the target dtype, positions built in it
+    "lowp-inv-freq": _lowp_inv_freq,  # buffer downcast by .to(dtype), then used in fp32
+    "fp32": _fp32,  # the fix: fp32 until the cache
+    "fp64": _fp64,  # beyond fp32: float64 angle and cos/sin, cache in dtype
+}
+
+
+def preset(name: str, dtype: str | Format = "bfloat16") -> Recipe:
+    """A named recipe for a target dtype: ``lowp``, ``lowp-inv-freq``, ``fp32``, ``fp64``.
+
+    >>> preset("lowp-inv-freq", "fp16").stages["inv_freq"]
+    'float16'
+    >>> preset("fp16x")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown recipe 'fp16x'; valid: lowp, lowp-inv-freq, fp32, fp64
+    """
+    try:
+        build = PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown recipe {name!r}; valid: {', '.join(PRESETS)}") from None
+    d = get_format(dtype).name
+    return Recipe(name, *build(d))
+
+
+def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None = None) -> Recipe:
+    """A custom recipe from ``"positions=bf16,inv_freq=fp32,..."``.
+
+    Stages not given keep the ``fp32`` preset's format (cache: ``dtype``).
+
+    >>> parse_stages("positions=bf16").stages["positions"], parse_stages("positions=bf16").name
+    ('bfloat16', 'positions=bf16')
+    >>> parse_stages("angles=bf16")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown stage 'angles' in 'angles=bf16'; valid: positions, inv_freq, angle, trig, cache
+    """
+    base = preset("fp32", dtype).stages
+    for item in str(text).split(","):
+        if not item.strip():
+            continue
+        stage, eq, fmt = item.partition("=")
+        stage = stage.strip()
+        if not eq:
+            raise ValueError(f"stage item {item.strip()!r} in {text!r} is not STAGE=DTYPE")
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r} in {text!r}; valid: {', '.join(STAGES)}")
+        try:
+            base[stage] = get_format(fmt.strip()).name
+        except ValueError as e:
+            raise ValueError(f"stage {stage} in {text!r}: {e}") from None
+    return Recipe(name or str(text).replace(" ", ""), **base)
+
+
+# --------------------------------------------------------------------------- oracle and numpy engine
+
+
+def wrap(x: npt.ArrayLike) -> F64:
+    """Wrap angles to [-pi, pi] (float64).
+
+    >>> wrap([3 * np.pi / 2, -np.pi / 2]).round(12).tolist()
+    [-1.570796326795, -1.570796326795]
+    """
+    a = np.asarray(x, dtype=np.float64)
+    return a - _TWO_PI * np.rint(a / _TWO_PI)
+
+
+def _split(theta: F64) -> tuple[F64, F64]:
+    """Veltkamp split: theta = hi + lo with hi of at most 26 significant bits."""
+    t = theta * 134217729.0  # 2**27 + 1
+    hi = t - (t - theta)
+    return hi, theta - hi
+
+
+def _exact_parts(m: F64, theta: F64) -> tuple[F64, F64, F64]:
+    """m * theta = p1 + p2 (p1 exact, p2 rounded far below 1e-16 rad) and its wrapped value."""
+    hi, lo = _split(theta)
+    p1 = m[:, None] * hi[None, :]  # exact: <= 27 + 26 bits
+    p2 = m[:, None] * lo[None, :]
+    k = np.rint((p1 + p2) / _TWO_PI)
+    r = (((p1 - k * _TWO_PI_C1) - k * _TWO_PI_C2) + (p2 - k * _TWO_PI_C3))
+    return p1, p2, wrap(r)
+
+
+def exact_angles(positions: npt.ArrayLike, theta: npt.ArrayLike) -> F64:
+    """The oracle: ``positions[:, None] * theta[None, :]`` exactly, wrapped to [-pi, pi].
+
+    ``positions`` are integers below 2**27, ``theta`` float64 frequencies.
+
+    >>> float(exact_angles([2**20], [1.0])[0, 0])  # 2**20 mod 2*pi, checked with mpmath in tests
+    0.3368260275312118
+    """
+    m = np.asarray(positions, dtype=np.float64)
+    return _exact_parts(m, np.asarray(theta, dtype=np.float64))[2]
+
+
+def recipe_stages(
+    recipe: Recipe, theta: npt.ArrayLike, positions: npt.ArrayLike, cos_sin_scale: float = 1.0
+) -> dict[str, F64]:
+    """Run a recipe (numpy engine) on integer positions; every stage's value in float64.
+
+    Returns ``positions`` (n,), ``inv_freq`` (f,), ``angle`` (n, f: the cos/sin
+    argument, in the trig format), ``trig_cos``/``trig_sin`` and the stored
+    ``cos``/``sin`` (n, f).
+
+    >>> st = recipe_stages(preset("lowp", "bf16"), [1.0, 0.1], [257, 258])
+    >>> st["positions"].tolist(), st["angle"][:, 1].tolist()
+    ([256.0, 258.0], [25.625, 25.875])
+    """
+    m = np.asarray(positions, dtype=np.float64)
+    pos = round_to(m, recipe.positions)
+    inv = round_to(np.asarray(theta, dtype=np.float64), recipe.inv_freq)
+    with np.errstate(invalid="ignore", over="ignore"):
+        angle = round_to(round_to(pos[:, None] * inv[None, :], recipe.angle), recipe.trig)
+        c = round_to(np.cos(angle), recipe.trig)
+        s = round_to(np.sin(angle), recipe.trig)
+        cc = round_to(c * cos_sin_scale, recipe.cache)
+        ss = round_to(s * cos_sin_scale, recipe.cache)
+    return {"positions": pos, "inv_freq": inv, "angle": angle, "trig_cos": c, "trig_sin": s, "cos": cc, "sin": ss}
+
+
+def torch_stages(
+    recipe: Recipe, theta: npt.ArrayLike, positions: int | npt.ArrayLike, cos_sin_scale: float = 1.0
+) -> dict[str, F64]:
+    """Run a recipe with real torch kernels; same keys as :func:`recipe_stages`.
+
+    ``positions`` is a length (``torch.arange(L, dtype=torch.int64).to(dtype)``:
+    each position rounded once, as a GPU ``torch.arange(L, dtype=dtype)`` does;
+    torch's vectorised CPU arange kernel instead rounds the base of each SIMD
+    block and adds offsets, so above the exact-integer range its values differ,
+    see ``precision_audit.positions``) or an array of integer positions (cast
+    with ``.to(dtype)``).  inv_freq is the float64 schedule cast with ``.to(dtype)``;
+    the angle is ``torch.outer`` in the widest of the three formats, cast to the
+    angle format; cos/sin are ``Tensor.cos()/.sin()`` in the trig format; the
+    cache is ``(trig * scale).to(cache dtype)``.
+
+    >>> st = torch_stages(preset("lowp", "bf16"), [1.0, 0.1], 260)
+    >>> st["positions"][256:].tolist()
+    [256.0, 256.0, 258.0, 260.0]
+    """
+    import torch
+
+    def dt(name: str) -> Any:
+        d = get_format(name).torch_dtype
+        if d is None:
+            raise ValueError(f"format {name!r} has no torch dtype; the torch engine cannot run it")
+        return d
+
+    P, I, A, T, C = (dt(recipe.positions), dt(recipe.inv_freq), dt(recipe.angle), dt(recipe.trig), dt(recipe.cache))
+    if isinstance(positions, (int, np.integer)):
+        pos = torch.arange(int(positions), dtype=torch.int64).to(P)
+    else:
+        pos = torch.from_numpy(np.asarray(positions, dtype=np.float64)).to(P)
+    inv = torch.from_numpy(np.asarray(theta, dtype=np.float64)).to(I)
+    # multiply in the angle format when both operands fit in it exactly (one rounding, as
+    # model code does); otherwise form the product in float64 and cast it
+    fa = get_format(recipe.angle)
+    fits = all(_fits(get_format(x), fa) for x in (recipe.positions, recipe.inv_freq))
+    wide = A if fits else torch.float64
+    angle = torch.outer(pos.to(wide), inv.to(wide)).to(A).to(T)
+    c, s = angle.cos(), angle.sin()
+    if cos_sin_scale != 1.0:
+        cc, ss = (c * cos_sin_scale).to(C), (s * cos_sin_scale).to(C)
+    else:
+        cc, ss = c.to(C), s.to(C)
+
+    def f64(t: Any) -> F64:
+        return t.to(torch.float64).numpy()
+
+    return {
+        "positions": f64(pos),
+        "inv_freq": f64(inv),
+        "angle": f64(angle),
+        "trig_cos": f64(c),
+        "trig_sin": f64(s),
+        "cos": f64(cc),
+        "sin": f64(ss),
+    }
+
+
+def _fits(a: Format, b: Format) -> bool:
+    """Every value of format ``a`` is a value of format ``b``."""
+    return (
+        a.significand_bits <= b.significand_bits
+        and a.max_finite <= b.max_finite
+        and a.min_exponent - a.significand_bits >= b.min_exponent - b.significand_bits
+    )
+
+
+def cache_rounding_bound(fmt: str | Format) -> float:
+    """Worst rotation error (rad) from rounding an exact (cos, sin) pair to ``fmt``.
+
+    Each of cos, sin in [-1, 1] moves by at most half an ulp of [0.5, 1),
+    ``e = 2**-(p+1)`` (p = significand bits incl. the implicit one); the point
+    moves by at most ``sqrt(2) e`` and its angle by at most
+    ``asin(sqrt(2) e / (1 - sqrt(2) e))``.
+
+    >>> round(cache_rounding_bound("bfloat16"), 6)
+    0.00277
+    """
+    f = get_format(fmt)
+    e = math.sqrt(2.0) * 2.0 ** (-f.significand_bits - 1)
+    return math.asin(min(1.0, e / (1 - e)))
+
+
+# --------------------------------------------------------------------------- audit
+
+
+@dataclass(frozen=True)
+class RopeRow(Row):
+    """RoPE precision of one recipe at one context length (positions 0..length-1).
+
+    Errors in radians, wrapped to [-pi, pi], against the exact ``m * theta_i``.
+    Angle errors are of the cos/sin argument; rotation errors of
+    ``atan2(stored sin, stored cos)``.  A non-finite value counts as error pi.
+    ``*_profile`` lists one value per frequency index i (max over positions,
+    or mean).  ``error_budget`` maps each stage to the max rotation error with
+    that stage alone made exact (float64), or is None if not computed.
+    ``cache_bound`` is :func:`cache_rounding_bound` of the cache format.
+    """
+
+    recipe: str
+    dtype: str
+    length: int
+    head_dim: int
+    base: float
+    rotary_dim: int
+    scaling: str
+    stages: dict[str, str]
+    max_angle_error: float
+    mean_angle_error: float
+    max_rotation_error: float
+    mean_rotation_error: float
+    colliding_positions: int
+    cache_bound: float
+    angle_error_profile: tuple[float, ...] = field(repr=False)
+    mean_angle_error_profile: tuple[float, ...] = field(repr=False)
+    rotation_error_profile: tuple[float, ...] = field(repr=False)
+    mean_rotation_error_profile: tuple[float, ...] = field(repr=False)
+    error_budget: dict[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"length {self.length!r} must be at least 1")
+        if not 0 <= self.colliding_positions < self.length:
+            raise ValueError(f"colliding_positions {self.colliding_positions!r} not in [0, {self.length})")
+
+
+class _Acc:
+    """Running per-frequency reductions for one recipe over a prefix of positions."""
+
+    def __init__(self, nf: int) -> None:
+        self.ang_max = np.zeros(nf)
+        self.ang_sum = np.zeros(nf)
+        self.rot_max = np.zeros(nf)
+        self.rot_sum = np.zeros(nf)
+        self.collisions = 0
+        self.last: F64 | None = None
+
+    def add(self, ang_err: F64, rot_err: F64, cs: F64) -> None:
+        np.maximum(self.ang_max, ang_err.max(axis=0), out=self.ang_max)
+        self.ang_sum += ang_err.sum(axis=0)
+        np.maximum(self.rot_max, rot_err.max(axis=0), out=self.rot_max)
+        self.rot_sum += rot_err.sum(axis=0)
+        rows = cs if self.last is None else np.concatenate([self.last[None, :], cs])
+        same = (rows[1:] == rows[:-1]) | (np.isnan(rows[1:]) & np.isnan(rows[:-1]))
+        self.collisions += int(np.count_nonzero(same.all(axis=1)))
+        self.last = cs[-1].copy()
+
+
+def _errors(recipe: Recipe, theta: F64, m: F64, p1: F64, p2: F64, exact: F64, scale: float) -> tuple[F64, F64, F64]:
+    st = recipe_stages(recipe, theta, m, scale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ang = np.abs(wrap((st["angle"] - p1) - p2))
+        rot = np.abs(wrap(np.arctan2(st["sin"], st["cos"]) - exact))
+    ang[~np.isfinite(ang)] = math.pi
+    rot[~np.isfinite(rot)] = math.pi
+    return ang, rot, np.concatenate([st["cos"], st["sin"]], axis=1)
+
+
+def _pass(
+    recipes: Sequence[Recipe], theta: F64, lengths: Sequence[int], scale: float, chunk_elems: int
+) -> list[list[tuple[_Acc, int]]]:
+    """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length."""
+    nf = theta.size
+    accs = [_Acc(nf) for _ in recipes]
+    snaps: list[list[tuple[_Acc, int]]] = [[] for _ in recipes]
+    chunk = max(256, chunk_elems // max(nf, 1))
+    start = 0
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(recipes), os.cpu_count() or 1)))
+    try:
+        for L in lengths:
+            start = _advance(pool, accs, recipes, theta, start, L, chunk, scale)
+            for i, acc in enumerate(accs):
+                snap = _Acc(nf)
+                snap.ang_max, snap.ang_sum = acc.ang_max.copy(), acc.ang_sum.copy()
+                snap.rot_max, snap.rot_sum = acc.rot_max.copy(), acc.rot_sum.copy()
+                snap.collisions = acc.collisions
+                snaps[i].append((snap, L))
+    finally:
+        pool.shutdown()
+    return snaps
+
+
+def _advance(
+    pool: ThreadPoolExecutor, accs: list[_Acc], recipes: Sequence[Recipe], theta: F64,
+    start: int, L: int, chunk: int, scale: float,
+) -> int:
+    """Feed positions start..L-1 to every accumulator, chunk by chunk; returns L."""
+
+    def work(i: int, m: F64, p1: F64, p2: F64, exact: F64) -> None:
+        accs[i].add(*_errors(recipes[i], theta, m, p1, p2, exact, scale))
+
+    while start < L:
+        stop = min(L, start + chunk)
+        m = np.arange(start, stop, dtype=np.float64)
+        p1, p2, exact = _exact_parts(m, theta)
+        # numpy releases the GIL in ufuncs: the recipes of one chunk run in parallel
+        list(pool.map(work, range(len(recipes)), *([x] * len(recipes) for x in (m, p1, p2, exact))))
+        start = stop
+    return start
+
+
+def audit(
+    schedule: RopeSchedule,
+    recipes: Recipe | Iterable[Recipe],
+    lengths: int | Iterable[int],
+    *,
+    budget: bool = False,
+    chunk_elems: int = 2**19,
+) -> list[RopeRow]:
+    """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
+
+    One chunked pass over positions up to the largest length serves every
+    shorter length (prefix reductions); memory stays ~``chunk_elems`` float64
+    per array.  ``dynamic`` scaling changes the frequencies with the length,
+    so lengths above ``original_max_position_embeddings`` get a pass each.
+    ``budget=True`` adds the error budget (five more recipe runs per recipe).
+
+    >>> row = audit(RopeSchedule(head_dim=64), preset("fp32", "bf16"), 2048)[0]
+    >>> fp32_angle = 2047 * 2.0**-23 * (1 + 2.0**-24)  # theta rounding + product half-ulp, theta <= 1
+    >>> row.max_rotation_error <= fp32_angle + row.cache_bound + cache_rounding_bound("fp32")
+    True
+    """
+    recs = [recipes] if isinstance(recipes, Recipe) else list(recipes)
+    if not recs:
+        raise ValueError("no recipe given")
+    lens = check_lengths(lengths)
+    if lens[-1] > MAX_ROPE_LENGTH:
+        raise ValueError(f"length {lens[-1]} exceeds the RoPE oracle's limit 2**26 = {MAX_ROPE_LENGTH}")
+    variants: list[Recipe] = []
+    for r in recs:
+        variants.append(r)
+        if budget:
+            variants.extend(r.with_exact(s) for s in STAGES)
+    # group lengths by their frequencies (only dynamic NTK makes them differ)
+    groups: dict[bytes, tuple[F64, list[int]]] = {}
+    for L in lens:
+        th = schedule.inv_freq(L)
+        groups.setdefault(th.tobytes(), (th, []))[1].append(L)
+    scale = schedule.cos_sin_scale
+    results: dict[tuple[int, int], tuple[_Acc, int]] = {}
+    for th, ls in groups.values():
+        snaps = _pass(variants, th, ls, scale, chunk_elems)
+        for v, per_len in enumerate(snaps):
+            for acc, L in per_len:
+                results[(v, L)] = (acc, L)
+    nf = schedule.n_freq
+    rows: list[RopeRow] = []
+    stride = 1 + (len(STAGES) if budget else 0)
+    for i, r in enumerate(recs):
+        for L in lens:
+            acc, _ = results[(i * stride, L)]
+            bud = None
+            if budget:
+                bud = {s: float(results[(i * stride + 1 + j, L)][0].rot_max.max()) for j, s in enumerate(STAGES)}
+            rows.append(
+                RopeRow(
+                    recipe=r.name,
+                    dtype=r.cache,
+                    length=L,
+                    head_dim=schedule.head_dim,
+                    base=schedule.base,
+                    rotary_dim=schedule.rotary,
+                    scaling=schedule.scaling,
+                    stages=r.stages,
+                    max_angle_error=float(acc.ang_max.max()),
+                    mean_angle_error=float(acc.ang_sum.sum() / (L * nf)),
+                    max_rotation_error=float(acc.rot_max.max()),
+                    mean_rotation_error=float(acc.rot_sum.sum() / (L * nf)),
+                    colliding_positions=acc.collisions,
+                    cache_bound=cache_rounding_bound(r.cache),
+                    angle_error_profile=tuple(acc.ang_max.tolist()),
+                    mean_angle_error_profile=tuple((acc.ang_sum / L).tolist()),
+                    rotation_error_profile=tuple(acc.rot_max.tolist()),
+                    mean_rotation_error_profile=tuple((acc.rot_sum / L).tolist()),
+                    error_budget=bud,
+                )
+            )
+    return rows

@@ -1,0 +1,117 @@
+"""Attention effect of RoPE recipes: rotated-logit error vs offset, relative-position invariance.
+
+Expected values come from an independent implementation (transformers' rotate_half formula on full
+vectors, exact angles from mpmath) or from bounds derived in the comments.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+from precision_audit.attention import AttentionRow, attention_errors, default_distances
+from precision_audit.rope import Recipe, RopeSchedule, cache_rounding_bound, preset, recipe_stages
+
+mpmath.mp.prec = 120
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def hf_scores(rec: Recipe, s: RopeSchedule, q: np.ndarray, k: np.ndarray, ms: np.ndarray, dist: int) -> np.ndarray:
+    """transformers' apply_rotary_pos_emb on full vectors (cos/sin = cat(freqs, freqs)), float64 dots."""
+    r = s.rotary
+    g = s.cos_sin_scale
+    sm = recipe_stages(rec, s.inv_freq(), ms, g)
+    sn = recipe_stages(rec, s.inv_freq(), ms - dist, g)
+    cm, smn = np.concatenate([sm["cos"]] * 2, 1), np.concatenate([sm["sin"]] * 2, 1)
+    cn, snn = np.concatenate([sn["cos"]] * 2, 1), np.concatenate([sn["sin"]] * 2, 1)
+    qr = q[:r] * cm + rotate_half(q[:r]) * smn
+    kr = k[:r] * cn + rotate_half(k[:r]) * snn
+    return (qr * kr).sum(1) + q[r:] @ k[r:]
+
+
+def mp_exact_score(s: RopeSchedule, q: np.ndarray, k: np.ndarray, dist: int) -> float:
+    """Exact logit of the rotated pair at offset dist: rotations by the exact angles, in mpmath."""
+    nf, r, g = s.n_freq, s.rotary, mpmath.mpf(s.cos_sin_scale)
+    tot = mpmath.mpf(0)
+    for i, t in enumerate(s.inv_freq()):
+        phi = mpmath.mpf(dist) * mpmath.mpf(float(t))
+        c, sn = mpmath.cos(phi), mpmath.sin(phi)
+        q1, q2, k1, k2 = (mpmath.mpf(float(v)) for v in (q[i], q[nf + i], k[i], k[nf + i]))
+        tot += g * g * ((q1 * k1 + q2 * k2) * c - (q2 * k1 - q1 * k2) * sn)
+    tot += sum(mpmath.mpf(float(a)) * mpmath.mpf(float(b)) for a, b in zip(q[r:], k[r:]))
+    return float(tot)
+
+
+@pytest.mark.parametrize("schedule", [RopeSchedule(head_dim=8), RopeSchedule(head_dim=12, rotary_dim=8),
+                                      RopeSchedule(head_dim=8, scaling="yarn", factor=4.0)])
+@pytest.mark.parametrize("name", ["lowp", "fp32"])
+def test_matches_independent_rotate_half_and_mpmath(schedule, name):
+    # same seeded q, k as the module (numpy default_rng(seed), q then k), every shift, one pair
+    L, dist = 600, 37
+    rec = preset(name, "bf16")
+    (row,) = attention_errors(schedule, rec, L, [dist], pairs=1, shifts=L, seed=3)
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, schedule.head_dim))[0]
+    k = rng.standard_normal((1, schedule.head_dim))[0]
+    ms = np.arange(dist, L)
+    scores = hf_scores(rec, schedule, q, k, ms, dist)
+    exact = mp_exact_score(schedule, q, k, dist)
+    assert row.shifts == L - dist
+    assert row.max_logit_error == pytest.approx(np.abs(scores - exact).max(), rel=1e-9, abs=1e-12)
+    assert row.mean_logit_error == pytest.approx(np.abs(scores - exact).mean(), rel=1e-9, abs=1e-12)
+    assert row.score_spread == pytest.approx(scores.max() - scores.min(), rel=1e-9, abs=1e-12)
+    assert row.logit_rms == pytest.approx(abs(exact), rel=1e-12)
+
+
+def test_float64_recipe_is_exact_and_invariant():
+    # all stages float64: the logit is exact to float64 rounding and depends on m - n only
+    s = RopeSchedule(head_dim=64)
+    rows = attention_errors(s, Recipe("f64", *["fp64"] * 5), 50000, pairs=4, shifts=256)
+    assert all(r.max_logit_error < 1e-9 and r.score_spread < 1e-9 for r in rows)
+
+
+def test_characteristic_behaviour():
+    # lowp loses positions (bf16 keeps 1 position in 32 above 4096), so logits at a fixed offset vary
+    # with the shift by O(|q||k|); lowp-inv-freq keeps exact positions and a consistent (wrong) theta, so
+    # the logit is nearly shift-invariant (spread bounded by the per-row rotation errors below) but off.
+    s = RopeSchedule(head_dim=64)
+    L, dist = 32768, 4096
+    lowp, inv, fp32 = attention_errors(
+        s, [preset("lowp", "bf16"), preset("lowp-inv-freq", "bf16"), preset("fp32", "bf16")], L, [dist],
+        pairs=4, shifts=512)
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((4, 64)), rng.standard_normal((4, 64))
+    zq = np.hypot(q[:, :32], q[:, 32:])
+    zk = np.hypot(k[:, :32], k[:, 32:])
+    weight = (zq * zk).sum(1).max()  # max over pairs of sum_i |z_q,i| |z_k,i|
+    # per row: angle off by <= half an fp32 ulp of m theta (< 2**-24 * L) plus the cache's rounding bound,
+    # length off by <= sqrt(2) * 2**-9 (bf16 half-ulps); two rows, two shifts compared
+    eps = 2.0**-24 * L + cache_rounding_bound("bf16")
+    delta = math.sqrt(2) * 2.0**-9
+    spread_bound = 2 * weight * (2 * eps + 2 * delta + 4 * delta**2)
+    assert inv.score_spread <= spread_bound
+    assert fp32.score_spread <= spread_bound
+    assert fp32.max_logit_error <= weight * (2 * eps + 2 * delta + delta**2)
+    assert inv.max_logit_error > 10 * inv.score_spread  # consistent but wrong
+    assert lowp.score_spread > 10 * fp32.score_spread  # shift-dependent: positions collide
+
+
+def test_default_distances_and_errors():
+    assert default_distances(1) == [0]
+    assert default_distances(1000)[-3:] == [256, 512, 999]
+    s = RopeSchedule(head_dim=8)
+    with pytest.raises(ValueError, match="distance 10 not in"):
+        attention_errors(s, preset("fp32"), 10, [10])
+    with pytest.raises(ValueError, match="pairs 0"):
+        attention_errors(s, preset("fp32"), 10, [1], pairs=0)
+    with pytest.raises(ValueError, match="no recipe given"):
+        attention_errors(s, [], 10)
+    with pytest.raises(ValueError, match="distance 5"):
+        AttentionRow("r", "bfloat16", 5, 8, 5, 1, 1, 0.0, 0.0, 0.0, 1.0)
