@@ -1,0 +1,553 @@
+"""Tests for the ALiBi auditor (precision_audit.alibi) and its CLI command.
+
+Oracles used (each test names its own):
+* the ALiBi paper / reference implementation (ofirpress/attention_with_linear_biases,
+  ``get_slopes``, copied verbatim below) and mpmath for the slopes;
+* an independent brute-force engine written here with numpy / ml_dtypes dtype
+  arithmetic (no ``round_to``), np.unique, itertools.groupby and a direct float64
+  softmax;
+* transformers' Bloom ``build_alibi_tensor`` (real third-party torch code) and a
+  verbatim copy of it, run with torch;
+* closed forms derived in the comments.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import ml_dtypes
+import mpmath
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from precision_audit.alibi import (
+    AlibiAudit,
+    HeadAudit,
+    Recipe,
+    alibi_bias,
+    alibi_bias_torch,
+    alibi_slopes,
+    audit_alibi,
+    bloom_slopes,
+    get_recipe,
+    recipe_names,
+    stored_slopes,
+)
+from precision_audit.cli import main
+
+NP = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+}
+BITS = {"float32": 24, "float16": 11, "bfloat16": 8, "float8_e4m3fn": 4}
+RECIPES = ["lowp", "cast-output", "relative-cast", "fp32"]
+
+
+# ----------------------------------------------------------------------------
+# Independent references
+
+
+def reference_get_slopes(n: int) -> list[float]:
+    """Verbatim from ofirpress/attention_with_linear_biases (fairseq/models/transformer.py)."""
+
+    def get_slopes_power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    return get_slopes_power_of_2(closest_power_of_2) + reference_get_slopes(2 * closest_power_of_2)[0::2][
+        : n - closest_power_of_2
+    ]
+
+
+def mp_exact_slopes(n: int) -> list[mpmath.mpf]:
+    """The slopes as exact reals (mpmath, 200 bits): 2**(-8(h+1)/c), then 2**(-4(2t+1)/c)."""
+    c = 2 ** math.floor(math.log2(n))
+    with mpmath.workprec(200):
+        first = [mpmath.power(2, mpmath.mpf(-8 * (h + 1)) / c) for h in range(c)]
+        extra = [mpmath.power(2, mpmath.mpf(-4 * (2 * t + 1)) / c) for t in range(n - c)]
+    return first + extra
+
+
+def mp_round(x: mpmath.mpf, p: int) -> float:
+    """Round a positive real to p significant bits (nearest; ties never occur for these irrationals)."""
+    with mpmath.workprec(400):
+        e = int(mpmath.floor(mpmath.log(x, 2)))
+        return float(mpmath.nint(x * mpmath.power(2, p - 1 - e))) * 2.0 ** (e - p + 1)
+
+
+def ulps32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.abs(a.astype(np.float32).view(np.int32).astype(np.int64) - b.astype(np.float32).view(np.int32))
+
+
+def brute_magnitudes(recipe: str, dt: str, n: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stored |bias| (heads, length) via plain dtype arithmetic, and the exact slopes (float64)."""
+    exact = mp_exact_slopes(n)
+    k = np.arange(length)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if recipe == "lowp":  # slope, distance and product all in dt; numpy computes dt*dt exactly, rounds once
+            s = np.array([mp_round(x, BITS[dt]) for x in exact]).astype(NP[dt])
+            d = k.astype(np.float32).astype(NP[dt])
+            mag = (s[:, None] * d[None, :]).astype(np.float64)
+        else:
+            if recipe == "cast-output":  # Bloom: float32 base (from Python's float64) ** power, rounded to fp32
+                c = 2 ** math.floor(math.log2(n))
+                pw = [(h + 1, c) for h in range(c)] + [(2 * t + 1, 2 * c) for t in range(n - c)]
+                with mpmath.workprec(400):
+                    s = np.array([
+                        mp_round(mpmath.mpf(float(np.float32(2 ** (-(2 ** -(math.log2(b) - 3)))))) ** a, 24)
+                        for a, b in pw
+                    ], dtype=np.float32)
+            else:
+                s = np.array([mp_round(x, 24) for x in exact], dtype=np.float32)
+            prod = s[:, None] * k.astype(np.float32)[None, :]  # IEEE float32 multiply
+            out = "float32" if recipe == "fp32" else dt
+            mag = prod.astype(NP[out]).astype(np.float64)
+    return mag, np.array([float(x) for x in exact])
+
+
+def brute_metrics(mag: np.ndarray, slopes: np.ndarray, length: int, form: str) -> list[dict]:
+    """Per-head metrics of the first `length` magnitudes, computed the obvious way."""
+    out = []
+    for h in range(mag.shape[0]):
+        m = mag[h, :length]
+        x = slopes[h] * np.arange(length)
+        keyed = ["nan" if np.isnan(v) else v for v in m]
+        runs = max(len(list(g)) for _, g in itertools.groupby(keyed))
+        finite = np.isfinite(m)
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = float(np.max(np.abs(m - x))) if finite.all() else math.inf
+            sign = 1.0 if form == "key" else -1.0
+            lo, ex = sign * m, sign * x
+            p = np.exp(lo - lo.max())
+            p /= p.sum()
+            q = np.exp(ex - ex.max())
+            q /= q.sum()
+            dp = float(np.max(np.abs(p - q)))
+        out.append({
+            "distinct_biases": len(np.unique(m)),  # numpy >= 1.24 counts all NaNs as one value
+            "max_run": runs,
+            "max_abs_error": err,
+            "order_inversions": int(np.sum(m[1:] < m[:-1])),
+            "nonfinite_biases": int(np.sum(~finite)),
+            "max_prob_change": dp,
+        })
+    return out
+
+
+# ----------------------------------------------------------------------------
+# Slopes
+
+
+def test_slopes_8_heads_paper():
+    # ALiBi paper, section 3: for 8 heads the slopes are 1/2, 1/4, ..., 1/256 (exact powers of two).
+    assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
+    assert bloom_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
+
+
+def test_slopes_16_heads_paper():
+    # ALiBi paper: for 16 heads the slopes interpolate 8 heads geometrically: 1/2^0.5, 1/2^1, ..., 1/2^8.
+    expected = [mp_round(mpmath.power(2, mpmath.mpf(-k) / 2), 53) for k in range(1, 17)]
+    assert alibi_slopes(16).tolist() == expected
+
+
+def test_slopes_12_heads_reference_rule():
+    # Reference rule: 8 heads' slopes (1/2 .. 1/256), then every other slope of 16 heads:
+    # 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 (closed form, correctly rounded by mpmath).
+    s = alibi_slopes(12).tolist()
+    assert s[:8] == [2.0**-k for k in range(1, 9)]
+    assert s[8:] == [mp_round(mpmath.power(2, -(mpmath.mpf(2 * t + 1) / 2)), 53) for t in range(4)]
+
+
+@pytest.mark.parametrize("n", list(range(1, 130)))
+def test_slopes_match_reference_implementation(n):
+    # ofirpress get_slopes (float64 start * ratio**i accumulates a few ulps, hence rtol).
+    np.testing.assert_allclose(alibi_slopes(n), reference_get_slopes(n), rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 12, 40, 64, 96])
+@pytest.mark.parametrize("fmt", ["float32", "float16", "bfloat16"])
+def test_stored_slopes_correctly_rounded(n, fmt):
+    # mpmath oracle: the exact slope rounded once to the format (recipes with slope_rule="exact").
+    r = Recipe("t", "relative", "exact", fmt, "float32", "float32", "float32")
+    expected = [mp_round(x, BITS[fmt]) for x in mp_exact_slopes(n)]
+    assert stored_slopes(r, n).tolist() == expected
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 12, 33, 40, 64, 100])
+def test_bloom_slopes_are_fp32_base_powers(n):
+    # mpmath oracle for Bloom's formula: fp32(base) ** power, correctly rounded to fp32.
+    mag, _ = brute_magnitudes("cast-output", "float32", n, 2)
+    assert bloom_slopes(n).tolist() == mag[:, 1].tolist()  # row k=1 holds slope * 1
+
+
+def test_bloom_slopes_against_transformers():
+    # Real third-party code: transformers' _get_alibi_slopes (torch.pow, SLEEF vector path, 1-ulp).
+    bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
+    for n in range(1, 65):
+        theirs = bloom._get_alibi_slopes(n, "cpu").numpy()
+        assert ulps32(bloom_slopes(n), theirs).max() <= 1, n
+    for n in (8, 12, 16):
+        assert bloom_slopes(n).tolist() == bloom._get_alibi_slopes(n, "cpu").double().tolist()
+
+
+# ----------------------------------------------------------------------------
+# Recipes and validation
+
+
+def test_recipe_presets():
+    assert recipe_names() == RECIPES
+    r = get_recipe("cast-output", "half")
+    assert (r.form, r.slope_rule, r.product_format, r.bias_format) == ("key", "bloom", "float32", "float16")
+    assert get_recipe("lowp", "bf16").product_format == "bfloat16"
+    assert get_recipe("fp32", "bf16").bias_format == "float32"
+    assert get_recipe(r) is r
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"form": "absolute"}, "form 'absolute'"),
+        ({"slope_rule": "mpt"}, "slope_rule 'mpt'"),
+        ({"bias_format": "fp7"}, "unknown dtype 'fp7'"),
+    ],
+    ids=["form", "slope-rule", "format"],
+)
+def test_recipe_validation(kwargs, message):
+    base = dict(name="x", form="key", slope_rule="exact", slope_format="fp32", position_format="fp32",
+                product_format="fp32", bias_format="bf16")
+    with pytest.raises(ValueError, match=message):
+        Recipe(**{**base, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: audit_alibi(8, 0), "num_heads 0 must be at least 1"),
+        (lambda: audit_alibi(8, 2.5), "num_heads 2.5 is not an integer"),
+        (lambda: audit_alibi(0, 8), "length 0 must be at least 1"),
+        (lambda: audit_alibi(8, 8, "bloom"), "unknown ALiBi recipe 'bloom'"),
+        (lambda: audit_alibi(8, 8, "lowp", "fp7"), "unknown dtype 'fp7'"),
+        (lambda: audit_alibi(8, 2, slopes=[0.5]), "slopes has 1 values for num_heads=2"),
+        (lambda: audit_alibi(8, 2, chunk_elements=0), "chunk_elements 0"),
+        (lambda: audit_alibi(8, 2, slopes=[0.5, -1.0]), "slopes must be positive and finite, got -1.0"),
+        (lambda: alibi_slopes(-1), "num_heads -1"),
+    ],
+    ids=["heads0", "heads-float", "length0", "recipe", "dtype", "slopes", "chunk", "slope-value", "heads-neg"],
+)
+def test_bad_input_raises(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_row_validation():
+    h = dict(head=0, slope=0.5, stored_slope=0.5, distinct_biases=1, max_run=1, max_abs_error=0.0,
+             order_inversions=0, nonfinite_biases=0, max_prob_change=0.0)
+    with pytest.raises(ValueError, match="head -1"):
+        HeadAudit(**{**h, "head": -1})
+    with pytest.raises(ValueError, match="distinct_biases 0"):
+        HeadAudit(**{**h, "distinct_biases": 0})
+    row = dict(recipe="fp32", dtype="bfloat16", bias_dtype="float32", form="relative", length=1, num_heads=1,
+               min_distinct_biases=1, distinct_fraction=1.0, max_run=1, max_abs_error=0.0, order_inversions=0,
+               nonfinite_biases=0, max_prob_change=0.0, heads=(HeadAudit(**h),))
+    AlibiAudit(**row)
+    with pytest.raises(ValueError, match="heads holds 1 entries for num_heads=2"):
+        AlibiAudit(**{**row, "num_heads": 2})
+    with pytest.raises(ValueError, match="form 'diagonal'"):
+        AlibiAudit(**{**row, "form": "diagonal"})
+    with pytest.raises(ValueError, match="min_distinct_biases 3"):
+        AlibiAudit(**{**row, "min_distinct_biases": 3})
+
+
+# ----------------------------------------------------------------------------
+# The engine against the brute-force oracle
+
+
+CASES = [(recipe, dt) for recipe in RECIPES for dt in ("bfloat16", "float16", "float8_e4m3fn")]
+
+
+@pytest.mark.parametrize("recipe, dt", CASES)
+@pytest.mark.parametrize("n", [8, 12])
+def test_audit_matches_brute_force(recipe, dt, n):
+    lengths = [1, 2, 255, 257, 1000, 3000]
+    mag, slopes = brute_magnitudes(recipe, dt, n, max(lengths))
+    form = get_recipe(recipe, dt).form
+    for chunk in (97, 2**19):  # chunk boundaries inside the lengths and one chunk for all
+        rows = audit_alibi(lengths, n, recipe, dt, chunk_elements=chunk)
+        assert [r.length for r in rows] == lengths
+        for row in rows:
+            ref = brute_metrics(mag, slopes, row.length, form)
+            for h, exp in zip(row.heads, ref):
+                for key in ("distinct_biases", "max_run", "order_inversions", "nonfinite_biases"):
+                    assert getattr(h, key) == exp[key], (row.length, h.head, key)
+                assert h.max_abs_error == pytest.approx(exp["max_abs_error"], rel=1e-12, abs=1e-300)
+                if math.isnan(exp["max_prob_change"]):
+                    assert math.isnan(h.max_prob_change)
+                else:
+                    assert h.max_prob_change == pytest.approx(exp["max_prob_change"], rel=1e-6, abs=1e-14)
+            assert row.min_distinct_biases == min(e["distinct_biases"] for e in ref)
+            assert row.max_run == max(e["max_run"] for e in ref)
+            assert row.order_inversions == sum(e["order_inversions"] for e in ref)
+            assert row.nonfinite_biases == sum(e["nonfinite_biases"] for e in ref)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    recipe=st.sampled_from(RECIPES),
+    dt=st.sampled_from(["bfloat16", "float16"]),
+    n=st.integers(1, 20),
+    lengths=st.lists(st.integers(1, 700), min_size=1, max_size=4),
+    chunk=st.integers(1, 5000),
+)
+def test_chunking_does_not_change_results(recipe, dt, n, lengths, chunk):
+    # Property: prefix reductions over chunks give the same rows as one whole-array chunk; counts and
+    # maxima are order-free (exact); the log-sum-exp is summed in another order, which moves a
+    # probability change by float64 rounding (~1e-16 absolute).
+    whole = audit_alibi(lengths, n, recipe, dt, chunk_elements=10**7)
+    parts = audit_alibi(lengths, n, recipe, dt, chunk_elements=chunk)
+    for a, b in zip(whole, parts):
+        da, db = a.to_dict(), b.to_dict()
+        for row_a, row_b in [(da, db), *zip(da.pop("heads"), db.pop("heads"))]:
+            assert row_a.pop("max_prob_change") == pytest.approx(row_b.pop("max_prob_change"), rel=1e-9, abs=1e-15)
+            assert row_a == row_b
+
+
+def test_prob_change_against_mpmath():
+    # mpmath oracle (60 digits): one head, slope 0.75 (exact in every format), key form in bf16,
+    # L = 600: stored biases bf16(0.75 j) from ml_dtypes; softmax of stored vs exact logits.
+    L, s = 600, 0.75
+    stored = (np.float32(s) * np.arange(L, dtype=np.float32)).astype(ml_dtypes.bfloat16).astype(float)
+    with mpmath.workdps(60):
+        zs = mpmath.fsum(mpmath.exp(mpmath.mpf(v)) for v in stored)
+        zx = mpmath.fsum(mpmath.exp(s * mpmath.mpf(j)) for j in range(L))
+        dp = max(abs(mpmath.exp(mpmath.mpf(v)) / zs - mpmath.exp(s * mpmath.mpf(j)) / zx) for j, v in enumerate(stored))
+    row = audit_alibi(L, 1, "cast-output", "bf16", slopes=[s])[0]
+    assert row.max_prob_change == pytest.approx(float(dp), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------
+# Closed forms
+
+
+def distinct_rounded_integers(length: int, p: int) -> int:
+    """Distinct values of round_p(j), j = 0..L-1, for L = 2**e (derivation).
+
+    Below 2**p every integer is exact: 2**p values.  Each binade [2**b, 2**(b+1)) with
+    p <= b < e holds 2**(p-1) representable numbers, and L - 1 = 2**e - 1 rounds up to
+    2**e when e > p, adding one more value.
+    """
+    e = length.bit_length() - 1
+    assert length == 2**e
+    return length if e <= p else 2**p + (e - p) * 2 ** (p - 1) + 1
+
+
+def max_run_rounded_integers(length: int, p: int) -> int:
+    # Top binade spacing s = 2**(e-p); a value with even significand takes both ties: s + 1 integers.
+    e = length.bit_length() - 1
+    return 1 if e <= p else 2 ** (e - p) + 1
+
+
+@pytest.mark.parametrize("recipe", ["lowp", "cast-output", "relative-cast"])
+@pytest.mark.parametrize("dt", ["bfloat16", "float16"])
+def test_power_of_two_slopes_closed_form(recipe, dt):
+    # 8 heads: slopes 2**-k, so every product slope*j is an exact scaling of round(j) (no product
+    # rounding, no underflow): distinct/max_run are those of the integers 0..L-1 in the format, and
+    # the largest error is slope * s/2 in the top binade.  bf16 at 8192: 256 + 5*128 + 1 = 897.
+    p = BITS[dt]
+    lengths = [256, 2048, 8192, 2**15]
+    for row in audit_alibi(lengths, 8, recipe, dt):
+        e = row.length.bit_length() - 1
+        for h in row.heads:
+            assert h.distinct_biases == distinct_rounded_integers(row.length, p)
+            assert h.max_run == max_run_rounded_integers(row.length, p)
+            assert h.max_abs_error == (h.slope * 2.0 ** (e - p - 1) if e > p else 0.0)
+            assert h.order_inversions == 0 and h.nonfinite_biases == 0
+    assert audit_alibi(8192, 8, recipe, "bf16")[0].min_distinct_biases == 897
+
+
+@pytest.mark.parametrize("n", [8, 12, 40, 64])
+def test_fp32_keeps_every_bias(n):
+    # Consecutive products differ by slope >= 2**-8 while ulp(slope*k) <= slope*k*2**-23 < slope/2
+    # for k < 2**22, so float32 keeps all L biases distinct (closed form: distinct = L, run = 1).
+    for row in audit_alibi([4096, 65536], n, "fp32", "bf16"):
+        assert row.min_distinct_biases == row.length and row.max_run == 1
+        assert row.bias_dtype == "float32" and row.nonfinite_biases == 0
+
+
+def test_float16_overflow_counts():
+    # cast-output in float16, slope 1/2, L = 2**18: 0.5 j rounds to inf from 0.5 j >= 65520,
+    # i.e. j >= 131040, so 2**18 - 131040 biases overflow (closed form, float16.overflow_integer).
+    row = audit_alibi(2**18, 8, "cast-output", "float16")[0]
+    assert row.heads[0].nonfinite_biases == 2**18 - 131040
+    assert math.isnan(row.heads[0].max_prob_change)  # softmax over +inf logits is undefined
+    assert math.isinf(row.heads[0].max_abs_error)
+    assert row.heads[7].nonfinite_biases == 0  # slope 1/256: 2**18/256 = 1024 stays finite
+
+
+# ----------------------------------------------------------------------------
+# torch: the second engine and real third-party code
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("dt", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("n", [8, 12, 40])
+def test_torch_engine_bit_identical(recipe, dt, n):
+    pytest.importorskip("torch")
+    a = alibi_bias(recipe, n, 5000, dt)
+    b = alibi_bias_torch(recipe, n, 5000, dt)
+    assert a.shape == (n, 5000)
+    np.testing.assert_array_equal(a, b)
+
+
+def _bloom_build_alibi_tensor(attention_mask, num_heads, dtype):
+    """Verbatim copy of transformers' Bloom build_alibi_tensor (v4.x) for runs without transformers."""
+    import torch
+
+    batch_size, seq_length = attention_mask.shape
+    closest_power_of_2 = 2 ** math.floor(math.log2(num_heads))
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(closest_power_of_2) - 3))), dtype=torch.float32)
+    powers = torch.arange(1, 1 + closest_power_of_2, dtype=torch.int32)
+    slopes = torch.pow(base, powers)
+    if closest_power_of_2 != num_heads:
+        extra_base = torch.tensor(2 ** (-(2 ** -(math.log2(2 * closest_power_of_2) - 3))), dtype=torch.float32)
+        num_remaining_heads = min(closest_power_of_2, num_heads - closest_power_of_2)
+        extra_powers = torch.arange(1, 1 + 2 * num_remaining_heads, 2, dtype=torch.int32)
+        slopes = torch.cat([slopes, torch.pow(extra_base, extra_powers)], dim=0)
+    arange_tensor = ((attention_mask.cumsum(dim=-1) - 1) * attention_mask)[:, None, :]
+    alibi = slopes[..., None] * arange_tensor
+    return alibi.reshape(batch_size * num_heads, 1, seq_length).to(dtype), slopes
+
+
+@pytest.mark.parametrize("dt", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("n", [8, 12, 16, 40])
+def test_cast_output_is_bloom_bit_for_bit(dt, n):
+    # Real torch ops as Bloom runs them.  Bloom's torch.pow slopes can sit 1 float32 ulp from the
+    # correctly rounded power (see test_bloom_slopes_against_transformers), so the numpy engine is
+    # given Bloom's slopes; for 8, 12, 16 heads they are also its own default slopes.
+    torch = pytest.importorskip("torch")
+    L = 9000
+    ours_tensor, slopes = _bloom_build_alibi_tensor(torch.ones(1, L, dtype=torch.int64), n, getattr(torch, dt))
+    theirs = ours_tensor.reshape(n, L).double().numpy()
+    np.testing.assert_array_equal(alibi_bias("cast-output", n, L, dt, slopes=slopes.numpy()), theirs)
+    if n in (8, 12, 16):
+        np.testing.assert_array_equal(alibi_bias("cast-output", n, L, dt), theirs)
+    try:
+        bloom = __import__("transformers.models.bloom.modeling_bloom", fromlist=["build_alibi_tensor"])
+    except ImportError:
+        return
+    real = bloom.build_alibi_tensor(torch.ones(1, L, dtype=torch.int64), n, getattr(torch, dt))
+    np.testing.assert_array_equal(real.reshape(n, L).double().numpy(), theirs)
+
+
+# ----------------------------------------------------------------------------
+# CLI
+
+
+def test_cli_json():
+    res = CliRunner().invoke(main, ["alibi", "--length", "8K", "--heads", "40", "--dtype", "bfloat16",
+                                    "--recipe", "cast-output", "--recipe", "fp32", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["auditor"] == "alibi"
+    rows = {r["recipe"]: r for r in data["results"]}
+    assert set(rows) == {"cast-output", "fp32"}
+    for r in rows.values():
+        assert {"recipe", "dtype", "length", "heads", "min_distinct_biases", "max_run", "max_abs_error",
+                "order_inversions", "max_prob_change", "bias_dtype", "form"} <= set(r)
+        assert r["length"] == 8192 and r["dtype"] == "bfloat16" and len(r["heads"]) == 40
+        assert {"slope", "distinct_biases", "max_run", "max_abs_error", "order_inversions",
+                "max_prob_change"} <= set(r["heads"][0])
+    # fp32 keeps all 8192 biases in every head (closed form above); bf16 loses most of them.
+    assert all(h["distinct_biases"] == 8192 for h in rows["fp32"]["heads"])
+    assert rows["cast-output"]["min_distinct_biases"] < 8192 // 4
+    # Slopes in JSON follow the reference rule: head 0 of 40 heads is 2**(-8/32).
+    assert rows["fp32"]["heads"][0]["slope"] == pytest.approx(2 ** -0.25, rel=1e-15)
+
+
+def test_cli_table_and_per_head():
+    runner = CliRunner()
+    res = runner.invoke(main, ["alibi", "-l", "1k", "-l", "2k", "--heads", "12", "-d", "bf16", "-d", "fp16"])
+    assert res.exit_code == 0, res.output
+    body = [ln for ln in res.output.splitlines() if ln.strip().startswith(("bfloat16", "float16"))]
+    assert len(body) == 2 * 2 * 4  # dtypes x lengths x default recipes
+    assert "min distinct" in res.output and "relative-cast" in res.output
+    res = runner.invoke(main, ["alibi", "-l", "512", "--heads", "5", "-r", "lowp", "--per-head"])
+    assert res.exit_code == 0, res.output
+    body = [ln for ln in res.output.splitlines() if ln.strip().startswith("bfloat16")]
+    assert len(body) == 5 and "head" in res.output.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--heads", "0"], "0 is not in the range x>=1"),
+        (["--heads", "-3"], "-3 is not in the range x>=1"),
+        (["--recipe", "bloom"], "'bloom' is not one of"),
+        (["--length", "0"], "length 0 must be at least 1"),
+        (["--length", "1.5k"], "not a whole number of tokens"),
+        (["--dtype", "fp7"], "unknown dtype 'fp7'"),
+    ],
+    ids=["heads0", "heads-neg", "recipe", "length0", "length-frac", "dtype"],
+)
+def test_cli_errors_exit_2(args, message):
+    res = CliRunner().invoke(main, ["alibi", *args])
+    assert res.exit_code == 2
+    assert message in res.output
+
+
+# ----------------------------------------------------------------------------
+# Long contexts
+
+
+@pytest.mark.slow
+def test_one_million_tokens_64_heads():
+    # Bounded memory at 1M x 64 heads; closed forms: fp32 keeps all 2**20 biases; bf16 cast-output
+    # of head 7 (slope 2**-1 for 64 heads is head 7: 2**(-8*8/64)) has distinct = that of the integers.
+    rows = {r: audit_alibi(2**20, 64, r, "bf16")[0] for r in ("fp32", "cast-output")}
+    assert rows["fp32"].min_distinct_biases == 2**20
+    assert rows["cast-output"].heads[7].slope == 0.5
+    assert rows["cast-output"].heads[7].distinct_biases == distinct_rounded_integers(2**20, 8)
+    assert rows["cast-output"].order_inversions == 0
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_prob_change_against_transformers_softmax(n):
+    # Real third-party code as oracle: transformers' Bloom alibi tensor in bf16 and torch.softmax in
+    # float64 against the softmax of the float64 reference bias (slopes from the reference rule).
+    torch = pytest.importorskip("torch")
+    bloom = pytest.importorskip("transformers.models.bloom.modeling_bloom")
+    L = 2048
+    stored = bloom.build_alibi_tensor(torch.ones(1, L, dtype=torch.int64), n, torch.bfloat16).reshape(n, L)
+    exact = torch.tensor(reference_get_slopes(n), dtype=torch.float64)[:, None] * torch.arange(L, dtype=torch.float64)
+    dp = (torch.softmax(stored.double(), -1) - torch.softmax(exact, -1)).abs().max(-1).values.tolist()
+    row = audit_alibi(L, n, "cast-output", "bf16")[0]
+    assert [h.max_prob_change for h in row.heads] == pytest.approx(dp, rel=1e-6, abs=1e-14)
+
+
+def test_cli_recipe_choices_match_library():
+    # The CLI lists the recipes literally (cli.py must not import alibi at startup); keep them in sync.
+    cmd = main.commands["alibi"]
+    choice = next(p for p in cmd.params if p.name == "recipes").type
+    assert list(choice.choices) == recipe_names()
+
+
+def test_custom_recipe_row_label():
+    # A user-built recipe: label defaults to its bias format; the fp16-slope variant of relative-cast
+    # must match the brute-force count of distinct fp16 slope products (np.unique oracle).
+    r = Recipe("fp16-slopes", "relative", "exact", "float16", "float32", "float32", "float32")
+    row = audit_alibi(3000, 12, r)[0]
+    assert (row.recipe, row.dtype, row.bias_dtype) == ("fp16-slopes", "float32", "float32")
+    s16 = np.array([mp_round(x, 11) for x in mp_exact_slopes(12)], dtype=np.float32)
+    mag = s16[:, None] * np.arange(3000, dtype=np.float32)[None, :]
+    assert [h.distinct_biases for h in row.heads] == [len(np.unique(m)) for m in mag]
+    assert audit_alibi(10, 2, r, "bf16")[0].dtype == "bfloat16"
