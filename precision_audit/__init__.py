@@ -3,10 +3,18 @@
 >>> import precision_audit as pa
 >>> pa.round_to([257.0], "bf16").tolist()
 [256.0]
+>>> pa.predict_positions(8192, "bf16").exact_fraction
+0.109375
 """
 
+from .alibi import alibi_slopes, audit_alibi
+from .attention import attention_errors
 from .formats import FORMATS, Format, format_names, get_format, round_to, spacing
 from .positions import PositionAudit, audit_positions, measure_positions, predict_positions, reproduce_baichuan
+from .rope import RopeSchedule
+from .rope import audit as audit_rope
+from .rope import preset as rope_preset
+from .sinusoidal import audit_sinusoidal
 
 __version__ = "0.1.0"
 
@@ -14,13 +22,20 @@ __all__ = [
     "FORMATS",
     "Format",
     "PositionAudit",
-    "audit_positions",
+    "RopeSchedule",
     "__version__",
+    "alibi_slopes",
+    "attention_errors",
+    "audit_alibi",
+    "audit_positions",
+    "audit_rope",
+    "audit_sinusoidal",
     "format_names",
     "get_format",
     "measure_positions",
     "predict_positions",
     "reproduce_baichuan",
+    "rope_preset",
     "round_to",
     "spacing",
 ]

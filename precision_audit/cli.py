@@ -15,7 +15,12 @@ import click
 
 from . import __version__
 from ._common import parse_length
+from .alibi import RECIPES as _ALIBI_RECIPES
 from .formats import format_names, get_format
+from .rope import PRESETS as _ROPE_PRESETS
+from .rope import SCALINGS as _ROPE_SCALINGS
+from .rope import STAGES as _ROPE_STAGES
+from .sinusoidal import RECIPES as _SIN_RECIPES
 
 
 class LengthType(click.ParamType):
@@ -216,3 +221,231 @@ def baichuan(as_json: bool) -> None:
                "max run = most neighbouring tokens sharing one position)\n")
     click.echo(table(wide, cols))
     click.echo("\n" + summary)
+
+
+# --- sinusoidal -------------------------------------------------------------------------------
+
+def _even_dim(ctx: Any, param: Any, value: int) -> int:
+    if value % 2:
+        raise click.BadParameter(f"dim {value} must be a positive even integer (sin and cos come in pairs)")
+    return value
+
+
+@main.command("sinusoidal")
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, default=("8K",), show_default=True,
+              help="Context length (repeatable): 8192, 8k, 32K, 1M.")
+@click.option("--dim", type=click.IntRange(min=2), default=512, show_default=True, callback=_even_dim,
+              help="Model dimension d (positive, even): d/2 sin/cos pairs.")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, default=("bfloat16", "float16"),
+              show_default=True, help=DTYPE_HELP)
+@click.option("--recipe", "-r", "recipes", type=click.Choice(list(_SIN_RECIPES)),
+              multiple=True, default=("lowp", "fp32"), show_default=True,
+              help="How the table is built (repeatable): lowp = all stages in DTYPE; lowp-positions = "
+                   "positions in DTYPE, rest fp32; fp32 = computed in float32, table cast (the fix); "
+                   "fp64 = exact encoding rounded once (the floor).")
+@click.option("--base", type=click.FloatRange(min=1.0, min_open=True), default=10000.0, show_default=True,
+              help="Frequency base: w_i = base ** (-2i/d).")
+@click.option("--nn-window", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Nearest stored neighbour searched among p +- 1..N, plus the far lags whose exact distance "
+                   "is small enough to matter (\"NN exact?\" = yes when proven global).")
+@click.option("--max-lag", type=click.IntRange(min=0), default=32, show_default=True,
+              help="Decay curve mean_p PE(p).PE(p+k) compared for k = 0..MAX_LAG.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def sinusoidal_cmd(lengths: tuple[int, ...], dim: int, dtypes: tuple[str, ...], recipes: tuple[str, ...],
+                   base: float, nn_window: int, max_lag: int, as_json: bool) -> None:
+    """Sinusoidal encodings: how many positions keep a distinct encoding row.
+
+    PE(p, 2i) = sin(p w_i), PE(p, 2i+1) = cos(p w_i) (Vaswani et al. 2017) built
+    by each recipe and stored in DTYPE, against the float64 encoding.  dup rows =
+    positions whose whole row equals another position's; NN = distance to the
+    nearest other position's row (exact vs stored); decay dev = largest change of
+    the mean inner product PE(p).PE(p+k) over lags k.
+    """
+    from .sinusoidal import audit_sinusoidal
+
+    rows = audit_sinusoidal(lengths, dim, dtypes, recipes, base=base, nn_window=nn_window, max_lag=max_lag)
+    cols: list[tuple[str, Any]] = [
+        ("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
+        ("distinct rows", "distinct_rows"), ("dup rows", "duplicate_rows"),
+        ("dup %", lambda r: f"{100 * r['duplicate_rows'] / r['length']:.1f}%"),
+        ("non-finite", "nonfinite_rows"), ("max abs err", "max_abs_error"),
+        ("exact NN", "exact_nn_distance"), ("min NN", "min_nn_distance"),
+        ("NN shrink", lambda r: None if r["nn_shrink"] is None else f"{100 * r['nn_shrink']:.2f}%"),
+        ("NN exact?", lambda r: None if r["min_nn_distance"] is None else ("yes" if r["nn_certified"] else "window")),
+        ("decay dev", "decay_max_dev"),
+    ]
+    footer = (f"\ndim={dim}, base={base:g}; NN searched within +-{nn_window} positions and at the far lags "
+              f"the error bound cannot exclude (\"yes\" = proven global); decay dev over lags 0..{max_lag}, exact PE(p).PE(p+k) = "
+              f"sum_i cos(k w_i), {dim // 2} at k=0; '-' = undefined (non-finite rows or length 1).")
+    emit("sinusoidal", rows, as_json, cols, footer=footer)
+
+
+# --- rope -------------------------------------------------------------------------------------
+
+_ROPE_DEFAULT_LENGTHS = (2048, 8192, 32768, 131072, 2**20)
+
+
+def _rope_even(ctx: Any, param: Any, value: int | None) -> int | None:
+    if value is not None and value % 2:
+        raise click.BadParameter(f"{value} must be a positive even integer (RoPE rotates pairs of dims)")
+    return value
+
+
+def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...]:
+    from .rope import parse_stages
+
+    for text in value:
+        try:
+            parse_stages(text)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
+@main.command("rope")
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
+              help="Context length (repeatable): 8192, 8k, 32K, 1M; at most 64M.  [default: 2K 8K 32K 128K 1M]")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bfloat16]")
+@click.option("--head-dim", type=click.IntRange(min=2), default=128, show_default=True, callback=_rope_even,
+              help="Head dimension d (positive, even).")
+@click.option("--rotary-dim", type=click.IntRange(min=2), default=None, callback=_rope_even,
+              help="Rotated dims for partial rotary (even, <= head-dim).  [default: head-dim]")
+@click.option("--base", type=click.FloatRange(min=1.0, min_open=True), default=10000.0, show_default=True,
+              help="rope_theta: theta_i = base ** (-2i / rotary_dim).")
+@click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ROPE_PRESETS)), multiple=True,
+              help="Preset (repeatable): lowp = every stage in DTYPE, positions built in it; lowp-inv-freq = "
+                   "inv_freq buffer downcast to DTYPE, used in fp32; fp32 = the fix (fp32 until the cache); "
+                   "fp64 = float64 angle and cos/sin.  Cache in DTYPE.  [default: all four, unless --stages]")
+@click.option("--stages", "stages", multiple=True, callback=_rope_stages, metavar="STAGE=DTYPE,...",
+              help="Custom recipe (repeatable), e.g. positions=bf16,inv_freq=fp32; stages: "
+                   + ", ".join(_ROPE_STAGES) + "; stages not given keep the fp32 recipe's (cache: DTYPE).")
+@click.option("--scaling", type=click.Choice(list(_ROPE_SCALINGS)), default="none", show_default=True,
+              help="Frequency scaling as in transformers' modeling_rope_utils.")
+@click.option("--factor", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
+              help="Scaling factor (> 0).")
+@click.option("--original-max-position-embeddings", "orig_max_pos", type=click.IntRange(min=1), default=8192,
+              show_default=True,
+              help="Pretraining context for yarn/llama3 (max_position_embeddings for dynamic).")
+@click.option("--low-freq-factor", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
+              help="llama3 low_freq_factor.")
+@click.option("--high-freq-factor", type=click.FloatRange(min=0.0, min_open=True), default=4.0, show_default=True,
+              help="llama3 high_freq_factor.")
+@click.option("--beta-fast", type=click.FloatRange(min=0.0, min_open=True), default=32.0, show_default=True,
+              help="yarn beta_fast.")
+@click.option("--beta-slow", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
+              help="yarn beta_slow.")
+@click.option("--budget", is_flag=True,
+              help="Also compute the error budget: max rotation error with each stage alone made exact "
+                   "(runs each recipe six times).")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def rope_cmd(lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int, rotary_dim: int | None, base: float,
+             recipes: tuple[str, ...], stages: tuple[str, ...], scaling: str, factor: float, orig_max_pos: int,
+             low_freq_factor: float, high_freq_factor: float, beta_fast: float, beta_slow: float, budget: bool,
+             as_json: bool) -> None:
+    """RoPE angles and rotations of each recipe against the exact m * theta_i.
+
+    Per recipe and context length (positions 0..L-1, all rotary frequencies),
+    in radians wrapped to [-pi, pi]: the error of the angle fed to cos/sin, the
+    error of the rotation the stored cache applies (atan2(sin, cos)), the
+    positions whose whole cos/sin row equals the previous one's, and the max
+    rotation error as a multiple of the cache format's own rounding bound.
+
+    Example: precision-audit rope --length 32K --dtype bfloat16 --recipe lowp --recipe fp32
+    """
+    from .rope import MAX_ROPE_LENGTH, RopeSchedule, audit, cache_rounding_bound, parse_stages, preset
+
+    lengths = lengths or _ROPE_DEFAULT_LENGTHS
+    dtypes = dtypes or ("bfloat16",)
+    if max(lengths) > MAX_ROPE_LENGTH:
+        raise click.BadParameter(f"length {max(lengths)} exceeds the RoPE oracle's limit 2**26 = {MAX_ROPE_LENGTH}",
+                                 param_hint="'--length'")
+    if not recipes and not stages:
+        recipes = tuple(_ROPE_PRESETS)
+    try:
+        schedule = RopeSchedule(
+            head_dim=head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, factor=factor,
+            original_max_position_embeddings=orig_max_pos, low_freq_factor=low_freq_factor,
+            high_freq_factor=high_freq_factor, beta_fast=beta_fast, beta_slow=beta_slow,
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    rows = []
+    for d in dtypes:  # per dtype: lengths ascending, the recipes of one length side by side
+        recs = [preset(r, d) for r in recipes] + [parse_stages(s, d) for s in stages]
+        rank = {r.name: i for i, r in enumerate(recs)}
+        rows += sorted(audit(schedule, recs, lengths, budget=budget), key=lambda r: (r.length, rank[r.recipe]))
+    cols: list[tuple[str, Any]] = [
+        ("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
+        ("max angle err", "max_angle_error"), ("mean angle err", "mean_angle_error"),
+        ("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
+        ("x cache bound", lambda r: f"{r['max_rotation_error'] / r['cache_bound']:.3g}"),
+        ("colliding", "colliding_positions"),
+    ]
+    if budget:
+        cols += [(f"exact {s}", (lambda s: lambda r: r["error_budget"][s])(s)) for s in _ROPE_STAGES]
+    bounds = ", ".join(f"{d} {cache_rounding_bound(d):.3e}" for d in dict.fromkeys(r.dtype for r in rows))
+    desc = f"head_dim={schedule.head_dim}, rotary_dim={schedule.rotary}, base={base:g}, scaling={scaling}"
+    if scaling != "none":
+        desc += f" (factor={factor:g})"
+    footer = (f"\n{desc}.  Errors in rad against the exact m*theta_i, wrapped to [-pi, pi]; pi = phase lost.\n"
+              f"x cache bound = max rot err / the cache format's own rounding bound ({bounds} rad); "
+              f"colliding = positions whose cos/sin row equals the previous position's."
+              + ("\nexact STAGE = max rot err with that stage alone in float64 (error budget)." if budget else ""))
+    emit("rope", rows, as_json, cols, footer=footer)
+
+
+def _alibi_rows_sorted(rows: list[Any], dtypes: Sequence[str], recipes: Sequence[str]) -> list[Any]:
+    return sorted(rows, key=lambda r: (dtypes.index(r.dtype), r.length, recipes.index(r.recipe)))
+
+
+@main.command("alibi")
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
+              help="Context length (repeatable): 8192, 8k, 32K, 1M.  [default: 8k]")
+@click.option("--heads", "num_heads", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Number of attention heads; slopes follow the ALiBi reference rule (any count).")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bfloat16]")
+@click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ALIBI_RECIPES)),
+              multiple=True,
+              help="Code path (repeatable): lowp (slopes, distances, product in DTYPE), cast-output (Bloom: "
+                   "float32 slope*key_position, cast to DTYPE), relative-cast (float32 slope*(i-j), cast), "
+                   "fp32 (the fix: float32 bias).  [default: all four]")
+@click.option("--per-head", is_flag=True, help="List every head instead of one summary row per recipe and length.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...], recipes: tuple[str, ...],
+              per_head: bool, as_json: bool) -> None:
+    """Audit ALiBi biases: how many distinct biases survive per head and length.
+
+    For the last query of each context (it sees all L keys) and every head,
+    counts the distinct stored biases, the longest run of neighbouring keys
+    sharing one bias, the largest error against the float64 bias, order
+    inversions, overflowed biases and the largest change in attention
+    probability the rounding alone causes (equal content scores).
+
+    Example: precision-audit alibi --length 8K --heads 40 --dtype bfloat16 --recipe cast-output --recipe fp32
+    """
+    from .alibi import audit_alibi
+
+    lengths = lengths or (8192,)
+    dtypes = tuple(dict.fromkeys(dtypes or ("bfloat16",)))
+    recipes = tuple(dict.fromkeys(recipes or _ALIBI_RECIPES))
+    rows = [row for d in dtypes for r in recipes for row in audit_alibi(lengths, num_heads, r, d)]
+    rows = _alibi_rows_sorted(rows, dtypes, recipes)
+    common: list[tuple[str, Any]] = [("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
+                                     ("bias in", "bias_dtype"), ("form", "form")]
+    note = ("\nform key = slope*j for key positions j (Bloom), relative = slope*(i-j); the query is the last one.  "
+            "dP = largest change in an attention probability caused by the bias rounding alone (equal content "
+            "scores), '-' if undefined (a +inf/NaN bias).")
+    if per_head and not as_json:
+        flat = [{**row.to_dict(), **h.to_dict()} for row in rows for h in row.heads]
+        cols = common + [("head", "head"), ("slope", "slope"), ("distinct", "distinct_biases"),
+                         ("distinct %", lambda r: f"{100 * r['distinct_biases'] / r['length']:.2f}%"),
+                         ("max run", "max_run"), ("max |err|", "max_abs_error"), ("inversions", "order_inversions"),
+                         ("non-finite", "nonfinite_biases"), ("max dP", "max_prob_change")]
+        emit("alibi", flat, False, cols, footer=f"{num_heads} heads." + note)
+        return
+    cols = common + [("min distinct", "min_distinct_biases"), ("distinct %", _pct("distinct_fraction")),
+                     ("max run", "max_run"), ("max |err|", "max_abs_error"), ("inversions", "order_inversions"),
+                     ("non-finite", "nonfinite_biases"), ("max dP", "max_prob_change")]
+    emit("alibi", rows, as_json, cols,
+         footer=f"Summary over {num_heads} heads (min distinct, max of the rest, total inversions/non-finite); "
+                "--per-head lists each head." + note)

@@ -1,13 +1,13 @@
 """Figures for the README (matplotlib, Agg backend, imported lazily).
 
 >>> from precision_audit.report import FIGURES
->>> sorted(FIGURES)[:1]
-['positions']
+>>> list(FIGURES)
+['positions', 'rope', 'alibi', 'sinusoidal']
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -60,15 +60,40 @@ def plot_positions(path: str | Path, max_log2: int = 21) -> Path:
     return out
 
 
+def _rope(d: Path) -> object:
+    from .report_rope import rope_figures
+
+    return rope_figures(d)
+
+
+def _alibi(d: Path) -> object:
+    from .report_alibi import plot_alibi
+
+    return plot_alibi(d)
+
+
+def _sinusoidal(d: Path) -> object:
+    from .report_sinusoidal import make_figures as sinusoidal_figures
+
+    return sinusoidal_figures(d)
+
+
 FIGURES: dict[str, Callable[[Path], object]] = {
     "positions": lambda d: plot_positions(d / "positions.png"),
+    "rope": _rope,
+    "alibi": _alibi,
+    "sinusoidal": _sinusoidal,
 }
 
 
-def make_figures(outdir: str | Path = "figures") -> list[str]:
-    """Write every figure into ``outdir``; returns the names written."""
+def make_figures(outdir: str | Path = "figures", only: Iterable[str] | None = None) -> list[str]:
+    """Write the figures (all, or those named in ``only``) into ``outdir``."""
+    names = list(FIGURES) if only is None else list(only)
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure {unknown[0]!r}; valid: {', '.join(FIGURES)}")
     d = Path(outdir)
     d.mkdir(parents=True, exist_ok=True)
-    for make in FIGURES.values():
-        make(d)
-    return list(FIGURES)
+    for name in names:
+        FIGURES[name](d)
+    return names

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Regenerate every committed figure under figures/ (run from the repo root)."""
+"""Regenerate the committed figures under figures/ (run from the repo root).
+
+    python scripts/make_figures.py                 # every figure (a few minutes)
+    python scripts/make_figures.py positions rope  # only these groups
+"""
 
 import sys
 
 from precision_audit.report import make_figures
 
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "figures"
-    for name in make_figures(out):
-        print(f"wrote {name} into {out}/")
+    for name in make_figures("figures", sys.argv[1:] or None):
+        print(f"wrote the {name} figures into figures/")

@@ -1,0 +1,703 @@
+"""Absolute sinusoidal position encodings in low precision.
+
+The encoding of Vaswani et al. (2017), section 3.5::
+
+    PE(pos, 2i)   = sin(pos * w_i)        w_i = base ** (-2i / d),  base = 10000
+    PE(pos, 2i+1) = cos(pos * w_i)        i = 0 .. d/2 - 1
+
+is built by a *recipe*: five stages, each rounding exactly once into its own
+format, like the real code path::
+
+    positions   u_p  = round(p, F_pos)                  position_ids.to(dtype)
+    frequencies v_i  = round(w_i, F_freq)               div_term / inv_freq buffer
+    angles      a_pi = round(u_p * v_i, F_ang)          position * div_term
+    trig        t    = round(sin(a_pi), F_trig)         torch.sin in the angle dtype
+    table       s    = round(t, F_table)                the stored buffer / .to(dtype)
+
+(``w_i`` is the float64 value of ``base ** (-2i/d)``; the product ``u_p * v_i``
+is formed exactly in float64 whenever the significand bits of the position and
+frequency formats sum to at most 53, true of every preset; sin and cos are
+evaluated in float64 on the rounded angle, then rounded.)  A stage left as
+``None`` uses the target dtype.  The presets:
+
+=================  ==================================================================
+``lowp``           every stage in the target dtype: ``torch.arange(L, dtype=dtype)``
+                   times a ``div_term`` / ``inv_freq`` buffer that ``model.to(dtype)``
+                   cast, ``sin``/``cos`` in that dtype (e.g. on-the-fly encodings)
+``lowp-positions`` positions in the target dtype, the rest in float32, table cast
+                   (isolates the position-id rounding)
+``fp32``           the fix: positions, frequencies, angles, sin/cos in float32, only
+                   the finished table cast to the target dtype (the Annotated
+                   Transformer / HF ``pe`` buffer after ``model.half()``)
+``fp64``           the floor: the exact encoding rounded once into the target dtype
+=================  ==================================================================
+
+Metrics per (recipe, dtype, length), see :class:`SinusoidalRow`, all measured
+against the float64 oracle :func:`exact_table` (checked against mpmath in the
+tests).  They stay tractable at long contexts: duplicate rows are found
+exactly by hashing every row (O(L d)) and verifying each hash collision
+element by element; the exact encoding is translation invariant
+(|PE(p)-PE(q)| and PE(p).PE(q) depend on q-p only: :func:`exact_distances`,
+:func:`decay_exact`), and a stored row is within its error e(p) of the exact
+one, so only lags whose exact distance is small can hold a nearest neighbour
+(see ``nn_certified``); the decay curve (:func:`decay_curve`) is compared
+over lags 0 .. ``max_lag``.  They do not depend on the
+column layout (interleaved as in the paper / Annotated Transformer / HF, or
+sin-half then cos-half as in fairseq / tensor2tensor), which only permutes
+columns; :func:`encoding_table` offers both.  (fairseq and tensor2tensor also
+use another schedule, w_i = 10000 ** (-i / (d/2 - 1)), not modelled here.  The
+Annotated Transformer's float32 ``exp(arange(0, d, 2) * -(log(10000) / d))``
+is up to 7 float32 ulps off the correctly rounded w_i at d = 512; the fp32
+preset uses correctly rounded w_i; spot checks (d = 512, L = 8K .. 1M) move its
+table error by under 1 %, since the float32 angle rounding dominates.)
+
+>>> rows = audit_sinusoidal([512], dim=64, dtypes=["bfloat16"], recipes=["lowp", "fp32"])
+>>> [(r.recipe, r.duplicate_rows, r.distinct_rows) for r in rows]
+[('lowp', 191, 385), ('fp32', 0, 512)]
+
+(bf16 positions: 257 -> 256, 259 and 261 -> 260, ..., 509 -> 508: 2 + 63 * 3 = 191
+positions share a row; 0..256, the 127 even values 258..510 and 512 stay distinct.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._common import Row, check_lengths
+from .formats import Format, get_format, round_to
+
+__all__ = [
+    "DEFAULT_BASE",
+    "LAYOUTS",
+    "RECIPES",
+    "STAGES",
+    "Recipe",
+    "SinusoidalRow",
+    "audit_sinusoidal",
+    "decay_curve",
+    "decay_exact",
+    "encoding_table",
+    "encoding_table_torch",
+    "exact_distances",
+    "exact_table",
+    "frequencies",
+    "get_recipe",
+]
+
+STAGES: tuple[str, ...] = ("positions", "frequencies", "angles", "trig", "table")
+LAYOUTS: tuple[str, ...] = ("interleaved", "concat")
+DEFAULT_BASE = 10000.0
+Array = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One format per stage (``None``: the target dtype), see the module docstring.
+
+    >>> Recipe("mine", positions="fp32", table="bf16").formats("float16")["table"].name
+    'bfloat16'
+    >>> Recipe("bad", angles="fp7")
+    Traceback (most recent call last):
+    ...
+    ValueError: recipe 'bad', stage angles: unknown dtype 'fp7'; valid names: ...
+    """
+
+    name: str
+    positions: str | None = None
+    frequencies: str | None = None
+    angles: str | None = None
+    trig: str | None = None
+    table: str | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"recipe name {self.name!r} must be a non-empty string")
+        for stage in STAGES:
+            value = getattr(self, stage)
+            if value is None:
+                continue
+            try:
+                fmt = get_format(value)
+            except ValueError as e:
+                msg = str(e).split("; valid names:")[0] + "; valid names: ..."
+                raise ValueError(f"recipe {self.name!r}, stage {stage}: {msg}") from None
+            object.__setattr__(self, stage, fmt.name)
+
+    def formats(self, dtype: str | Format) -> dict[str, Format]:
+        """The format of every stage for a target dtype."""
+        target = get_format(dtype)
+        return {s: target if getattr(self, s) is None else get_format(getattr(self, s)) for s in STAGES}
+
+
+_F32 = "float32"
+_F64 = "float64"
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("lowp", description="positions, frequencies, angles, sin/cos and table all in the target dtype"),
+        Recipe("lowp-positions", None, _F32, _F32, _F32, None,
+               "positions in the target dtype; frequencies, angles, sin/cos in float32; table cast"),
+        Recipe("fp32", _F32, _F32, _F32, _F32, None,
+               "the fix: everything in float32, only the finished table cast to the target dtype"),
+        Recipe("fp64", _F64, _F64, _F64, _F64, None,
+               "the floor: the exact (float64) encoding rounded once into the target dtype"),
+    )
+}
+
+
+def get_recipe(recipe: str | Recipe) -> Recipe:
+    """A preset by name (or a :class:`Recipe`, returned as is).
+
+    >>> get_recipe("fp32").angles
+    'float32'
+    >>> get_recipe("fp16")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown sinusoidal recipe 'fp16'; valid recipes: lowp, lowp-positions, fp32, fp64
+    """
+    if isinstance(recipe, Recipe):
+        return recipe
+    try:
+        return RECIPES[str(recipe).strip().lower()]
+    except KeyError:
+        raise ValueError(f"unknown sinusoidal recipe {recipe!r}; valid recipes: {', '.join(RECIPES)}") from None
+
+
+def _check_dim(dim: Any) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 2 or dim % 2:
+        raise ValueError(f"dim {dim!r} must be a positive even integer (sin and cos come in pairs)")
+    return int(dim)
+
+
+def _check_base(base: Any) -> float:
+    b = float(base)
+    if not (math.isfinite(b) and b > 1.0):
+        raise ValueError(f"base {base!r} must be a finite number greater than 1")
+    return b
+
+
+def frequencies(dim: int, base: float = DEFAULT_BASE) -> Array:
+    """The float64 angular frequencies ``w_i = base ** (-2i/dim)``, i = 0 .. dim/2-1.
+
+    >>> frequencies(4).tolist()
+    [1.0, 0.01]
+    >>> frequencies(3)
+    Traceback (most recent call last):
+    ...
+    ValueError: dim 3 must be a positive even integer (sin and cos come in pairs)
+    """
+    dim, base = _check_dim(dim), _check_base(base)
+    return np.power(base, -np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def _to_layout(sin: Array, cos: Array, layout: str) -> Array:
+    if layout == "concat":
+        return np.concatenate([sin, cos], axis=1)
+    out = np.empty((sin.shape[0], 2 * sin.shape[1]), dtype=np.float64)
+    out[:, 0::2], out[:, 1::2] = sin, cos
+    return out
+
+
+def _check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
+    return layout
+
+
+def _stored_rows(u: Array, freq: Array, fm: dict[str, Format]) -> tuple[Array, Array]:
+    """sin and cos halves of the stored rows for rounded positions ``u`` (stages 3-5)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        ang = round_to(u[:, None] * freq[None, :], fm["angles"])
+        halves = []
+        for fn in (np.sin, np.cos):
+            t = round_to(fn(ang), fm["trig"])
+            halves.append(t if fm["table"].name == "float64" else round_to(t, fm["table"]))
+    return halves[0], halves[1]
+
+
+def encoding_table(
+    length: int,
+    dim: int,
+    recipe: str | Recipe = "fp32",
+    dtype: str | Format = "float16",
+    *,
+    base: float = DEFAULT_BASE,
+    layout: str = "interleaved",
+) -> Array:
+    """The stored table (``length x dim``, float64 holding the stored values).
+
+    Materialises the whole table; for inspection and tests (the auditor streams).
+
+    >>> t = encoding_table(3, 4, "lowp", "bfloat16")
+    >>> t[1].tolist()  # sin 1, cos 1, sin 0.01, cos 0.01 rounded to bfloat16
+    [0.83984375, 0.5390625, 0.010009765625, 1.0]
+    """
+    length = check_lengths(length)[0]
+    fm = get_recipe(recipe).formats(dtype)
+    u = round_to(np.arange(length, dtype=np.float64), fm["positions"])
+    s, c = _stored_rows(u, round_to(frequencies(dim, base), fm["frequencies"]), fm)
+    return _to_layout(s, c, _check_layout(layout))
+
+
+def exact_table(length: int, dim: int, *, base: float = DEFAULT_BASE, layout: str = "interleaved") -> Array:
+    """The float64 oracle: exact integer positions times float64 frequencies.
+
+    >>> exact_table(2, 2).tolist() == [[0.0, 1.0], [math.sin(1.0), math.cos(1.0)]]
+    True
+    """
+    length = check_lengths(length)[0]
+    ang = np.arange(length, dtype=np.float64)[:, None] * frequencies(dim, base)[None, :]
+    return _to_layout(np.sin(ang), np.cos(ang), _check_layout(layout))
+
+
+def exact_distances(dim: int, lags: npt.ArrayLike, *, base: float = DEFAULT_BASE) -> Array:
+    """Exact Euclidean distance ``|PE(p) - PE(p+k)|`` for lags k; independent of p.
+
+    ``|PE(p)-PE(p+k)|^2 = sum_i (2 - 2 cos(k w_i)) = sum_i (2 sin(k w_i / 2))^2``.
+
+    >>> float(exact_distances(2, [1])[0]) == 2 * math.sin(0.5)
+    True
+    """
+    w = frequencies(dim, base)
+    k = np.asarray(lags, dtype=np.float64)
+    return np.sqrt(np.sum((2.0 * np.sin(k[:, None] * w[None, :] / 2.0)) ** 2, axis=1))
+
+
+def decay_exact(dim: int, lags: npt.ArrayLike, *, base: float = DEFAULT_BASE) -> Array:
+    """Exact inner product ``PE(p) . PE(p+k) = sum_i cos(k w_i)``; independent of p.
+
+    >>> decay_exact(4, [0, 1]).tolist() == [2.0, math.cos(1.0) + math.cos(0.01)]
+    True
+    """
+    w = frequencies(dim, base)
+    k = np.asarray(lags, dtype=np.float64)
+    return np.sum(np.cos(k[:, None] * w[None, :]), axis=1)
+
+
+def encoding_table_torch(
+    length: int,
+    dim: int,
+    recipe: str | Recipe = "fp32",
+    dtype: str | Format = "float16",
+    *,
+    base: float = DEFAULT_BASE,
+    layout: str = "interleaved",
+) -> Any:
+    """The same recipe with real torch kernels (second engine); returns a torch tensor.
+
+    ``torch.arange(L).to(F_pos)``; the frequency buffer holds the correctly
+    rounded ``w_i``; both are cast to the angle dtype and multiplied there;
+    ``torch.sin``/``torch.cos`` run in the angle dtype (so the recipe's trig
+    format must equal its angle format); then ``.to`` the table dtype.  Only
+    formats torch can compute in (float64/32/16, bfloat16) are accepted.
+
+    >>> encoding_table_torch(3, 4, "lowp", "bfloat16")[1].tolist()
+    [0.83984375, 0.5390625, 0.010009765625, 1.0]
+    """
+    import torch
+
+    length = check_lengths(length)[0]
+    rec = get_recipe(recipe)
+    fm = rec.formats(dtype)
+    computable = {"float64", "float32", "float16", "bfloat16"}
+    bad = [f"{s}={f.name}" for s, f in fm.items() if f.name not in computable]
+    if bad:
+        raise ValueError(f"torch engine cannot compute in {', '.join(bad)} (recipe {rec.name!r})")
+    if fm["trig"] != fm["angles"]:
+        raise ValueError(f"torch engine evaluates sin/cos in the angle dtype; recipe {rec.name!r} has "
+                         f"trig={fm['trig'].name}, angles={fm['angles'].name}")
+    adt = fm["angles"].torch_dtype
+    # integer positions cast once (``position_ids.to(dtype)``, correctly rounded to 2**24); torch's CPU
+    # ``arange(L, dtype=bfloat16)`` adds offsets to a rounded SIMD-block base and is not (bf16 4113 -> 4096).
+    pos = torch.arange(length, dtype=torch.int64).to(fm["positions"].torch_dtype)
+    freq = torch.tensor(round_to(frequencies(dim, base), fm["frequencies"])).to(fm["frequencies"].torch_dtype)
+    ang = pos.to(adt)[:, None] * freq.to(adt)[None, :]
+    tdt = fm["table"].torch_dtype
+    s, c = torch.sin(ang).to(tdt), torch.cos(ang).to(tdt)
+    if _check_layout(layout) == "concat":
+        return torch.cat([s, c], dim=1)
+    return torch.stack([s, c], dim=2).reshape(length, dim)
+
+
+def decay_curve(
+    length: int,
+    dim: int,
+    recipe: str | Recipe = "fp32",
+    dtype: str | Format = "float16",
+    *,
+    max_lag: int = 32,
+    base: float = DEFAULT_BASE,
+    chunk: int = 4096,
+) -> Array:
+    """The stored table's decay curve: ``mean_{p < L-k} S(p) . S(p+k)`` for k = 0 .. min(max_lag, L-1).
+
+    Streams over positions (memory ``O((chunk + max_lag) * dim)``).  Compare with
+    :func:`decay_exact`; the fp64 recipe into float64 reproduces it.
+
+    >>> c = decay_curve(100, 4, "fp64", "float64", max_lag=2)
+    >>> bool(np.allclose(c, decay_exact(4, [0, 1, 2])))
+    True
+    """
+    length = check_lengths(length)[0]
+    fm = get_recipe(recipe).formats(dtype)
+    kmax = min(int(max_lag), length - 1)
+    freq = round_to(frequencies(dim, base), fm["frequencies"])
+    sums = np.zeros(kmax + 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for a in range(0, length, chunk):
+            b, e = min(a + chunk, length), min(a + chunk + kmax, length)
+            u = round_to(np.arange(a, e, dtype=np.float64), fm["positions"])
+            S = np.concatenate(_stored_rows(u, freq, fm), axis=1)
+            for k in range(kmax + 1):
+                m = min(b, length - k) - a
+                if m > 0:
+                    sums[k] += np.einsum("ij,ij->", S[:m], S[k : k + m])
+    return sums / (length - np.arange(kmax + 1))
+
+
+@dataclass(frozen=True)
+class SinusoidalRow(Row):
+    """Audit of one (recipe, dtype, context length).
+
+    - ``distinct_rows``: how many different stored rows the L positions have.
+    - ``duplicate_rows``: count of positions p < L for which some other q < L
+      has an identical stored row (nan equals nan); exact (row hashing, every
+      hash collision verified element by element).
+    - ``nonfinite_rows``: positions whose row holds inf/nan (overflowed positions);
+      metrics that they poison are reported as None.
+    - ``max_abs_error``: max over positions and columns of |stored - exact|.
+    - ``exact_nn_distance``: min over p of the exact distance to p's nearest other
+      position; equals ``min_{1<=k<L} |PE(0)-PE(k)|`` (translation invariance).
+    - ``min_nn_distance``: the same for the stored rows (0 when rows collide).
+    - ``nn_shrink``: max over p of ``1 - nn_stored(p) / nn_exact(p)`` (1.0: some
+      position lost its identity; negative: every neighbour moved away).
+      The stored nearest neighbour is searched among p +- 1 .. p +- ``nn_window``.
+    - ``nn_certified``: True when ``min_nn_distance`` and ``nn_shrink`` are
+      provably the values over ALL other positions: either some rows are
+      duplicates (0 and 100 % are then the global extremes), or the window holds
+      every position's true nearest stored neighbour.  The search: first the
+      lags 1 .. ``nn_window``; then, with e(p) = |S(p) - PE(p)| and D(k) =
+      |PE(0) - PE(k)| (exact, translation invariant), any q = p +- k has
+      |S(p)-S(q)| >= D(k) - e(p) - max e, so only lags with D(k) < max_p nn(p) +
+      2 max e can hold a nearer neighbour; those are searched too when they
+      number few enough (``FAR_SEARCH_BUDGET`` on lags x length x dim), which
+      then proves the result.  Far lags matter for small dim (d = 2: k = 710 ~
+      113 * 2pi) and for large errors.  When False the NN fields are
+      window-restricted (the distance an upper bound).
+    - ``decay_max_dev`` / ``decay_max_dev_lag``: max over lags k = 0 .. ``max_lag``
+      (< L) of |mean_p S(p).S(p+k) - sum_i cos(k w_i)| and the lag attaining it
+      (the exact decay curve has C(0) = dim/2).
+    """
+
+    recipe: str
+    dtype: str
+    length: int
+    dim: int
+    base: float
+    distinct_rows: int
+    duplicate_rows: int
+    nonfinite_rows: int
+    max_abs_error: float
+    exact_nn_distance: float
+    min_nn_distance: float
+    nn_shrink: float
+    nn_window: int
+    nn_certified: bool
+    decay_max_dev: float
+    decay_max_dev_lag: int
+    max_lag: int
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"length {self.length} must be at least 1")
+        _check_dim(self.dim)
+        for name in ("distinct_rows", "duplicate_rows", "nonfinite_rows"):
+            v = getattr(self, name)
+            if not 0 <= v <= self.length:
+                raise ValueError(f"{name} {v} must lie in 0 .. length {self.length}")
+        if self.distinct_rows < 1:
+            raise ValueError(f"distinct_rows {self.distinct_rows} must be at least 1")
+        if self.nn_window < 1 or self.max_lag < 0:
+            raise ValueError(f"nn_window {self.nn_window} must be >= 1 and max_lag {self.max_lag} >= 0")
+
+    @property
+    def duplicate_fraction(self) -> float:
+        """Share of positions whose row is not unique."""
+        return self.duplicate_rows / self.length
+
+
+# ---------------------------------------------------------------------------
+# the streaming engine
+
+_HASH_KEYS = np.random.default_rng(20170612).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
+
+
+def _canonical_bits(rows: Array) -> npt.NDArray[np.uint64]:
+    """Bit patterns with -0 -> +0 and every nan the same, so equal values <=> equal bits."""
+    c = rows + 0.0
+    c[np.isnan(c)] = np.nan
+    return c.view(np.uint64)
+
+
+def _row_hash(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """A 64-bit hash per row (collisions are verified afterwards, so quality only affects speed)."""
+    x = bits ^ (bits >> np.uint64(31))
+    x = x * _HASH_KEYS[np.arange(bits.shape[1]) % len(_HASH_KEYS)][None, :]
+    x ^= x >> np.uint64(29)
+    h = x.sum(axis=1, dtype=np.uint64)
+    h ^= h >> np.uint64(33)
+    return h * np.uint64(0xFF51AFD7ED558CCD)
+
+
+def _classes(hashes: npt.NDArray[np.uint64], ubits: npt.NDArray[np.uint64], rows_of: Any, chunk: int) -> npt.NDArray[np.int64]:
+    """Exact row-equality class per position.
+
+    Rows are a function of the rounded position value, so equal ``ubits`` means
+    equal rows; positions with equal hash but different position values are
+    compared element by element.
+    """
+    pairs = np.stack([hashes, ubits], axis=1)
+    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    cls = np.arange(len(uniq), dtype=np.int64)
+    h = uniq[:, 0]
+    shared = np.zeros(len(uniq), dtype=bool)
+    shared[1:] |= h[1:] == h[:-1]
+    shared[:-1] |= h[1:] == h[:-1]
+    idx = np.flatnonzero(shared)
+    # verify in batches that never split one hash value
+    start = 0
+    while start < len(idx):
+        stop = min(start + chunk, len(idx))
+        while stop < len(idx) and h[idx[stop]] == h[idx[stop - 1]]:
+            stop += 1
+        sel = idx[start:stop]
+        u = uniq[sel, 1].view(np.float64)
+        bits = _canonical_bits(np.concatenate(rows_of(u), axis=1))
+        keyed = np.concatenate([uniq[sel, :1], bits], axis=1)
+        _, first, sub = np.unique(keyed, axis=0, return_index=True, return_inverse=True)
+        cls[sel] = sel[first][sub.reshape(-1)]
+        start = stop
+    return cls[inv]
+
+
+def _tail_forward(rows_of: Any, positions: Array, length: int, window: int) -> Array:
+    """min over k = 1..window, p + k < length of |S(p) - S(p+k)|, for p in the last window positions."""
+    lo = max(0, length - window)
+    s, c = rows_of(positions[lo:length])
+    r = np.concatenate([s, c], axis=1)
+    out = np.full(length - lo, np.inf)
+    with np.errstate(invalid="ignore"):
+        for k in range(1, length - lo):
+            d = np.sqrt(np.sum((r[:-k] - r[k:]) ** 2, axis=1))
+            out[:-k] = np.minimum(out[:-k], d)
+    return out
+
+
+FAR_SEARCH_BUDGET = 2**27  # max (far lags x length x dim) searched beyond the window, per length
+
+
+def _far_neighbours(rows_of: Any, positions: Array, length: int, lags: npt.NDArray[np.int64], chunk: int) -> Array:
+    """min over the given lags k of |S(p) - S(p +- k)| (both sides, inside length), for every p < length."""
+    out = np.full(length, np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for a in range(0, length, chunk):
+            b = min(a + chunk, length)
+            S = np.concatenate(rows_of(positions[a:b]), axis=1)
+            for k in lags:  # ascending
+                hi = min(b, length - int(k))  # pairs (p, p+k) with p in [a, hi)
+                if hi <= a:
+                    break
+                T = np.concatenate(rows_of(positions[a + k : hi + k]), axis=1)
+                d = np.sqrt(np.sum((S[: hi - a] - T) ** 2, axis=1))
+                out[a:hi] = np.minimum(out[a:hi], d)
+                out[a + k : hi + k] = np.minimum(out[a + k : hi + k], d)
+    return out
+
+
+def _audit_one(
+    rec: Recipe, dtype: str, lengths: tuple[int, ...], dim: int, base: float, window: int, max_lag: int, chunk: int
+) -> list[SinusoidalRow]:
+    fm = rec.formats(dtype)
+    lmax = lengths[-1]
+    w64 = frequencies(dim, base)
+    freq = round_to(w64, fm["frequencies"])
+    pos = round_to(np.arange(lmax, dtype=np.float64), fm["positions"])
+
+    def rows_of(u: Array) -> tuple[Array, Array]:
+        return _stored_rows(u, freq, fm)
+
+    reach = max(window, max_lag)
+    err_inf = np.empty(lmax)  # max |S - E| per row
+    err_2 = np.empty(lmax)  # |S - E|_2 per row
+    hashes = np.empty(lmax, dtype=np.uint64)
+    nonfinite = np.empty(lmax, dtype=bool)
+    fwd = np.full(lmax, np.inf)  # nearest stored neighbour among p+1 .. p+window
+    bwd = np.full(lmax, np.inf)  # ... among p-window .. p-1
+    lag_sums = np.zeros((len(lengths), max_lag + 1))
+    len_arr = np.asarray(lengths)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for a in range(0, lmax, chunk):
+            b = min(a + chunk, lmax)
+            e = min(b + reach, lmax)
+            s, c = rows_of(pos[a:e])
+            S = np.concatenate([s, c], axis=1)
+            n = b - a
+            ang = np.arange(a, b, dtype=np.float64)[:, None] * w64[None, :]
+            diff = S[:n] - np.concatenate([np.sin(ang), np.cos(ang)], axis=1)
+            err_inf[a:b] = np.max(np.abs(diff), axis=1)
+            err_2[a:b] = np.sqrt(np.sum(diff * diff, axis=1))
+            nonfinite[a:b] = ~np.all(np.isfinite(S[:n]), axis=1)
+            hashes[a:b] = _row_hash(_canonical_bits(S[:n]))
+            for k in range(1, min(window, e - a - 1) + 1):
+                m = min(b, e - k) - a  # pairs (p, p+k) with p in [a, a+m)
+                d = np.sqrt(np.sum((S[:m] - S[k : k + m]) ** 2, axis=1))
+                fwd[a : a + m] = np.minimum(fwd[a : a + m], d)
+                bwd[a + k : a + k + m] = np.minimum(bwd[a + k : a + k + m], d)
+            for k in range(0, min(max_lag, e - a - 1) + 1):
+                m = min(b, e - k) - a
+                cs = np.cumsum(np.einsum("ij,ij->i", S[:m], S[k : k + m]))
+                hi = np.minimum(a + m, len_arr - k) - a  # p < L - k for each length L
+                ok = hi > 0
+                lag_sums[ok, k] += cs[hi[ok] - 1]
+
+    ubits = _canonical_bits(pos[:, None])[:, 0]
+    cls = _classes(hashes, ubits, rows_of, chunk)
+    # activation: a position counts as duplicate once the second member of its class is inside
+    order = np.argsort(cls, kind="stable")
+    sc = cls[order]
+    run_start = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    run_len = np.diff(np.r_[run_start, len(sc)])
+    second = np.full(len(run_start), np.iinfo(np.int64).max)
+    has2 = run_len >= 2
+    second[has2] = order[run_start[has2] + 1]
+    act = np.empty(lmax, dtype=np.int64)
+    act[order] = np.maximum(order, np.repeat(second, run_len))
+    act_sorted = np.sort(act)
+    firsts = np.sort(order[run_start])
+
+    kmax = lmax - 1
+    dist = exact_distances(dim, np.arange(1, kmax + 1), base=base) if kmax else np.empty(0)
+    prefmin = np.minimum.accumulate(dist) if kmax else dist
+    lags = np.arange(max_lag + 1)
+    c_exact = decay_exact(dim, lags, base=base)
+
+    out = []
+    for j, L in enumerate(lengths):
+        nonfin = int(np.count_nonzero(nonfinite[:L]))
+        max_err = float(np.max(err_inf[:L])) if nonfin == 0 else math.nan
+        if L >= 2:
+            fwd_l = fwd[:L].copy()
+            tail = _tail_forward(rows_of, pos, L, window)
+            fwd_l[L - len(tail) :] = tail
+            nn_s = np.minimum(fwd_l, bwd[:L])
+            p = np.arange(L)
+            nn_e = prefmin[np.maximum(p, L - 1 - p) - 1]
+            exact_nn = float(prefmin[L - 2])
+            if nonfin:
+                min_nn = shrink = math.nan
+                certified = False
+            else:
+                far = dist[window : L - 1]  # D(k) for the lags k = window+1 .. L-1 not searched yet
+                e2 = err_2[:L]
+                emax = float(np.max(e2))
+                if len(far) and np.min(nn_s) > 0.0:
+                    # only lags with D(k) < max nn + 2 max e can hold a nearer neighbour: search them too
+                    thr = float(np.max(nn_s)) + 2.0 * emax
+                    cand = np.flatnonzero(far < thr) + window + 1
+                    if 0 < len(cand) and len(cand) * L * dim <= FAR_SEARCH_BUDGET:
+                        nn_s = np.minimum(nn_s, _far_neighbours(rows_of, pos, L, cand, chunk))
+                        far = far[far >= thr]
+                min_nn = float(np.min(nn_s))
+                shrink = float(np.max(1.0 - nn_s / nn_e))
+                if len(far) == 0 or min_nn == 0.0:  # a duplicate: 0 and 100 % are the global extremes
+                    certified = True
+                else:
+                    certified = bool(np.all(np.min(far) - e2 - emax >= nn_s))
+        else:
+            exact_nn = min_nn = shrink = math.nan
+            certified = True
+        nl = min(max_lag, L - 1)
+        if nonfin:
+            dev, dev_lag = math.nan, 0
+        else:
+            means = lag_sums[j, : nl + 1] / (L - lags[: nl + 1])
+            devs = np.abs(means - c_exact[: nl + 1])
+            dev_lag = int(np.argmax(devs))
+            dev = float(devs[dev_lag])
+        out.append(
+            SinusoidalRow(
+                recipe=rec.name,
+                dtype=get_format(dtype).name,
+                length=L,
+                dim=dim,
+                base=base,
+                distinct_rows=int(np.searchsorted(firsts, L)),
+                duplicate_rows=int(np.searchsorted(act_sorted, L)),
+                nonfinite_rows=nonfin,
+                max_abs_error=max_err,
+                exact_nn_distance=exact_nn,
+                min_nn_distance=min_nn,
+                nn_shrink=shrink,
+                nn_window=window,
+                nn_certified=certified,
+                decay_max_dev=dev,
+                decay_max_dev_lag=dev_lag,
+                max_lag=max_lag,
+            )
+        )
+    return out
+
+
+def audit_sinusoidal(
+    lengths: int | Iterable[int],
+    dim: int = 512,
+    dtypes: Sequence[str | Format] = ("bfloat16", "float16"),
+    recipes: Sequence[str | Recipe] = ("lowp", "fp32"),
+    *,
+    base: float = DEFAULT_BASE,
+    nn_window: int = 4,
+    max_lag: int = 32,
+    chunk: int | None = None,
+) -> list[SinusoidalRow]:
+    """Audit sinusoidal encodings: one :class:`SinusoidalRow` per (dtype, length, recipe).
+
+    One streaming pass per (recipe, dtype) over positions up to the largest
+    length yields every shorter length (prefix reductions); memory is
+    ``O(chunk * dim + length)``.  Rows come ordered by dtype, then length, then
+    recipe, so the recipes of one context sit side by side.
+
+    >>> r = audit_sinusoidal(4096, dim=128, dtypes=["float16"], recipes=["lowp", "fp32"])
+    >>> [(x.recipe, x.duplicate_rows) for x in r]  # fp16: {2048, 2049}, then 511 triples {4m-1, 4m, 4m+1}
+    [('lowp', 1535), ('fp32', 0)]
+    """
+    lens = check_lengths(lengths)
+    dim, base = _check_dim(dim), _check_base(base)
+    recs = [get_recipe(r) for r in recipes]
+    fmts = [get_format(d).name for d in dtypes]
+    if not recs or not fmts:
+        raise ValueError("give at least one recipe and one dtype")
+    if isinstance(nn_window, bool) or not isinstance(nn_window, (int, np.integer)) or nn_window < 1:
+        raise ValueError(f"nn_window {nn_window!r} must be a positive integer")
+    if isinstance(max_lag, bool) or not isinstance(max_lag, (int, np.integer)) or max_lag < 0:
+        raise ValueError(f"max_lag {max_lag!r} must be a non-negative integer")
+    if chunk is None:
+        chunk = max(256, 2**19 // dim)
+    if chunk < 1:
+        raise ValueError(f"chunk {chunk!r} must be positive")
+    results: dict[tuple[str, int, str], SinusoidalRow] = {}
+    for rec in recs:
+        for f in fmts:
+            try:
+                for row in _audit_one(rec, f, lens, dim, base, int(nn_window), int(max_lag), int(chunk)):
+                    results[(f, row.length, rec.name)] = row
+            except MemoryError:
+                raise MemoryError(f"sinusoidal audit of recipe {rec.name!r}, dtype {f}, length {lens[-1]}") from None
+    return [results[(f, L, r.name)] for f in fmts for L in lens for r in recs]
