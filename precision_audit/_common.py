@@ -59,8 +59,18 @@ def check_length(length: Any) -> int:
     return length
 
 
-def check_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:
-    """One length or many -> a sorted tuple of distinct validated lengths."""
+def check_lengths(lengths: int | Iterable[int], *, limit: int = MAX_LENGTH, why: str = "") -> tuple[int, ...]:
+    """One length or many -> a sorted tuple of distinct validated lengths.
+
+    ``limit`` caps the lengths an auditor accepts (``why`` says why).
+
+    >>> check_lengths([8192, 1024, 8192])
+    (1024, 8192)
+    >>> check_lengths(2**30, limit=2**26, why="the ALiBi audit streams L x heads biases")
+    Traceback (most recent call last):
+    ...
+    ValueError: length 1073741824 exceeds 2**26 = 67108864 (the ALiBi audit streams L x heads biases)
+    """
     if isinstance(lengths, (str, bytes)):
         raise ValueError(f"length {lengths!r} is not an integer (parse text with parse_length)")
     if not isinstance(lengths, Iterable):
@@ -68,6 +78,8 @@ def check_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:
     out = sorted({check_length(n) for n in lengths})  # type: ignore[union-attr]
     if not out:
         raise ValueError("no context length given")
+    if out[-1] > limit:
+        raise ValueError(f"length {out[-1]} exceeds 2**{limit.bit_length() - 1} = {limit}" + (f" ({why})" if why else ""))
     return tuple(out)
 
 

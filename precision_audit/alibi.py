@@ -44,6 +44,9 @@ import numpy.typing as npt
 from ._common import Row, check_length, check_lengths
 from .formats import get_format, round_to
 
+MAX_HEADS = 4096  # Bloom-176B has 112
+MAX_ALIBI_LENGTH = 2**26  # 2**26 tokens x 64 heads already take minutes
+
 __all__ = [
     "FORMS",
     "RECIPES",
@@ -75,6 +78,8 @@ def _check_heads(num_heads: Any) -> int:
         raise ValueError(f"num_heads {num_heads!r} is not an integer")
     if num_heads < 1:
         raise ValueError(f"num_heads {num_heads} must be at least 1")
+    if num_heads > MAX_HEADS:
+        raise ValueError(f"num_heads {num_heads} exceeds {MAX_HEADS}")
     return int(num_heads)
 
 
@@ -467,7 +472,7 @@ def audit_alibi(
     """
     r = get_recipe(recipe, dtype or "bfloat16")
     label = get_format(dtype).name if dtype else r.bias_format if isinstance(recipe, Recipe) else "bfloat16"
-    lens = check_lengths(lengths)
+    lens = check_lengths(lengths, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
     n = _check_heads(num_heads)
     if chunk_elements < 1:
         raise ValueError(f"chunk_elements {chunk_elements} must be at least 1")

@@ -90,7 +90,17 @@ def emit(auditor: str, rows: Sequence[Any], as_json: bool, columns: Sequence[tup
         click.echo(footer)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Group(click.Group):
+    """Turns a ValueError from the library (it names the bad value) into a usage error: exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ValueError as e:
+            raise click.UsageError(str(e), ctx) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="precision-audit")
 def main() -> None:
     """Audit the numerical precision of position information in transformers.
@@ -234,7 +244,7 @@ def _even_dim(ctx: Any, param: Any, value: int) -> int:
 @main.command("sinusoidal")
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, default=("8K",), show_default=True,
               help="Context length (repeatable): 8192, 8k, 32K, 1M.")
-@click.option("--dim", type=click.IntRange(min=2), default=512, show_default=True, callback=_even_dim,
+@click.option("--dim", type=click.IntRange(2, 65536), default=512, show_default=True, callback=_even_dim,
               help="Model dimension d (positive, even): d/2 sin/cos pairs.")
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, default=("bfloat16", "float16"),
               show_default=True, help=DTYPE_HELP)
@@ -245,10 +255,10 @@ def _even_dim(ctx: Any, param: Any, value: int) -> int:
                    "fp64 = exact encoding rounded once (the floor).")
 @click.option("--base", type=click.FloatRange(min=1.0, min_open=True), default=10000.0, show_default=True,
               help="Frequency base: w_i = base ** (-2i/d).")
-@click.option("--nn-window", type=click.IntRange(min=1), default=4, show_default=True,
+@click.option("--nn-window", type=click.IntRange(1, 4096), default=4, show_default=True,
               help="Nearest stored neighbour searched among p +- 1..N, plus the far lags whose exact distance "
                    "is small enough to matter (\"NN exact?\" = yes when proven global).")
-@click.option("--max-lag", type=click.IntRange(min=0), default=32, show_default=True,
+@click.option("--max-lag", type=click.IntRange(0, 4096), default=32, show_default=True,
               help="Decay curve mean_p PE(p).PE(p+k) compared for k = 0..MAX_LAG.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def sinusoidal_cmd(lengths: tuple[int, ...], dim: int, dtypes: tuple[str, ...], recipes: tuple[str, ...],
@@ -306,9 +316,9 @@ def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K, 1M; at most 64M.  [default: 2K 8K 32K 128K 1M]")
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bfloat16]")
-@click.option("--head-dim", type=click.IntRange(min=2), default=128, show_default=True, callback=_rope_even,
+@click.option("--head-dim", type=click.IntRange(2, 8192), default=128, show_default=True, callback=_rope_even,
               help="Head dimension d (positive, even).")
-@click.option("--rotary-dim", type=click.IntRange(min=2), default=None, callback=_rope_even,
+@click.option("--rotary-dim", type=click.IntRange(2, 8192), default=None, callback=_rope_even,
               help="Rotated dims for partial rotary (even, <= head-dim).  [default: head-dim]")
 @click.option("--base", type=click.FloatRange(min=1.0, min_open=True), default=10000.0, show_default=True,
               help="rope_theta: theta_i = base ** (-2i / rotary_dim).")
@@ -401,7 +411,7 @@ def _alibi_rows_sorted(rows: list[Any], dtypes: Sequence[str], recipes: Sequence
 @main.command("alibi")
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K, 1M.  [default: 8k]")
-@click.option("--heads", "num_heads", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--heads", "num_heads", type=click.IntRange(1, 4096), default=8, show_default=True,
               help="Number of attention heads; slopes follow the ALiBi reference rule (any count).")
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bfloat16]")
 @click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ALIBI_RECIPES)),

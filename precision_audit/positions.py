@@ -43,6 +43,7 @@ Method = Literal["auto", "empirical", "closed-form"]
 Engine = Literal["numpy", "torch", "torch-arange"]
 
 EMPIRICAL_LIMIT = 2**26  # `auto` measures lengths up to here, predicts beyond
+MAX_MEASURED = 2**32  # measuring more would take many minutes
 CHUNK = 2**20
 
 
@@ -357,7 +358,7 @@ def measure_positions(
     [256, 384, 512]
     """
     f = get_format(dtype)
-    lens = check_lengths(lengths)
+    lens = check_lengths(lengths, limit=MAX_MEASURED, why="rounding every position; the closed form answers any length")
     if engine not in _ENGINES:
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(_ENGINES)}")
     if chunk < 1:

@@ -71,6 +71,7 @@ F64 = npt.NDArray[np.float64]
 
 STAGES: tuple[str, ...] = ("positions", "inv_freq", "angle", "trig", "cache")
 SCALINGS: tuple[str, ...] = ("none", "linear", "dynamic", "yarn", "llama3")
+MAX_HEAD_DIM = 8192
 MAX_ROPE_LENGTH = 2**26  # the oracle's two-term product is exact for m < 2**27
 
 # 2*pi as three float64 terms: C1 (25 bits) + C2 (25 bits) = float64(2*pi) exactly,
@@ -185,6 +186,8 @@ class RopeSchedule:
         d = self.head_dim
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d <= 0 or d % 2:
             raise ValueError(f"head_dim {d!r} must be a positive even integer")
+        if d > MAX_HEAD_DIM:
+            raise ValueError(f"head_dim {d} exceeds {MAX_HEAD_DIM} (real models use 64..256)")
         if not (isinstance(self.base, (int, float, np.floating)) and math.isfinite(self.base) and self.base > 1):
             raise ValueError(f"base {self.base!r} must be a finite number > 1")
         r = d if self.rotary_dim is None else self.rotary_dim

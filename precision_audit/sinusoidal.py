@@ -72,6 +72,10 @@ import numpy.typing as npt
 from ._common import Row, check_lengths
 from .formats import Format, get_format, round_to
 
+MAX_LAG = 4096  # largest nn_window / max_lag
+MAX_DIM = 65536  # model widths in use stay below 2**15
+MAX_SINUSOIDAL_LENGTH = 2**24  # O(L) memory and O(L d) work per recipe and dtype
+
 __all__ = [
     "DEFAULT_BASE",
     "LAYOUTS",
@@ -173,6 +177,8 @@ def get_recipe(recipe: str | Recipe) -> Recipe:
 def _check_dim(dim: Any) -> int:
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 2 or dim % 2:
         raise ValueError(f"dim {dim!r} must be a positive even integer (sin and cos come in pairs)")
+    if dim > MAX_DIM:
+        raise ValueError(f"dim {dim} exceeds {MAX_DIM}")
     return int(dim)
 
 
@@ -678,7 +684,7 @@ def audit_sinusoidal(
     >>> [(x.recipe, x.duplicate_rows) for x in r]  # fp16: {2048, 2049}, then 511 triples {4m-1, 4m, 4m+1}
     [('lowp', 1535), ('fp32', 0)]
     """
-    lens = check_lengths(lengths)
+    lens = check_lengths(lengths, limit=MAX_SINUSOIDAL_LENGTH, why="the sinusoidal audit keeps O(L) state")
     dim, base = _check_dim(dim), _check_base(base)
     recs = [get_recipe(r) for r in recipes]
     fmts = [get_format(d).name for d in dtypes]
@@ -688,6 +694,9 @@ def audit_sinusoidal(
         raise ValueError(f"nn_window {nn_window!r} must be a positive integer")
     if isinstance(max_lag, bool) or not isinstance(max_lag, (int, np.integer)) or max_lag < 0:
         raise ValueError(f"max_lag {max_lag!r} must be a non-negative integer")
+    for name, value in (("nn_window", nn_window), ("max_lag", max_lag)):
+        if value > MAX_LAG:  # the work grows as L * lags * dim
+            raise ValueError(f"{name} {value} exceeds {MAX_LAG}")
     if chunk is None:
         chunk = max(256, 2**19 // dim)
     if chunk < 1:

@@ -490,8 +490,8 @@ def test_cli_table_and_per_head():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--heads", "0"], "0 is not in the range x>=1"),
-        (["--heads", "-3"], "-3 is not in the range x>=1"),
+        (["--heads", "0"], "0 is not in the range 1<=x<=4096"),
+        (["--heads", "-3"], "-3 is not in the range 1<=x<=4096"),
         (["--recipe", "bloom"], "'bloom' is not one of"),
         (["--length", "0"], "length 0 must be at least 1"),
         (["--length", "1.5k"], "not a whole number of tokens"),

@@ -106,3 +106,24 @@ def test_help_and_version():
     assert res.exit_code == 0 and "positions" in res.output and "reproduce" in res.output
     assert run("positions", "--help").output.count("--length") >= 1
     assert run("--version").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # Work limits: each command refuses sizes it cannot finish in minutes.
+        (["positions", "-l", "1024G", "--method", "empirical"], "exceeds 2**32"),
+        (["rope", "-l", "1024G"], "exceeds the RoPE oracle's limit 2**26"),
+        (["alibi", "-l", "1024G"], "exceeds 2**26"),
+        (["sinusoidal", "-l", "1024G"], "exceeds 2**24"),
+        (["alibi", "--heads", "100000000"], "1<=x<=4096"),
+        (["sinusoidal", "--dim", "100000000"], "2<=x<=65536"),
+        (["sinusoidal", "--max-lag", "100000000"], "0<=x<=4096"),
+        (["rope", "--head-dim", "100000000"], "2<=x<=8192"),
+    ],
+)
+def test_oversized_work_exits_2(args, message):
+    res = run(*args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "Traceback" not in res.output

@@ -493,7 +493,7 @@ def test_cli_table_stages_budget_scaling():
 
 @pytest.mark.parametrize("args,message", [
     (["--head-dim", "7"], "7 must be a positive even integer"),
-    (["--head-dim", "0"], "0 is not in the range x>=2"),
+    (["--head-dim", "0"], "0 is not in the range 2<=x<=8192"),
     (["--base", "1"], "1.0 is not in the range x>1"),
     (["--recipe", "fp16x"], "'fp16x' is not one of"),
     (["--stages", "angles=bf16"], "unknown stage 'angles'"),

@@ -425,8 +425,8 @@ def test_cli_json() -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--dim", "7"], "dim 7 must be a positive even integer"),
-    (["--dim", "0"], "0 is not in the range x>=2"),
-    (["--dim", "-2"], "-2 is not in the range x>=2"),
+    (["--dim", "0"], "0 is not in the range 2<=x<=65536"),
+    (["--dim", "-2"], "-2 is not in the range 2<=x<=65536"),
     (["--recipe", "bogus"], "'bogus' is not one of"),
     (["--length", "0"], "length 0 must be at least 1"),
     (["--length", "1.5k"], "is not a whole number of tokens"),
