@@ -272,8 +272,12 @@ def exact_distances(dim: int, lags: npt.ArrayLike, *, base: float = DEFAULT_BASE
     True
     """
     w = frequencies(dim, base)
-    k = np.asarray(lags, dtype=np.float64)
-    return np.sqrt(np.sum((2.0 * np.sin(k[:, None] * w[None, :] / 2.0)) ** 2, axis=1))
+    k = np.asarray(lags, dtype=np.float64).reshape(-1)
+    out = np.empty(len(k))
+    step = max(1, 2**19 // len(w))  # blocks of lags keep memory at O(2**19) floats
+    for a in range(0, len(k), step):
+        out[a : a + step] = np.sqrt(np.sum((2.0 * np.sin(k[a : a + step, None] * w[None, :] / 2.0)) ** 2, axis=1))
+    return out
 
 
 def decay_exact(dim: int, lags: npt.ArrayLike, *, base: float = DEFAULT_BASE) -> Array:

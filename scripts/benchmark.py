@@ -29,6 +29,19 @@ def main() -> None:
     _timed("positions closed form, 7 formats x 2**40", lambda: [predict_positions(2**40, f) for f in (
         "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn")])
 
+    from precision_audit.alibi import audit_alibi
+    from precision_audit.rope import PRESETS, RopeSchedule, audit, preset
+    from precision_audit.sinusoidal import audit_sinusoidal
+
+    sweep = [2**k for k in range(11, 21)]
+    recipes = [preset(name, "bfloat16") for name in PRESETS]
+    _timed("rope, 4 presets, head_dim 128, one pass to 2**20", lambda: audit(
+        RopeSchedule(head_dim=128, base=10000.0), recipes, sweep), 4 * 64 * 2**20, "angles")
+    _timed("alibi cast-output, 64 heads, one sweep to 2**20", lambda: audit_alibi(
+        sweep, 64, "cast-output", "bfloat16"), 64 * 2**20, "biases")
+    _timed("sinusoidal lowp+fp32, d 512, bf16, one pass to 2**17", lambda: audit_sinusoidal(
+        [2**k for k in range(11, 18)], 512, ["bfloat16"], ["lowp", "fp32"]), 2 * 512 * 2**17, "entries")
+
 
 if __name__ == "__main__":
     main()
