@@ -131,11 +131,24 @@ POSITION_COLUMNS: list[tuple[str, Any]] = [
 ]
 
 
-def _progress_bar(total: int) -> Any:
-    """A stderr progress bar for long empirical passes (hidden when not a tty)."""
+class _NoBar:
+    def __enter__(self) -> "_NoBar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int) -> None:
+        return None
+
+
+def _progress_bar(total: int, label: str, *, enabled: bool = True) -> Any:
+    """A stderr progress bar for long passes (click hides it when stderr is not a tty)."""
     import sys
 
-    return click.progressbar(length=total, label="rounding positions", file=sys.stderr)
+    if not enabled or total <= 0:
+        return _NoBar()
+    return click.progressbar(length=total, label=label, file=sys.stderr)
 
 
 @main.command()
@@ -170,17 +183,8 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
             raise click.BadParameter(f"torch has no dtype for {', '.join(missing)}", param_hint="'--engine'")
     measured = [n for n in lengths if method == "empirical" or (method == "auto" and n <= EMPIRICAL_LIMIT)]
     total = max(measured, default=0) * len(set(dtypes))
-    if total > 2**25:
-        with _progress_bar(total) as bar:
-            done = [0]
-
-            def step(n: int) -> None:
-                bar.update(n - done[0] if n > done[0] else n)
-                done[0] = n
-
-            rows = audit_positions(lengths, dtypes, method=method, engine=engine, progress=step)  # type: ignore[arg-type]
-    else:
-        rows = audit_positions(lengths, dtypes, method=method, engine=engine)  # type: ignore[arg-type]
+    with _progress_bar(total, "rounding positions", enabled=total > 2**25) as bar:
+        rows = audit_positions(lengths, dtypes, method=method, engine=engine, progress=bar.update)  # type: ignore[arg-type]
     emit("positions", rows, as_json, POSITION_COLUMNS + [("method", "method")])
 
 
@@ -362,7 +366,7 @@ def rope_cmd(lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int, r
 
     Example: precision-audit rope --length 32K --dtype bfloat16 --recipe lowp --recipe fp32
     """
-    from .rope import MAX_ROPE_LENGTH, RopeSchedule, audit, cache_rounding_bound, parse_stages, preset
+    from .rope import MAX_ROPE_LENGTH, RopeSchedule, audit, cache_rounding_bound, parse_stages, positions_to_scan, preset
 
     lengths = lengths or _ROPE_DEFAULT_LENGTHS
     dtypes = dtypes or ("bfloat16",)
@@ -380,10 +384,13 @@ def rope_cmd(lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int, r
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     rows = []
-    for d in dtypes:  # per dtype: lengths ascending, the recipes of one length side by side
-        recs = [preset(r, d) for r in recipes] + [parse_stages(s, d) for s in stages]
-        rank = {r.name: i for i, r in enumerate(recs)}
-        rows += sorted(audit(schedule, recs, lengths, budget=budget), key=lambda r: (r.length, rank[r.recipe]))
+    total = positions_to_scan(schedule, lengths) * len(dtypes)
+    with _progress_bar(total, "rope positions", enabled=total >= 2**18) as bar:
+        for d in dtypes:  # per dtype: lengths ascending, the recipes of one length side by side
+            recs = [preset(r, d) for r in recipes] + [parse_stages(s, d) for s in stages]
+            rank = {r.name: i for i, r in enumerate(recs)}
+            rows += sorted(audit(schedule, recs, lengths, budget=budget, progress=bar.update),
+                           key=lambda r: (r.length, rank[r.recipe]))
     cols: list[tuple[str, Any]] = [
         ("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
         ("max angle err", "max_angle_error"), ("mean angle err", "mean_angle_error"),

@@ -352,7 +352,7 @@ def measure_positions(
     values up to 2**24, where torch's float32 intermediate stops being exact);
     ``"torch-arange"`` takes ``torch.arange(L, dtype=dtype)`` from this
     machine's torch build (see :func:`_torch_arange_engine`).
-    ``progress`` is called with the number of positions done after each chunk.
+    ``progress`` is called after each chunk with the number of positions it held.
 
     >>> [r.exact_count for r in measure_positions([256, 512, 1024], "bf16")]
     [256, 384, 512]
@@ -367,10 +367,10 @@ def measure_positions(
     tally, out = _Tally(), []
     for target in lens:
         while tally.n < target:
-            stop = min(tally.n + chunk, target)
-            tally.add(rounded(tally.n, stop))
+            start, stop = tally.n, min(tally.n + chunk, target)
+            tally.add(rounded(start, stop))
             if progress is not None:
-                progress(tally.n)
+                progress(stop - start)
         out.append(tally.result(f.name))
     return out
 

@@ -598,7 +598,8 @@ def _errors(recipe: Recipe, theta: F64, m: F64, p1: F64, p2: F64, exact: F64, sc
 
 
 def _pass(
-    recipes: Sequence[Recipe], theta: F64, lengths: Sequence[int], scale: float, chunk_elems: int
+    recipes: Sequence[Recipe], theta: F64, lengths: Sequence[int], scale: float, chunk_elems: int,
+    progress: Callable[[int], None] | None = None,
 ) -> list[list[tuple[_Acc, int]]]:
     """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length."""
     nf = theta.size
@@ -609,7 +610,7 @@ def _pass(
     pool = ThreadPoolExecutor(max_workers=max(1, min(len(recipes), os.cpu_count() or 1)))
     try:
         for L in lengths:
-            start = _advance(pool, accs, recipes, theta, start, L, chunk, scale)
+            start = _advance(pool, accs, recipes, theta, start, L, chunk, scale, progress)
             for i, acc in enumerate(accs):
                 snap = _Acc(nf)
                 snap.ang_max, snap.ang_sum = acc.ang_max.copy(), acc.ang_sum.copy()
@@ -623,7 +624,7 @@ def _pass(
 
 def _advance(
     pool: ThreadPoolExecutor, accs: list[_Acc], recipes: Sequence[Recipe], theta: F64,
-    start: int, L: int, chunk: int, scale: float,
+    start: int, L: int, chunk: int, scale: float, progress: Callable[[int], None] | None = None,
 ) -> int:
     """Feed positions start..L-1 to every accumulator, chunk by chunk; returns L."""
 
@@ -636,8 +637,28 @@ def _advance(
         p1, p2, exact = _exact_parts(m, theta)
         # numpy releases the GIL in ufuncs: the recipes of one chunk run in parallel
         list(pool.map(work, range(len(recipes)), *([x] * len(recipes) for x in (m, p1, p2, exact))))
+        if progress is not None:
+            progress(stop - start)
         start = stop
     return start
+
+
+def _frequency_groups(schedule: RopeSchedule, lens: Sequence[int]) -> list[tuple[F64, list[int]]]:
+    """Lengths grouped by their frequencies (only dynamic NTK makes them differ); one pass each."""
+    groups: dict[bytes, tuple[F64, list[int]]] = {}
+    for L in lens:
+        th = schedule.inv_freq(L)
+        groups.setdefault(th.tobytes(), (th, []))[1].append(L)
+    return list(groups.values())
+
+
+def positions_to_scan(schedule: RopeSchedule, lengths: int | Iterable[int]) -> int:
+    """How many positions :func:`audit` scans for these lengths (one pass per frequency group).
+
+    >>> positions_to_scan(RopeSchedule(head_dim=64), [1024, 4096])
+    4096
+    """
+    return sum(max(ls) for _, ls in _frequency_groups(schedule, check_lengths(lengths)))
 
 
 def audit(
@@ -647,6 +668,7 @@ def audit(
     *,
     budget: bool = False,
     chunk_elems: int = 2**19,
+    progress: Callable[[int], None] | None = None,
 ) -> list[RopeRow]:
     """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
 
@@ -655,6 +677,8 @@ def audit(
     per array.  ``dynamic`` scaling changes the frequencies with the length,
     so lengths above ``original_max_position_embeddings`` get a pass each.
     ``budget=True`` adds the error budget (five more recipe runs per recipe).
+    ``progress`` is called after each chunk with the number of positions it
+    held (:func:`positions_to_scan` gives the total).
 
     >>> row = audit(RopeSchedule(head_dim=64), preset("fp32", "bf16"), 2048)[0]
     >>> fp32_angle = 2047 * 2.0**-23 * (1 + 2.0**-24)  # theta rounding + product half-ulp, theta <= 1
@@ -672,15 +696,10 @@ def audit(
         variants.append(r)
         if budget:
             variants.extend(r.with_exact(s) for s in STAGES)
-    # group lengths by their frequencies (only dynamic NTK makes them differ)
-    groups: dict[bytes, tuple[F64, list[int]]] = {}
-    for L in lens:
-        th = schedule.inv_freq(L)
-        groups.setdefault(th.tobytes(), (th, []))[1].append(L)
     scale = schedule.cos_sin_scale
     results: dict[tuple[int, int], tuple[_Acc, int]] = {}
-    for th, ls in groups.values():
-        snaps = _pass(variants, th, ls, scale, chunk_elems)
+    for th, ls in _frequency_groups(schedule, lens):
+        snaps = _pass(variants, th, ls, scale, chunk_elems, progress)
         for v, per_len in enumerate(snaps):
             for acc, L in per_len:
                 results[(v, L)] = (acc, L)

@@ -233,3 +233,9 @@ def test_bad_method_and_engine():
         audit_positions(8, "bf16", method="fast")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="engine 'jax'"):
         measure_positions(8, "bf16", engine="jax")  # type: ignore[arg-type]
+
+
+def test_progress_reports_every_position_once():
+    seen: list[int] = []
+    measure_positions([100, 5000], "bf16", chunk=777, progress=seen.append)
+    assert sum(seen) == 5000 and max(seen) <= 777

@@ -530,3 +530,17 @@ def test_headline_1m():
         assert at["fp32", L].max_angle_error <= bound
         assert at["fp64", L].max_rotation_error <= cb + 1e-9
     assert at["fp32", 2**20].max_rotation_error > 10 * cb
+
+
+@pytest.mark.parametrize("scaling", ["none", "dynamic"])
+def test_progress_counts_the_scanned_positions(scaling):
+    from precision_audit.rope import positions_to_scan
+
+    # dynamic NTK changes the frequencies above the pretraining context, so
+    # lengths 4096 and 8192 each get their own pass: 2048 + 4096 + 8192 positions
+    sched = RopeSchedule(head_dim=16, scaling=scaling, factor=2.0, original_max_position_embeddings=2048)
+    lens = [1024, 2048, 4096, 8192]
+    seen: list[int] = []
+    audit(sched, preset("fp32", "bf16"), lens, progress=seen.append)
+    expected = 8192 if scaling == "none" else 2048 + 4096 + 8192
+    assert sum(seen) == positions_to_scan(sched, lens) == expected
