@@ -277,7 +277,10 @@ def sinusoidal_cmd(lengths: tuple[int, ...], dim: int, dtypes: tuple[str, ...], 
     """
     from .sinusoidal import audit_sinusoidal
 
-    rows = audit_sinusoidal(lengths, dim, dtypes, recipes, base=base, nn_window=nn_window, max_lag=max_lag)
+    total = len(set(recipes)) * len(set(dtypes)) * max(lengths)
+    with _progress_bar(total, "sinusoidal positions", enabled=total * dim >= 2**28) as bar:
+        rows = audit_sinusoidal(lengths, dim, dtypes, recipes, base=base, nn_window=nn_window, max_lag=max_lag,
+                                progress=bar.update)
     cols: list[tuple[str, Any]] = [
         ("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
         ("distinct rows", "distinct_rows"), ("dup rows", "duplicate_rows"),

@@ -62,7 +62,7 @@ positions share a row; 0..256, the 127 even values 258..510 and 512 stay distinc
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -533,7 +533,8 @@ def _far_neighbours(rows_of: Any, positions: Array, length: int, lags: npt.NDArr
 
 
 def _audit_one(
-    rec: Recipe, dtype: str, lengths: tuple[int, ...], dim: int, base: float, window: int, max_lag: int, chunk: int
+    rec: Recipe, dtype: str, lengths: tuple[int, ...], dim: int, base: float, window: int, max_lag: int, chunk: int,
+    progress: Callable[[int], None] | None = None,
 ) -> list[SinusoidalRow]:
     fm = rec.formats(dtype)
     lmax = lengths[-1]
@@ -577,6 +578,8 @@ def _audit_one(
                 hi = np.minimum(a + m, len_arr - k) - a  # p < L - k for each length L
                 ok = hi > 0
                 lag_sums[ok, k] += cs[hi[ok] - 1]
+            if progress is not None:
+                progress(b - a)
 
     ubits = _canonical_bits(pos[:, None])[:, 0]
     cls = _classes(hashes, ubits, rows_of, chunk)
@@ -676,12 +679,15 @@ def audit_sinusoidal(
     nn_window: int = 4,
     max_lag: int = 32,
     chunk: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[SinusoidalRow]:
     """Audit sinusoidal encodings: one :class:`SinusoidalRow` per (dtype, length, recipe).
 
     One streaming pass per (recipe, dtype) over positions up to the largest
     length yields every shorter length (prefix reductions); memory is
-    ``O(chunk * dim + length)``.  Rows come ordered by dtype, then length, then
+    ``O(chunk * dim + length)``.  ``progress`` is called after each chunk with
+    the number of positions it held (``len(recipes) * len(dtypes) * max(lengths)``
+    in all).  Rows come ordered by dtype, then length, then
     recipe, so the recipes of one context sit side by side.
 
     >>> r = audit_sinusoidal(4096, dim=128, dtypes=["float16"], recipes=["lowp", "fp32"])
@@ -709,7 +715,7 @@ def audit_sinusoidal(
     for rec in recs:
         for f in fmts:
             try:
-                for row in _audit_one(rec, f, lens, dim, base, int(nn_window), int(max_lag), int(chunk)):
+                for row in _audit_one(rec, f, lens, dim, base, int(nn_window), int(max_lag), int(chunk), progress):
                     results[(f, row.length, rec.name)] = row
             except MemoryError:
                 raise MemoryError(f"sinusoidal audit of recipe {rec.name!r}, dtype {f}, length {lens[-1]}") from None

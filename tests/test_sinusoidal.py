@@ -500,3 +500,11 @@ def test_duplicates_at_1m_match_torch_row_digests(recipe: str, dtype: str) -> No
     expected = sum(c for c in counts.values() if c >= 2)
     (r,) = audit_sinusoidal(L, dim, [dtype], [recipe], max_lag=1)
     assert (r.duplicate_rows, r.distinct_rows) == (expected, len(counts))
+
+
+def test_progress_reports_every_position_of_every_pass():
+    # one streaming pass per (recipe, dtype), each over max(lengths) positions
+    seen: list[int] = []
+    audit_sinusoidal([100, 3000], dim=16, dtypes=["bfloat16"], recipes=["lowp", "fp32"], chunk=512,
+                     progress=seen.append)
+    assert sum(seen) == 2 * 3000 and max(seen) <= 512
