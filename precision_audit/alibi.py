@@ -452,12 +452,15 @@ def audit_alibi(
     *,
     slopes: npt.ArrayLike | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
+    progress: Callable[[int], None] | None = None,
 ) -> list[AlibiAudit]:
     """Audit the ALiBi bias of ``recipe`` in ``dtype``; one row per length.
 
     Two chunked passes over ``k = 0 .. max(lengths) - 1`` serve every length
     (prefix reductions); the second needs each length's log-sum-exp from the
-    first.  Memory stays near ``chunk_elements`` values per array.  ``slopes``
+    first.  Memory stays near ``chunk_elements`` values per array.
+    ``progress`` is called after each chunk with the number of positions it
+    held (``2 * max(lengths)`` in all).  ``slopes``
     (float64, one per head) replaces the reference slope rule, e.g. with
     another model's schedule: they become the reference and are rounded to
     the recipe's ``slope_format``.  ``dtype`` (the model dtype; default
@@ -524,6 +527,8 @@ def audit_alibi(
             inversions, nonfinite = cum_inv[:, -1].copy(), cum_nonfinite[:, -1].copy()
             err, prev = cum_err[:, -1].copy(), mag[:, -1].copy()
             lse_p, lse_q = _lse_merge(*lse_p, sign * mag), _lse_merge(*lse_q, sign * ref)
+            if progress is not None:
+                progress(c1 - c0)
 
         # Pass 2: with t = (l_k - x_k) - (LSE_l - LSE_x), p_k - q_k equals
         # q_k * expm1(t) = -p_k * expm1(-t); the branch with t <= 0 keeps the
@@ -545,6 +550,8 @@ def audit_alibi(
                 dp = np.where(t > 0, p * -np.expm1(-t), q * np.expm1(t))
                 dp = np.where(np.isnan(t) | np.isnan(p), np.nan, np.abs(dp)).max(axis=1)
                 f["dp"] = np.maximum(f["dp"], dp)  # propagates NaN
+            if progress is not None:
+                progress(c1 - c0)
 
     out = []
     for L in lens:

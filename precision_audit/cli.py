@@ -448,7 +448,10 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
     lengths = lengths or (8192,)
     dtypes = tuple(dict.fromkeys(dtypes or ("bfloat16",)))
     recipes = tuple(dict.fromkeys(recipes or _ALIBI_RECIPES))
-    rows = [row for d in dtypes for r in recipes for row in audit_alibi(lengths, num_heads, r, d)]
+    total = 2 * max(lengths) * len(recipes) * len(dtypes)  # two passes per (recipe, dtype)
+    with _progress_bar(total, "alibi positions", enabled=total * num_heads >= 2**28) as bar:
+        rows = [row for d in dtypes for r in recipes
+                for row in audit_alibi(lengths, num_heads, r, d, progress=bar.update)]
     rows = _alibi_rows_sorted(rows, dtypes, recipes)
     common: list[tuple[str, Any]] = [("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
                                      ("bias in", "bias_dtype"), ("form", "form")]

@@ -551,3 +551,10 @@ def test_custom_recipe_row_label():
     mag = s16[:, None] * np.arange(3000, dtype=np.float32)[None, :]
     assert [h.distinct_biases for h in row.heads] == [len(np.unique(m)) for m in mag]
     assert audit_alibi(10, 2, r, "bf16")[0].dtype == "bfloat16"
+
+
+def test_progress_reports_both_passes():
+    # two chunked passes (statistics, then softmax change) over max(lengths) positions
+    seen: list[int] = []
+    audit_alibi([100, 3000], 4, "lowp", "bf16", chunk_elements=4 * 256, progress=seen.append)
+    assert sum(seen) == 2 * 3000 and max(seen) <= 256
