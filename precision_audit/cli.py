@@ -472,3 +472,53 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
     emit("alibi", rows, as_json, cols,
          footer=f"Summary over {num_heads} heads (min distinct, max of the rest, total inversions/non-finite); "
                 "--per-head lists each head." + note)
+
+
+@main.command("attention")
+@click.option("--length", "-l", type=LENGTH, default="32K", show_default=True,
+              help="Context length: query positions are spread over 0..L-1.")
+@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True, help="Cache format (one).")
+@click.option("--head-dim", type=click.IntRange(2, 8192), default=128, show_default=True, callback=_rope_even,
+              help="Head dimension d (positive, even).")
+@click.option("--base", type=click.FloatRange(min=1.0, min_open=True), default=10000.0, show_default=True,
+              help="rope_theta.")
+@click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ROPE_PRESETS)), multiple=True,
+              help="RoPE preset (repeatable), as in `precision-audit rope`.  [default: all four]")
+@click.option("--distance", "distances", type=click.IntRange(min=0), multiple=True,
+              help="Offset m - n (repeatable, < length).  [default: 0, 1, 2, 4, ... and L-1]")
+@click.option("--pairs", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Random standard-normal (q, k) pairs.")
+@click.option("--shifts", type=click.IntRange(1, 4096), default=1024, show_default=True,
+              help="Query positions per offset, evenly spread along the context.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the (q, k) pairs.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: tuple[str, ...],
+                  distances: tuple[int, ...], pairs: int, shifts: int, seed: int, as_json: bool) -> None:
+    """RoPE attention logits q_m . k_n per offset: error and shift invariance.
+
+    For seeded random (q, k) pairs, the logit each recipe's rotation gives at
+    offset m - n, against the exact one, over query positions spread along
+    the context; `spread` is how much one pair's logit varies when both
+    positions shift (exact RoPE: 0, it depends on m - n only).
+
+    Example: precision-audit attention --length 128K --recipe lowp --recipe fp32
+    """
+    from .attention import attention_errors
+    from .rope import MAX_ROPE_LENGTH, RopeSchedule, preset
+
+    if length > MAX_ROPE_LENGTH:
+        raise click.BadParameter(f"length {length} exceeds the RoPE oracle's limit 2**26 = {MAX_ROPE_LENGTH}",
+                                 param_hint="'--length'")
+    recs = [preset(r, dtype) for r in (recipes or _ROPE_PRESETS)]
+    rows = attention_errors(RopeSchedule(head_dim=head_dim, base=base), recs, length, distances or None,
+                            pairs=pairs, shifts=shifts, seed=seed)
+    rank = {r.name: i for i, r in enumerate(recs)}
+    rows = sorted(rows, key=lambda r: (r.distance, rank[r.recipe]))
+    cols: list[tuple[str, Any]] = [
+        ("dtype", "dtype"), ("length", "length"), ("distance", "distance"), ("recipe", "recipe"),
+        ("max logit err", "max_logit_error"), ("mean logit err", "mean_logit_error"),
+        ("spread", "score_spread"), ("logit rms", "logit_rms"),
+    ]
+    emit("attention", rows, as_json, cols,
+         footer=f"\nhead_dim={head_dim}, base={base:g}, {pairs} (q, k) pairs, up to {shifts} shifts per offset, "
+                "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0).")

@@ -115,3 +115,25 @@ def test_default_distances_and_errors():
         attention_errors(s, [], 10)
     with pytest.raises(ValueError, match="distance 5"):
         AttentionRow("r", "bfloat16", 5, 8, 5, 1, 1, 0.0, 0.0, 0.0, 1.0)
+
+
+def test_attention_cli_json_and_errors():
+    import json
+
+    from click.testing import CliRunner
+
+    from precision_audit.cli import main
+
+    res = CliRunner().invoke(main, ["attention", "-l", "4096", "-d", "float64", "-r", "fp64", "-r", "lowp",
+                                    "--distance", "1", "--distance", "3000", "--pairs", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["auditor"] == "attention"
+    rows = {(r["recipe"], r["distance"]): r for r in doc["results"]}
+    assert set(rows) == {(r, d) for r in ("fp64", "lowp") for d in (1, 3000)}
+    # float64 everywhere: only float64 rounding separates the logit from the exact one
+    assert all(rows["fp64", d]["max_logit_error"] < 1e-9 for d in (1, 3000))
+    # lowp in float64 is fp64 too: positions and inv_freq exact, product rounded once in float64
+    assert rows["lowp", 3000]["score_spread"] < 1e-9
+    bad = CliRunner().invoke(main, ["attention", "-l", "100", "--distance", "100"])
+    assert bad.exit_code == 2 and "distance 100 not in [0, length 100)" in bad.output
