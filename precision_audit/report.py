@@ -12,20 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ._plotting import pyplot, save_figure
 from .positions import predict_positions
 
 __all__ = ["FIGURES", "make_figures", "plot_positions"]
 
 POSITION_FORMATS = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def plot_positions(path: str | Path, max_log2: int = 21) -> Path:
@@ -34,7 +26,7 @@ def plot_positions(path: str | Path, max_log2: int = 21) -> Path:
     Uses the closed form (identical to the measured values; see the tests) on
     a dense grid of lengths 2**4 .. 2**max_log2.
     """
-    plt = _pyplot()
+    plt = pyplot()
     lengths = np.unique(np.round(2 ** np.arange(4, max_log2 + 1e-9, 1 / 8)).astype(np.int64))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
     for name in POSITION_FORMATS:
@@ -54,10 +46,7 @@ def plot_positions(path: str | Path, max_log2: int = 21) -> Path:
         ax.set_xscale("log", base=2)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8, loc="upper right" if ax is ax1 else "upper left")
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path, dpi=110)
 
 
 def _rope(d: Path) -> object:

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from ._plotting import pyplot, save_figure
 from .alibi import AlibiAudit, audit_alibi, recipe_names
 
 __all__ = ["alibi_sweep", "plot_alibi"]
@@ -49,10 +50,7 @@ def plot_alibi(out_dir: str | Path = "figures", num_heads: int = 32, max_length:
 
     Left/right panels: bfloat16 / float16 model dtype; one line per recipe.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter
 
     dtypes = ("bfloat16", "float16")
@@ -85,10 +83,7 @@ def plot_alibi(out_dir: str | Path = "figures", num_heads: int = 32, max_length:
     fig.suptitle(f"ALiBi, {num_heads} heads: how many of the L key biases stay distinct "
                  "(cast-output and relative-cast store the same values)", fontsize=11)
     fig.tight_layout()
-    p = out / "alibi_distinct.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(save_figure(fig, out / "alibi_distinct.png"))
 
     # Figure 2: attention probability change against L.
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
@@ -114,10 +109,7 @@ def plot_alibi(out_dir: str | Path = "figures", num_heads: int = 32, max_length:
     fig.suptitle(f"ALiBi, {num_heads} heads: attention change caused by bias rounding alone "
                  "(key form: nearest keys collide)", fontsize=11)
     fig.tight_layout()
-    p = out / "alibi_attention.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(save_figure(fig, out / "alibi_attention.png"))
     return paths
 
 

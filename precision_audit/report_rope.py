@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from ._plotting import pyplot, save_figure
 from .attention import AttentionRow, attention_errors
 from .rope import PRESETS, RopeRow, RopeSchedule, audit, cache_rounding_bound, preset
 
@@ -32,15 +33,6 @@ _LABEL = {
 }
 
 
-def _plt():  # type: ignore[no-untyped-def]
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _recipes(rows: Sequence[RopeRow | AttentionRow]) -> list[str]:
     return list(dict.fromkeys(r.recipe for r in rows))
 
@@ -54,7 +46,7 @@ def _length_label(n: int) -> str:
 
 def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path) -> Path:
     """Max and mean rotation error vs context length per recipe (log-log), with the cache bound."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     r0 = rows[0]
     bound = cache_rounding_bound(r0.dtype)
@@ -84,15 +76,12 @@ def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path) -> Path:
     fig.suptitle(f"RoPE rotation error per recipe, cache in {r0.dtype} "
                  f"(head_dim {r0.head_dim}, base {r0.base:g}, scaling {r0.scaling})")
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
 
 
 def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], path: str | Path) -> Path:
     """Max rotation error per frequency index i at the given lengths (one panel each, log y)."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(lengths), figsize=(6 * len(lengths), 4.8), sharey=True, squeeze=False)
     r0 = rows[0]
     bound = cache_rounding_bound(r0.dtype)
@@ -117,15 +106,12 @@ def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], pa
     fig.suptitle(f"RoPE rotation error per frequency, cache in {r0.dtype} "
                  f"(head_dim {r0.head_dim}, base {r0.base:g})")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
 
 
 def plot_attention(rows: Sequence[AttentionRow], path: str | Path) -> Path:
     """Rotated-logit error and shift spread vs offset m - n per recipe (log-log; offset 0 omitted)."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.2), sharey=True)
     r0 = rows[0]
     for ax, key, title in ((axes[0], "max_logit_error", "max |logit - exact logit| over shifts and pairs"),
@@ -152,10 +138,7 @@ def plot_attention(rows: Sequence[AttentionRow], path: str | Path) -> Path:
     fig.suptitle(f"Attention logits q_m . k_n with RoPE, cache in {r0.dtype}: context {_length_label(r0.length)}, "
                  f"head_dim {r0.head_dim}, {r0.pairs} random N(0,1) (q, k) pairs, {r0.shifts} shifts per offset")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
 
 
 def rope_figures(

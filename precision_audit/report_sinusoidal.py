@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._plotting import pyplot, save_figure
 from .sinusoidal import audit_sinusoidal, decay_curve, decay_exact
 
 __all__ = ["FIGURES", "plot_decay", "plot_duplicates", "make_figures"]
@@ -41,10 +42,7 @@ def plot_duplicates(
     ...     plot_duplicates(pathlib.Path(tmp) / "d.png", dim=8, lengths=(256, 1024)).stat().st_size > 0
     True
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = audit_sinusoidal(lengths, dim, dtypes, recipes, max_lag=0)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.6), constrained_layout=True)
@@ -77,11 +75,7 @@ def plot_duplicates(
                  transform=ax2.transAxes, ha="right", fontsize=8, color="tab:orange")
     fig.suptitle(f"Sinusoidal encoding PE(p, 2i) = sin(p / 10000^(2i/d)), d = {dim}: "
                  "low-precision build (lowp) vs fp32 build then cast (fp32)")
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
 
 
 def plot_decay(
@@ -99,10 +93,7 @@ def plot_decay(
     ...     plot_decay(pathlib.Path(tmp) / "c.png", length=128, dim=8, max_lag=4).stat().st_size > 0
     True
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ks = np.arange(max_lag + 1)
     fig, ax = plt.subplots(figsize=(8, 4.8), constrained_layout=True)
@@ -117,11 +108,7 @@ def plot_decay(
     ax.set_title(f"Inner product vs distance, L = {length}, d = {dim} (mean over p)")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
 
 
 FIGURES: dict[str, tuple[str, Callable[..., Path]]] = {
