@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._common import Row, check_length
-from .rope import Recipe, RopeSchedule, exact_angles, recipe_stages
+from .rope import Recipe, RopeSchedule, check_rope_lengths, exact_angles, recipe_stages
 
 __all__ = ["AttentionRow", "attention_errors", "default_distances"]
 
@@ -100,7 +100,7 @@ def attention_errors(
     recs = [recipes] if isinstance(recipes, Recipe) else list(recipes)
     if not recs:
         raise ValueError("no recipe given")
-    L = check_length(length)
+    (L,) = check_rope_lengths(length)
     dists = default_distances(L) if distances is None else sorted({int(d) for d in distances})
     for d in dists:
         if not 0 <= d < L:

@@ -90,7 +90,7 @@ def emit(auditor: str, rows: Sequence[Any], as_json: bool, columns: Sequence[tup
         click.echo(footer)
 
 
-class _Group(click.Group):
+class _Command(click.Command):
     """Turns a ValueError from the library (it names the bad value) into a usage error: exit 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -98,6 +98,11 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except ValueError as e:
             raise click.UsageError(str(e), ctx) from None
+
+
+class _Group(click.Group):
+    command_class = _Command
+    group_class = type  # subgroups (reproduce) are _Group too
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -131,24 +136,37 @@ POSITION_COLUMNS: list[tuple[str, Any]] = [
 ]
 
 
-class _NoBar:
-    def __enter__(self) -> "_NoBar":
+class _ProgressBar:
+    """A stderr progress bar that appears with the first finished chunk.
+
+    Input the library rejects fails before any work, so no bar is drawn
+    before the error; click hides the bar when stderr is not a tty.
+    """
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.total, self.label, self.enabled = total, label, enabled and total > 0
+        self.bar: Any = None
+
+    def __enter__(self) -> "_ProgressBar":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
 
     def update(self, n: int) -> None:
-        return None
+        if not self.enabled:
+            return
+        if self.bar is None:
+            import sys
+
+            self.bar = click.progressbar(length=self.total, label=self.label, file=sys.stderr).__enter__()
+        self.bar.update(n)
 
 
-def _progress_bar(total: int, label: str, *, enabled: bool = True) -> Any:
-    """A stderr progress bar for long passes (click hides it when stderr is not a tty)."""
-    import sys
-
-    if not enabled or total <= 0:
-        return _NoBar()
-    return click.progressbar(length=total, label=label, file=sys.stderr)
+def _progress_bar(total: int, label: str, *, enabled: bool = True) -> _ProgressBar:
+    """A progress bar for a pass over ``total`` positions (off unless ``enabled``)."""
+    return _ProgressBar(total, label, enabled)
 
 
 @main.command()
@@ -173,7 +191,7 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
 
     Example: precision-audit positions --length 8192 --dtype bfloat16
     """
-    from .positions import EMPIRICAL_LIMIT, audit_positions
+    from .positions import audit_positions, positions_to_scan
 
     lengths = lengths or (8192,)
     dtypes = dtypes or ("bfloat16",)
@@ -181,8 +199,7 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
         missing = [d for d in dtypes if get_format(d).torch_dtype is None]
         if missing:
             raise click.BadParameter(f"torch has no dtype for {', '.join(missing)}", param_hint="'--engine'")
-    measured = [n for n in lengths if method == "empirical" or (method == "auto" and n <= EMPIRICAL_LIMIT)]
-    total = max(measured, default=0) * len(set(dtypes))
+    total = positions_to_scan(lengths, len(set(dtypes)), method)  # type: ignore[arg-type]
     with _progress_bar(total, "rounding positions", enabled=total > 2**25) as bar:
         rows = audit_positions(lengths, dtypes, method=method, engine=engine, progress=bar.update)  # type: ignore[arg-type]
     emit("positions", rows, as_json, POSITION_COLUMNS + [("method", "method")])
@@ -369,13 +386,10 @@ def rope_cmd(lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int, r
 
     Example: precision-audit rope --length 32K --dtype bfloat16 --recipe lowp --recipe fp32
     """
-    from .rope import MAX_ROPE_LENGTH, RopeSchedule, audit, cache_rounding_bound, parse_stages, positions_to_scan, preset
+    from .rope import RopeSchedule, audit, cache_rounding_bound, parse_stages, positions_to_scan, preset
 
     lengths = lengths or _ROPE_DEFAULT_LENGTHS
     dtypes = dtypes or ("bfloat16",)
-    if max(lengths) > MAX_ROPE_LENGTH:
-        raise click.BadParameter(f"length {max(lengths)} exceeds the RoPE oracle's limit 2**26 = {MAX_ROPE_LENGTH}",
-                                 param_hint="'--length'")
     if not recipes and not stages:
         recipes = tuple(_ROPE_PRESETS)
     try:
@@ -504,11 +518,8 @@ def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: 
     Example: precision-audit attention --length 128K --recipe lowp --recipe fp32
     """
     from .attention import attention_errors
-    from .rope import MAX_ROPE_LENGTH, RopeSchedule, preset
+    from .rope import RopeSchedule, preset
 
-    if length > MAX_ROPE_LENGTH:
-        raise click.BadParameter(f"length {length} exceeds the RoPE oracle's limit 2**26 = {MAX_ROPE_LENGTH}",
-                                 param_hint="'--length'")
     recs = [preset(r, dtype) for r in (recipes or _ROPE_PRESETS)]
     rows = attention_errors(RopeSchedule(head_dim=head_dim, base=base), recs, length, distances or None,
                             pairs=pairs, shifts=shifts, seed=seed)

@@ -35,6 +35,7 @@ __all__ = [
     "PositionAudit",
     "audit_positions",
     "measure_positions",
+    "positions_to_scan",
     "predict_positions",
     "reproduce_baichuan",
 ]
@@ -375,6 +376,24 @@ def measure_positions(
     return out
 
 
+def _measured_lengths(lens: tuple[int, ...], method: Method) -> list[int]:
+    """The lengths ``method`` measures (the rest are derived in closed form)."""
+    if method not in ("auto", "empirical", "closed-form"):
+        raise ValueError(f"unknown method {method!r}; valid: auto, empirical, closed-form")
+    if method == "closed-form":
+        return []
+    return [n for n in lens if method == "empirical" or n <= EMPIRICAL_LIMIT]
+
+
+def positions_to_scan(lengths: int | Iterable[int], n_dtypes: int = 1, method: Method = "auto") -> int:
+    """How many positions :func:`audit_positions` rounds (one pass per dtype).
+
+    >>> positions_to_scan([8192, 2**40], n_dtypes=2)
+    16384
+    """
+    return max(_measured_lengths(check_lengths(lengths), method), default=0) * n_dtypes
+
+
 def audit_positions(
     lengths: int | Iterable[int],
     dtypes: str | Format | Iterable[str | Format],
@@ -398,16 +417,9 @@ def audit_positions(
     fmts = list(dict.fromkeys(get_format(d) for d in dtypes))
     if not fmts:
         raise ValueError("no dtype given")
-    if method not in ("auto", "empirical", "closed-form"):
-        raise ValueError(f"unknown method {method!r}; valid: auto, empirical, closed-form")
+    measured = _measured_lengths(lens, method)
     rows: list[PositionAudit] = []
     for f in fmts:
-        if method == "closed-form":
-            measured: list[int] = []
-        elif method == "empirical":
-            measured = list(lens)
-        else:
-            measured = [n for n in lens if n <= EMPIRICAL_LIMIT]
         by_len = {}
         if measured:
             by_len = {r.length: r for r in measure_positions(measured, f, engine=engine, progress=progress)}

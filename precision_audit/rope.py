@@ -643,6 +643,20 @@ def _advance(
     return start
 
 
+def check_rope_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:
+    """Validated lengths the exact reference angle can serve (at most 2**26).
+
+    >>> check_rope_lengths(2**27)
+    Traceback (most recent call last):
+    ...
+    ValueError: length 134217728 exceeds the RoPE oracle's limit 2**26 = 67108864
+    """
+    lens = check_lengths(lengths)
+    if lens[-1] > MAX_ROPE_LENGTH:
+        raise ValueError(f"length {lens[-1]} exceeds the RoPE oracle's limit 2**26 = {MAX_ROPE_LENGTH}")
+    return lens
+
+
 def _frequency_groups(schedule: RopeSchedule, lens: Sequence[int]) -> list[tuple[F64, list[int]]]:
     """Lengths grouped by their frequencies (only dynamic NTK makes them differ); one pass each."""
     groups: dict[bytes, tuple[F64, list[int]]] = {}
@@ -658,7 +672,7 @@ def positions_to_scan(schedule: RopeSchedule, lengths: int | Iterable[int]) -> i
     >>> positions_to_scan(RopeSchedule(head_dim=64), [1024, 4096])
     4096
     """
-    return sum(max(ls) for _, ls in _frequency_groups(schedule, check_lengths(lengths)))
+    return sum(max(ls) for _, ls in _frequency_groups(schedule, check_rope_lengths(lengths)))
 
 
 def audit(
@@ -688,9 +702,7 @@ def audit(
     recs = [recipes] if isinstance(recipes, Recipe) else list(recipes)
     if not recs:
         raise ValueError("no recipe given")
-    lens = check_lengths(lengths)
-    if lens[-1] > MAX_ROPE_LENGTH:
-        raise ValueError(f"length {lens[-1]} exceeds the RoPE oracle's limit 2**26 = {MAX_ROPE_LENGTH}")
+    lens = check_rope_lengths(lengths)
     variants: list[Recipe] = []
     for r in recs:
         variants.append(r)
