@@ -79,11 +79,12 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str | Cal
     return "\n".join(lines)
 
 
-def emit(auditor: str, rows: Sequence[Any], as_json: bool, columns: Sequence[tuple[str, Any]], *, footer: str = "") -> None:
-    """Print result rows (objects with ``to_dict()``) as JSON or as a table."""
+def emit(auditor: str, rows: Sequence[Any], as_json: bool, columns: Sequence[tuple[str, Any]], *, footer: str = "",
+         extra: dict[str, Any] | None = None) -> None:
+    """Print result rows (objects with ``to_dict()``) as JSON or as a table (``extra``: more JSON keys)."""
     dicts = [r.to_dict() if hasattr(r, "to_dict") else r for r in rows]
     if as_json:
-        click.echo(json.dumps({"auditor": auditor, "results": dicts}, indent=2))
+        click.echo(json.dumps({"auditor": auditor, **(extra or {}), "results": dicts}, indent=2))
         return
     click.echo(table(dicts, columns))
     if footer:
@@ -336,6 +337,72 @@ def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...
     return value
 
 
+def _factor_list(ctx: Any, param: Any, value: str | None) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    try:
+        out = tuple(float(x) for x in value.replace("[", "").replace("]", "").split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of numbers") from None
+    if not out:
+        raise click.BadParameter(f"{value!r} holds no number")
+    return out
+
+
+def _rope_parameters(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        try:
+            with open(value[1:], encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise click.BadParameter(f"cannot read {value[1:]!r}: {e.strerror}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise click.BadParameter("must be a JSON object, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4.0}'")
+    return obj
+
+
+_SCHEDULE_OPTIONS = ("scaling", "factor", "orig_max_pos", "low_freq_factor", "high_freq_factor", "beta_fast",
+                     "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate", "short_factor",
+                     "long_factor")
+
+
+def _schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | None, base: float,
+                           rope_parameters: dict[str, Any] | None, max_pos: int | None, **opts: Any) -> Any:
+    """The RopeSchedule the rope options describe (``--rope-parameters`` or the single options)."""
+    from dataclasses import replace
+
+    from .schedules import RopeSchedule, schedule_from_rope_parameters
+
+    if rope_parameters is not None:
+        given = [k for k in _SCHEDULE_OPTIONS
+                 if ctx.get_parameter_source(k) not in (None, click.core.ParameterSource.DEFAULT)]
+        if given:
+            names = ", ".join("--" + k.replace("_", "-").replace("orig-max-pos", "original-max-position-embeddings")
+                              for k in given)
+            raise click.UsageError(f"--rope-parameters already gives the schedule; drop {names}", ctx)
+        base_given = ctx.get_parameter_source("base") != click.core.ParameterSource.DEFAULT
+        s = schedule_from_rope_parameters(rope_parameters, head_dim=head_dim,
+                                          base=base if base_given or "rope_theta" not in rope_parameters else None,
+                                          max_position_embeddings=max_pos)
+        return s if rotary_dim is None else replace(s, rotary_dim=rotary_dim)
+    kw = {k: opts[k] for k in _SCHEDULE_OPTIONS if k != "orig_max_pos"}
+    L0 = opts["orig_max_pos"]
+    if kw["scaling"] == "dynamic" and max_pos is not None:
+        L0 = max_pos  # dynamic grows the base above max_position_embeddings
+    elif kw["scaling"] in ("yarn", "longrope") and ctx.get_parameter_source("factor") == \
+            click.core.ParameterSource.DEFAULT and max_pos is not None:
+        kw["factor"] = max_pos / L0  # transformers: factor = max_position_embeddings / L0
+    return RopeSchedule(head_dim=head_dim, base=base, rotary_dim=rotary_dim,
+                        original_max_position_embeddings=L0, **kw)
+
+
 @main.command("rope")
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K, 1M; at most 64M.  [default: 2K 8K 32K 128K 1M]")
@@ -343,23 +410,35 @@ def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...
 @click.option("--head-dim", type=click.IntRange(2, 8192), default=128, show_default=True, callback=_rope_even,
               help="Head dimension d (positive, even).")
 @click.option("--rotary-dim", type=click.IntRange(2, 8192), default=None, callback=_rope_even,
-              help="Rotated dims for partial rotary (even, <= head-dim).  [default: head-dim]")
+              help="Rotated dims for partial rotary (even, <= head-dim; int(head_dim * partial_rotary_factor)).  "
+                   "[default: head-dim]")
 @click.option("--base", type=click.FloatRange(min=1.0, min_open=True), default=10000.0, show_default=True,
               help="rope_theta: theta_i = base ** (-2i / rotary_dim).")
 @click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ROPE_PRESETS)), multiple=True,
               help="Preset (repeatable): lowp = every stage in DTYPE, positions built in it; lowp-inv-freq = "
                    "inv_freq buffer downcast to DTYPE, used in fp32; fp32 = the fix (fp32 until the cache); "
-                   "fp64 = float64 angle and cos/sin.  Cache in DTYPE.  [default: all four, unless --stages]")
+                   "fp64 = float64 angle and cos/sin.  inv_freq is always the formula in fp32 (fp64 for fp64), "
+                   "as model code computes it.  Cache in DTYPE.  [default: all four, unless --stages]")
 @click.option("--stages", "stages", multiple=True, callback=_rope_stages, metavar="STAGE=DTYPE,...",
               help="Custom recipe (repeatable), e.g. positions=bf16,inv_freq=fp32; stages: "
-                   + ", ".join(_ROPE_STAGES) + "; stages not given keep the fp32 recipe's (cache: DTYPE).")
-@click.option("--scaling", type=click.Choice(list(_ROPE_SCALINGS)), default="none", show_default=True,
-              help="Frequency scaling as in transformers' modeling_rope_utils.")
+                   + ", ".join(_ROPE_STAGES) + "; stages not given keep the fp32 recipe's (cache: DTYPE).  "
+                   "inv_freq=F@G: the formula evaluated in G, stored in F; inv_freq=F@exact: the exact value "
+                   "rounded once to F.")
+@click.option("--scaling", type=click.Choice(["none", *_ROPE_SCALINGS]), default="none", show_default=True,
+              help="rope_type: the frequency schedule (none = default RoPE).")
+@click.option("--rope-parameters", type=str, default=None, callback=_rope_parameters, metavar="JSON",
+              help="A config's rope_parameters / rope_scaling object as is (or @FILE holding it), e.g. "
+                   "'{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                   "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, "
+                   "\"rope_theta\": 500000.0}'; replaces --scaling and its parameters.")
+@click.option("--max-position-embeddings", "max_pos", type=click.IntRange(min=1), default=None,
+              help="The config's max_position_embeddings: dynamic grows the base above it; yarn/longrope without "
+                   "a factor use max_position_embeddings / original_max_position_embeddings.")
 @click.option("--factor", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
               help="Scaling factor (> 0).")
 @click.option("--original-max-position-embeddings", "orig_max_pos", type=click.IntRange(min=1), default=8192,
               show_default=True,
-              help="Pretraining context for yarn/llama3 (max_position_embeddings for dynamic).")
+              help="Pretraining context L0 for yarn/llama3/longrope (for dynamic: max_position_embeddings).")
 @click.option("--low-freq-factor", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
               help="llama3 low_freq_factor.")
 @click.option("--high-freq-factor", type=click.FloatRange(min=0.0, min_open=True), default=4.0, show_default=True,
@@ -368,14 +447,30 @@ def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...
               help="yarn beta_fast.")
 @click.option("--beta-slow", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
               help="yarn beta_slow.")
+@click.option("--truncate/--no-truncate", default=True, show_default=True,
+              help="yarn truncate: round the ramp ends to whole dims (gpt-oss sets false).")
+@click.option("--mscale", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="yarn mscale (with --mscale-all-dim: attention factor = m(s, mscale) / m(s, mscale_all_dim)).")
+@click.option("--mscale-all-dim", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="yarn mscale_all_dim.")
+@click.option("--attention-factor", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="yarn/longrope attention_factor on cos/sin.  [default: from the factor]")
+@click.option("--short-factor", type=str, default=None, callback=_factor_list, metavar="LIST",
+              help="longrope short_factor: rotary_dim/2 comma-separated numbers.")
+@click.option("--long-factor", type=str, default=None, callback=_factor_list, metavar="LIST",
+              help="longrope long_factor (used above original_max_position_embeddings).")
+@click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
+              help="numpy: every operation correctly rounded; torch: this machine's torch kernels (pow, cos, "
+                   "sin are faithful, not correctly rounded, and differ between CPUs).")
 @click.option("--budget", is_flag=True,
               help="Also compute the error budget: max rotation error with each stage alone made exact "
                    "(runs each recipe six times).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def rope_cmd(lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int, rotary_dim: int | None, base: float,
-             recipes: tuple[str, ...], stages: tuple[str, ...], scaling: str, factor: float, orig_max_pos: int,
-             low_freq_factor: float, high_freq_factor: float, beta_fast: float, beta_slow: float, budget: bool,
-             as_json: bool) -> None:
+@click.pass_context
+def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int,
+             rotary_dim: int | None, base: float, recipes: tuple[str, ...], stages: tuple[str, ...],
+             rope_parameters: dict[str, Any] | None, max_pos: int | None, engine: str, budget: bool,
+             as_json: bool, **schedule_opts: Any) -> None:
     """RoPE angles and rotations of each recipe against the exact m * theta_i.
 
     Per recipe and context length (positions 0..L-1, all rotary frequencies),
@@ -386,27 +481,28 @@ def rope_cmd(lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int, r
 
     Example: precision-audit rope --length 32K --dtype bfloat16 --recipe lowp --recipe fp32
     """
-    from .rope import RopeSchedule, audit, cache_rounding_bound, parse_stages, positions_to_scan, preset
+    from .rope import audit, cache_rounding_bound, parse_stages, positions_to_scan, preset
+    from .schedules import ulp_distance
 
     lengths = lengths or _ROPE_DEFAULT_LENGTHS
     dtypes = dtypes or ("bfloat16",)
     if not recipes and not stages:
         recipes = tuple(_ROPE_PRESETS)
-    try:
-        schedule = RopeSchedule(
-            head_dim=head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, factor=factor,
-            original_max_position_embeddings=orig_max_pos, low_freq_factor=low_freq_factor,
-            high_freq_factor=high_freq_factor, beta_fast=beta_fast, beta_slow=beta_slow,
-        )
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
+    schedule = _schedule_from_options(ctx, head_dim, rotary_dim, base, rope_parameters, max_pos, **schedule_opts)
+    if engine == "torch":
+        from .formats import get_format as _gf
+
+        bad = sorted({f for d in dtypes for r in ([preset(x, d) for x in recipes] + [parse_stages(x, d) for x in stages])
+                      for f in r.stages.values() if _gf(f).torch_dtype is None})
+        if bad:
+            raise click.BadParameter(f"torch has no dtype for {', '.join(bad)}", param_hint="'--engine'")
     rows = []
     total = positions_to_scan(schedule, lengths) * len(dtypes)
     with _progress_bar(total, "rope positions", enabled=total >= 2**18) as bar:
         for d in dtypes:  # per dtype: lengths ascending, the recipes of one length side by side
             recs = [preset(r, d) for r in recipes] + [parse_stages(s, d) for s in stages]
             rank = {r.name: i for i, r in enumerate(recs)}
-            rows += sorted(audit(schedule, recs, lengths, budget=budget, progress=bar.update),
+            rows += sorted(audit(schedule, recs, lengths, budget=budget, progress=bar.update, engine=engine),
                            key=lambda r: (r.length, rank[r.recipe]))
     cols: list[tuple[str, Any]] = [
         ("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
@@ -418,14 +514,29 @@ def rope_cmd(lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int, r
     if budget:
         cols += [(f"exact {s}", (lambda s: lambda r: r["error_budget"][s])(s)) for s in _ROPE_STAGES]
     bounds = ", ".join(f"{d} {cache_rounding_bound(d):.3e}" for d in dict.fromkeys(r.dtype for r in rows))
-    desc = f"head_dim={schedule.head_dim}, rotary_dim={schedule.rotary}, base={base:g}, scaling={scaling}"
-    if scaling != "none":
-        desc += f" (factor={factor:g})"
-    footer = (f"\n{desc}.  Errors in rad against the exact m*theta_i, wrapped to [-pi, pi]; pi = phase lost.\n"
+    footer = (f"\n{schedule.describe()}.  Errors in rad against the exact m*theta_i, wrapped to [-pi, pi]; "
+              f"pi = phase lost.\n"
               f"x cache bound = max rot err / the cache format's own rounding bound ({bounds} rad); "
               f"colliding = positions whose cos/sin row equals the previous position's."
               + ("\nexact STAGE = max rot err with that stage alone in float64 (error budget)." if budget else ""))
-    emit("rope", rows, as_json, cols, footer=footer)
+    extra: dict[str, Any] = {"schedule": schedule.describe(), "engine": engine}
+    if engine == "torch":
+        seen = set()
+        extra["inv_freq_ulps"] = {}
+        for d in dtypes:
+            for r in [preset(x, d) for x in recipes] + [parse_stages(x, d) for x in stages]:
+                src = r.inv_freq_from
+                if src == "exact" or src in seen:
+                    continue
+                seen.add(src)
+                key = schedule.frequency_key(max(lengths))
+                ours = schedule.inv_freq_in(src, key)
+                dist = ulp_distance(schedule.inv_freq_in(src, key, engine="torch"), ours, src)
+                extra["inv_freq_ulps"][src] = dist.tolist()
+                footer += (f"\ntorch engine: this machine's {src} inv_freq formula is {int(dist.max())} ulp at most "
+                           f"from the correctly rounded one ({int((dist > 0).sum())} of {dist.size} frequencies "
+                           f"differ).")
+    emit("rope", rows, as_json, cols, footer=footer, extra=extra)
 
 
 def _alibi_rows_sorted(rows: list[Any], dtypes: Sequence[str], recipes: Sequence[str]) -> list[Any]:

@@ -1,19 +1,21 @@
-"""RoPE auditor: frequency schedules, computation recipes, angle and rotation errors.
+"""RoPE auditor: computation recipes, the exact oracle, angle and rotation errors.
 
 Rotary position embedding rotates pair ``i`` of a query/key at position ``m``
-by the angle ``m * theta_i``.  A :class:`RopeSchedule` gives the float64
-frequencies ``theta_i`` (base, partial rotary dims, and the scaling families
-of transformers' ``modeling_rope_utils``: linear, dynamic NTK, YaRN, Llama-3).
-A :class:`Recipe` gives one number format per stage of the computation::
+by the angle ``m * theta_i``.  A :class:`~precision_audit.schedules.RopeSchedule`
+gives the frequencies ``theta_i`` of every rope type.  A :class:`Recipe`
+gives one number format per stage of the computation::
 
     positions -> inv_freq -> angle (= position * inv_freq) -> trig (cos/sin) -> cache
 
-and each stage rounds exactly once (round to nearest even, :func:`round_to`):
+and says how each value is made, as real code makes it:
 
 * ``positions``: the integer position ``m`` rounded to the format (as
-  ``torch.arange(L, dtype=...)`` builds it);
-* ``inv_freq``: the exact float64 ``theta_i`` rounded to the format (as a
-  float32 buffer or ``buffer.to(dtype)`` holds it);
+  ``torch.arange(L, dtype=...)`` or ``position_ids.to(dtype)`` builds it);
+* ``inv_freq``: either the schedule's formula *evaluated in* a format G (every
+  operation, exponent, power, reciprocal and scaling factors, rounded to G, as
+  ``1 / base ** (arange(0, d, 2) / d)`` in float32 does) and then stored in the
+  stage format (``module.to(bfloat16)`` casts that buffer), or the exact value
+  rounded once (``inv_freq_from="exact"``, a lower bound no real code reaches);
 * ``angle``: the exact product of the two rounded operands, rounded to the
   format (one multiply, as ``torch.outer`` / a K=1 matmul does);
 * ``trig``: the angle is converted to the trig format (a no-op unless that
@@ -22,12 +24,15 @@ and each stage rounds exactly once (round to nearest even, :func:`round_to`):
   rounded cos/sin, where real libm/SLEEF kernels may be off by one float32
   ulp; for bfloat16/float16 it is the correctly rounded result, where torch
   evaluates in float32 and rounds again (identical except near midpoints);
-* ``cache``: the trig value times the schedule's attention factor (YaRN's
-  mscale; 1 otherwise), rounded to the stored format.
+* ``cache``: cos/sin times the schedule's attention factor (YaRN, LongRoPE;
+  1 otherwise) in the trig format, as ``emb.cos() * attention_scaling`` does,
+  then cast to the stored format.
 
-Every error is measured against one oracle: the exact product of the integer
-``m`` and the float64 ``theta_i`` (a two-term product), reduced modulo 2*pi
-with a three-term 2*pi (Cody-Waite), i.e. accurate to ~1e-16 rad at 2**26.
+The numpy engine (:func:`recipe_stages`) rounds every operation correctly; the
+torch engine (:func:`torch_stages`) runs this machine's torch kernels.  Every
+error is measured against one oracle: the exact product of the integer ``m``
+and the float64 ``theta_i`` (a two-term product), reduced modulo 2*pi with a
+three-term 2*pi (Cody-Waite), i.e. accurate to ~1e-16 rad at 2**26.
 
 >>> sched = RopeSchedule(head_dim=128, base=10000.0)
 >>> rows = audit(sched, [preset("lowp", "bf16"), preset("fp32", "bf16")], [4096])
@@ -49,6 +54,7 @@ import numpy.typing as npt
 
 from ._common import Row, check_lengths
 from .formats import Format, get_format, round_to
+from .schedules import ROPE_TYPES, RopeSchedule, ulp_distance
 
 __all__ = [
     "PRESETS",
@@ -58,11 +64,14 @@ __all__ = [
     "RopeRow",
     "RopeSchedule",
     "audit",
+    "ENGINES",
     "cache_rounding_bound",
+    "effective_recipe",
     "exact_angles",
     "parse_stages",
     "preset",
     "recipe_stages",
+    "stored_inv_freq",
     "torch_stages",
     "wrap",
 ]
@@ -70,8 +79,7 @@ __all__ = [
 F64 = npt.NDArray[np.float64]
 
 STAGES: tuple[str, ...] = ("positions", "inv_freq", "angle", "trig", "cache")
-SCALINGS: tuple[str, ...] = ("none", "linear", "dynamic", "yarn", "llama3")
-MAX_HEAD_DIM = 8192
+SCALINGS: tuple[str, ...] = ROPE_TYPES
 MAX_ROPE_LENGTH = 2**26  # the oracle's two-term product is exact for m < 2**27
 
 # 2*pi as three float64 terms: C1 (25 bits) + C2 (25 bits) = float64(2*pi) exactly,
@@ -82,189 +90,29 @@ _TWO_PI_C2 = _TWO_PI - _TWO_PI_C1  # exact: the low 27 bits of float64(2*pi)
 _TWO_PI_C3 = float.fromhex("0x1.1a62633145c07p-52")  # 2*pi - float64(2*pi)
 
 
-# --------------------------------------------------------------------------- schedules
-
-
-def _ntk_base(s: "RopeSchedule", seq_len: int | None) -> float:
-    """transformers ``_compute_dynamic_ntk_parameters``: the base grows with seq_len."""
-    n = s.original_max_position_embeddings if seq_len is None else max(seq_len, s.original_max_position_embeddings)
-    dim = s.rotary
-    return s.base * ((s.factor * n / s.original_max_position_embeddings) - (s.factor - 1)) ** (dim / (dim - 2))
-
-
-def _inv_none(s: "RopeSchedule", seq_len: int | None) -> F64:
-    return s.default_inv_freq()
-
-
-def _inv_linear(s: "RopeSchedule", seq_len: int | None) -> F64:
-    return s.default_inv_freq() / s.factor
-
-
-def _inv_dynamic(s: "RopeSchedule", seq_len: int | None) -> F64:
-    return s.default_inv_freq(_ntk_base(s, seq_len))
-
-
-def _inv_yarn(s: "RopeSchedule", seq_len: int | None) -> F64:
-    """transformers ``_compute_yarn_parameters`` (truncate=True), in float64."""
-    dim, base = s.rotary, s.base
-    pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
-    extrapolation = 1.0 / pos_freqs
-    interpolation = 1.0 / (s.factor * pos_freqs)
-
-    def correction_dim(num_rotations: float) -> float:
-        return (dim * math.log(s.original_max_position_embeddings / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
-
-    low = max(math.floor(correction_dim(s.beta_fast)), 0)
-    high = min(math.ceil(correction_dim(s.beta_slow)), dim - 1)
-    if low == high:
-        high += 0.001  # transformers: prevent singularity
-    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
-    extrapolation_factor = 1.0 - ramp
-    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
-
-
-def _inv_llama3(s: "RopeSchedule", seq_len: int | None) -> F64:
-    """transformers ``_compute_llama3_parameters``, in float64."""
-    inv = s.default_inv_freq()
-    old = s.original_max_position_embeddings
-    low_wavelen = old / s.low_freq_factor
-    high_wavelen = old / s.high_freq_factor
-    wavelen = 2 * math.pi / inv
-    out = np.where(wavelen > low_wavelen, inv / s.factor, inv)
-    smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-    smoothed = (1 - smooth) * out / s.factor + smooth * out
-    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-    return np.where(medium, smoothed, out)
-
-
-_INV_FREQ: dict[str, Callable[["RopeSchedule", int | None], F64]] = {
-    "none": _inv_none,
-    "linear": _inv_linear,
-    "dynamic": _inv_dynamic,
-    "yarn": _inv_yarn,
-    "llama3": _inv_llama3,
-}
-
-
-@dataclass(frozen=True)
-class RopeSchedule:
-    """RoPE frequencies: ``theta_i = base ** (-2i / rotary_dim)``, then scaling.
-
-    ``rotary_dim`` (default ``head_dim``) is the number of rotated dims
-    (partial rotary: ``int(head_dim * partial_rotary_factor)``).  ``scaling``
-    is one of ``none, linear, dynamic, yarn, llama3`` with transformers'
-    parameters: ``factor``; ``original_max_position_embeddings`` (for
-    ``dynamic`` it is ``max_position_embeddings``); ``low_freq_factor`` /
-    ``high_freq_factor`` (llama3); ``beta_fast`` / ``beta_slow`` and
-    ``mscale`` / ``mscale_all_dim`` / ``attention_factor`` (yarn).
-
-    >>> RopeSchedule(head_dim=8, base=10000.0).inv_freq().tolist()
-    [1.0, 0.1, 0.01, 0.001]
-    >>> RopeSchedule(head_dim=8, scaling="linear", factor=4).inv_freq()[0]
-    np.float64(0.25)
-    >>> RopeSchedule(head_dim=7)
-    Traceback (most recent call last):
-    ...
-    ValueError: head_dim 7 must be a positive even integer
-    """
-
-    head_dim: int = 128
-    base: float = 10000.0
-    rotary_dim: int | None = None
-    scaling: str = "none"
-    factor: float = 1.0
-    original_max_position_embeddings: int = 8192
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    attention_factor: float | None = None
-
-    def __post_init__(self) -> None:
-        d = self.head_dim
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d <= 0 or d % 2:
-            raise ValueError(f"head_dim {d!r} must be a positive even integer")
-        if d > MAX_HEAD_DIM:
-            raise ValueError(f"head_dim {d} exceeds {MAX_HEAD_DIM} (real models use 64..256)")
-        if not (isinstance(self.base, (int, float, np.floating)) and math.isfinite(self.base) and self.base > 1):
-            raise ValueError(f"base {self.base!r} must be a finite number > 1")
-        r = d if self.rotary_dim is None else self.rotary_dim
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r <= 0 or r % 2:
-            raise ValueError(f"rotary_dim {r!r} must be a positive even integer")
-        if r > d:
-            raise ValueError(f"rotary_dim {r} is larger than head_dim {d}")
-        if self.scaling not in _INV_FREQ:
-            raise ValueError(f"unknown scaling {self.scaling!r}; valid: {', '.join(SCALINGS)}")
-        if not (math.isfinite(self.factor) and self.factor > 0):
-            raise ValueError(f"scaling factor {self.factor!r} must be > 0")
-        if self.scaling == "dynamic" and r <= 2:
-            raise ValueError(f"dynamic scaling needs rotary_dim > 2, got {r}")
-        if self.original_max_position_embeddings < 1:
-            raise ValueError(
-                f"original_max_position_embeddings {self.original_max_position_embeddings!r} must be >= 1"
-            )
-        if self.scaling == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
-            raise ValueError(
-                f"llama3 needs high_freq_factor > low_freq_factor > 0, got {self.high_freq_factor!r}"
-                f" and {self.low_freq_factor!r}"
-            )
-        if self.scaling == "yarn" and not self.beta_fast > self.beta_slow > 0:
-            raise ValueError(f"yarn needs beta_fast > beta_slow > 0, got {self.beta_fast!r} and {self.beta_slow!r}")
-        object.__setattr__(self, "base", float(self.base))
-        object.__setattr__(self, "rotary_dim", int(r))
-        object.__setattr__(self, "head_dim", int(d))
-
-    @property
-    def rotary(self) -> int:
-        """Number of rotated dims (``rotary_dim``)."""
-        return int(self.rotary_dim)  # type: ignore[arg-type]
-
-    @property
-    def n_freq(self) -> int:
-        """Number of frequencies (rotated pairs), ``rotary_dim // 2``."""
-        return self.rotary // 2
-
-    def default_inv_freq(self, base: float | None = None) -> F64:
-        """``1 / base ** (arange(0, dim, 2) / dim)`` in float64 (the unscaled schedule)."""
-        b = self.base if base is None else base
-        dim = self.rotary
-        return 1.0 / (b ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
-
-    def inv_freq(self, seq_len: int | None = None) -> F64:
-        """The float64 frequencies; ``seq_len`` matters only for ``dynamic``."""
-        return _INV_FREQ[self.scaling](self, seq_len)
-
-    @property
-    def cos_sin_scale(self) -> float:
-        """Factor on cos/sin (transformers' ``attention_scaling``): YaRN's mscale, else 1.
-
-        >>> round(RopeSchedule(scaling="yarn", factor=4).cos_sin_scale, 6)
-        1.138629
-        """
-        if self.scaling != "yarn":
-            return 1.0
-        if self.attention_factor is not None:
-            return float(self.attention_factor)
-
-        def get_mscale(scale: float, m: float = 1.0) -> float:
-            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-        if self.mscale and self.mscale_all_dim:
-            return float(get_mscale(self.factor, self.mscale) / get_mscale(self.factor, self.mscale_all_dim))
-        return get_mscale(self.factor)
-
-
 # --------------------------------------------------------------------------- recipes
+
+
+def _opmath(fmt: str) -> str:
+    """The format torch does a float op in: float64 for float64, float32 otherwise."""
+    return "float64" if fmt == "float64" else "float32"
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """One number format per stage: positions, inv_freq, angle, trig, cache.
+    """One number format per stage (positions, inv_freq, angle, trig, cache) and how inv_freq is made.
 
-    >>> preset("fp32", "bf16").stages
+    ``inv_freq_from`` is a format G: the schedule's formula evaluated in G
+    (every operation rounded to G), then stored in the ``inv_freq`` format;
+    ``"exact"``: the exact value rounded once to the ``inv_freq`` format.
+    The default is what real code does: the formula in float32 (float64 for a
+    float64 stage), e.g. a float32 buffer that ``module.to(bf16)`` casts.
+
+    >>> r = preset("fp32", "bf16")
+    >>> r.stages
     {'positions': 'float32', 'inv_freq': 'float32', 'angle': 'float32', 'trig': 'float32', 'cache': 'bfloat16'}
+    >>> r.how["inv_freq"], preset("lowp-inv-freq", "bf16").how["inv_freq"]
+    ('formula in float32', 'formula in float32, stored in bfloat16')
     >>> Recipe("x", "bf16", "fp32", "fp32", "fp32", "fp9")
     Traceback (most recent call last):
     ...
@@ -277,6 +125,7 @@ class Recipe:
     angle: str
     trig: str
     cache: str
+    inv_freq_from: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -287,17 +136,43 @@ class Recipe:
             except ValueError as e:
                 raise ValueError(f"recipe {self.name!r} stage {stage}: {e}") from None
             object.__setattr__(self, stage, fmt.name)
+        src = self.inv_freq_from
+        if src is None:
+            src = _opmath(self.inv_freq)
+        elif src != "exact":
+            try:
+                src = get_format(src).name
+            except ValueError as e:
+                raise ValueError(f"recipe {self.name!r} inv_freq_from: {e} (or 'exact')") from None
+        object.__setattr__(self, "inv_freq_from", src)
 
     @property
     def stages(self) -> dict[str, str]:
         """Stage name -> canonical format name."""
         return {s: getattr(self, s) for s in STAGES}
 
+    @property
+    def how(self) -> dict[str, str]:
+        """Stage name -> how its value is made (in words)."""
+        out = {s: f"rounded to {getattr(self, s)}" for s in STAGES}
+        out["positions"] = f"integers rounded to {self.positions}"
+        if self.inv_freq_from == "exact":
+            out["inv_freq"] = f"exact value rounded to {self.inv_freq}"
+        elif self.inv_freq_from == self.inv_freq:
+            out["inv_freq"] = f"formula in {self.inv_freq}"
+        else:
+            out["inv_freq"] = f"formula in {self.inv_freq_from}, stored in {self.inv_freq}"
+        out["angle"] = f"product rounded to {self.angle}"
+        out["trig"] = f"cos/sin rounded to {self.trig}"
+        out["cache"] = f"stored in {self.cache}"
+        return out
+
     def with_exact(self, stage: str) -> "Recipe":
         """The same recipe with one stage made exact (float64), for the error budget."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; valid: {', '.join(STAGES)}")
-        return replace(self, name=f"{self.name}/exact-{stage}", **{stage: "float64"})
+        extra = {"inv_freq_from": "exact"} if stage == "inv_freq" else {}
+        return replace(self, name=f"{self.name}/exact-{stage}", **{stage: "float64"}, **extra)
 
 
 def _lowp(d: str) -> tuple[str, ...]:
@@ -316,9 +191,11 @@ def _fp64(d: str) -> tuple[str, ...]:
     return ("float64", "float64", "float64", "float64", d)
 
 
+# Each preset stands for a real code path; inv_freq is always the schedule's formula evaluated in
+# float32 (float64 for fp64), as model code computes its buffer at init.
 PRESETS: dict[str, Callable[[str], tuple[str, ...]]] = {
-    "lowp": _lowp,  # everything in the target dtype, positions built in it
-    "lowp-inv-freq": _lowp_inv_freq,  # buffer downcast by .to(dtype), then used in fp32
+    "lowp": _lowp,  # everything in the target dtype, positions built in it (old Llama/NeoX caches)
+    "lowp-inv-freq": _lowp_inv_freq,  # buffer downcast by .to(dtype), then used in fp32 (transformers 5)
     "fp32": _fp32,  # the fix: fp32 until the cache
     "fp64": _fp64,  # beyond fp32: float64 angle and cos/sin, cache in dtype
 }
@@ -339,22 +216,28 @@ def preset(name: str, dtype: str | Format = "bfloat16") -> Recipe:
     except KeyError:
         raise ValueError(f"unknown recipe {name!r}; valid: {', '.join(PRESETS)}") from None
     d = get_format(dtype).name
-    return Recipe(name, *build(d))
+    return Recipe(name, *build(d), inv_freq_from="float64" if name == "fp64" else "float32")
 
 
 def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None = None) -> Recipe:
     """A custom recipe from ``"positions=bf16,inv_freq=fp32,..."``.
 
     Stages not given keep the ``fp32`` preset's format (cache: ``dtype``).
+    ``inv_freq=F`` is the formula in float32 (float64 if F is) stored in F;
+    ``inv_freq=F@G`` the formula evaluated in G, stored in F;
+    ``inv_freq=F@exact`` the exact value rounded once to F.
 
     >>> parse_stages("positions=bf16").stages["positions"], parse_stages("positions=bf16").name
     ('bfloat16', 'positions=bf16')
+    >>> parse_stages("inv_freq=bf16@bf16").how["inv_freq"]
+    'formula in bfloat16'
     >>> parse_stages("angles=bf16")
     Traceback (most recent call last):
     ...
     ValueError: unknown stage 'angles' in 'angles=bf16'; valid: positions, inv_freq, angle, trig, cache
     """
-    base = preset("fp32", dtype).stages
+    base: dict[str, Any] = dict(preset("fp32", dtype).stages)
+    source: str | None = None
     for item in str(text).split(","):
         if not item.strip():
             continue
@@ -364,11 +247,55 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
             raise ValueError(f"stage item {item.strip()!r} in {text!r} is not STAGE=DTYPE")
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r} in {text!r}; valid: {', '.join(STAGES)}")
+        fmt, at, src = fmt.partition("@")
+        if at and stage != "inv_freq":
+            raise ValueError(f"stage {stage} in {text!r}: only inv_freq takes @FORMAT or @exact")
         try:
             base[stage] = get_format(fmt.strip()).name
+            if at:
+                source = "exact" if src.strip().lower() == "exact" else get_format(src.strip()).name
         except ValueError as e:
             raise ValueError(f"stage {stage} in {text!r}: {e}") from None
-    return Recipe(name or str(text).replace(" ", ""), **base)
+    return Recipe(name or str(text).replace(" ", ""), **base, inv_freq_from=source)
+
+
+def stored_inv_freq(recipe: Recipe, schedule: RopeSchedule, seq_len: int | None = None,
+                    engine: str = "numpy") -> F64:
+    """The inverse frequencies a recipe's code holds for a pass over ``seq_len`` positions.
+
+    The formula evaluated in ``recipe.inv_freq_from`` (numpy: correctly
+    rounded; torch: this machine's kernels), rounded to the ``inv_freq``
+    format.  ``dynamic`` above ``max_position_embeddings``: the module rebuilds
+    the buffer in float32 from the formula, so a downcast buffer no longer
+    matters (see :func:`effective_recipe`).
+
+    >>> s = RopeSchedule(head_dim=8)
+    >>> stored_inv_freq(preset("lowp-inv-freq", "bf16"), s).tolist()
+    [1.0, 0.10009765625, 0.010009765625, 0.00099945068359375]
+    """
+    r = effective_recipe(recipe, schedule, seq_len)
+    if r.inv_freq_from == "exact":
+        theta = schedule.inv_freq(seq_len)
+    else:
+        theta = schedule.inv_freq_in(r.inv_freq_from, seq_len, engine=engine)  # type: ignore[arg-type]
+    return round_to(theta, r.inv_freq)
+
+
+def effective_recipe(recipe: Recipe, schedule: RopeSchedule, seq_len: int | None) -> Recipe:
+    """The recipe the code really runs for a pass over ``seq_len`` positions.
+
+    A ``dynamic`` module rebuilds ``inv_freq`` in float32 when the positions
+    exceed ``max_position_embeddings`` (transformers' dynamic update): a buffer
+    that ``.to(dtype)`` had downcast is replaced by float32 values.
+
+    >>> dyn = RopeSchedule(head_dim=8, scaling="dynamic", factor=2.0, original_max_position_embeddings=4096)
+    >>> effective_recipe(preset("lowp-inv-freq", "bf16"), dyn, 8192).how["inv_freq"]
+    'formula in float32'
+    """
+    if (schedule.scaling == "dynamic" and seq_len is not None and seq_len > schedule.original_max_position_embeddings
+            and recipe.inv_freq_from not in ("exact", recipe.inv_freq)):
+        return replace(recipe, inv_freq="float32", inv_freq_from="float32")
+    return recipe
 
 
 # --------------------------------------------------------------------------- oracle and numpy engine
@@ -433,8 +360,13 @@ def recipe_stages(
         angle = round_to(round_to(pos[:, None] * inv[None, :], recipe.angle), recipe.trig)
         c = round_to(np.cos(angle), recipe.trig)
         s = round_to(np.sin(angle), recipe.trig)
-        cc = round_to(c * cos_sin_scale, recipe.cache)
-        ss = round_to(s * cos_sin_scale, recipe.cache)
+        if cos_sin_scale != 1.0:  # trig * attention factor in the trig format (the factor a float32
+            k = float(round_to(cos_sin_scale, _opmath(recipe.trig))[()])  # scalar), then the cast
+            c_scaled, s_scaled = round_to(c * k, recipe.trig), round_to(s * k, recipe.trig)
+        else:
+            c_scaled, s_scaled = c, s
+        cc = round_to(c_scaled, recipe.cache)
+        ss = round_to(s_scaled, recipe.cache)
     return {"positions": pos, "inv_freq": inv, "angle": angle, "trig_cos": c, "trig_sin": s, "cos": cc, "sin": ss}
 
 
@@ -535,7 +467,9 @@ class RopeRow(Row):
     ``*_profile`` lists one value per frequency index i (max over positions,
     or mean).  ``error_budget`` maps each stage to the max rotation error with
     that stage alone made exact (float64), or is None if not computed.
-    ``cache_bound`` is :func:`cache_rounding_bound` of the cache format.
+    ``cache_bound`` is :func:`cache_rounding_bound` of the cache format;
+    ``how`` says how each stage's value is made (:attr:`Recipe.how`) and
+    ``engine`` who rounded (numpy: correctly rounded; torch: this machine).
     """
 
     recipe: str
@@ -546,6 +480,8 @@ class RopeRow(Row):
     rotary_dim: int
     scaling: str
     stages: dict[str, str]
+    how: dict[str, str]
+    engine: str
     max_angle_error: float
     mean_angle_error: float
     max_rotation_error: float
@@ -587,8 +523,12 @@ class _Acc:
         self.last = cs[-1].copy()
 
 
-def _errors(recipe: Recipe, theta: F64, m: F64, p1: F64, p2: F64, exact: F64, scale: float) -> tuple[F64, F64, F64]:
-    st = recipe_stages(recipe, theta, m, scale)
+ENGINES: tuple[str, ...] = ("numpy", "torch")
+
+
+def _errors(recipe: Recipe, inv: F64, m: F64, p1: F64, p2: F64, exact: F64, scale: float,
+            engine: str = "numpy") -> tuple[F64, F64, F64]:
+    st = (recipe_stages if engine == "numpy" else torch_stages)(recipe, inv, m, scale)
     with np.errstate(invalid="ignore", over="ignore"):
         ang = np.abs(wrap((st["angle"] - p1) - p2))
         rot = np.abs(wrap(np.arctan2(st["sin"], st["cos"]) - exact))
@@ -598,10 +538,14 @@ def _errors(recipe: Recipe, theta: F64, m: F64, p1: F64, p2: F64, exact: F64, sc
 
 
 def _pass(
-    recipes: Sequence[Recipe], theta: F64, lengths: Sequence[int], scale: float, chunk_elems: int,
-    progress: Callable[[int], None] | None = None,
+    recipes: Sequence[Recipe], theta: F64, invs: Sequence[F64], lengths: Sequence[int], scale: float,
+    chunk_elems: int, progress: Callable[[int], None] | None = None, engine: str = "numpy",
 ) -> list[list[tuple[_Acc, int]]]:
-    """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length."""
+    """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length.
+
+    ``theta`` is the reference (float64) frequencies of the oracle, ``invs[i]``
+    the inverse frequencies recipe ``i`` computes.
+    """
     nf = theta.size
     accs = [_Acc(nf) for _ in recipes]
     snaps: list[list[tuple[_Acc, int]]] = [[] for _ in recipes]
@@ -610,7 +554,7 @@ def _pass(
     pool = ThreadPoolExecutor(max_workers=max(1, min(len(recipes), os.cpu_count() or 1)))
     try:
         for L in lengths:
-            start = _advance(pool, accs, recipes, theta, start, L, chunk, scale, progress)
+            start = _advance(pool, accs, recipes, theta, invs, start, L, chunk, scale, progress, engine)
             for i, acc in enumerate(accs):
                 snap = _Acc(nf)
                 snap.ang_max, snap.ang_sum = acc.ang_max.copy(), acc.ang_sum.copy()
@@ -623,13 +567,14 @@ def _pass(
 
 
 def _advance(
-    pool: ThreadPoolExecutor, accs: list[_Acc], recipes: Sequence[Recipe], theta: F64,
+    pool: ThreadPoolExecutor, accs: list[_Acc], recipes: Sequence[Recipe], theta: F64, invs: Sequence[F64],
     start: int, L: int, chunk: int, scale: float, progress: Callable[[int], None] | None = None,
+    engine: str = "numpy",
 ) -> int:
     """Feed positions start..L-1 to every accumulator, chunk by chunk; returns L."""
 
     def work(i: int, m: F64, p1: F64, p2: F64, exact: F64) -> None:
-        accs[i].add(*_errors(recipes[i], theta, m, p1, p2, exact, scale))
+        accs[i].add(*_errors(recipes[i], invs[i], m, p1, p2, exact, scale, engine))
 
     while start < L:
         stop = min(L, start + chunk)
@@ -657,13 +602,13 @@ def check_rope_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:
     return lens
 
 
-def _frequency_groups(schedule: RopeSchedule, lens: Sequence[int]) -> list[tuple[F64, list[int]]]:
-    """Lengths grouped by their frequencies (only dynamic NTK makes them differ); one pass each."""
-    groups: dict[bytes, tuple[F64, list[int]]] = {}
+def _frequency_groups(schedule: RopeSchedule, lens: Sequence[int]) -> list[tuple[int | None, list[int]]]:
+    """Lengths grouped by the ``seq_len`` their frequencies depend on (dynamic NTK and LongRoPE
+    above the pretraining context); one pass each."""
+    groups: dict[int | None, list[int]] = {}
     for L in lens:
-        th = schedule.inv_freq(L)
-        groups.setdefault(th.tobytes(), (th, []))[1].append(L)
-    return list(groups.values())
+        groups.setdefault(schedule.frequency_key(L), []).append(L)
+    return list(groups.items())
 
 
 def positions_to_scan(schedule: RopeSchedule, lengths: int | Iterable[int]) -> int:
@@ -683,6 +628,7 @@ def audit(
     budget: bool = False,
     chunk_elems: int = 2**19,
     progress: Callable[[int], None] | None = None,
+    engine: str = "numpy",
 ) -> list[RopeRow]:
     """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
 
@@ -692,7 +638,9 @@ def audit(
     so lengths above ``original_max_position_embeddings`` get a pass each.
     ``budget=True`` adds the error budget (five more recipe runs per recipe).
     ``progress`` is called after each chunk with the number of positions it
-    held (:func:`positions_to_scan` gives the total).
+    held (:func:`positions_to_scan` gives the total).  ``engine="torch"``
+    runs every stage (inv_freq formula included) with this machine's torch
+    kernels instead of correctly rounded operations.
 
     >>> row = audit(RopeSchedule(head_dim=64), preset("fp32", "bf16"), 2048)[0]
     >>> fp32_angle = 2047 * 2.0**-23 * (1 + 2.0**-24)  # theta rounding + product half-ulp, theta <= 1
@@ -703,6 +651,8 @@ def audit(
     if not recs:
         raise ValueError("no recipe given")
     lens = check_rope_lengths(lengths)
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     variants: list[Recipe] = []
     for r in recs:
         variants.append(r)
@@ -710,8 +660,10 @@ def audit(
             variants.extend(r.with_exact(s) for s in STAGES)
     scale = schedule.cos_sin_scale
     results: dict[tuple[int, int], tuple[_Acc, int]] = {}
-    for th, ls in _frequency_groups(schedule, lens):
-        snaps = _pass(variants, th, ls, scale, chunk_elems, progress)
+    for key, ls in _frequency_groups(schedule, lens):
+        runs = [effective_recipe(v, schedule, key) for v in variants]
+        invs = [stored_inv_freq(v, schedule, key, engine) for v in variants]
+        snaps = _pass(runs, schedule.inv_freq(key), invs, ls, scale, chunk_elems, progress, engine)
         for v, per_len in enumerate(snaps):
             for acc, L in per_len:
                 results[(v, L)] = (acc, L)
@@ -734,6 +686,8 @@ def audit(
                     rotary_dim=schedule.rotary,
                     scaling=schedule.scaling,
                     stages=r.stages,
+                    how=r.how,
+                    engine=engine,
                     max_angle_error=float(acc.ang_max.max()),
                     mean_angle_error=float(acc.ang_sum.sum() / (L * nf)),
                     max_rotation_error=float(acc.rot_max.max()),

@@ -1,0 +1,631 @@
+"""RoPE frequency schedules: every rope type that real configs declare.
+
+A :class:`RopeSchedule` holds a model's rotary settings (``rope_theta``, head
+and rotary dims, and the ``rope_type`` with its parameters) and computes the
+inverse frequencies ``theta_i`` three ways, from ONE written formula per type:
+
+* :meth:`RopeSchedule.inv_freq`: the reference, every operation correctly
+  rounded in float64 (pow through mpmath), so it is the same on every machine;
+* :meth:`RopeSchedule.inv_freq_in` ``(fmt)``: the formula *evaluated in* a
+  format, every operation (exponent, power, reciprocal, scaling factors)
+  correctly rounded to it, as real float32 code computes it (``engine="numpy"``),
+  or with this machine's real torch kernels (``engine="torch"``), which are
+  faithful, not correctly rounded.
+
+The formulas are the published ones: RoPE (Su et al. 2021,
+``theta_i = base ** (-2i/d)``); position interpolation (Chen et al. 2023,
+``linear``); dynamic NTK (bloc97/emozilla 2023: the base grows to
+``base * (s L / L0 - (s - 1)) ** (d / (d - 2))``); YaRN (Peng et al. 2023:
+per-frequency ramp between interpolation and extrapolation by the number of
+rotations over the pretraining context, attention factor ``0.1 ln s + 1``);
+Llama 3 (Meta 2024: wavelength bands); LongRoPE (Ding et al. 2024:
+per-frequency rescale factors, short and long sets, attention factor
+``sqrt(1 + ln s / ln L0)``); proportional partial rotary (Gemma: the rotated
+frequencies keep the full head_dim's exponents, the rest do not rotate).
+Their parameter names are those of transformers' ``rope_parameters``; tests
+compare every type with transformers' ``ROPE_INIT_FUNCTIONS``.
+
+>>> RopeSchedule(head_dim=8, base=10000.0).inv_freq().tolist()
+[1.0, 0.1, 0.01, 0.001]
+>>> s = RopeSchedule(head_dim=128, base=500000.0, scaling="llama3", factor=8.0)
+>>> bool((s.inv_freq_in("float32") != s.inv_freq().astype("float32")).any())  # 3 roundings differ from 1
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .formats import Format, get_format, round_to
+
+__all__ = [
+    "ROPE_TYPES",
+    "RopeSchedule",
+    "schedule_from_rope_parameters",
+    "ulp_distance",
+]
+
+F64 = npt.NDArray[np.float64]
+MAX_HEAD_DIM = 8192
+
+# --------------------------------------------------------------------------- arithmetic contexts
+#
+# A schedule formula is written once against these operations.  Operands are
+# arrays (values of the context's format) or Python numbers (the scalars of the
+# real code: torch turns a Python float operand of a float32/bfloat16/float16
+# op into the op's math type, float32, so they are rounded to float32 there).
+
+
+def _round_mp(v: Any, fmt: Format) -> float:
+    """An mpmath value correctly rounded to ``fmt``.
+
+    float(v) rounds to nearest float64; if inexact it is turned into the
+    round-to-odd float64 value (step toward v when its last bit is even), which
+    :func:`round_to` rounds correctly to any narrower format.
+    """
+    import mpmath
+
+    x = float(v)
+    if fmt.name == "float64" or not math.isfinite(x) or mpmath.mpf(x) == v:
+        return x if fmt.name == "float64" else float(round_to(x, fmt)[()])
+    if int(np.float64(x).view(np.uint64)) & 1 == 0:
+        x = float(np.nextafter(x, math.inf if v > x else -math.inf))
+    return float(round_to(x, fmt)[()])
+
+
+class _Rounded:
+    """Every operation exact, then correctly rounded to ``fmt`` (round to nearest even).
+
+    + - * / are done in float64 and rounded once more: double rounding through
+    53 bits is innocuous for these operations when the target has <= 25 bits
+    (Figueroa 1995), and float64 itself is the exact result's nearest value.
+    pow goes through mpmath.  Python scalars are rounded to the op's math type:
+    float64 for a float64 context, float32 otherwise (as torch does).
+    """
+
+    def __init__(self, fmt: str | Format) -> None:
+        self.fmt = get_format(fmt)
+        self.scalar_fmt = self.fmt if self.fmt.name == "float64" else get_format("float32")
+
+    def _arr(self, a: Any) -> F64:
+        if isinstance(a, np.ndarray):
+            return a
+        return round_to(np.float64(a), self.scalar_fmt)
+
+    def _r(self, x: F64) -> F64:
+        return round_to(x, self.fmt)
+
+    def arange(self, start: int, stop: int, step: int = 1) -> F64:
+        return self._r(np.arange(start, stop, step, dtype=np.float64))  # int64 .to(fmt)
+
+    def array(self, values: Sequence[float]) -> F64:
+        return self._r(round_to(np.asarray(values, dtype=np.float64), self.scalar_fmt))
+
+    def integer(self, n: int) -> F64:
+        return self._r(np.float64(n))  # an int64 tensor entering a float op
+
+    def zeros(self, n: int) -> F64:
+        return np.zeros(n)
+
+    def add(self, a: Any, b: Any) -> F64:
+        return self._r(self._arr(a) + self._arr(b))
+
+    def sub(self, a: Any, b: Any) -> F64:
+        return self._r(self._arr(a) - self._arr(b))
+
+    def mul(self, a: Any, b: Any) -> F64:
+        return self._r(self._arr(a) * self._arr(b))
+
+    def div(self, a: Any, b: Any) -> F64:
+        with np.errstate(divide="ignore"):
+            return self._r(self._arr(a) / self._arr(b))
+
+    def pow(self, a: Any, b: Any) -> F64:
+        import mpmath
+
+        x, y = np.broadcast_arrays(self._arr(a), self._arr(b))
+        with mpmath.workprec(160):
+            out = [_round_mp(mpmath.power(mpmath.mpf(float(p)), mpmath.mpf(float(q))), self.fmt)
+                   for p, q in zip(x.ravel(), y.ravel())]
+        return np.array(out, dtype=np.float64).reshape(x.shape)
+
+    def where(self, cond: Any, a: Any, b: Any) -> F64:
+        return np.where(cond, self._arr(a), self._arr(b))
+
+    def gt(self, a: Any, b: Any) -> Any:
+        return self._arr(a) > self._arr(b)
+
+    def lt(self, a: Any, b: Any) -> Any:
+        return self._arr(a) < self._arr(b)
+
+    def clamp(self, a: Any, lo: float, hi: float) -> F64:
+        return np.clip(self._arr(a), lo, hi)
+
+    def cat(self, a: Any, b: Any) -> F64:
+        return np.concatenate([a, b])
+
+    def result(self, a: Any) -> F64:
+        return np.asarray(self._arr(a), dtype=np.float64)
+
+
+class _Torch:
+    """The same operations with real torch tensors in ``fmt`` (this machine's kernels)."""
+
+    def __init__(self, fmt: str | Format) -> None:
+        import torch
+
+        self.torch = torch
+        f = get_format(fmt)
+        if f.torch_dtype is None:
+            raise ValueError(f"format {f.name!r} has no torch dtype; the torch engine cannot run it")
+        self.dtype = f.torch_dtype
+
+    def arange(self, start: int, stop: int, step: int = 1) -> Any:
+        return self.torch.arange(start, stop, step, dtype=self.torch.int64).to(self.dtype)
+
+    def array(self, values: Sequence[float]) -> Any:
+        return self.torch.tensor(list(values), dtype=self.torch.float32).to(self.dtype)
+
+    def integer(self, n: int) -> Any:
+        return self.torch.tensor(n, dtype=self.torch.int64).to(self.dtype)
+
+    def zeros(self, n: int) -> Any:
+        return self.torch.zeros(n, dtype=self.dtype)
+
+    def add(self, a: Any, b: Any) -> Any:
+        return a + b
+
+    def sub(self, a: Any, b: Any) -> Any:
+        return a - b
+
+    def mul(self, a: Any, b: Any) -> Any:
+        return a * b
+
+    def div(self, a: Any, b: Any) -> Any:
+        return a / b
+
+    def pow(self, a: Any, b: Any) -> Any:
+        return a**b
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        return self.torch.where(cond, a, b)
+
+    def gt(self, a: Any, b: Any) -> Any:
+        return a > b
+
+    def lt(self, a: Any, b: Any) -> Any:
+        return a < b
+
+    def clamp(self, a: Any, lo: float, hi: float) -> Any:
+        return self.torch.clamp(a, lo, hi)
+
+    def cat(self, a: Any, b: Any) -> Any:
+        return self.torch.cat([a, b])
+
+    def result(self, a: Any) -> F64:
+        t = a if isinstance(a, self.torch.Tensor) else self.torch.tensor(a, dtype=self.dtype)
+        return t.to(self.torch.float64).numpy()
+
+
+# --------------------------------------------------------------------------- the formulas
+
+
+def _default(s: "RopeSchedule", o: Any, seq_len: int | None, base: Any = None) -> Any:
+    """theta_i = 1 / base ** (2i / d) over the rotated dims (Su et al.)."""
+    d = s.rotary
+    return o.div(1.0, o.pow(s.base if base is None else base, o.div(o.arange(0, d, 2), d)))
+
+
+def _linear(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
+    """Position interpolation: every frequency divided by the factor."""
+    return o.div(_default(s, o, seq_len), s.factor)
+
+
+def _dynamic(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
+    """Dynamic NTK: above the pretraining context L0 the base grows with the length L.
+
+    base' = base * (s L / L0 - (s - 1)) ** (d / (d - 2)).  At or below L0 the
+    module keeps the plain frequencies; above it, it recomputes them with L
+    taken from the position ids (a tensor), so base' is itself float32 math.
+    """
+    L0, d = s.original_max_position_embeddings, s.rotary
+    if seq_len is None or seq_len <= L0:
+        return _default(s, o, seq_len)
+    ratio = o.div(o.mul(s.factor, o.integer(seq_len)), L0)
+    grown = o.mul(s.base, o.pow(o.sub(ratio, s.factor - 1), d / (d - 2)))
+    return _default(s, o, seq_len, base=grown)
+
+
+def _yarn_bounds(s: "RopeSchedule") -> tuple[float, float]:
+    """YaRN's ramp ends: the dims whose wavelength fits beta_fast / beta_slow rotations in L0."""
+    d, L0 = s.rotary, s.original_max_position_embeddings
+
+    def dim_for(rotations: float) -> float:  # d ln(L0 / (2 pi r)) / (2 ln base)
+        return d * math.log(L0 / (rotations * 2 * math.pi)) / (2 * math.log(s.base))
+
+    low, high = dim_for(s.beta_fast), dim_for(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001  # a zero-width ramp would divide by zero
+    return low, high
+
+
+def _yarn(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
+    """YaRN: interpolate (theta / s) below the ramp, extrapolate (theta) above it, blend between."""
+    d = s.rotary
+    powers = o.pow(s.base, o.div(o.arange(0, d, 2), d))
+    extrapolated = o.div(1.0, powers)
+    interpolated = o.div(1.0, o.mul(s.factor, powers))
+    low, high = _yarn_bounds(s)
+    ramp = o.clamp(o.div(o.sub(o.arange(0, d // 2), low), high - low), 0.0, 1.0)
+    keep = o.sub(1, ramp)  # weight of the extrapolated frequency
+    return o.add(o.mul(interpolated, o.sub(1, keep)), o.mul(extrapolated, keep))
+
+
+def _longrope(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
+    """LongRoPE: theta_i / lambda_i with the short factors up to L0, the long ones beyond."""
+    d = s.rotary
+    long = seq_len is not None and seq_len > s.original_max_position_embeddings
+    lam = o.array(s.long_factor if long else s.short_factor)  # type: ignore[arg-type]
+    return o.div(1.0, o.mul(lam, o.pow(s.base, o.div(o.arange(0, d, 2), d))))
+
+
+def _llama3(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
+    """Llama 3: keep short wavelengths, divide long ones by the factor, blend the band between.
+
+    Bands by wavelength w = 2 pi / theta against L0 / high_freq_factor and
+    L0 / low_freq_factor; in the band the weight is
+    (L0 / w - low_freq_factor) / (high_freq_factor - low_freq_factor).
+    """
+    L0 = s.original_max_position_embeddings
+    theta = _default(s, o, seq_len)
+    wavelength = o.div(2 * math.pi, theta)
+    short_edge, long_edge = L0 / s.high_freq_factor, L0 / s.low_freq_factor
+    scaled = o.where(o.gt(wavelength, long_edge), o.div(theta, s.factor), theta)
+    w = o.div(o.sub(o.div(L0, wavelength), s.low_freq_factor), s.high_freq_factor - s.low_freq_factor)
+    blended = o.add(o.div(o.mul(o.sub(1, w), scaled), s.factor), o.mul(w, scaled))
+    band = ~o.lt(wavelength, short_edge) & ~o.gt(wavelength, long_edge)
+    return o.where(band, blended, scaled)
+
+
+def _proportional(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
+    """Proportional partial rotary: the rotated pairs keep head_dim's exponents 2i / head_dim,
+    the other pairs get frequency 0 (no rotation); all divided by the factor."""
+    d, rotated = s.head_dim, s.rotary // 2
+    theta = o.div(1.0, o.pow(s.base, o.div(o.arange(0, 2 * rotated, 2), d)))
+    if d // 2 > rotated:
+        theta = o.cat(theta, o.zeros(d // 2 - rotated))
+    return o.div(theta, s.factor)
+
+
+_FORMULAS: dict[str, Callable[["RopeSchedule", Any, int | None], Any]] = {
+    "default": lambda s, o, n: _default(s, o, n),
+    "linear": _linear,
+    "dynamic": _dynamic,
+    "yarn": _yarn,
+    "longrope": _longrope,
+    "llama3": _llama3,
+    "proportional": _proportional,
+}
+ROPE_TYPES: tuple[str, ...] = tuple(_FORMULAS)
+_TYPE_ALIASES = {"none": "default", "su": "longrope"}  # "su": LongRoPE's name in early Phi-3 configs
+
+
+# --------------------------------------------------------------------------- the schedule
+
+
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} {value!r} must be a number")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} {value!r} must be a finite number > 0")
+    return float(value)
+
+
+def _even_dim(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0 or value % 2:
+        raise ValueError(f"{name} {value!r} must be a positive even integer")
+    if value > MAX_HEAD_DIM:
+        raise ValueError(f"{name} {value} exceeds {MAX_HEAD_DIM} (real models use 64..256)")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class RopeSchedule:
+    """RoPE frequencies of one model: base, dims and ``scaling`` (the rope type).
+
+    ``rotary_dim`` (default ``head_dim``) is the number of rotated dims
+    (partial rotary: ``int(head_dim * partial_rotary_factor)``; for
+    ``proportional`` the rotated pairs keep ``head_dim``'s exponents and the
+    other ``(head_dim - rotary_dim) / 2`` pairs get frequency 0).  ``scaling``
+    is one of :data:`ROPE_TYPES` (``none`` = ``default``) with transformers'
+    parameter names: ``factor``; ``original_max_position_embeddings`` (the
+    pretraining context L0; for ``dynamic`` it is ``max_position_embeddings``,
+    where the module starts growing the base); ``low_freq_factor`` /
+    ``high_freq_factor`` (llama3); ``beta_fast`` / ``beta_slow``,
+    ``truncate``, ``mscale`` / ``mscale_all_dim`` / ``attention_factor``
+    (yarn); ``short_factor`` / ``long_factor`` / ``attention_factor``
+    (longrope).
+
+    >>> RopeSchedule(head_dim=8, scaling="linear", factor=4).inv_freq()[0]
+    np.float64(0.25)
+    >>> RopeSchedule(head_dim=8, rotary_dim=4, scaling="proportional").inv_freq().tolist()
+    [1.0, 0.1, 0.0, 0.0]
+    >>> RopeSchedule(scaling="rope2")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown rope type 'rope2'; valid: default, linear, dynamic, yarn, longrope, llama3, proportional
+    """
+
+    head_dim: int = 128
+    base: float = 10000.0
+    rotary_dim: int | None = None
+    scaling: str = "none"
+    factor: float = 1.0
+    original_max_position_embeddings: int = 8192
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool = True
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        d = _even_dim("head_dim", self.head_dim)
+        base = self.base
+        if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)) \
+                or not (math.isfinite(base) and base > 1):
+            raise ValueError(f"base {base!r} must be a finite number > 1")
+        r = _even_dim("rotary_dim", d if self.rotary_dim is None else self.rotary_dim)
+        if r > d:
+            raise ValueError(f"rotary_dim {r} is larger than head_dim {d}")
+        kind = _TYPE_ALIASES.get(str(self.scaling), str(self.scaling))
+        if kind not in _FORMULAS:
+            raise ValueError(f"unknown rope type {self.scaling!r}; valid: {', '.join(ROPE_TYPES)}")
+        factor = _positive("scaling factor", self.factor)
+        L0 = self.original_max_position_embeddings
+        if isinstance(L0, bool) or not isinstance(L0, (int, np.integer)) or L0 < 1:
+            raise ValueError(f"original_max_position_embeddings {L0!r} must be an integer >= 1")
+        for name in ("low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"):
+            _positive(name, getattr(self, name))
+        if kind == "dynamic" and r <= 2:
+            raise ValueError(f"dynamic scaling needs rotary_dim > 2, got {r}")
+        if kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
+            raise ValueError(f"llama3 needs high_freq_factor > low_freq_factor, got {self.high_freq_factor!r}"
+                             f" and {self.low_freq_factor!r}")
+        if kind == "yarn" and not self.beta_fast > self.beta_slow:
+            raise ValueError(f"yarn needs beta_fast > beta_slow, got {self.beta_fast!r} and {self.beta_slow!r}")
+        for name in ("mscale", "mscale_all_dim", "attention_factor"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
+        if not isinstance(self.truncate, (bool, np.bool_)):
+            raise ValueError(f"truncate {self.truncate!r} must be true or false")
+        for name in ("short_factor", "long_factor"):
+            v = getattr(self, name)
+            if kind == "longrope":
+                if v is None:
+                    raise ValueError(f"longrope needs {name} (one factor per frequency, {r // 2} values)")
+                try:
+                    v = tuple(_positive(f"{name} entry", x) for x in v)
+                except TypeError:
+                    raise ValueError(f"{name} {v!r} must be a list of {r // 2} numbers") from None
+                if len(v) != r // 2:
+                    raise ValueError(f"{name} has {len(v)} values; rotary_dim {r} needs {r // 2}")
+                object.__setattr__(self, name, v)
+            elif v is not None:
+                raise ValueError(f"{name} applies to longrope only, not {kind!r}")
+        object.__setattr__(self, "scaling", kind)
+        object.__setattr__(self, "base", float(base))
+        object.__setattr__(self, "factor", factor)
+        object.__setattr__(self, "rotary_dim", r)
+        object.__setattr__(self, "head_dim", d)
+        object.__setattr__(self, "original_max_position_embeddings", int(L0))
+        object.__setattr__(self, "truncate", bool(self.truncate))
+
+    @property
+    def rotary(self) -> int:
+        """Number of rotated dims (``rotary_dim``)."""
+        return int(self.rotary_dim)  # type: ignore[arg-type]
+
+    @property
+    def n_freq(self) -> int:
+        """Number of frequencies (pairs): ``rotary_dim // 2``; ``head_dim // 2`` for proportional."""
+        return self.head_dim // 2 if self.scaling == "proportional" else self.rotary // 2
+
+    def inv_freq(self, seq_len: int | None = None) -> F64:
+        """The reference frequencies, every operation correctly rounded in float64.
+
+        ``seq_len`` (the longest position + 1) matters for ``dynamic`` and
+        ``longrope`` only.
+        """
+        return _cached(self, "float64", "numpy", seq_len).copy()
+
+    def inv_freq_in(self, fmt: str | Format, seq_len: int | None = None, engine: str = "numpy") -> F64:
+        """The formula evaluated in ``fmt``: every operation rounded to it, as real code computes it.
+
+        ``engine="numpy"`` rounds every operation correctly (round to nearest
+        even); ``engine="torch"`` runs torch's kernels of this machine in the
+        torch dtype (its ``pow`` is faithful, not correctly rounded, and
+        differs between CPUs).
+
+        >>> RopeSchedule(head_dim=8).inv_freq_in("bfloat16").tolist()  # 10000**0.75 = 1000 exact; 1/1000 -> 131 * 2**-17
+        [1.0, 0.10009765625, 0.010009765625, 0.00099945068359375]
+        """
+        if engine not in ("numpy", "torch"):
+            raise ValueError(f"unknown engine {engine!r}; valid: numpy, torch")
+        return _cached(self, get_format(fmt).name, engine, seq_len).copy()
+
+    def frequency_key(self, seq_len: int) -> int | None:
+        """The ``seq_len`` the frequencies of a length-``seq_len`` pass depend on (None: none).
+
+        Lengths with equal keys share frequencies and can share one pass.
+        """
+        if self.scaling in ("dynamic", "longrope") and seq_len > self.original_max_position_embeddings:
+            return seq_len if self.scaling == "dynamic" else self.original_max_position_embeddings + 1
+        return None
+
+    @property
+    def cos_sin_scale(self) -> float:
+        """Factor on cos/sin (the attention factor): YaRN's ``0.1 ln s + 1`` (or its
+        mscale ratio), LongRoPE's ``sqrt(1 + ln s / ln L0)``, 1 otherwise.
+
+        >>> round(RopeSchedule(scaling="yarn", factor=4).cos_sin_scale, 6)
+        1.138629
+        """
+        if self.attention_factor is not None and self.scaling in ("yarn", "longrope"):
+            return float(self.attention_factor)
+        s = self.factor
+        if self.scaling == "yarn":
+            def m(scale: float, k: float = 1.0) -> float:
+                return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+
+            if self.mscale and self.mscale_all_dim:
+                return float(m(s, self.mscale) / m(s, self.mscale_all_dim))
+            return m(s)
+        if self.scaling == "longrope":
+            return 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(self.original_max_position_embeddings))
+        return 1.0
+
+    def describe(self) -> str:
+        """One line: the rope type and the parameters that matter for it."""
+        parts = [f"head_dim={self.head_dim}", f"rotary_dim={self.rotary}", f"base={self.base:g}",
+                 f"rope_type={self.scaling}"]
+        if self.scaling != "default":
+            parts.append(f"factor={self.factor:g}")
+        if self.scaling in ("dynamic", "yarn", "longrope", "llama3"):
+            parts.append(f"L0={self.original_max_position_embeddings}")
+        if self.cos_sin_scale != 1.0:
+            parts.append(f"attention_factor={self.cos_sin_scale:.6g}")
+        return ", ".join(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(s: RopeSchedule, fmt: str, engine: str, seq_len: int | None) -> F64:
+    ops = _Rounded(fmt) if engine == "numpy" else _Torch(fmt)
+    out = ops.result(_FORMULAS[s.scaling](s, ops, seq_len))
+    out.setflags(write=False)
+    return out
+
+
+def ulp_distance(a: npt.ArrayLike, b: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.int64]:
+    """How many ``fmt`` ulps apart two arrays of ``fmt`` values are (elementwise, same sign).
+
+    >>> ulp_distance([1.0, 0.1], [1.0 + 2**-23, 0.1], "float32").tolist()
+    [1, 0]
+    """
+    from .formats import spacing
+
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    step = np.minimum(spacing(x, fmt), spacing(y, fmt))
+    with np.errstate(invalid="ignore"):
+        return np.rint(np.abs(x - y) / step).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- configs
+
+_PARAM_KEYS = {
+    "rope_theta": "base",
+    "factor": "factor",
+    "original_max_position_embeddings": "original_max_position_embeddings",
+    "low_freq_factor": "low_freq_factor",
+    "high_freq_factor": "high_freq_factor",
+    "beta_fast": "beta_fast",
+    "beta_slow": "beta_slow",
+    "mscale": "mscale",
+    "mscale_all_dim": "mscale_all_dim",
+    "attention_factor": "attention_factor",
+    "truncate": "truncate",
+    "short_factor": "short_factor",
+    "long_factor": "long_factor",
+}
+_IGNORED_KEYS = ("rope_type", "type", "partial_rotary_factor")
+
+
+def schedule_from_rope_parameters(
+    params: Mapping[str, Any] | str | None,
+    *,
+    head_dim: int,
+    base: float | None = None,
+    max_position_embeddings: int | None = None,
+    original_max_position_embeddings: int | None = None,
+    partial_rotary_factor: float | None = None,
+) -> RopeSchedule:
+    """A schedule from a config's ``rope_parameters`` (or legacy ``rope_scaling``) object, as is.
+
+    ``params`` is a mapping or its JSON text (``None``: default RoPE).  The
+    rope type is ``rope_type`` (or legacy ``type``); ``rope_theta`` there or
+    ``base`` gives the base.  ``max_position_embeddings`` is the config's top
+    level value: ``dynamic`` grows the base above it, and ``yarn``/``longrope``
+    take ``factor = max_position_embeddings / original_max_position_embeddings``
+    when no factor is given (as transformers does).  Older configs (Phi-3) keep
+    ``original_max_position_embeddings`` at the top level: pass it, it fills
+    the parameter when ``params`` lacks it.  Unknown keys are an error
+    (a silently ignored key would give a wrong number).
+
+    >>> s = schedule_from_rope_parameters('{"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, '
+    ...     '"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}', head_dim=128)
+    >>> s.scaling, s.factor, s.base
+    ('llama3', 8.0, 500000.0)
+    >>> schedule_from_rope_parameters({"rope_type": "yarn", "factr": 4}, head_dim=64)
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown rope parameter 'factr'; known: rope_theta, factor, original_max_position_embeddings, low_freq_factor, high_freq_factor, beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate, short_factor, long_factor, rope_type, type, partial_rotary_factor
+    """
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"rope parameters are not valid JSON: {e}") from None
+    p = dict(params or {})
+    if not all(isinstance(k, str) for k in p):
+        raise ValueError("rope parameters must be a JSON object with string keys")
+    for k in p:
+        if k not in _PARAM_KEYS and k not in _IGNORED_KEYS:
+            raise ValueError(f"unknown rope parameter {k!r}; known: {', '.join([*_PARAM_KEYS, *_IGNORED_KEYS])}")
+    kind = p.get("rope_type", p.get("type", "default"))
+    if not isinstance(kind, str):
+        raise ValueError(f"rope_type {kind!r} must be a string")
+    kind = _TYPE_ALIASES.get(kind, kind)
+    if kind not in _FORMULAS:
+        raise ValueError(f"unknown rope type {kind!r}; valid: {', '.join(ROPE_TYPES)}")
+    kw: dict[str, Any] = {_PARAM_KEYS[k]: v for k, v in p.items() if k in _PARAM_KEYS and v is not None}
+    if base is not None and "base" not in kw:
+        kw["base"] = base
+    prf = p.get("partial_rotary_factor", partial_rotary_factor)
+    if prf is not None:
+        prf = _positive("partial_rotary_factor", prf)
+        if prf > 1:
+            raise ValueError(f"partial_rotary_factor {prf!r} must be <= 1")
+        rotated = int(head_dim * prf) if kind != "proportional" else 2 * int(prf * head_dim // 2)
+        kw["rotary_dim"] = rotated - rotated % 2
+    M = max_position_embeddings
+    if "original_max_position_embeddings" not in kw and kind in ("yarn", "longrope", "llama3"):
+        if original_max_position_embeddings is not None:
+            kw["original_max_position_embeddings"] = original_max_position_embeddings
+        elif kind == "longrope" and M is not None:
+            kw["original_max_position_embeddings"] = M
+    if kind == "dynamic":
+        if M is not None:
+            kw["original_max_position_embeddings"] = M  # dynamic grows above max_position_embeddings
+    elif kind in ("yarn", "longrope") and "factor" not in kw:
+        if M is None or "original_max_position_embeddings" not in kw:
+            raise ValueError(f"{kind} without a factor needs max_position_embeddings and "
+                             "original_max_position_embeddings (factor = their ratio)")
+        kw["factor"] = M / kw["original_max_position_embeddings"]
+    if kind in ("linear", "dynamic", "yarn", "llama3") and "factor" not in kw:
+        raise ValueError(f"rope type {kind!r} needs a factor")
+    return RopeSchedule(head_dim=head_dim, scaling=kind, **kw)
