@@ -136,7 +136,7 @@ class Incident:
     explanation: str
 
     def __post_init__(self) -> None:
-        if not self.name or "#" not in self.reference and self.name != "baichuan":
+        if not self.name or ("#" not in self.reference and self.name != "baichuan"):
             raise ValueError(f"incident {self.name!r}: reference {self.reference!r} must be owner/repo#number")
         if not 2000 < self.year < 2100:
             raise ValueError(f"incident {self.name!r}: year {self.year!r} out of range")

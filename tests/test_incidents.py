@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from precision_audit.attention import apply_errors, apply_rotation, attention_errors
 from precision_audit.cli import main
 from precision_audit.incidents import CATALOG, IncidentResult, angle_overflow, incident_names, reproduce
-from precision_audit.rope import RopeSchedule, preset
+from precision_audit.rope import Recipe, RopeSchedule, preset
 
 mpmath.mp.prec = 100
 FP16_MAX = 65504.0
@@ -210,9 +210,6 @@ def test_cactus_688(results):
 def test_angle_overflow_per_frequency():
     # positions in fp32, angle in fp16: only m * theta_i >= 65520 overflows, frequency by frequency
     s = RopeSchedule(head_dim=4, base=4.0)  # theta = 1, 1/2
-    rec = preset("fp32", "fp16")
-    from precision_audit.rope import Recipe
-
     rec = Recipe("angle-fp16", "fp32", "fp32", "fp16", "fp32", "fp16")
     o = angle_overflow(s, rec, 140000, chunk=4096)
     # theta_1 = 1/2: m/2 rounds to inf from m/2 >= 65520, i.e. m >= 131040
