@@ -206,14 +206,81 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
     emit("positions", rows, as_json, POSITION_COLUMNS + [("method", "method")])
 
 
-@main.group()
-def reproduce() -> None:
-    """Reproduce published findings from one command."""
+def _incident_names() -> list[str]:
+    from .incidents import incident_names
+
+    return incident_names()
 
 
-@reproduce.command()
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def baichuan(as_json: bool) -> None:
+def _fig(value: Any) -> str:
+    if isinstance(value, float):
+        return _cell(value) if value != int(value) or abs(value) >= 1e5 else f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fig(v) for v in value) + "]"
+    return str(value)
+
+
+def _verdict_text(res: Any) -> str:
+    """Published next to measured figures, the verdict and its reasons, the explanation."""
+    keys = list(res.published) + [k for k in res.measured if k not in res.published]
+    rows = [{"figure": k, "published": _fig(res.published[k]) if k in res.published else "-",
+             "measured": _fig(res.measured[k]) if k in res.measured else "-"} for k in keys]
+    width = max(len(r["published"]) for r in rows)
+    lines = [f"{res.name}: {res.reference} ({res.year}) - {res.what}", f"code path: {res.code_path}",
+             f"recipe: {', '.join(f'{k}={v}' for k, v in res.recipe.items())}",
+             f"settings: {', '.join(f'{k}={_fig(v)}' for k, v in res.settings.items())}",
+             f"published figures from: {res.published_source}", ""]
+    lines.append(table(rows, [("figure", "figure"),
+                              ("published", lambda r: r["published"].ljust(width)[:80]),
+                              ("measured", "measured")]))
+    lines += ["", f"verdict: {res.verdict}"] + [f"  - {r}" for r in res.reasons]
+    lines += ["", res.explanation]
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("name", required=False, type=click.Choice(_incident_names()), metavar="NAME")
+@click.option("--list", "as_list", is_flag=True, help="List the catalog: name, reference, year, what.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"auditor": "reproduce", "results": [row]} (row: name, reference, published, measured, '
+                   'verdict, explanation, ...) as JSON instead of text.')
+def reproduce(name: str | None, as_list: bool, as_json: bool) -> None:
+    """Reproduce a published incident: its figures next to the tool's, with a verdict.
+
+    NAME is one of the catalog (see --list): baichuan, gpt-neox-1003,
+    transformers-25681, transformers-29285, modded-nanogpt-39, candle-3520,
+    cactus-688, mlx-lm-1076.  Each runs the report's code path as a recipe
+    and judges every figure the report states: reproduced, or differs with
+    the reason in numbers.
+
+    Example: precision-audit reproduce candle-3520
+    """
+    from .incidents import CATALOG
+    from .incidents import reproduce as run_incident
+
+    if as_list:
+        if name is not None:
+            raise click.UsageError("give NAME or --list, not both")
+        rows = [{"name": i.name, "reference": i.reference, "year": i.year, "what": i.what} for i in CATALOG.values()]
+        if as_json:
+            click.echo(json.dumps({"auditor": "reproduce", "results": rows}, indent=2))
+        else:
+            click.echo(table(rows, [("name", "name"), ("reference", "reference"), ("year", "year"),
+                                    ("what", "what")]))
+        return
+    if name is None:
+        raise click.UsageError(f"missing NAME (one of: {', '.join(CATALOG)}) or --list")
+    res = run_incident(name)
+    if name == "baichuan":
+        _baichuan(as_json, res)
+        return
+    if as_json:
+        click.echo(json.dumps({"auditor": "reproduce", "results": [res.to_dict()]}, indent=2))
+        return
+    click.echo(_verdict_text(res))
+
+
+def _baichuan(as_json: bool, res: Any) -> None:
     """Baichuan's finding: bf16 position ids keep ~10 % of positions at 8K.
 
     Position ids 0..L-1 built in bfloat16 and float16 (the bug) next to
@@ -233,7 +300,8 @@ def baichuan(as_json: bool) -> None:
     )
     if as_json:
         click.echo(json.dumps({"auditor": "positions", "reproduction": "baichuan",
-                               "results": [r.to_dict() for r in rows], "summary": summary}, indent=2))
+                               "results": [r.to_dict() for r in rows], "summary": summary,
+                               "incident": res.to_dict()}, indent=2))
         return
     wide = []
     for n in sorted({r.length for r in rows}):
@@ -253,6 +321,10 @@ def baichuan(as_json: bool) -> None:
                "max run = most neighbouring tokens sharing one position)\n")
     click.echo(table(wide, cols))
     click.echo("\n" + summary)
+    click.echo(f"\npublished: {res.published}  ({res.published_source})\nmeasured:  {res.measured}\n"
+               f"verdict: {res.verdict}" + "".join(f"\n  - {r}" for r in res.reasons))
+
+
 
 
 # --- sinusoidal -------------------------------------------------------------------------------
@@ -616,9 +688,17 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
 @click.option("--shifts", type=click.IntRange(1, 4096), default=1024, show_default=True,
               help="Query positions per offset, evenly spread along the context.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the (q, k) pairs.")
+@click.option("--apply", "apply_dtype", type=DTYPE, default=None,
+              help="Store q/k in this format and rotate them in it (q*cos + rotate_half(q)*sin), "
+                   "as a bf16/fp16 model does.  [default: float64 rotation: the cache's error alone]")
+@click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast"]), default="elementwise",
+              show_default=True,
+              help="With --apply: each product and sum rounded to the apply format (elementwise), or the "
+                   "rotation computed in float32 and the result cast (fp32-then-cast).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: tuple[str, ...],
-                  distances: tuple[int, ...], pairs: int, shifts: int, seed: int, as_json: bool) -> None:
+                  distances: tuple[int, ...], pairs: int, shifts: int, seed: int, apply_dtype: str | None,
+                  apply_mode: str, as_json: bool) -> None:
     """RoPE attention logits q_m . k_n per offset: error and shift invariance.
 
     For seeded random (q, k) pairs, the logit each recipe's rotation gives at
@@ -633,7 +713,7 @@ def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: 
 
     recs = [preset(r, dtype) for r in (recipes or _ROPE_PRESETS)]
     rows = attention_errors(RopeSchedule(head_dim=head_dim, base=base), recs, length, distances or None,
-                            pairs=pairs, shifts=shifts, seed=seed)
+                            pairs=pairs, shifts=shifts, seed=seed, apply=apply_dtype, mode=apply_mode)
     rank = {r.name: i for i, r in enumerate(recs)}
     rows = sorted(rows, key=lambda r: (r.distance, rank[r.recipe]))
     cols: list[tuple[str, Any]] = [
@@ -643,4 +723,6 @@ def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: 
     ]
     emit("attention", rows, as_json, cols,
          footer=f"\nhead_dim={head_dim}, base={base:g}, {pairs} (q, k) pairs, up to {shifts} shifts per offset, "
-                "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0).")
+                "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0)."
+                + (f"\nq/k stored and rotated in {apply_dtype} ({apply_mode}); the exact logit uses the same "
+                   "stored q/k." if apply_dtype else ""))
