@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from ._common import Row, check_length
 from .formats import get_format, round_to
-from .rope import Recipe, RopeSchedule, check_rope_lengths, exact_angles, recipe_stages
+from .rope import Recipe, RopeSchedule, check_rope_lengths, exact_angles, run_recipe
 
 __all__ = [
     "APPLY_MODES",
@@ -200,8 +200,8 @@ def attention_errors(
         phi = exact_angles([dist], theta)[0]  # (nf,)
         exact = (g * g) * ((q1 * k1 + q2 * k2) @ np.cos(phi) - (q2 * k1 - q1 * k2) @ np.sin(phi)) + passthrough
         for rec in recs:
-            sm = recipe_stages(rec, theta, m, g)
-            sn = recipe_stages(rec, theta, n, g)
+            sm = run_recipe(rec, schedule, m, L)
+            sn = run_recipe(rec, schedule, n, L)
             with np.errstate(invalid="ignore", over="ignore"):
                 if apply is None:
                     a1, a2 = _rotate(q1[:, None, :], q2[:, None, :], sm["cos"][None], sm["sin"][None])
@@ -322,7 +322,7 @@ def apply_errors(
         m = np.unique(np.linspace(lo, max(lo, hi - 2), num=min(samples, max(1, hi - 1 - lo))).round().astype(np.int64))
         pos = np.concatenate([m, m + 1])
         theta = schedule.inv_freq(hi)
-        st = recipe_stages(recipe, theta, pos, g)
+        st = run_recipe(recipe, schedule, pos, hi)
         y1, y2 = apply_rotation(q1, q2, st["cos"][None], st["sin"][None], fmt.name, mode)
         phi = exact_angles(pos, theta)
         e1, e2 = _rotate(q1, q2, g * np.cos(phi)[None], g * np.sin(phi)[None])

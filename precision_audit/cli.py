@@ -8,6 +8,7 @@ with a usage message), calls the library and prints a table or, with
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -213,8 +214,11 @@ def _incident_names() -> list[str]:
 
 
 def _fig(value: Any) -> str:
+    """A figure with up to 7 significant digits (1044.268, not 1044: the digits are the point)."""
     if isinstance(value, float):
-        return _cell(value) if value != int(value) or abs(value) >= 1e5 else f"{value:g}"
+        if value == 0 or not math.isfinite(value) or 1e-4 <= abs(value) < 1e7:
+            return f"{value:.7g}"
+        return f"{value:.4e}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_fig(v) for v in value) + "]"
     return str(value)

@@ -28,7 +28,7 @@ import numpy as np
 from ._common import Row, check_length
 from .attention import apply_errors, attention_errors
 from .formats import get_format, round_to, spacing
-from .rope import Recipe, RopeSchedule, audit, exact_angles, preset, recipe_stages, wrap
+from .rope import Recipe, RopeSchedule, audit, exact_angles, preset, run_recipe, wrap
 
 __all__ = [
     "CATALOG",
@@ -78,7 +78,7 @@ def angle_overflow(schedule: RopeSchedule, recipe: Recipe, length: int, *, chunk
     count = 0
     for start in range(0, L, chunk):
         m = np.arange(start, min(L, start + chunk), dtype=np.float64)
-        bad = ~np.isfinite(recipe_stages(recipe, theta, m)["angle"])
+        bad = ~np.isfinite(run_recipe(recipe, schedule, m, L)["angle"])
         count += int(np.count_nonzero(bad))
         for i in np.flatnonzero(bad.any(axis=0)):
             if first[i] is None:
@@ -205,8 +205,8 @@ _NEOX_FP32 = preset("fp32", "fp32")
 
 def _measure_neox() -> Figures:
     theta, m = _NEOX.inv_freq(), np.arange(2048)
-    lo, hi = recipe_stages(_NEOX_FP16, theta, m), recipe_stages(_NEOX_FP32, theta, m)
-    bf = recipe_stages(preset("lowp", "bf16"), theta, m)
+    lo, hi = run_recipe(_NEOX_FP16, _NEOX, m), run_recipe(_NEOX_FP32, _NEOX, m)
+    bf = run_recipe(preset("lowp", "bf16"), _NEOX, m)
     diff = np.abs(lo["cos"] - hi["cos"])
     pos, col = np.unravel_index(int(diff.argmax()), diff.shape)
     exact = np.cos(exact_angles(m, theta))
@@ -305,7 +305,7 @@ def _measure_candle() -> Figures:
     v = float(round_to([p], "bf16")[0])
     step = float(spacing([p], "bf16")[0])
     theta = _QWEN25.inv_freq()
-    st = recipe_stages(preset("lowp", "bf16"), theta, [15962])
+    st = run_recipe(preset("lowp", "bf16"), _QWEN25, [15962])
     rows = audit(_QWEN25, [preset("lowp", "bf16"), preset("fp32", "bf16")], [16384, 32768])
     at = {(r.recipe, r.length): r for r in rows}
     return {
@@ -345,7 +345,7 @@ _CACTUS_FIX = preset("fp64", "fp16")
 
 def _measure_cactus() -> Figures:
     theta, m = _QWEN3.inv_freq(), np.arange(16384)
-    st = recipe_stages(_CACTUS_BUG, theta, m)
+    st = run_recipe(_CACTUS_BUG, _QWEN3, m)
     p1 = m[:, None] * theta[None, :]  # float64 product: within 2**-53 relative of m*theta, far below 1e-6 rad
     unwrapped = np.abs(st["angle"] - p1).max(axis=1)
     wrapped = np.abs(wrap(st["angle"] - exact_angles(m, theta))).max(axis=1)
