@@ -456,7 +456,7 @@ def test_decay_curve_matches_brute_force(recipe: str, dtype: str) -> None:
 
 
 def test_figures_are_written(tmp_path) -> None:
-    from precision_audit.report_sinusoidal import plot_decay, plot_duplicates
+    from precision_audit.report.sinusoidal import plot_decay, plot_duplicates
 
     a = plot_duplicates(tmp_path / "dup.png", dim=8, lengths=(64, 512, 2048))
     b = plot_decay(tmp_path / "decay.png", length=256, dim=8, max_lag=8)

@@ -1,21 +1,21 @@
-"""Figures for the README (matplotlib, Agg backend, imported lazily).
+"""Figure: position ids cast to a format (exact share, longest collision run).
 
->>> from precision_audit.report import FIGURES
->>> list(FIGURES)
-['positions', 'rope', 'alibi', 'sinusoidal']
+>>> import tempfile, pathlib
+>>> with tempfile.TemporaryDirectory() as d:
+...     plot_positions(pathlib.Path(d) / "p.png", max_log2=8).name
+'p.png'
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
+from ..positions import predict_positions
 from ._plotting import pyplot, save_figure
-from .positions import predict_positions
 
-__all__ = ["FIGURES", "make_figures", "plot_positions"]
+__all__ = ["POSITION_FORMATS", "plot_positions"]
 
 POSITION_FORMATS = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
 
@@ -47,42 +47,3 @@ def plot_positions(path: str | Path, max_log2: int = 21) -> Path:
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8, loc="upper right" if ax is ax1 else "upper left")
     return save_figure(fig, path, dpi=110)
-
-
-def _rope(d: Path) -> object:
-    from .report_rope import rope_figures
-
-    return rope_figures(d)
-
-
-def _alibi(d: Path) -> object:
-    from .report_alibi import plot_alibi
-
-    return plot_alibi(d)
-
-
-def _sinusoidal(d: Path) -> object:
-    from .report_sinusoidal import make_figures as sinusoidal_figures
-
-    return sinusoidal_figures(d)
-
-
-FIGURES: dict[str, Callable[[Path], object]] = {
-    "positions": lambda d: plot_positions(d / "positions.png"),
-    "rope": _rope,
-    "alibi": _alibi,
-    "sinusoidal": _sinusoidal,
-}
-
-
-def make_figures(outdir: str | Path = "figures", only: Iterable[str] | None = None) -> list[str]:
-    """Write the figures (all, or those named in ``only``) into ``outdir``."""
-    names = list(FIGURES) if only is None else list(only)
-    unknown = [n for n in names if n not in FIGURES]
-    if unknown:
-        raise ValueError(f"unknown figure {unknown[0]!r}; valid: {', '.join(FIGURES)}")
-    d = Path(outdir)
-    d.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        FIGURES[name](d)
-    return names

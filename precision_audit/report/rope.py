@@ -1,7 +1,7 @@
 """Figures for the RoPE auditor (matplotlib, Agg backend, imported lazily).
 
 >>> import tempfile
->>> from precision_audit.report_rope import rope_figures
+>>> from precision_audit.report.rope import rope_figures
 >>> with tempfile.TemporaryDirectory() as d:
 ...     [p.name for p in rope_figures(d, head_dim=16, max_length=2048)]
 ['rope_error_vs_length.png', 'rope_error_per_frequency.png', 'rope_attention_logit_error.png']
@@ -13,35 +13,15 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._plotting import pyplot, save_figure
-from .attention import AttentionRow, attention_errors
-from .rope import PRESETS, RopeRow, RopeSchedule, audit, cache_rounding_bound, preset
+from ..attention import attention_errors
+from ..rope import PRESETS, RopeRow, RopeSchedule, audit, cache_rounding_bound, preset
+from ._plotting import ROPE_LABEL as _LABEL
+from ._plotting import ROPE_STYLE as _STYLE
+from ._plotting import length_label as _length_label
+from ._plotting import pyplot, recipes_in as _recipes, save_figure
+from .attention import plot_attention
 
 __all__ = ["plot_attention", "plot_error_per_frequency", "plot_error_vs_length", "rope_figures"]
-
-_STYLE = {
-    "lowp": dict(color="tab:red", marker="o"),
-    "lowp-inv-freq": dict(color="tab:orange", marker="s"),
-    "fp32": dict(color="tab:blue", marker="^"),
-    "fp64": dict(color="tab:green", marker="D"),
-}
-_LABEL = {
-    "lowp": "lowp (all stages in dtype)",
-    "lowp-inv-freq": "lowp-inv-freq (inv_freq buffer in dtype)",
-    "fp32": "fp32 (the fix: cache in dtype)",
-    "fp64": "fp64 (float64 angle, cache in dtype)",
-}
-
-
-def _recipes(rows: Sequence[RopeRow | AttentionRow]) -> list[str]:
-    return list(dict.fromkeys(r.recipe for r in rows))
-
-
-def _length_label(n: int) -> str:
-    for unit, size in (("M", 2**20), ("K", 2**10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
 
 
 def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path) -> Path:
@@ -105,38 +85,6 @@ def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], pa
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9)
     fig.suptitle(f"RoPE rotation error per frequency, cache in {r0.dtype} "
                  f"(head_dim {r0.head_dim}, base {r0.base:g})")
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    return save_figure(fig, path)
-
-
-def plot_attention(rows: Sequence[AttentionRow], path: str | Path) -> Path:
-    """Rotated-logit error and shift spread vs offset m - n per recipe (log-log; offset 0 omitted)."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2), sharey=True)
-    r0 = rows[0]
-    for ax, key, title in ((axes[0], "max_logit_error", "max |logit - exact logit| over shifts and pairs"),
-                           (axes[1], "score_spread", "invariance: max - min logit over shifts (exact: 0)")):
-        for name in _recipes(rows):
-            # offset 0 has no place on a log axis; a spread (and a fair max) needs at least two shifts
-            rs = sorted((r for r in rows if r.recipe == name and r.distance > 0 and r.shifts > 1),
-                        key=lambda r: r.distance)
-            ax.plot([r.distance for r in rs], [max(getattr(r, key), 1e-16) for r in rs],
-                    label=_LABEL.get(name, name), lw=1.5, ms=3, **_STYLE.get(name, {}))
-        rms = sum(r.logit_rms for r in rows) / len(rows)
-        ax.axhline(rms, color="k", ls=":", lw=1)
-        ax.text(max(r.distance for r in rows), rms * 1.3, f"typical |logit| (rms {rms:.1f})", fontsize=8,
-                ha="right")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_ylim(1e-2, 200)
-        ax.set_xlabel("offset m - n (tokens)")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("logit error (q . k units, before 1/sqrt(d))")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9)
-    fig.suptitle(f"Attention logits q_m . k_n with RoPE, cache in {r0.dtype}: context {_length_label(r0.length)}, "
-                 f"head_dim {r0.head_dim}, {r0.pairs} random N(0,1) (q, k) pairs, {r0.shifts} shifts per offset")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return save_figure(fig, path)
 

@@ -1,6 +1,6 @@
 """Figures for the ALiBi auditor (matplotlib, Agg backend, imported lazily).
 
-``python -m precision_audit.report_alibi`` writes ``figures/alibi_distinct.png``
+``python -m precision_audit.report.alibi`` writes ``figures/alibi_distinct.png``
 and ``figures/alibi_attention.png``.
 """
 
@@ -10,8 +10,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..alibi import AlibiAudit, audit_alibi, recipe_names
 from ._plotting import pyplot, save_figure
-from .alibi import AlibiAudit, audit_alibi, recipe_names
 
 __all__ = ["alibi_sweep", "plot_alibi"]
 
@@ -114,5 +114,5 @@ def plot_alibi(out_dir: str | Path = "figures", num_heads: int = 32, max_length:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    for path in plot_alibi(Path(__file__).resolve().parent.parent / "figures"):
+    for path in plot_alibi(Path(__file__).resolve().parents[2] / "figures"):
         print(path)

@@ -1,6 +1,6 @@
 """Figures for the sinusoidal-encoding auditor (matplotlib, Agg backend, imported lazily).
 
->>> from precision_audit.report_sinusoidal import FIGURES
+>>> from precision_audit.report.sinusoidal import FIGURES
 >>> sorted(FIGURES)
 ['decay', 'duplicates']
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..sinusoidal import audit_sinusoidal, decay_curve, decay_exact
 from ._plotting import pyplot, save_figure
-from .sinusoidal import audit_sinusoidal, decay_curve, decay_exact
 
 __all__ = ["FIGURES", "plot_decay", "plot_duplicates", "make_figures"]
 
@@ -120,12 +120,12 @@ FIGURES: dict[str, tuple[str, Callable[..., Path]]] = {
 def make_figures(directory: str | Path = "figures") -> list[Path]:
     """Write every sinusoidal figure into ``directory`` (~20 s); returns the paths.
 
-    ``python -m precision_audit.report_sinusoidal figures`` does the same.
+    ``python -m precision_audit.report.sinusoidal figures`` does the same.
     """
     return [fn(Path(directory) / name) for name, fn in FIGURES.values()]
 
 
-if __name__ == "__main__":  # python -m precision_audit.report_sinusoidal [DIR]
+if __name__ == "__main__":  # python -m precision_audit.report.sinusoidal [DIR]
     import sys
 
     for p in make_figures(sys.argv[1] if len(sys.argv) > 1 else "figures"):
