@@ -1,10 +1,47 @@
-"""matplotlib, imported only when a figure is drawn, on the Agg backend."""
+"""matplotlib helpers shared by the figure modules: lazy Agg pyplot, deterministic
+PNG writer, the colour-blind-safe palette and the RoPE recipe styles.
+
+>>> OKABE_ITO["blue"], format_color("bfloat16") == OKABE_ITO["vermillion"]
+('#0072B2', True)
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+# Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies
+OKABE_ITO: dict[str, str] = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky": "#56B4E9",
+    "green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "purple": "#CC79A7",
+}
+
+_FORMAT_COLOR = {
+    "bfloat16": OKABE_ITO["vermillion"],
+    "float16": OKABE_ITO["orange"],
+    "float32": OKABE_ITO["blue"],
+    "float64": OKABE_ITO["green"],
+    "float8_e4m3fn": OKABE_ITO["purple"],
+    "float8_e5m2": OKABE_ITO["sky"],
+}
+_SPARE = (OKABE_ITO["green"], OKABE_ITO["sky"], OKABE_ITO["purple"], OKABE_ITO["black"], OKABE_ITO["yellow"])
+
+# a PNG carries no software version or date: two runs write the same bytes
+PNG_METADATA: dict[str, Any] = {"Software": None}
+
+
+def format_color(name: str) -> str:
+    """A fixed Okabe-Ito colour per number format (formats without one share a spare, by name)."""
+    if name in _FORMAT_COLOR:
+        return _FORMAT_COLOR[name]
+    return _SPARE[sum(map(ord, name)) % len(_SPARE)]
 
 
 def pyplot() -> Any:
@@ -18,19 +55,19 @@ def pyplot() -> Any:
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
-    """Write ``fig`` to ``path`` (creating its folder), close it, return the path."""
+    """Write ``fig`` to ``path`` as a PNG without metadata (creating its folder), close it, return the path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi)
+    fig.savefig(out, dpi=dpi, format="png", metadata=PNG_METADATA)
     pyplot().close(fig)
     return out
 
 
 ROPE_STYLE = {
-    "lowp": dict(color="tab:red", marker="o"),
-    "lowp-inv-freq": dict(color="tab:orange", marker="s"),
-    "fp32": dict(color="tab:blue", marker="^"),
-    "fp64": dict(color="tab:green", marker="D"),
+    "lowp": dict(color=OKABE_ITO["vermillion"], marker="o"),
+    "lowp-inv-freq": dict(color=OKABE_ITO["orange"], marker="s", ls="--"),
+    "fp32": dict(color=OKABE_ITO["blue"], marker="^"),
+    "fp64": dict(color=OKABE_ITO["green"], marker="D", ls="--"),
 }
 ROPE_LABEL = {
     "lowp": "lowp (all stages in dtype)",
@@ -55,3 +92,21 @@ def length_label(n: int) -> str:
         if n >= size and n % size == 0:
             return f"{n // size}{unit}"
     return str(n)
+
+
+def tokens_formatter() -> Any:
+    """A matplotlib tick formatter that writes 4K, 1M for token counts."""
+    from matplotlib.ticker import FuncFormatter
+
+    def tokens(x: float, _pos: object) -> str:
+        return f"{x / 2**20:g}M" if x >= 2**20 else f"{x / 2**10:g}K" if x >= 2**10 else f"{x:g}"
+
+    return FuncFormatter(tokens)
+
+
+def mark_lengths(ax: Any, marks: Sequence[tuple[int, str]]) -> None:
+    """Vertical dotted lines at the given context lengths, labelled at the top of the panel."""
+    for x, text in marks:
+        ax.axvline(x, color="0.35", ls=(0, (1, 2)), lw=1)
+        ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2), textcoords="offset points",
+                    fontsize=8, color="0.25", ha="left", va="top", rotation=90)

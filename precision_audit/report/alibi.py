@@ -1,7 +1,10 @@
 """Figures for the ALiBi auditor (matplotlib, Agg backend, imported lazily).
 
-``python -m precision_audit.report.alibi`` writes ``figures/alibi_distinct.png``
-and ``figures/alibi_attention.png``.
+>>> import tempfile, pathlib
+>>> sweep = alibi_sweep(4, ["bfloat16"], [256, 512])
+>>> with tempfile.TemporaryDirectory() as d:
+...     plot_alibi_distinct(sweep, pathlib.Path(d) / "a.png").name
+'a.png'
 """
 
 from __future__ import annotations
@@ -10,16 +13,20 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..alibi import AlibiAudit, audit_alibi, recipe_names
-from ._plotting import pyplot, save_figure
+import numpy.typing as npt
 
-__all__ = ["alibi_sweep", "plot_alibi"]
+from ..alibi import AlibiAudit, audit_alibi, recipe_names
+from ._plotting import OKABE_ITO, mark_lengths, pyplot, save_figure, tokens_formatter
+
+__all__ = ["alibi_sweep", "plot_alibi", "plot_alibi_attention", "plot_alibi_distinct"]
+
+Sweep = dict[tuple[str, str], list[AlibiAudit]]
 
 _STYLE = {  # recipe -> (colour, marker, linestyle)
-    "lowp": ("tab:red", "v", "-"),
-    "cast-output": ("tab:orange", "o", "-"),
-    "relative-cast": ("tab:blue", "s", "--"),
-    "fp32": ("tab:green", "^", "-"),
+    "lowp": (OKABE_ITO["vermillion"], "v", "-"),
+    "cast-output": (OKABE_ITO["orange"], "o", "-"),
+    "relative-cast": (OKABE_ITO["sky"], "s", "--"),
+    "fp32": (OKABE_ITO["blue"], "^", "-"),
 }
 _LABEL = {
     "lowp": "lowp: slopes, distances, product in model dtype",
@@ -34,7 +41,9 @@ def alibi_sweep(
     dtypes: Sequence[str] = ("bfloat16", "float16"),
     lengths: Sequence[int] = tuple(2**e for e in range(8, 21)),
     recipes: Sequence[str] | None = None,
-) -> dict[tuple[str, str], list[AlibiAudit]]:
+    *,
+    slopes: npt.ArrayLike | None = None,
+) -> Sweep:
     """Audit every (dtype, recipe) over ``lengths``: one chunked pass each.
 
     >>> sweep = alibi_sweep(4, ["bfloat16"], [256, 512], ["fp32"])
@@ -42,77 +51,82 @@ def alibi_sweep(
     [256, 512]
     """
     recipes = list(recipes or recipe_names())
-    return {(d, r): audit_alibi(lengths, num_heads, r, d) for d in dtypes for r in recipes}
+    return {(d, r): audit_alibi(lengths, num_heads, r, d, slopes=slopes) for d in dtypes for r in recipes}
 
 
-def plot_alibi(out_dir: str | Path = "figures", num_heads: int = 32, max_length: int = 2**20) -> list[Path]:
-    """Draw distinct biases and attention change against context length; return the PNG paths.
+def _sweep_axes(sweep: Sweep) -> tuple[list[str], list[str], int]:
+    dtypes = list(dict.fromkeys(d for d, _ in sweep))
+    recipes = list(dict.fromkeys(r for _, r in sweep))
+    heads = next(iter(sweep.values()))[0].num_heads
+    return dtypes, recipes, heads
 
-    Left/right panels: bfloat16 / float16 model dtype; one line per recipe.
-    """
+
+def plot_alibi_distinct(sweep: Sweep, path: str | Path, *, marks: Sequence[tuple[int, str]] = ()) -> Path:
+    """Distinct biases (worst head) against context length; one panel per model dtype, one line per recipe."""
     plt = pyplot()
-    from matplotlib.ticker import FuncFormatter
-
-    dtypes = ("bfloat16", "float16")
-    lengths = [2**e for e in range(8, int(math.log2(max_length)) + 1)]
-    sweep = alibi_sweep(num_heads, dtypes, lengths)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-
-    def tokens(x: float, _pos: object) -> str:
-        return f"{x / 2**20:g}M" if x >= 2**20 else f"{x / 2**10:g}K" if x >= 2**10 else f"{x:g}"
-
-    paths = []
-    # Figure 1: distinct biases (worst head) against L.
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
-    for ax, d in zip(axes, dtypes):
+    dtypes, recipes, num_heads = _sweep_axes(sweep)
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(max(8, 6 * len(dtypes)), 4.8), sharey=True, squeeze=False)
+    for ax, d in zip(axes[0], dtypes):
+        lengths = [x.length for x in sweep[d, recipes[0]]]
         ax.plot(lengths, lengths, color="0.7", lw=5, alpha=0.5, label="all L biases distinct (y = L)")
-        for r, (c, m, ls) in _STYLE.items():
+        for r in recipes:
+            c, m, ls = _STYLE.get(r, (OKABE_ITO["black"], "x", "-"))
             rows = sweep[d, r]
             ax.plot([x.length for x in rows], [x.min_distinct_biases for x in rows], color=c, marker=m, ls=ls,
-                    ms=5, label=_LABEL[r])
+                    ms=5, label=_LABEL.get(r, r))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
-        ax.xaxis.set_major_formatter(FuncFormatter(tokens))
-        ax.yaxis.set_major_formatter(FuncFormatter(tokens))
+        ax.xaxis.set_major_formatter(tokens_formatter())
+        ax.yaxis.set_major_formatter(tokens_formatter())
         ax.set_title(f"model dtype {d}")
         ax.set_xlabel("context length L (tokens)")
         ax.grid(True, which="major", alpha=0.3)
-    axes[0].set_ylabel("distinct biases among the L keys\n(worst head)")
-    axes[0].legend(loc="upper left", fontsize=8)
+        mark_lengths(ax, marks)
+    axes[0][0].set_ylabel("distinct biases among the L keys\n(worst head)")
+    axes[0][0].legend(loc="upper left", fontsize=8)
     fig.suptitle(f"ALiBi, {num_heads} heads: how many of the L key biases stay distinct "
                  "(cast-output and relative-cast store the same values)", fontsize=11)
     fig.tight_layout()
-    paths.append(save_figure(fig, out / "alibi_distinct.png"))
+    return save_figure(fig, path)
 
-    # Figure 2: attention probability change against L.
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
-    for ax, d in zip(axes, dtypes):
-        for r, (c, m, ls) in _STYLE.items():
+
+def plot_alibi_attention(sweep: Sweep, path: str | Path, *, marks: Sequence[tuple[int, str]] = ()) -> Path:
+    """Largest attention-probability change from bias rounding alone against context length (log y)."""
+    plt = pyplot()
+    dtypes, recipes, num_heads = _sweep_axes(sweep)
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(max(8, 6 * len(dtypes)), 4.8), sharey=True, squeeze=False)
+    fmt = tokens_formatter()
+    for ax, d in zip(axes[0], dtypes):
+        for r in recipes:
+            c, m, ls = _STYLE.get(r, (OKABE_ITO["black"], "x", "-"))
             rows = sweep[d, r]
             pts = [(x.length, x.max_prob_change) for x in rows if math.isfinite(x.max_prob_change)]
-            ax.plot([a for a, _ in pts], [b for _, b in pts], color=c, marker=m, ls=ls, ms=5,
-                    label=_LABEL[r])
+            ax.plot([a for a, _ in pts], [max(b, 1e-18) for _, b in pts], color=c, marker=m, ls=ls, ms=5,
+                    label=_LABEL.get(r, r))
             undefined = [x.length for x in rows if not math.isfinite(x.max_prob_change)]
             if undefined:
                 ax.axvline(undefined[0], color=c, lw=1, ls=":")
-                ax.annotate(f"{r}: +inf bias, softmax NaN\nfrom L = {tokens(undefined[0], None)}",
+                ax.annotate(f"{r}: +inf bias, softmax NaN\nfrom L = {fmt(undefined[0], None)}",
                             (undefined[0], 2e-3), fontsize=8, color=c, ha="right")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(tokens))
+        ax.xaxis.set_major_formatter(fmt)
         ax.set_title(f"model dtype {d}")
         ax.set_xlabel("context length L (tokens)")
         ax.grid(True, which="major", alpha=0.3)
-    axes[0].set_ylabel("max |change in attention probability|\n(last query, equal content scores, worst head)")
-    axes[0].legend(loc="center left", bbox_to_anchor=(0.02, 0.3), fontsize=8)
+        mark_lengths(ax, marks)
+    axes[0][0].set_ylabel("max |change in attention probability|\n(last query, equal content scores, worst head)")
+    axes[0][0].legend(loc="center left", bbox_to_anchor=(0.02, 0.3), fontsize=8)
     fig.suptitle(f"ALiBi, {num_heads} heads: attention change caused by bias rounding alone "
                  "(key form: nearest keys collide)", fontsize=11)
     fig.tight_layout()
-    paths.append(save_figure(fig, out / "alibi_attention.png"))
-    return paths
+    return save_figure(fig, path)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    for path in plot_alibi(Path(__file__).resolve().parents[2] / "figures"):
-        print(path)
+def plot_alibi(out_dir: str | Path = "figures", num_heads: int = 32, max_length: int = 2**20) -> list[Path]:
+    """Audit bfloat16 and float16 at L = 256 .. max_length and draw both ALiBi figures; return the PNG paths."""
+    lengths = [2**e for e in range(8, int(math.log2(max_length)) + 1)]
+    sweep = alibi_sweep(num_heads, ("bfloat16", "float16"), lengths)
+    out = Path(out_dir)
+    return [plot_alibi_distinct(sweep, out / "alibi_distinct.png"),
+            plot_alibi_attention(sweep, out / "alibi_attention.png")]

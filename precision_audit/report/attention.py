@@ -12,7 +12,8 @@ from ..attention import AttentionRow
 from ._plotting import ROPE_LABEL as _LABEL
 from ._plotting import ROPE_STYLE as _STYLE
 from ._plotting import length_label as _length_label
-from ._plotting import pyplot, recipes_in as _recipes, save_figure
+from ._plotting import pyplot, save_figure, tokens_formatter
+from ._plotting import recipes_in as _recipes
 
 __all__ = ["plot_attention"]
 
@@ -37,6 +38,7 @@ def plot_attention(rows: Sequence[AttentionRow], path: str | Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_ylim(1e-2, 200)
+        ax.xaxis.set_major_formatter(tokens_formatter())
         ax.set_xlabel("offset m - n (tokens)")
         ax.set_title(title, fontsize=10)
         ax.grid(True, alpha=0.3)
