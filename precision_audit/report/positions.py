@@ -74,5 +74,5 @@ def plot_positions(
         ax.set_xlim(min(lengths), max(lengths))
         ax.grid(True, which="major", alpha=0.3)
         mark_lengths(ax, marks)
-        ax.legend(fontsize=8, loc="upper right" if ax is ax1 else "upper left")
+        ax.legend(fontsize=8, loc="lower left" if ax is ax1 else "upper left")
     return save_figure(fig, path, dpi=110)

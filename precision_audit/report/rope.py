@@ -94,7 +94,7 @@ def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path, *,
         ax.grid(True, which="major", alpha=0.3)
         mark_lengths(ax, marks)
     axes[0].set_ylabel("rotation error |atan2(sin, cos) - m theta_i| (rad)")
-    axes[0].legend(fontsize=8, loc="center right")
+    axes[0].legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 0.3))
     fig.suptitle(f"RoPE rotation error per recipe, cache in {r0.dtype} "
                  f"(head_dim {r0.head_dim}, rotary_dim {r0.rotary_dim}, base {r0.base:g}, scaling {r0.scaling})")
     fig.tight_layout()
@@ -197,6 +197,7 @@ def plot_error_heatmap(grids: Sequence[ErrorGrid], schedule: RopeSchedule, path:
                               norm=LogNorm(vmin=vmin, vmax=vmax), cmap="viridis", shading="flat")
         ax.set_title(f"{_LABEL.get(g.recipe, g.recipe)}\nworst: {np.max(g.max_rotation_error):.3g} rad", fontsize=10)
         ax.set_xlabel("frequency index i (high frequency on the left)")
+        ax.set_yticks([g.length * k // 8 for k in range(9)])
         ax.yaxis.set_major_formatter(tokens_formatter())
     axes[0][0].set_ylabel("position m (tokens)")
     cb = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9)
