@@ -3,8 +3,8 @@
 
     python scripts/make_figures.py            # same as: precision-audit report --out figures/
 
-A thin call of the report command: the PNGs the README shows, report.md and
-results.json (report.html is not committed: it repeats the PNGs inline).
+A thin call of the report command: the PNGs the README shows and report.md
+are committed; report.html (PNGs inline) and results.json (~1.7 MB) are not.
 """
 
 import sys
