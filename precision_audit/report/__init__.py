@@ -1,60 +1,31 @@
 """The report: figures (one module per topic) and the report writer.
 
-matplotlib is imported only when a figure is drawn (Agg backend).
+Modules: ``positions``, ``rope`` (incl. the position x frequency heatmap),
+``attention``, ``alibi``, ``sinusoidal`` draw the figures; ``headline`` and
+``model`` run the auditors and assemble a :class:`~.writer.Report`;
+``writer`` writes report.md, report.html, results.json and the PNGs;
+``_config`` is a minimal config.json reader (to be replaced by
+``precision_audit.config``).  matplotlib is imported only when a figure is
+drawn (Agg backend); importing this package does not import it.
 
->>> from precision_audit.report import FIGURES
->>> list(FIGURES)
-['positions', 'rope', 'alibi', 'sinusoidal']
+>>> from precision_audit import report
+>>> sorted(report.__all__)
+['headline_report', 'make_headline', 'model_report', 'write_report']
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from typing import Any
 
-__all__ = ["FIGURES", "make_figures"]
+__all__ = ["headline_report", "make_headline", "model_report", "write_report"]
 
-
-def _positions(d: Path) -> object:
-    from .positions import plot_positions
-
-    return plot_positions(d / "positions.png")
+_WHERE = {"headline_report": "headline", "make_headline": "headline", "model_report": "model",
+          "write_report": "writer"}
 
 
-def _rope(d: Path) -> object:
-    from .rope import rope_figures
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        from importlib import import_module
 
-    return rope_figures(d)
-
-
-def _alibi(d: Path) -> object:
-    from .alibi import plot_alibi
-
-    return plot_alibi(d)
-
-
-def _sinusoidal(d: Path) -> object:
-    from .sinusoidal import make_figures as sinusoidal_figures
-
-    return sinusoidal_figures(d)
-
-
-FIGURES: dict[str, Callable[[Path], object]] = {
-    "positions": _positions,
-    "rope": _rope,
-    "alibi": _alibi,
-    "sinusoidal": _sinusoidal,
-}
-
-
-def make_figures(outdir: str | Path = "figures", only: Iterable[str] | None = None) -> list[str]:
-    """Write the figures (all, or those named in ``only``) into ``outdir``."""
-    names = list(FIGURES) if only is None else list(only)
-    unknown = [n for n in names if n not in FIGURES]
-    if unknown:
-        raise ValueError(f"unknown figure {unknown[0]!r}; valid: {', '.join(FIGURES)}")
-    d = Path(outdir)
-    d.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        FIGURES[name](d)
-    return names
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
