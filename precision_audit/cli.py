@@ -730,3 +730,64 @@ def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: 
                 "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0)."
                 + (f"\nq/k stored and rotated in {apply_dtype} ({apply_mode}); the exact logit uses the same "
                    "stored q/k." if apply_dtype else ""))
+
+
+# --- report -----------------------------------------------------------------------------------
+
+@main.command("report")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A Hugging Face config.json: write that model's report.")
+@click.option("--model-type", default=None, metavar="TYPE",
+              help="A transformers model type (llama, qwen2, bloom, ...): its default config (needs transformers; "
+                   "nothing is downloaded).")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True,
+              help=DTYPE_HELP + "  [default: headline: each section's own; model: the config's dtype, else "
+                   "bfloat16]")
+@click.option("--max-length", type=LENGTH, default=None, metavar="LENGTH",
+              help="Headline: the longest context audited [default: 1M]. Model: replaces its maximum context "
+                   "(the verdict checks it, 2x and 4x).")
+@click.option("--out", "out", type=click.Path(file_okay=False, writable=True), required=True, metavar="DIR",
+              help="Folder for report.md, report.html, results.json and the PNGs (created; files replaced).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
+def report_cmd(config_path: str | None, model_type: str | None, dtypes: tuple[str, ...], max_length: int | None,
+               out: str, quiet: bool) -> None:
+    """Write a report: report.md, a self-contained report.html, results.json and the figures.
+
+    Without --config/--model-type: the project's headline report (position ids,
+    RoPE recipes, attention logits, ALiBi, sinusoidal encodings); `--out figures/`
+    regenerates the committed figures.  With a model: a verdict per code path at
+    its maximum context and at 2x/4x, then its own figures.  Two runs write
+    byte-identical files.
+
+    Example: precision-audit report --config config.json --out report/
+    """
+    import sys
+
+    from .report.writer import output_dir, write_into
+
+    if config_path and model_type:
+        raise click.UsageError("give --config or --model-type, not both")
+    if max_length is not None and not 256 <= max_length <= 2**24:
+        raise click.BadParameter(f"{max_length} is not in 256 .. 16M (2**24)", param_hint="'--max-length'")
+    show = not quiet and sys.stderr.isatty()
+
+    def progress(text: str) -> None:
+        if show:
+            click.echo(f"report: {text}", err=True)
+
+    spec = None
+    if config_path or model_type:
+        from .report._config import load_config, spec_for_model_type
+
+        spec = load_config(config_path) if config_path else spec_for_model_type(str(model_type))
+    with output_dir(out) as tmp:
+        if spec is None:
+            from .report.headline import DEFAULT_MAX_LENGTH, headline_report
+
+            rep = headline_report(max_length or DEFAULT_MAX_LENGTH, dtypes or None, progress)
+        else:
+            from .report.model import model_report
+
+            rep = model_report(spec, dtypes or None, max_length, progress)
+        paths = write_into(rep, tmp, progress)
+    click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))

@@ -455,15 +455,6 @@ def test_decay_curve_matches_brute_force(recipe: str, dtype: str) -> None:
         assert got == pytest.approx(decay_exact(dim, np.arange(max_lag + 1)), abs=1e-12)
 
 
-def test_figures_are_written(tmp_path) -> None:
-    from precision_audit.report_sinusoidal import plot_decay, plot_duplicates
-
-    a = plot_duplicates(tmp_path / "dup.png", dim=8, lengths=(64, 512, 2048))
-    b = plot_decay(tmp_path / "decay.png", length=256, dim=8, max_lag=8)
-    for p in (a, b):
-        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
 @pytest.mark.parametrize(("recipe", "dtype", "dim"), [("lowp", "bfloat16", 8), ("fp32", "float16", 2)])
 def test_hash_collisions_are_verified(recipe: str, dtype: str, dim: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # with a hash that maps every row to one value, exactness rests on the element-wise verification
