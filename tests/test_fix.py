@@ -9,6 +9,7 @@ built from a config.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import io
 import json
@@ -99,11 +100,20 @@ def _rotary(family: str) -> Any:
         return cls(_config(family))
 
 
-def _cos_sin(mod: Any, family: str, dtype: Any = None, n: int = L) -> tuple[Any, Any]:
-    """cos/sin of positions 0..n-1 in one call, for an input of ``dtype`` (bfloat16 by default)."""
+def _cos_sin(mod: Any, family: str, dtype: Any = None) -> tuple[Any, Any]:
+    """cos/sin in one call for an input of ``dtype`` (bfloat16 by default), at every 16th position below L
+    and at L - 1 (longrope picks its factors from the largest position of the call).  Elementwise: each
+    position's bits do not depend on the others, and reference and fixed module get the same tensor."""
     x = torch.zeros(1, dtype=dtype or torch.bfloat16)
+    pos = torch.cat([torch.arange(0, L, 16), torch.tensor([L - 1])])[None]
     with torch.no_grad():
-        return mod(x, torch.arange(n)[None], *FAMILIES[family][3])
+        return mod(x, pos, *FAMILIES[family][3])
+
+
+@functools.cache
+def _as_built(family: str, dtype: str = "bfloat16") -> tuple[Any, Any]:
+    """The referee: an uncast module's cos/sin (real transformers code on this machine)."""
+    return _cos_sin(_rotary(family), family, getattr(torch, dtype))
 
 
 def _same(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
@@ -112,7 +122,7 @@ def _same(a: tuple[Any, Any], b: tuple[Any, Any]) -> bool:
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_fix_before_cast_keeps_as_built_bits(family):
-    as_built = _cos_sin(_rotary(family), family)
+    as_built = _as_built(family)
     cast = _rotary(family).to(torch.bfloat16)
     assert not _same(_cos_sin(cast, family), as_built)  # the cast damages the module
     fixed = _rotary(family)
@@ -125,7 +135,7 @@ def test_fix_before_cast_keeps_as_built_bits(family):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_fix_after_cast_rebuilds_from_config(family):
-    as_built = _cos_sin(_rotary(family), family)
+    as_built = _as_built(family)
     damaged = _rotary(family).to(torch.bfloat16)
     report = keep_rotary_fp32(damaged)
     names = sorted(n for n, _ in damaged.named_buffers())
@@ -137,7 +147,7 @@ def test_fix_after_cast_rebuilds_from_config(family):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_damaged_llama_restored_exactly_after_cast_to(dtype):
     dt = getattr(torch, dtype)
-    as_built = _cos_sin(_rotary("llama"), "llama", dt)
+    as_built = _as_built("llama", dtype)
     mod = _rotary("llama").to(dt)
     damaged = _cos_sin(mod, "llama", dt)
     assert not _same(damaged, as_built)
@@ -232,7 +242,7 @@ class TwoRotary(torch.nn.Module):
 
 def test_model_with_two_rotary_modules():
     model = TwoRotary()
-    as_built = (_cos_sin(model.blocks[0], "llama"), _cos_sin(model.blocks[1], "gemma3-full"))
+    as_built = (_as_built("llama"), _as_built("gemma3-full"))
     report = keep_rotary_fp32(model)
     assert report.modules == ("blocks.0", "blocks.1")
     assert [b.path for b in report.buffers][2:] == [
@@ -320,7 +330,7 @@ def test_grown_dynamic_frequencies_downcast_are_refused():
 
 def test_phi3_long_inv_freq_attribute_is_reported_and_stays_float32():
     mod = _rotary("phi3")
-    as_built = _cos_sin(_rotary("phi3"), "phi3")
+    as_built = _as_built("phi3")
     _cos_sin(mod, "phi3")  # builds the plain attribute long_inv_freq (float32, from the config)
     report = keep_rotary_fp32(mod)
     assert [(b.name, b.where) for b in report.buffers] == [
