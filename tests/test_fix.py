@@ -206,6 +206,8 @@ def test_whole_model_weights_cast_rotary_kept_state_dict_unchanged():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     inv = model.model.rotary_emb.inv_freq.clone()
     report = keep_rotary_fp32(model)
+    fixed = model.state_dict()
+    assert list(fixed) == list(before) and all(torch.equal(fixed[k], before[k]) for k in before)  # the fix alone
     assert report.modules == ("model.rotary_emb",)
     assert [b.name for b in report.buffers] == ["inv_freq", "original_inv_freq"]
     model.to(torch.bfloat16)
