@@ -13,9 +13,15 @@ return ``cos.to(x.dtype)``, so keeping the *buffer* float32 is all they need.
 
 :func:`keep_rotary_fp32` does that for a model (or a bare rotary module):
 
-* it finds every module holding a floating buffer whose name ends in
-  ``inv_freq`` (rotary frequencies) or names an ALiBi tensor (``alibi``,
-  ``*_alibi*``, ``slopes``, ``*_slopes``), by buffer name, not by class;
+* it finds every rotary module by its buffers and its protocol, not by class:
+  a floating buffer whose name ends in ``inv_freq`` and a forward taking
+  ``(x, position_ids, ...)`` (transformers' rotary modules, which compute in
+  float32 and return cos/sin in ``x.dtype``); modules with such buffers but
+  another forward (vision or audio rotary tables that return their buffers'
+  dtype) are listed as skipped, since keeping their buffers float32 could
+  change what they return; and every module caching an ALiBi tensor as a
+  buffer named ``alibi``, ``*_alibi*``, ``slopes`` or ``*_slopes`` (the module
+  must cast its output itself, as the fix recipe does);
 * it makes later casts leave those buffers' dtype alone while device moves
   still apply: the module's ``_apply`` (which ``to``, ``half``, ``bfloat16``,
   ``float``, ``double``, ``type``, ``cuda``, ``cpu`` all go through) is
@@ -99,7 +105,8 @@ class ProtectedBuffer:
     ``dtype`` the dtype found before the fix (``float32`` unless already cast);
     ``restored`` whether it was rebuilt from the module's config;
     ``rotary_protocol`` whether the module's forward takes ``(x, position_ids, ...)``
-    as transformers' rotary modules do; ``where`` is ``buffer`` (cast by
+    as transformers' rotary modules do (a rotary buffer of any other module is
+    skipped: ``protected`` is False); ``where`` is ``buffer`` (cast by
     ``model.to``; now kept) or ``attribute`` (a plain tensor attribute, which casts
     never touch).
 
@@ -127,6 +134,13 @@ class ProtectedBuffer:
             raise ValueError(f"where {self.where!r} must be one of {', '.join(_WHERE)}")
         if buffer_kind(self.name) != self.kind:
             raise ValueError(f"buffer name {self.name!r} is not a {self.kind} buffer name")
+        if self.restored and not self.protected:
+            raise ValueError(f"{self.path} is skipped (its forward is not (x, position_ids, ...)), so not restored")
+
+    @property
+    def protected(self) -> bool:
+        """True unless a rotary buffer of a module outside the rotary protocol (skipped)."""
+        return self.kind == "alibi" or self.rotary_protocol
 
     @property
     def path(self) -> str:
@@ -136,7 +150,7 @@ class ProtectedBuffer:
     def to_dict(self) -> dict[str, Any]:
         return {"module": self.module, "name": self.name, "kind": self.kind, "dtype": self.dtype,
                 "restored": self.restored, "rotary_protocol": self.rotary_protocol, "shape": list(self.shape),
-                "where": self.where}
+                "where": self.where, "protected": self.protected}
 
 
 @dataclass(frozen=True)
@@ -160,7 +174,12 @@ class ProtectionReport:
     @property
     def modules(self) -> tuple[str, ...]:
         """The protected modules' paths, in model order."""
-        return tuple(dict.fromkeys(b.module for b in self.buffers))
+        return tuple(dict.fromkeys(b.module for b in self.buffers if b.protected))
+
+    @property
+    def skipped(self) -> tuple[ProtectedBuffer, ...]:
+        """Rotary buffers of modules outside the rotary protocol, left to cast as before."""
+        return tuple(b for b in self.buffers if not b.protected)
 
     @property
     def restored(self) -> tuple[ProtectedBuffer, ...]:
@@ -180,15 +199,22 @@ class ProtectionReport:
     def __str__(self) -> str:
         if not self.buffers:
             return "no rotary or ALiBi buffers found"
-        return "\n".join(f"{b.path} ({b.kind}, {b.dtype}, "
-                         f"{'restored from config' if b.restored else 'kept' if b.where == 'buffer' else 'attribute'})"
-                         for b in self.buffers)
+        return "\n".join(f"{b.path} ({b.kind}, {b.dtype}, {_state(b)})" for b in self.buffers)
+
+
+def _state(b: ProtectedBuffer) -> str:
+    if not b.protected:
+        return "skipped: forward is not (x, position_ids, ...)"
+    if b.restored:
+        return "restored from config"
+    return "kept" if b.where == "buffer" else "attribute, not cast"
 
 
 # --------------------------------------------------------------------------- the cast guard
 
 
-def _guarded_apply(module: Any, fn: Callable[[Any], Any], recurse: bool = True) -> Any:
+def _guarded_apply(module: Any, fn: Callable[[Any], Any], recurse: bool = True, *,
+                   kinds: tuple[str, ...] = KINDS) -> Any:
     """``nn.Module._apply`` for a protected module: protected buffers take the device of ``fn``'s
     result, never its dtype.  Children get ``fn`` as is; buffers are matched by name at cast time,
     so a buffer the module registers again later (dynamic RoPE does) is protected too."""
@@ -196,7 +222,7 @@ def _guarded_apply(module: Any, fn: Callable[[Any], Any], recurse: bool = True) 
         for child in module.children():
             child._apply(fn)
     protected = {id(b) for n, b in module._buffers.items()
-                 if b is not None and b.is_floating_point() and buffer_kind(n) is not None}
+                 if b is not None and b.is_floating_point() and buffer_kind(n) in kinds}
 
     def keep_dtype(t: Any) -> Any:
         out = fn(t)
@@ -212,12 +238,10 @@ def _is_guarded(module: Any) -> bool:
     return isinstance(g, functools.partial) and g.func is _guarded_apply
 
 
-def _guard(module: Any) -> None:
+def _guard(module: Any, kinds: tuple[str, ...]) -> None:
     if _is_guarded(module):
         return
-    if "_apply" in module.__dict__:
-        raise ValueError(f"{type(module).__name__} instance already overrides _apply; cannot protect it")
-    module.__dict__["_apply"] = functools.partial(_guarded_apply, module)
+    module.__dict__["_apply"] = functools.partial(_guarded_apply, module, kinds=kinds)
 
 
 def _release(module: Any) -> bool:
@@ -338,18 +362,20 @@ def keep_rotary_fp32(model: Any) -> ProtectionReport:
         found = list(_tensors(module))
         if not found:
             continue
-        low = [name for name, t, _ in found if _is_low_precision(t)]
+        protocol = _rotary_protocol(module)
+        kinds = tuple(k for k in KINDS if k == "alibi" or protocol)
+        low = [name for name, t, _ in found if buffer_kind(name) in kinds and _is_low_precision(t)]
         if low and _dynamic_grown(module):
             raise ValueError(f"{path or type(module).__name__}: dynamic RoPE frequencies regrown for "
                              f"{module.max_seq_len_cached} positions are already {_dtype_name(getattr(module, low[0]))}; "
                              "call keep_rotary_fp32 before casting")
         fresh = _rebuilt(module, path, low) if low else {}
-        if "_apply" in module.__dict__ and not _is_guarded(module):
+        guarded = any(where == "buffer" and buffer_kind(name) in kinds for name, _, where in found)
+        if guarded and "_apply" in module.__dict__ and not _is_guarded(module):
             raise ValueError(f"{path or type(module).__name__} already overrides _apply; cannot protect it")
-        plan.append((path, module, found, fresh))
+        plan.append((path, module, found, fresh, protocol, kinds, guarded))
     rows, targets = [], []
-    for path, module, found, fresh in plan:
-        protocol = _rotary_protocol(module)
+    for path, module, found, fresh, protocol, kinds, guarded in plan:
         for name, t, where in found:
             if name in fresh:
                 if where == "buffer":
@@ -358,8 +384,8 @@ def keep_rotary_fp32(model: Any) -> ProtectionReport:
                     module.__dict__[name] = fresh[name]
             rows.append(ProtectedBuffer(path, name, buffer_kind(name) or "", _dtype_name(t), name in fresh, protocol,
                                         tuple(t.shape), where))
-        if any(where == "buffer" for _, _, where in found):
-            _guard(module)
+        if guarded:
+            _guard(module, kinds)
             targets.append(module)
     return ProtectionReport(tuple(rows), tuple(targets))
 

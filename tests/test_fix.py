@@ -342,6 +342,34 @@ def test_phi3_long_inv_freq_attribute_is_reported_and_stays_float32():
     assert _same(_cos_sin(mod, "phi3"), as_built)
 
 
+class AxialTable(torch.nn.Module):
+    """A rotary table outside the protocol (like vision/audio rotary modules): forward(seqlen) returns
+    angles in its buffer's dtype, so keeping the buffer float32 would change its output's dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16),
+                             persistent=False)
+
+    def forward(self, seqlen: int) -> Any:
+        return torch.outer(torch.arange(seqlen, dtype=self.inv_freq.dtype), self.inv_freq)
+
+
+def test_modules_outside_the_rotary_protocol_are_skipped():
+    model = TwoRotary()
+    model.table = AxialTable().bfloat16()  # already cast: no error, it is not ours to restore
+    report = keep_rotary_fp32(model)
+    assert report.modules == ("blocks.0", "blocks.1")
+    assert [(b.path, b.protected, b.restored, b.rotary_protocol) for b in report.skipped] == [
+        ("table.inv_freq", False, False, False)]
+    assert "table.inv_freq (rotary, bfloat16, skipped: forward is not (x, position_ids, ...))" in str(report)
+    assert "_apply" not in model.table.__dict__
+    model.float()
+    assert model.table.inv_freq.dtype == torch.float32 and model.table(4).dtype == torch.float32  # casts as before
+    model.half()
+    assert model.table(4).dtype == torch.float16 and model.blocks[0].inv_freq.dtype == torch.float32
+
+
 # --------------------------------------------------------------------------- ALiBi
 
 
