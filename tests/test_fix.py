@@ -233,6 +233,22 @@ def test_whole_model_rotary_matches_an_uncast_rotary_module():
         assert _same(model.model.rotary_emb(x, pos), reference(x, pos))
 
 
+def test_whole_model_logits_are_those_of_a_bf16_model_with_an_uncast_rotary_module():
+    # referee: the same weights in bf16 with transformers' rotary module left uncast (built fp32, never cast)
+    model = _tiny_llama()
+    reference, plain = copy.deepcopy(model), copy.deepcopy(model)
+    uncast = copy.deepcopy(model.model.rotary_emb)
+    keep_rotary_fp32(model)
+    for m in (model, reference, plain):
+        m.to(torch.bfloat16)
+    reference.model.rotary_emb = uncast
+    ids = (torch.arange(1024) * 7 % 64)[None]
+    with torch.no_grad():
+        got, want, cast = (m(ids).logits for m in (model, reference, plain))
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert not torch.equal(cast, want)  # without the fix the cast rotary module changes the logits
+
+
 class TwoRotary(torch.nn.Module):
     """A user model holding two transformers rotary modules (one per-layer-type) and a linear layer."""
 
