@@ -504,7 +504,7 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
               help="Random standard-normal (q, k) pairs.")
 @click.option("--shifts", type=click.IntRange(1, 4096), default=1024, show_default=True,
               help="Query positions per offset, evenly spread along the context.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the (q, k) pairs.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the (q, k) pairs.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: tuple[str, ...],
                   distances: tuple[int, ...], pairs: int, shifts: int, seed: int, as_json: bool) -> None:

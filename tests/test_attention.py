@@ -111,6 +111,8 @@ def test_default_distances_and_errors():
         attention_errors(s, preset("fp32"), 10, [10])
     with pytest.raises(ValueError, match="pairs 0"):
         attention_errors(s, preset("fp32"), 10, [1], pairs=0)
+    with pytest.raises(ValueError, match="seed -1 must be a non-negative integer"):
+        attention_errors(s, preset("fp32"), 10, [1], seed=-1)
     with pytest.raises(ValueError, match="no recipe given"):
         attention_errors(s, [], 10)
     with pytest.raises(ValueError, match="distance 5"):
