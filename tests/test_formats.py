@@ -643,8 +643,7 @@ def test_aliases(alias: str, name: str) -> None:
 def test_format_object_passes_through_and_torch_dtype_spelling() -> None:
     f = get_format("bf16")
     assert get_format(f) is f
-    import torch
-
+    torch = pytest.importorskip("torch")
     for name, fmt in FORMATS.items():
         if fmt.torch_name is not None:
             assert get_format(str(fmt.torch_dtype)) is fmt  # str(torch.bfloat16) == 'torch.bfloat16'
