@@ -490,6 +490,12 @@ def test_cli_table_stages_budget_scaling():
     assert res.exit_code == 0, res.output
     assert "positions=bf16" in res.output and "exact inv_freq" in res.output
     assert "scaling=yarn (factor=4)" in res.output
+    # the numbers: bf16 positions 0..1023 take 256 + 128 + 128 + 1 = 513 values (0..255, even 256..510,
+    # multiples of 4 in 512..1020, and 1024 from 1022/1023); neighbouring distinct positions differ by >= 1 rad
+    # at theta_0 = 1, so exactly 1024 - 513 = 511 rows repeat their predecessor's
+    (line,) = [ln for ln in res.output.splitlines() if "positions=bf16" in ln and "1024" in ln.split()]
+    header = [c.strip() for c in res.output.splitlines()[0].split("  ") if c.strip()]
+    assert line.split()[header.index("colliding")] == "511"
     # a custom recipe may store the cache in another format than --dtype: its rows carry that format
     res = run("-l", "300", "--head-dim", "8", "--stages", "cache=fp32", "-r", "fp32", "--json")
     assert res.exit_code == 0, res.output
