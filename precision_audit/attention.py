@@ -181,6 +181,8 @@ def attention_errors(
             raise ValueError(f"distance {d} not in [0, length {L})")
     if pairs < 1 or shifts < 1:
         raise ValueError(f"pairs {pairs!r} and shifts {shifts!r} must be >= 1")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed {seed!r} must be a non-negative integer")
     _check_mode(mode)
     apply = None if apply is None else get_format(apply).name
     theta = schedule.inv_freq(L)

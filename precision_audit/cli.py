@@ -182,7 +182,9 @@ def _progress_bar(total: int, label: str, *, enabled: bool = True) -> _ProgressB
               show_default=True,
               help="Who rounds in the empirical pass: numpy+ml_dtypes (exact positions, correctly "
                    "rounded), torch (int64 positions .to(dtype)), or torch-arange "
-                   "(torch.arange(L, dtype=...) as this CPU's torch kernel computes it).")
+                   "(torch.arange(L, dtype=...) as this CPU's torch kernel computes it: its values depend on "
+                   "the CPU's vector width and, above 32768 positions (torch's parallel grain), on the thread "
+                   "count, which is printed in a 'threads' column; set it with OMP_NUM_THREADS).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, engine: str, as_json: bool) -> None:
     """Audit position ids 0..L-1 cast to a number format.
@@ -204,7 +206,14 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
     total = positions_to_scan(lengths, len(set(dtypes)), method)  # type: ignore[arg-type]
     with _progress_bar(total, "rounding positions", enabled=total > 2**25) as bar:
         rows = audit_positions(lengths, dtypes, method=method, engine=engine, progress=bar.update)  # type: ignore[arg-type]
-    emit("positions", rows, as_json, POSITION_COLUMNS + [("method", "method")])
+    columns = POSITION_COLUMNS + [("method", "method")]
+    if engine == "torch-arange":  # the kernel's values depend on the thread count: record it per measured row
+        import torch
+
+        threads = torch.get_num_threads()
+        rows = [{**r.to_dict(), "threads": threads if r.method == "empirical" else None} for r in rows]
+        columns = columns + [("threads", "threads")]
+    emit("positions", rows, as_json, columns)
 
 
 def _incident_names() -> list[str]:
@@ -691,7 +700,7 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
               help="Random standard-normal (q, k) pairs.")
 @click.option("--shifts", type=click.IntRange(1, 4096), default=1024, show_default=True,
               help="Query positions per offset, evenly spread along the context.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the (q, k) pairs.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the (q, k) pairs.")
 @click.option("--apply", "apply_dtype", type=DTYPE, default=None,
               help="Store q/k in this format and rotate them in it (q*cos + rotate_half(q)*sin), "
                    "as a bf16/fp16 model does.  [default: float64 rotation: the cache's error alone]")
