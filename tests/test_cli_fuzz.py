@@ -14,6 +14,7 @@ integers come from small ranges plus a few huge or malformed spellings.
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 import click
@@ -42,6 +43,9 @@ def walk(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[s
 COMMANDS = walk(main)
 # 30 examples per command keeps the file at a few seconds; raise it for a deeper local search
 EXAMPLES = int(os.environ.get("PRECISION_AUDIT_FUZZ_EXAMPLES", "30"))
+# commands whose smallest valid run takes seconds (a whole report, a scan of every transformers model):
+# a few examples each, in the slow run
+HEAVY = {"report": 4, "hf-scan": 2}
 
 GARBAGE = st.one_of(
     st.text(max_size=12),
@@ -120,16 +124,25 @@ def command_line(draw: Any, params: list[click.Parameter]) -> list[str]:
 def test_walk_finds_every_command():
     # the walk reaches nested groups (reproduce baichuan) and every top-level command
     names = {" ".join(p) for p, _ in COMMANDS}
-    assert "reproduce baichuan" in names
+    assert {"positions", "rope", "alibi", "sinusoidal", "attention", "reproduce", "report"} <= names
     assert {n for n in main.commands if not isinstance(main.commands[n], click.Group)} <= names
 
 
-@pytest.mark.parametrize("path, cmd", COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
+@pytest.mark.parametrize("path, cmd", [
+    pytest.param(p, c, id=" ".join(p), marks=[pytest.mark.slow] if " ".join(p) in HEAVY else [])
+    for p, c in COMMANDS])
 def test_no_traceback_for_any_input(path, cmd):
-    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=HEAVY.get(" ".join(path), EXAMPLES), deadline=None,
+              suppress_health_check=[HealthCheck.too_slow])
     @given(argv=command_line(cmd.params))
     def run(argv: list[str]) -> None:
-        res = CliRunner().invoke(main, [*path, *argv])
+        cwd = os.getcwd()
+        with tempfile.TemporaryDirectory() as tmp:  # commands that write (report --out) write into it
+            os.chdir(tmp)
+            try:
+                res = CliRunner().invoke(main, [*path, *argv])
+            finally:
+                os.chdir(cwd)
         shown = res.output  # stdout and stderr as a terminal shows them
         assert res.exit_code in (0, 2), (argv, res.exit_code, shown, res.exception)
         assert res.exception is None or isinstance(res.exception, SystemExit), (argv, res.exception)
