@@ -705,12 +705,11 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], re
 
     lens = tuple(lengths) or default_lengths(model)
     dts = dtypes or ("bfloat16", "float16")
-    total = work_to_scan(model, lens, dts) if model.kind == "alibi" else 0
     if model.kind == "rope":
         from .rope import check_rope_lengths
 
-        check_rope_lengths(lens)
-        total = work_to_scan(model, lens, dts)
+        check_rope_lengths(lens)  # before the bar: an oversized length fails at once
+    total = work_to_scan(model, lens, dts, recipes or None)
     with _progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
         rows = audit_config(model, lens, dts, recipes=recipes or None, engine=engine, tolerance=tolerance,
                             positions=not no_positions, progress=bar.update)

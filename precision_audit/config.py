@@ -516,14 +516,18 @@ def _alibi_recipes(recipes: Sequence[str] | None) -> list[str]:
     return names
 
 
-def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[str]) -> int:
-    """Positions :func:`audit_config` passes over (for a progress bar), summed over schedules and dtypes."""
+def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[str],
+                 recipes: Sequence[str] | None = None) -> int:
+    """Positions :func:`audit_config` reports to ``progress`` (RoPE: per pass, all recipes at once;
+    ALiBi: two passes per recipe), summed over schedules and dtypes.
+
+    >>> work_to_scan(load_config_dict({"model_type": "llama", "head_dim": 64}), [1024, 4096], ["bf16", "fp16"])
+    8192
+    """
     lens = check_lengths(lengths)
     n = len(dict.fromkeys(get_format(d).name for d in dtypes))
     if model.kind == "alibi":
-        from .alibi import RECIPES
-
-        return 2 * lens[-1] * n * len(RECIPES)
+        return 2 * lens[-1] * n * len(_alibi_recipes(recipes))
     from .rope import positions_to_scan
 
     return sum(positions_to_scan(s, lens) for _, s in model.rope) * n

@@ -414,3 +414,24 @@ def test_every_shipped_config_at_its_real_context(name):
     fp64 = [r for r in rows if r.recipe == "fp64"]
     assert fp64 and all(r.verdict == "safe" for r in fp64)
     assert all(r.length == L for r in rows)
+
+
+def test_cli_torch_engine_agrees_with_numpy_on_verdicts():
+    args = ("config", str(DATA / "qwen2-7b.json"), "-l", "1024", "-d", "bf16", "--json")
+    a = json.loads(run(*args).output)["results"]
+    b = json.loads(run(*args, "--engine", "torch").output)["results"]
+    assert [(r["recipe"], r["verdict"], r["colliding_positions"]) for r in a] == \
+        [(r["recipe"], r["verdict"], r["colliding_positions"]) for r in b]
+
+
+def test_progress_total_counts_what_the_auditors_report():
+    from precision_audit.config import work_to_scan
+
+    seen = []
+    m = load_config(DATA / "baichuan2-13b-base.json")
+    audit_config(m, [512], ["bf16"], recipes=["fp32", "lowp"], positions=False, progress=seen.append)
+    assert sum(seen) == work_to_scan(m, [512], ["bf16"], ["fp32", "lowp"]) == 2 * 512 * 2
+    seen.clear()
+    m = load_config(DATA / "gemma-4-31b-it.json")
+    audit_config(m, [300, 600], ["bf16", "fp16"], recipes=["fp32"], positions=False, progress=seen.append)
+    assert sum(seen) == work_to_scan(m, [300, 600], ["bf16", "fp16"]) == 600 * 2 * 2
