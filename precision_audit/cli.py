@@ -705,10 +705,19 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], re
 
     lens = tuple(lengths) or default_lengths(model)
     dts = dtypes or ("bfloat16", "float16")
-    if model.kind == "rope":
-        from .rope import check_rope_lengths
+    try:  # before the bar: an oversized length fails at once
+        if model.kind == "rope":
+            from .rope import check_rope_lengths
 
-        check_rope_lengths(lens)  # before the bar: an oversized length fails at once
+            check_rope_lengths(lens)
+        else:
+            from ._common import check_lengths
+            from .alibi import MAX_ALIBI_LENGTH
+
+            check_lengths(lens, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
+    except ValueError as e:
+        hint = "" if lengths else f"; the default lengths are the config's context {lens[0]}, 2x and 4x: give --length"
+        raise click.UsageError(f"{e}{hint}") from None
     total = work_to_scan(model, lens, dts, recipes or None)
     with _progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
         rows = audit_config(model, lens, dts, recipes=recipes or None, engine=engine, tolerance=tolerance,

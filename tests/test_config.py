@@ -439,3 +439,11 @@ def test_progress_total_counts_what_the_auditors_report():
     m = load_config(DATA / "gemma-4-31b-it.json")
     audit_config(m, [300, 600], ["bf16", "fp16"], recipes=["fp32"], positions=False, progress=seen.append)
     assert sum(seen) == work_to_scan(m, [300, 600], ["bf16", "fp16"]) == 600 * 2 * 2
+
+
+def test_cli_default_lengths_beyond_the_oracle_say_so(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "head_dim": 64, "max_position_embeddings": 2**25}))
+    res = run("config", str(p))
+    assert res.exit_code == 2
+    assert "exceeds the RoPE oracle's limit" in res.output and "default lengths are the config's context" in res.output
