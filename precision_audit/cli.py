@@ -800,3 +800,105 @@ def report_cmd(config_path: str | None, model_type: str | None, dtypes: tuple[st
             rep = model_report(spec, dtypes or None, max_length, progress)
         paths = write_into(rep, tmp, progress)
     click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
+
+
+# --- config -----------------------------------------------------------------------------------
+
+CONFIG_VERDICT_HELP = (
+    "Verdict per row: broken = phase lost (max rotation error >= pi/2) or colliding positions > 0 (or an "
+    "ALiBi bias overflowed / swapped order); degraded = max rotation error above TOLERANCE x the cache "
+    "format's own rounding bound (ALiBi: a head's bias error above TOLERANCE half-ulps of its largest "
+    "bias); safe otherwise.")
+
+
+def _config_path(ctx: Any, param: Any, value: str) -> Any:
+    from .config import load_config
+
+    try:
+        return load_config(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@main.command("config")
+@click.argument("model", metavar="PATH", callback=_config_path)
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
+              help="Context length (repeatable): 8192, 8k, 32K, 1M; RoPE at most 64M.  "
+                   "[default: the config's context, 2x and 4x]")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bf16, fp16]")
+@click.option("--recipe", "-r", "recipes", multiple=True, metavar="NAME",
+              help="Code path (repeatable): RoPE presets " + ", ".join(_ROPE_PRESETS) + "; ALiBi recipes "
+                   + ", ".join(_ALIBI_RECIPES) + ".  [default: all of the model's kind]")
+@click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
+              help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE and "
+                   "positions; ALiBi runs numpy).")
+@click.option("--tolerance", type=click.FloatRange(min=0.0, min_open=True), default=8.0, show_default=True,
+              help="degraded above TOLERANCE x the cache format's rounding bound.")
+@click.option("--no-positions", is_flag=True, help="Leave out the position-id rows.")
+@click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
+              help="Exit 1 when a row of the default code path (RoPE fp32 / ALiBi fp32) is this bad or worse; "
+                   "for CI.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"auditor": "config", "model": {...}, "results": [row, ...]} as JSON.')
+def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], recipes: tuple[str, ...],
+               engine: str, tolerance: float, no_positions: bool, fail_on: str, as_json: bool) -> None:
+    """Audit a model from its Hugging Face config.json with the tool's own schedules.
+
+    PATH is a config.json (or a directory holding one); it is parsed as JSON,
+    never executed.  RoPE models: every RoPE preset for each layer type's
+    schedule; ALiBi models: every ALiBi recipe with the model's head count;
+    plus the position ids cast to each dtype.  By default at the model's
+    context and 2x, 4x (context extension), in bfloat16 and float16.
+
+    Verdicts: broken = phase lost (max rotation error >= pi/2) or colliding
+    positions > 0; degraded = max rotation error above TOLERANCE (8) x the
+    cache format's own rounding bound, i.e. the code path, not the format,
+    sets the precision; safe otherwise.
+
+    Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
+    """
+    from .config import audit_config, default_lengths, work_to_scan
+
+    lens = tuple(lengths) or default_lengths(model)
+    dts = dtypes or ("bfloat16", "float16")
+    try:  # before the bar: an oversized length fails at once
+        if model.kind == "rope":
+            from .rope import check_rope_lengths
+
+            check_rope_lengths(lens)
+        else:
+            from ._common import check_lengths
+            from .alibi import MAX_ALIBI_LENGTH
+
+            check_lengths(lens, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
+    except ValueError as e:
+        hint = "" if lengths else f"; the default lengths are the config's context {lens[0]}, 2x and 4x: give --length"
+        raise click.UsageError(f"{e}{hint}") from None
+    total = work_to_scan(model, lens, dts, recipes or None)
+    with _progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
+        rows = audit_config(model, lens, dts, recipes=recipes or None, engine=engine, tolerance=tolerance,
+                            positions=not no_positions, progress=bar.update)
+    dicts = [r.to_dict() for r in rows]
+    if as_json:
+        click.echo(json.dumps({"auditor": "config", "model": model.to_dict(), "engine": engine,
+                               "tolerance": tolerance, "results": dicts}, indent=2))
+    else:
+        cols: list[tuple[str, Any]] = [("dtype", "dtype"), ("length", "length"), ("component", "component")]
+        if any(r["layer_type"] for r in dicts):
+            cols.append(("layer", "layer_type"))
+        cols.append(("recipe", "recipe"))
+        if model.kind == "rope":
+            cols += [("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
+                     ("x cache bound", lambda r: None if r["ratio"] is None else f"{r['ratio']:.3g}")]
+        else:
+            cols += [("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
+                     ("max dP", "max_prob_change")]
+        cols += [("max run", "max_run"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
+        click.echo(model.describe() + "\n")
+        click.echo(table(dicts, cols))
+        click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
+                   "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
+                   "equals the previous one's; '-' = not measured for that component.")
+    worst = {"never": None, "broken": ("broken",), "degraded": ("broken", "degraded")}[fail_on]
+    if worst and any(r.verdict in worst and r.recipe == "fp32" for r in rows):
+        raise SystemExit(1)
