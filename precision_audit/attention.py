@@ -187,7 +187,8 @@ def attention_errors(
     apply = None if apply is None else get_format(apply).name
     theta = schedule.inv_freq(L)
     g = schedule.cos_sin_scale
-    nf, r, d = schedule.n_freq, schedule.rotary, schedule.head_dim
+    nf, d = schedule.n_freq, schedule.head_dim
+    r = 2 * nf  # rotated dims in the half-split layout (proportional: the whole head, tail frequencies 0)
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((pairs, d))
     k = rng.standard_normal((pairs, d))
@@ -315,7 +316,8 @@ def apply_errors(
     if vectors < 1 or samples < 1:
         raise ValueError(f"vectors {vectors!r} and samples {samples!r} must be >= 1")
     g = schedule.cos_sin_scale
-    nf, r = schedule.n_freq, schedule.rotary
+    nf = schedule.n_freq
+    r = 2 * nf
     q = round_to(np.random.default_rng(seed).standard_normal((vectors, r)), fmt.name)
     q1, q2 = q[:, None, :nf], q[:, None, nf:]
     norm = np.sqrt((q * q).sum(axis=1))[:, None]  # (vectors, 1)

@@ -60,6 +60,7 @@ __all__ = [
     "CONTEXT_KEYS",
     "DEFAULT_TOLERANCE",
     "VERDICTS",
+    "VERDICT_RULES",
     "ConfigRow",
     "ModelConfig",
     "alibi_verdict",
@@ -74,6 +75,13 @@ __all__ = [
 DEFAULT_TOLERANCE = 8.0
 VERDICTS: tuple[str, ...] = ("safe", "degraded", "broken")
 PHASE_LOST = math.pi / 2
+VERDICT_RULES = (
+    "**broken**: the phase is lost (max rotation error >= pi/2) or positions collide (position ids, cos/sin "
+    "rows or ALiBi biases of neighbouring tokens equal, a bias overflowed or two swapped order); "
+    f"**degraded**: max rotation error above {DEFAULT_TOLERANCE:g}x the cache format's own rounding bound "
+    f"(ALiBi: a head's bias error above {DEFAULT_TOLERANCE:g} half-ulps of its largest bias), i.e. 3 bits "
+    "below what storing cos/sin in the dtype costs anyway; **safe** otherwise."
+)
 
 # Context-length keys, in the order they are looked up (newer names first).
 CONTEXT_KEYS: tuple[str, ...] = ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length",

@@ -172,7 +172,7 @@ def test_alibi_model_uses_mpt_slopes(tmp_path: Path) -> None:
 def test_model_type_without_download() -> None:
     pytest.importorskip("transformers")
     res = run("report", "--model-type", "gpt2", "--out", "unused")
-    assert res.exit_code == 2 and "neither RoPE nor ALiBi" in res.output
+    assert res.exit_code == 2 and "cannot tell the position encoding" in res.output
     assert not Path("unused").exists()
 
 

@@ -4,8 +4,7 @@ Modules: ``positions``, ``rope`` (incl. the position x frequency heatmap),
 ``attention``, ``alibi``, ``sinusoidal`` draw the figures; ``headline`` and
 ``model`` run the auditors and assemble a :class:`~.writer.Report`;
 ``writer`` writes report.md, report.html, results.json and the PNGs;
-``_config`` is a minimal config.json reader (to be replaced by
-``precision_audit.config``).  matplotlib is imported only when a figure is
+``_config`` picks from :mod:`precision_audit.config` what a model report draws.  matplotlib is imported only when a figure is
 drawn (Agg backend); importing this package does not import it.
 
 >>> from precision_audit import report

@@ -1,15 +1,9 @@
-"""A minimal reader of Hugging Face ``config.json`` files for the model report.
+"""The model report's view of a config: :class:`ModelSpec`, read by :mod:`precision_audit.config`.
 
-STOPGAP: ``precision_audit.config`` (model-config parsing, issue 9) replaces
-this; the report only needs :func:`model_spec` to return a :class:`ModelSpec`,
-so swapping the reader means changing that one function.
-
-Reads: ``rope_theta`` / ``rope_parameters`` (transformers 5, also per layer
-type) / ``rope_scaling`` (types default, linear, dynamic, yarn, llama3),
-``head_dim`` or ``hidden_size / num_attention_heads``,
-``partial_rotary_factor``, the maximum context, the dtype, and ALiBi (bloom;
-falcon with ``alibi``; mpt with ``attn_config.alibi``; baichuan with
-hidden_size 5120, the 13B models).
+``precision_audit.config`` parses the config (every rope type, per layer type,
+ALiBi); this module only picks what the report draws: one RoPE schedule (the
+``full_attention`` layers' when a model has one per layer type), the ALiBi
+heads and, for MPT, its slopes (``alibi_bias_max`` may differ from 8).
 
 >>> s = model_spec({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
 ...                 "rope_theta": 500000.0, "max_position_embeddings": 8192, "torch_dtype": "bfloat16"})
@@ -19,20 +13,17 @@ hidden_size 5120, the 13B models).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import ModelConfig, load_config_dict
+from ..config import load_config as _load
 from ..formats import get_format
-from ..rope import RopeSchedule
+from ..schedules import RopeSchedule
 
-__all__ = ["ModelSpec", "load_config", "model_spec", "spec_for_model_type"]
-
-_ROPE_TYPES = {"default": "none", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
-_CONTEXT_KEYS = ("max_position_embeddings", "max_seq_len", "seq_length", "n_positions", "model_max_length")
-_HEADS_KEYS = ("num_attention_heads", "n_head", "n_heads")
+__all__ = ["ModelSpec", "load_config", "model_spec", "mpt_slopes", "spec_for_model_type"]
 
 
 @dataclass(frozen=True)
@@ -56,10 +47,6 @@ class ModelSpec:
             raise ValueError(f"max context {self.max_context} must be at least 1")
 
 
-def _first(cfg: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    return next((cfg[k] for k in keys if cfg.get(k) is not None), None)
-
-
 def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> tuple[float, ...]:
     """MPT's ALiBi slopes: 2**-(k * bias_max / n2) for k = 1..n2, n2 = next power of two,
     interleaved (odd then even indices) when ``num_heads`` is not a power of two.
@@ -74,81 +61,39 @@ def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> tuple[float, ...]
     return tuple(s)
 
 
-def _alibi(cfg: dict[str, Any], mt: str) -> tuple[bool, tuple[float, ...] | None, tuple[str, ...]]:
-    if mt == "bloom":
-        return True, None, ()
-    if mt == "falcon" and cfg.get("alibi"):
-        return True, None, ()
-    if mt == "mpt":
-        ac = cfg.get("attn_config") or {}
-        if ac.get("alibi"):
-            heads = int(_first(cfg, _HEADS_KEYS))
-            return True, mpt_slopes(heads, float(ac.get("alibi_bias_max", 8))), ()
-    if mt == "baichuan" and cfg.get("hidden_size") == 5120:
-        return True, None, ("baichuan with hidden_size 5120 read as a 13B model (ALiBi); 7B models use RoPE",)
-    return False, None, ()
-
-
-def _rope(cfg: dict[str, Any]) -> tuple[RopeSchedule, tuple[str, ...]]:
-    notes: list[str] = []
-    params = cfg.get("rope_parameters") or {}
-    if params and all(isinstance(v, dict) for v in params.values()):  # per layer type (Gemma 3)
-        key = "full_attention" if "full_attention" in params else sorted(params)[0]
-        notes.append(f"rope_parameters per layer type: the {key} layers' are audited")
-        params = params[key]
-    scaling = dict(cfg.get("rope_scaling") or {})
-    p = {**params, **scaling}
-    rtype = p.get("rope_type") or p.get("type") or "default"
-    if rtype not in _ROPE_TYPES:
-        raise ValueError(f"rope type {rtype!r} is not read by the report yet; supported: {', '.join(_ROPE_TYPES)}")
-    base = float(p.get("rope_theta", cfg.get("rope_theta", 10000.0)))
-    heads = _first(cfg, _HEADS_KEYS)
-    head_dim = cfg.get("head_dim") or (cfg["hidden_size"] // heads if cfg.get("hidden_size") and heads else None)
-    if not head_dim:
-        raise ValueError("config gives neither head_dim nor hidden_size and num_attention_heads")
-    prf = float(p.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
-    kw: dict[str, Any] = {"head_dim": int(head_dim), "base": base, "rotary_dim": int(head_dim * prf),
-                          "scaling": _ROPE_TYPES[rtype]}
-    if rtype != "default":
-        kw["factor"] = float(p.get("factor", 1.0))
-        orig = p.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
-        if rtype == "dynamic" or not orig:
-            orig = cfg.get("max_position_embeddings", 8192)
-        kw["original_max_position_embeddings"] = int(orig)
-        for k in ("low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                  "attention_factor"):
-            if p.get(k) is not None:
-                kw[k] = float(p[k])
-    return RopeSchedule(**kw), tuple(notes)
+def _spec(mc: ModelConfig, raw: dict[str, Any]) -> ModelSpec:
+    dtype = get_format(str(mc.torch_dtype or "bfloat16").replace("torch.", "")).name
+    notes = list(mc.notes)
+    if mc.kind == "alibi":
+        slopes = None
+        ac = raw.get("attn_config") if isinstance(raw.get("attn_config"), dict) else {}
+        if mc.model_type == "mpt":
+            slopes = mpt_slopes(int(mc.num_heads or 1), float(ac.get("alibi_bias_max", 8)))
+        return ModelSpec(mc.name, mc.model_type, dtype, mc.max_position_embeddings, None, mc.num_heads, slopes,
+                         tuple(notes))
+    by_type = dict(mc.rope)
+    key = "full_attention" if "full_attention" in by_type else next(iter(by_type))
+    if len(by_type) > 1:
+        notes.append(f"one RoPE schedule per layer type ({', '.join(by_type)}): the {key} layers' are drawn")
+    return ModelSpec(mc.name, mc.model_type, dtype, mc.max_position_embeddings, by_type[key], None, None,
+                     tuple(notes))
 
 
 def model_spec(cfg: dict[str, Any], name: str = "model") -> ModelSpec:
     """The :class:`ModelSpec` of a config dict (a config.json's content)."""
-    if not isinstance(cfg, dict):
-        raise ValueError("config.json must hold a JSON object")
-    mt = str(cfg.get("model_type") or "unknown")
-    dtype = cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16"
-    dtype = get_format(str(dtype).replace("torch.", "")).name
-    ctx = _first(cfg, _CONTEXT_KEYS)
-    is_alibi, slopes, notes = _alibi(cfg, mt)
-    rope, alibi_heads = None, None
-    if is_alibi:
-        alibi_heads = int(_first(cfg, _HEADS_KEYS))
-    elif any(k in cfg for k in ("rope_theta", "rope_parameters", "rope_scaling")):
-        rope, more = _rope(cfg)
-        notes += more
-    return ModelSpec(name, mt, dtype, int(ctx) if ctx else None, rope, alibi_heads, slopes, notes)
+    return _spec(load_config_dict(cfg, name=name), cfg if isinstance(cfg, dict) else {})
 
 
 def load_config(path: str | Path) -> ModelSpec:
-    """Read a config.json file."""
-    p = Path(path)
+    """Read a config.json file (see :func:`precision_audit.config.load_config`)."""
+    import json
+
+    mc = _load(path)
     try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read config {str(path)!r}: {e}") from None
-    name = cfg.get("_name_or_path") or p.parent.name or p.stem
-    return model_spec(cfg, str(name))
+        raw = json.loads(Path(mc.source).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raw = {}
+    return _spec(mc, raw if isinstance(raw, dict) else {})
 
 
 def spec_for_model_type(model_type: str) -> ModelSpec:

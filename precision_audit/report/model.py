@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .. import config as _config
 from ..alibi import AlibiAudit
 from ..attention import attention_errors
 from ..positions import PositionAudit, audit_positions
@@ -29,48 +30,37 @@ from .writer import Figure, Para, Report, Section, Table
 
 __all__ = ["VERDICT_RULES", "alibi_verdict", "model_report", "position_verdict", "rope_verdict"]
 
-SAFE_FACTOR = 2.0  # RoPE "safe": rotation error within 2x what storing cos/sin in the dtype costs anyway
-BROKEN_RAD = 0.5  # RoPE "broken": some frequency's phase off by 0.5 rad (~29 degrees) or more
-VERDICT_RULES = (
-    f"**safe**: RoPE rotation error at most {SAFE_FACTOR:g}x the cache format's own rounding bound, no two "
-    "positions with the same cos/sin row; every position id exact; every ALiBi bias distinct and finite. "
-    f"**broken**: positions collide (ids, cos/sin rows or biases) or the rotation error reaches {BROKEN_RAD:g} rad. "
-    "**degraded**: in between (distinct positions, but angles off by more than the cache rounding)."
-)
+VERDICT_RULES = _config.VERDICT_RULES
 
 
 def rope_verdict(r: RopeRow) -> str:
-    """safe / degraded / broken for one RoPE row, with the number that decides it.
+    """safe / degraded / broken for one RoPE row (:func:`precision_audit.config.rope_verdict`), with the number.
 
     >>> from precision_audit.rope import RopeSchedule
     >>> row = audit(RopeSchedule(head_dim=16), preset("lowp", "bfloat16"), 4096)[0]
     >>> rope_verdict(row).split()[0]
     'broken'
     """
+    v = _config.rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound)
     ratio = r.max_rotation_error / r.cache_bound
-    if r.colliding_positions or r.max_rotation_error >= BROKEN_RAD:
-        why = f"{r.colliding_positions} positions collide" if r.colliding_positions else \
-            f"{fmt(r.max_rotation_error)} rad"
-        return f"broken ({why})"
-    if ratio <= SAFE_FACTOR:
-        return f"safe ({fmt(r.max_rotation_error)} rad)"
-    return f"degraded ({fmt(r.max_rotation_error)} rad, {ratio:.3g}x bound)"
+    if v == "broken" and r.colliding_positions:
+        return f"broken ({r.colliding_positions} positions collide)"
+    return f"{v} ({fmt(r.max_rotation_error)} rad, {ratio:.3g}x bound)"
 
 
 def position_verdict(r: PositionAudit) -> str:
     """safe when every position id is exact, else broken with the share that survives."""
-    if r.exact_fraction == 1:
+    if _config.positions_verdict(r.length - r.exact_count, r.non_finite) == "safe":
         return "safe (all exact)"
     extra = f", {r.non_finite} overflow" if r.non_finite else ""
     return f"broken ({100 * r.exact_fraction:.1f} % exact, runs of {r.max_run}{extra})"
 
 
 def alibi_verdict(r: AlibiAudit) -> str:
-    """safe when every bias of every head is distinct and finite, else broken."""
-    if r.min_distinct_biases == r.length and r.nonfinite_biases == 0 and r.order_inversions == 0:
-        return "safe (all distinct)"
+    """:func:`precision_audit.config.alibi_verdict` with the share of distinct biases."""
+    v = _config.alibi_verdict(r)
     extra = f", {r.nonfinite_biases} non-finite" if r.nonfinite_biases else ""
-    return f"broken ({100 * r.distinct_fraction:.1f} % distinct{extra})"
+    return f"{v} ({100 * r.distinct_fraction:.1f} % distinct{extra})"
 
 
 def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_context: int | None = None,
