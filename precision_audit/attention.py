@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from ._common import Row, check_length
 from .formats import get_format, round_to
-from .rope import Recipe, RopeSchedule, check_rope_lengths, exact_angles, run_recipe
+from .rope import APPLY_MODES, Recipe, RopeSchedule, check_rope_lengths, exact_angles, run_recipe
 
 __all__ = [
     "APPLY_MODES",
@@ -41,7 +41,6 @@ __all__ = [
     "default_distances",
 ]
 
-APPLY_MODES: tuple[str, ...] = ("elementwise", "fp32-then-cast")
 PHASE_LOST_ERROR = 2.0  # |e^(i*pi) - 1|: relative error of a vector rotated by pi off (a non-finite rotation)
 
 F64 = npt.NDArray[np.float64]
@@ -57,9 +56,8 @@ class AttentionRow(Row):
     ``score_spread``: for each (q, k) pair the max - min of the recipe's logit
     over the shifts (exact RoPE gives 0: the relative-position invariance
     check), max over pairs; ``logit_rms``: RMS of the exact logits, for scale.
-    ``apply`` / ``mode``: the format and mode q and k were rotated in (see
-    :func:`apply_rotation`), or None for a float64 rotation by the stored
-    cos/sin (the cache's error alone).
+    ``apply`` / ``mode``: the format and mode q and k were stored and rotated
+    in (see :func:`apply_rotation`); ``float64`` leaves the cache's error alone.
     """
 
     recipe: str
@@ -157,14 +155,16 @@ def attention_errors(
     shifts: int = 1024,
     seed: int = 0,
     apply: str | None = None,
-    mode: str = "elementwise",
+    mode: str | None = None,
 ) -> list[AttentionRow]:
     """Rotated-logit error vs offset for each recipe: one row per (recipe, distance).
 
-    With ``apply`` (a format name) q and k are stored in that format and
-    rotated by :func:`apply_rotation` in ``mode``; the exact logit then uses
-    the same stored q and k, so the error is the position encoding's and the
-    rotation's.  Without it the stored cos/sin rotate q, k in float64.
+    q and k are stored in each recipe's ``apply`` format (default: its cache
+    format) and rotated by :func:`apply_rotation` in its ``apply_mode``, as a
+    model in that dtype runs it; the exact logit uses the same stored q and
+    k, so the error is the position encoding's and the rotation's.  ``apply``
+    / ``mode`` override every recipe's; ``apply="float64"`` leaves the cache's
+    own effect alone.
 
     >>> from precision_audit.rope import preset
     >>> rows = attention_errors(RopeSchedule(head_dim=8), preset("fp64", "float64"), 100, [5], pairs=2)
@@ -183,37 +183,38 @@ def attention_errors(
         raise ValueError(f"pairs {pairs!r} and shifts {shifts!r} must be >= 1")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed {seed!r} must be a non-negative integer")
-    _check_mode(mode)
+    if mode is not None:
+        _check_mode(mode)
     apply = None if apply is None else get_format(apply).name
     theta = schedule.inv_freq(L)
     g = schedule.cos_sin_scale
     nf, d = schedule.n_freq, schedule.head_dim
     r = 2 * nf  # rotated dims in the half-split layout (proportional: the whole head, tail frequencies 0)
     rng = np.random.default_rng(seed)
-    q = rng.standard_normal((pairs, d))
-    k = rng.standard_normal((pairs, d))
-    if apply is not None:
-        q, k = round_to(q, apply), round_to(k, apply)
-    q1, q2, k1, k2 = q[:, :nf], q[:, nf:r], k[:, :nf], k[:, nf:r]
-    passthrough = (q[:, r:] * k[:, r:]).sum(axis=1)  # (pairs,)
+    q0 = rng.standard_normal((pairs, d))
+    k0 = rng.standard_normal((pairs, d))
+    stored: dict[str, tuple[F64, ...]] = {}  # q/k as stored in each apply format, split for the rotation
+
+    def split(fmt: str) -> tuple[F64, ...]:
+        if fmt not in stored:
+            q, k = round_to(q0, fmt), round_to(k0, fmt)
+            stored[fmt] = (q[:, :nf], q[:, nf:r], k[:, :nf], k[:, nf:r], (q[:, r:] * k[:, r:]).sum(axis=1))
+        return stored[fmt]
+
     rows: list[AttentionRow] = []
     for dist in dists:
         m = np.unique(np.linspace(dist, L - 1, num=min(shifts, L - dist)).round().astype(np.int64))
         n = m - dist
         phi = exact_angles([dist], theta)[0]  # (nf,)
-        exact = (g * g) * ((q1 * k1 + q2 * k2) @ np.cos(phi) - (q2 * k1 - q1 * k2) @ np.sin(phi)) + passthrough
         for rec in recs:
+            fmt, md = apply or rec.apply, mode or rec.apply_mode
+            q1, q2, k1, k2, passthrough = split(fmt)  # type: ignore[arg-type]
+            exact = (g * g) * ((q1 * k1 + q2 * k2) @ np.cos(phi) - (q2 * k1 - q1 * k2) @ np.sin(phi)) + passthrough
             sm = run_recipe(rec, schedule, m, L)
             sn = run_recipe(rec, schedule, n, L)
             with np.errstate(invalid="ignore", over="ignore"):
-                if apply is None:
-                    a1, a2 = _rotate(q1[:, None, :], q2[:, None, :], sm["cos"][None], sm["sin"][None])
-                    b1, b2 = _rotate(k1[:, None, :], k2[:, None, :], sn["cos"][None], sn["sin"][None])
-                else:
-                    a1, a2 = apply_rotation(q1[:, None, :], q2[:, None, :], sm["cos"][None], sm["sin"][None],
-                                            apply, mode)
-                    b1, b2 = apply_rotation(k1[:, None, :], k2[:, None, :], sn["cos"][None], sn["sin"][None],
-                                            apply, mode)
+                a1, a2 = apply_rotation(q1[:, None, :], q2[:, None, :], sm["cos"][None], sm["sin"][None], fmt, md)
+                b1, b2 = apply_rotation(k1[:, None, :], k2[:, None, :], sn["cos"][None], sn["sin"][None], fmt, md)
                 score = (a1 * b1 + a2 * b2).sum(axis=2) + passthrough[:, None]  # (pairs, shifts)
                 err = np.abs(score - exact[:, None])
                 spread = score.max(axis=1) - score.min(axis=1)
@@ -232,8 +233,8 @@ def attention_errors(
                     mean_logit_error=float(err.mean()),
                     score_spread=float(spread.max()),
                     logit_rms=float(np.sqrt(np.mean(exact**2))),
-                    apply=apply,
-                    mode=None if apply is None else mode,
+                    apply=fmt,
+                    mode=md,
                 )
             )
     return rows

@@ -702,12 +702,13 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
               help="Query positions per offset, evenly spread along the context.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the (q, k) pairs.")
 @click.option("--apply", "apply_dtype", type=DTYPE, default=None,
-              help="Store q/k in this format and rotate them in it (q*cos + rotate_half(q)*sin), "
-                   "as a bf16/fp16 model does.  [default: float64 rotation: the cache's error alone]")
-@click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast"]), default="elementwise",
-              show_default=True,
-              help="With --apply: each product and sum rounded to the apply format (elementwise), or the "
-                   "rotation computed in float32 and the result cast (fp32-then-cast).")
+              help="Store q/k in this format and rotate them in it (q*cos + rotate_half(q)*sin), as a "
+                   "model in that dtype does; float64 leaves the cache's error alone.  [default: each "
+                   "recipe's apply stage: the cache format, DTYPE]")
+@click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast"]), default=None,
+              help="Each product and sum rounded to the apply format (elementwise, as eager bf16/fp16 code "
+                   "runs it), or the rotation computed in float32 and the result cast (fp32-then-cast, fused "
+                   "kernels).  [default: elementwise]")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: tuple[str, ...],
                   distances: tuple[int, ...], pairs: int, shifts: int, seed: int, apply_dtype: str | None,
@@ -737,8 +738,8 @@ def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: 
     emit("attention", rows, as_json, cols,
          footer=f"\nhead_dim={head_dim}, base={base:g}, {pairs} (q, k) pairs, up to {shifts} shifts per offset, "
                 "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0)."
-                + (f"\nq/k stored and rotated in {apply_dtype} ({apply_mode}); the exact logit uses the same "
-                   "stored q/k." if apply_dtype else ""))
+                + f"\nq/k stored and rotated in {apply_dtype or dtype} ({apply_mode or 'elementwise'}); the exact "
+                  "logit uses the same stored q/k.")
 
 
 # --- report -----------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ __all__ = [
     "RopeRow",
     "RopeSchedule",
     "audit",
+    "APPLY_MODES",
     "ENGINES",
     "cache_rounding_bound",
     "effective_recipe",
@@ -80,6 +81,8 @@ __all__ = [
 F64 = npt.NDArray[np.float64]
 
 STAGES: tuple[str, ...] = ("positions", "inv_freq", "angle", "trig", "cache")
+# the rotation of q/k by the stored cos/sin (measured by precision_audit.attention, not by the cache audit)
+APPLY_MODES: tuple[str, ...] = ("elementwise", "fp32-then-cast")
 SCALINGS: tuple[str, ...] = ROPE_TYPES
 MAX_ROPE_LENGTH = 2**26  # the oracle's two-term product is exact for m < 2**27
 
@@ -108,6 +111,10 @@ class Recipe:
     ``"exact"``: the exact value rounded once to the ``inv_freq`` format.
     The default is what real code does: the formula in float32 (float64 for a
     float64 stage), e.g. a float32 buffer that ``module.to(bf16)`` casts.
+    ``apply`` is the format q/k are rotated in (default: the cache format, as
+    a model in that dtype runs ``q*cos + rotate_half(q)*sin``); ``apply_mode``
+    ``"elementwise"`` rounds every product and sum to it, ``"fp32-then-cast"``
+    computes the rotation in float32 and casts the result (fused kernels).
 
     >>> r = preset("fp32", "bf16")
     >>> r.stages
@@ -127,6 +134,8 @@ class Recipe:
     trig: str
     cache: str
     inv_freq_from: str | None = None
+    apply: str | None = None
+    apply_mode: str = "elementwise"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -146,6 +155,13 @@ class Recipe:
             except ValueError as e:
                 raise ValueError(f"recipe {self.name!r} inv_freq_from: {e} (or 'exact')") from None
         object.__setattr__(self, "inv_freq_from", src)
+        try:
+            object.__setattr__(self, "apply", get_format(self.cache if self.apply is None else self.apply).name)
+        except ValueError as e:
+            raise ValueError(f"recipe {self.name!r} stage apply: {e}") from None
+        if self.apply_mode not in APPLY_MODES:
+            raise ValueError(f"recipe {self.name!r}: unknown apply mode {self.apply_mode!r}; "
+                             f"valid: {', '.join(APPLY_MODES)}")
 
     @property
     def stages(self) -> dict[str, str]:
@@ -166,6 +182,8 @@ class Recipe:
         out["angle"] = f"product rounded to {self.angle}"
         out["trig"] = f"cos/sin rounded to {self.trig}"
         out["cache"] = f"stored in {self.cache}"
+        out["apply"] = (f"q*cos + rotate_half(q)*sin, each operation in {self.apply}" if self.apply_mode == "elementwise"
+                        else f"rotation in float32, cast to {self.apply}")
         return out
 
     def with_exact(self, stage: str) -> "Recipe":
@@ -226,7 +244,9 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
     Stages not given keep the ``fp32`` preset's format (cache: ``dtype``).
     ``inv_freq=F`` is the formula in float32 (float64 if F is) stored in F;
     ``inv_freq=F@G`` the formula evaluated in G, stored in F;
-    ``inv_freq=F@exact`` the exact value rounded once to F.
+    ``inv_freq=F@exact`` the exact value rounded once to F.  ``apply=F``
+    rotates q/k in F (default: the cache format), ``apply=F@fp32`` in float32
+    with the result cast to F.
 
     >>> parse_stages("positions=bf16").stages["positions"], parse_stages("positions=bf16").name
     ('bfloat16', 'positions=bf16')
@@ -235,10 +255,11 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
     >>> parse_stages("angles=bf16")
     Traceback (most recent call last):
     ...
-    ValueError: unknown stage 'angles' in 'angles=bf16'; valid: positions, inv_freq, angle, trig, cache
+    ValueError: unknown stage 'angles' in 'angles=bf16'; valid: positions, inv_freq, angle, trig, cache, apply
     """
     base: dict[str, Any] = dict(preset("fp32", dtype).stages)
     source: str | None = None
+    apply: dict[str, str] = {}
     for item in str(text).split(","):
         if not item.strip():
             continue
@@ -246,8 +267,17 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
         stage = stage.strip()
         if not eq:
             raise ValueError(f"stage item {item.strip()!r} in {text!r} is not STAGE=DTYPE")
+        if stage == "apply":
+            f, at, src = fmt.partition("@")
+            try:
+                if at and (not src.strip() or get_format(src.strip()).name != "float32"):
+                    raise ValueError("apply=F@fp32 (rotation in float32, then cast to F) is the only @ form")
+                apply = {"apply": get_format(f.strip()).name, "apply_mode": "fp32-then-cast" if at else "elementwise"}
+            except ValueError as e:
+                raise ValueError(f"stage apply in {text!r}: {e}") from None
+            continue
         if stage not in STAGES:
-            raise ValueError(f"unknown stage {stage!r} in {text!r}; valid: {', '.join(STAGES)}")
+            raise ValueError(f"unknown stage {stage!r} in {text!r}; valid: {', '.join(STAGES)}, apply")
         fmt, at, src = fmt.partition("@")
         if at and stage != "inv_freq":
             raise ValueError(f"stage {stage} in {text!r}: only inv_freq takes @FORMAT or @exact")
@@ -257,7 +287,7 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
                 source = "exact" if src.strip().lower() == "exact" else get_format(src.strip()).name
         except ValueError as e:
             raise ValueError(f"stage {stage} in {text!r}: {e}") from None
-    return Recipe(name or str(text).replace(" ", ""), **base, inv_freq_from=source)
+    return Recipe(name or str(text).replace(" ", ""), **base, inv_freq_from=source, **apply)
 
 
 def stored_inv_freq(recipe: Recipe, schedule: RopeSchedule, seq_len: int | None = None,

@@ -65,7 +65,8 @@ def test_matches_independent_rotate_half_and_mpmath(schedule, name):
     # same seeded q, k as the module (numpy default_rng(seed), q then k), every shift, one pair
     L, dist = 600, 37
     rec = preset(name, "bf16")
-    (row,) = attention_errors(schedule, rec, L, [dist], pairs=1, shifts=L, seed=3)
+    # apply in float64: the rotation itself exact to float64, so the error is the stored cos/sin's alone
+    (row,) = attention_errors(schedule, rec, L, [dist], pairs=1, shifts=L, seed=3, apply="float64")
     rng = np.random.default_rng(3)
     q = rng.standard_normal((1, schedule.head_dim))[0]
     k = rng.standard_normal((1, schedule.head_dim))[0]
@@ -165,3 +166,26 @@ def test_attention_cli_json_and_errors():
     assert rows["lowp", 3000]["score_spread"] < 1e-9
     bad = CliRunner().invoke(main, ["attention", "-l", "100", "--distance", "100"])
     assert bad.exit_code == 2 and "distance 100 not in [0, length 100)" in bad.output
+
+
+def test_default_apply_stage_is_the_cache_format():
+    # a recipe's apply stage defaults to its cache format, elementwise: the same rows as asking for it
+    s = RopeSchedule(head_dim=16)
+    rec = preset("fp32", "bf16")
+    assert (rec.apply, rec.apply_mode) == ("bfloat16", "elementwise")
+    a = attention_errors(s, rec, 300, [7], pairs=2)
+    b = attention_errors(s, rec, 300, [7], pairs=2, apply="bf16", mode="elementwise")
+    assert a == b and a[0].apply == "bfloat16"
+    # q/k rotated in bf16 cost more than the cache alone: at least the bf16 rounding of the stored product
+    c = attention_errors(s, rec, 300, [7], pairs=2, apply="float64")
+    assert a[0].max_logit_error > c[0].max_logit_error
+
+
+def test_apply_stage_from_stages_text():
+    from precision_audit.rope import parse_stages
+
+    r = parse_stages("apply=fp16@fp32", "bf16")
+    assert (r.apply, r.apply_mode) == ("float16", "fp32-then-cast")
+    assert r.how["apply"] == "rotation in float32, cast to float16"
+    with pytest.raises(ValueError, match="apply=F@fp32 .* is the only @ form"):
+        parse_stages("apply=fp16@bf16")

@@ -269,9 +269,11 @@ def test_apply_errors_bound_and_validation():
 
 
 def test_attention_with_apply_float64_matches_plain():
-    # apply in float64 with every op exact to 1e-16: same logits as the float64 rotation
+    # a recipe whose apply stage is float64 and an explicit apply="float64" rotate alike
+    from dataclasses import replace
+
     s = RopeSchedule(head_dim=16)
-    a = attention_errors(s, preset("lowp", "bf16"), 300, [7], pairs=2)
+    a = attention_errors(s, replace(preset("lowp", "bf16"), apply="float64"), 300, [7], pairs=2)
     b = attention_errors(s, preset("lowp", "bf16"), 300, [7], pairs=2, apply="float64")
     assert b[0].apply == "float64" and b[0].mode == "elementwise"
     assert b[0].max_logit_error == pytest.approx(a[0].max_logit_error, rel=1e-9, abs=1e-12)
