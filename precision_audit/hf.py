@@ -130,6 +130,9 @@ def _is_per_layer(params: Mapping[str, Any]) -> bool:
     return bool(params) and all(v is None or isinstance(v, Mapping) for v in params.values())
 
 
+_NOT_ROTARY = ("llama_4_scaling_beta", "max_position_embeddings")
+
+
 def schedule_from_config(config: Any, layer_type: str | None = None) -> RopeSchedule:
     """The RoPE schedule a model config declares (a transformers config object or a ``config.json`` dict).
 
@@ -176,6 +179,13 @@ def schedule_from_config(config: Any, layer_type: str | None = None) -> RopeSche
         raise ValueError(f"layer type {layer_type!r} given, but the config has one set of rope parameters")
     if "mrope_section" in params:
         raise ValueError("multimodal rope (mrope_section): 3-D position ids, not the 1-D rotary protocol")
+    if params.get("rope_type", params.get("type")) == "axial":
+        raise ValueError("axial (2-D vision) rope: positions are (row, column) pairs, not the 1-D rotary protocol")
+    # keys transformers itself declares as not part of the rotary frequencies (ignored at rope validation),
+    # e.g. Ministral 3's llama_4_scaling_beta (a query scale in attention); a copy of max_position_embeddings
+    ignored = set(_get(config, "ignore_keys_at_rope_validation") or ()) | set(_NOT_ROTARY)
+    max_pos = _get(config, "max_position_embeddings") or params.get("max_position_embeddings")
+    params = {k: v for k, v in params.items() if k not in ignored}
     head_dim = _get(sub, "qk_rope_head_dim") or _get(sub, "head_dim")
     if not head_dim:
         hidden, heads = _get(sub, "hidden_size"), _get(sub, "num_attention_heads")
@@ -188,7 +198,7 @@ def schedule_from_config(config: Any, layer_type: str | None = None) -> RopeSche
         params,
         head_dim=head_dim,
         base=10000.0 if base is None else base,
-        max_position_embeddings=_get(config, "max_position_embeddings"),
+        max_position_embeddings=max_pos,
         original_max_position_embeddings=_get(config, "original_max_position_embeddings"),
         partial_rotary_factor=prf,
     )
@@ -652,11 +662,12 @@ def build_rotary_module(cls: Any, config: Any | None = None) -> tuple[Any, Any]:
 
 
 def _layer_types(module: Any, config: Any) -> list[str | None]:
-    lts = getattr(module, "layer_types", None) or _get(config, "layer_types") or []
+    """The layer types to audit: those with rope parameters of their own (per-layer-type configs), else [None]."""
     params = _get(config, "rope_parameters")
     if isinstance(params, Mapping) and _is_per_layer(params):
-        return [lt for lt in sorted(set(lts) or set(params)) if params.get(lt) is not None]
-    return sorted(set(lts))
+        lts = getattr(module, "layer_types", None) or list(params)
+        return [lt for lt in sorted(set(lts)) if params.get(lt) is not None]
+    return [None]
 
 
 def _model_type_module(model_type: str) -> Any:
@@ -734,16 +745,12 @@ def audit_model_type(
     cfg = None if config is None else _config_from_dict(cls, model_type, config)
     name, tdt = _torch_dtype(dtype)
     module, cfg = build_rotary_module(cls, cfg)
-    if kind == "layer_type":
-        lts = _layer_types(module, cfg)
-        if layer_type is not None:
-            if layer_type not in lts:
-                raise ValueError(f"unknown layer type {layer_type!r}; {cls.__name__} has {', '.join(map(str, lts))}")
-            lts = [layer_type]
-    else:
-        if layer_type is not None:
-            raise ValueError(f"{cls.__name__} has no layer types (forward(x, position_ids))")
-        lts = [None]
+    lts = _layer_types(module, cfg) if kind == "layer_type" else [None]
+    if layer_type is not None:
+        if layer_type not in lts:
+            has = f"has layer types {', '.join(map(str, lts))}" if lts != [None] else "has no layer types"
+            raise ValueError(f"unknown layer type {layer_type!r}: {cls.__name__} with this config {has}")
+        lts = [layer_type]
     if cast_module:
         module = module.to(tdt)
     rows: list[ModuleRow] = []
@@ -842,7 +849,7 @@ def _scan_class(found: _Found, length: int, dtype: str) -> list[ScanRow]:
         model_type = getattr(cfg, "model_type", None) or model_type
         lts = _layer_types(module, cfg) if kind == "layer_type" else [None]
         if not lts:
-            raise ValueError("forward takes a layer_type but the config lists no layer types")
+            raise ValueError("no layer type of the config has rope parameters")
     except Exception as e:
         return [ScanRow(model_type=model_type, layer_type=None, status="skipped", reason=_reason(e), **base)]  # type: ignore[arg-type]
     rows = []
