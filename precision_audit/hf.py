@@ -131,6 +131,9 @@ def _is_per_layer(params: Mapping[str, Any]) -> bool:
 
 
 _NOT_ROTARY = ("llama_4_scaling_beta", "max_position_embeddings")
+_SCHEDULE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor", "original_max_position_embeddings",
+                  "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                  "attention_factor", "truncate", "short_factor", "long_factor"}
 
 
 def schedule_from_config(config: Any, layer_type: str | None = None) -> RopeSchedule:
@@ -183,7 +186,7 @@ def schedule_from_config(config: Any, layer_type: str | None = None) -> RopeSche
         raise ValueError("axial (2-D vision) rope: positions are (row, column) pairs, not the 1-D rotary protocol")
     # keys transformers itself declares as not part of the rotary frequencies (ignored at rope validation),
     # e.g. Ministral 3's llama_4_scaling_beta (a query scale in attention); a copy of max_position_embeddings
-    ignored = set(_get(config, "ignore_keys_at_rope_validation") or ()) | set(_NOT_ROTARY)
+    ignored = (set(_get(config, "ignore_keys_at_rope_validation") or ()) | set(_NOT_ROTARY)) - _SCHEDULE_KEYS
     max_pos = _get(config, "max_position_embeddings") or params.get("max_position_embeddings")
     params = {k: v for k, v in params.items() if k not in ignored}
     head_dim = _get(sub, "qk_rope_head_dim") or _get(sub, "head_dim")
@@ -1085,7 +1088,7 @@ def audit_alibi_builder(model_type: str, num_heads: int, length: int, dtype: Any
     ref = alibi_slopes(n)[:, None] * k[None, :]
     sign = 1.0 if form == "key" else -1.0
     metrics = _alibi_metrics(mag, ref, sign)
-    best: tuple[float, int, str, str] | None = None
+    best: tuple[float, bool, bool, int, str, str] | None = None
     for d in dict.fromkeys([name, "bfloat16"]):
         for i, rname in enumerate(RECIPES):
             r = alibi_recipe(rname, d)
@@ -1093,11 +1096,13 @@ def audit_alibi_builder(model_type: str, num_heads: int, length: int, dtype: Any
                 theirs = alibi_bias(r, n, L, d)
             tm = theirs if r.form == "key" else 0.0 - theirs[:, ::-1]
             frac = float(np.mean((tm == mag) | (np.isnan(tm) & np.isnan(mag))))
-            cand = (frac, -(i + (0 if d == name else len(RECIPES))), rname, d)
-            if best is None or cand[:2] > best[:2]:
+            # ties (power-of-two head counts: exact slopes make lowp and cast-output store the same biases)
+            # go to the builder's form, then the model dtype, then the preset order
+            cand = (frac, r.form == form, d == name, -i, rname, d)
+            if best is None or cand[:4] > best[:4]:
                 best = cand
     assert best is not None
-    frac, _, rname, rdt = best
+    frac, _, _, _, rname, rdt = best
     rec = alibi_recipe(rname, rdt)
     if rec.form != form:  # same stored magnitudes; the attention effect depends on the form
         rec = replace(rec, form=form)
