@@ -140,7 +140,8 @@ def schedule_from_config(config: Any, layer_type: str | None = None) -> RopeSche
     """The RoPE schedule a model config declares (a transformers config object or a ``config.json`` dict).
 
     head_dim: ``qk_rope_head_dim`` (DeepSeek's rotated part), else
-    ``head_dim``, else ``hidden_size // num_attention_heads`` (for a
+    ``head_dim``, else ``hidden_size // num_attention_heads``; with a partial
+    rotary factor, ``head_dim`` first (the factor applies to it) (for a
     per-layer-type config, the layer type's own config, e.g. Gemma 4's
     ``global_head_dim``); rope parameters: ``rope_parameters`` (transformers 5
     folds ``rope_theta``, ``rope_scaling`` and ``partial_rotary_factor`` into
@@ -189,14 +190,16 @@ def schedule_from_config(config: Any, layer_type: str | None = None) -> RopeSche
     ignored = (set(_get(config, "ignore_keys_at_rope_validation") or ()) | set(_NOT_ROTARY)) - _SCHEDULE_KEYS
     max_pos = _get(config, "max_position_embeddings") or params.get("max_position_embeddings")
     params = {k: v for k, v in params.items() if k not in ignored}
-    head_dim = _get(sub, "qk_rope_head_dim") or _get(sub, "head_dim")
+    prf = params.get("partial_rotary_factor") or _get(config, "partial_rotary_factor") or _get(config, "rotary_pct")
+    # a partial rotary factor applies to head_dim (transformers' rule: Mistral 4 rotates 0.5 x 128 = its
+    # qk_rope_head_dim); without one, DeepSeek's qk_rope_head_dim is the rotated part of a wider head
+    head_dim = _get(sub, "head_dim") if prf else (_get(sub, "qk_rope_head_dim") or _get(sub, "head_dim"))
     if not head_dim:
         hidden, heads = _get(sub, "hidden_size"), _get(sub, "num_attention_heads")
         if not hidden or not heads:
             raise ValueError("the config gives no head_dim and no hidden_size / num_attention_heads")
         head_dim = hidden // heads
     base = _get(config, "rope_theta")
-    prf = _get(config, "partial_rotary_factor") or _get(config, "rotary_pct")
     return schedule_from_rope_parameters(
         params,
         head_dim=head_dim,

@@ -46,7 +46,7 @@ def _cli(*args: str) -> Any:
 @pytest.mark.parametrize("model_type,layer_type", [
     ("llama", None), ("qwen2", None), ("mistral", None), ("gemma", None), ("phi3", None),
     ("gemma3_text", "full_attention"), ("gemma3_text", "sliding_attention"), ("deepseek_v3", None),
-    ("ministral3", None), ("stablelm", None), ("gpt_oss", None),
+    ("ministral3", None), ("mistral4", None), ("stablelm", None), ("gpt_oss", None), ("phimoe", None),
 ])
 def test_schedule_from_config_is_the_modules_own(model_type, layer_type):
     # Real third-party code: the module's inv_freq buffer is transformers' float32 evaluation of the config's
