@@ -725,6 +725,12 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
                 f"[-pi, pi]; matches = the rope preset with the closest max/mean error: {diagnoses}.")
 
 
+def _scan_note(r: dict[str, Any]) -> str:
+    if r["status"] == "audited":  # the cast match is its own column
+        return "phase lost" if "phase lost" in r["reason"] else ""
+    return r["reason"] if len(r["reason"]) <= 80 else r["reason"][:77] + "..."
+
+
 @main.command("hf-scan", cls=_HfCommand)
 @click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True,
               help="Model dtype: x and cos/sin in it, and the cast module.to(DTYPE).")
@@ -766,7 +772,7 @@ def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], as_json: boo
         ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("status", "status"),
         ("built max", "built_max_rotation_error"), ("cast max", "cast_max_rotation_error"),
         ("cast mean", "cast_mean_rotation_error"), ("threshold", "threshold"), ("cast matches", "cast_matches_recipe"),
-        ("verdict", "verdict"), ("reason", lambda r: r["reason"] if len(r["reason"]) <= 90 else r["reason"][:87] + "..."),
+        ("verdict", "verdict"), ("note / reason skipped", _scan_note),
     ]
     click.echo(table([r.to_dict() for r in rows], cols))
     click.echo(f"\n{len(rows)} rows ({len(found)} classes; per-layer-type modules give one row per layer type) "
