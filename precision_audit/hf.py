@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from ._common import Row
 from .formats import get_format, round_to, spacing
-from .rope import PRESETS, audit, check_rope_lengths, exact_angles, preset, wrap
+from .rope import audit, check_rope_lengths, exact_angles, preset, wrap
 from .schedules import RopeSchedule, schedule_from_rope_parameters
 
 __all__ = [
@@ -131,7 +131,8 @@ def _is_per_layer(params: Mapping[str, Any]) -> bool:
 
 
 _NOT_ROTARY = ("llama_4_scaling_beta", "max_position_embeddings")
-_SCHEDULE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor", "original_max_position_embeddings",
+_SCHEDULE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+                  "original_max_position_embeddings",
                   "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
                   "attention_factor", "truncate", "short_factor", "long_factor"}
 
@@ -366,7 +367,8 @@ def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dt
 
 
 @functools.lru_cache(maxsize=512)
-def _preset_figures(schedule: RopeSchedule, dtype: str, lengths: tuple[int, ...]) -> dict[str, dict[int, tuple[float, float]]]:
+def _preset_figures(schedule: RopeSchedule, dtype: str,
+                    lengths: tuple[int, ...]) -> dict[str, dict[int, tuple[float, float]]]:
     """(max, mean) rotation error of each distinct rope preset at each length (cached per schedule)."""
     recs, seen = [], set()
     for name in _MATCH_ORDER:
@@ -857,7 +859,8 @@ def _scan_class(found: _Found, length: int, dtype: str) -> list[ScanRow]:
         if not lts:
             raise ValueError("no layer type of the config has rope parameters")
     except Exception as e:
-        return [ScanRow(model_type=model_type, layer_type=None, status="skipped", reason=_reason(e), **base)]  # type: ignore[arg-type]
+        return [ScanRow(model_type=model_type, layer_type=None, status="skipped", reason=_reason(e),
+                        **base)]  # type: ignore[arg-type]
     rows = []
     _, tdt = _torch_dtype(dtype)
     for lt in lts:
@@ -884,7 +887,8 @@ def _scan_class(found: _Found, length: int, dtype: str) -> list[ScanRow]:
                 cast_mean_rotation_error=cast.mean_rotation_error, fp32_max_rotation_error=r, threshold=thr,
                 cast_matches_recipe=m[0], verdict=verdict, **base))  # type: ignore[arg-type]
         except Exception as e:
-            rows.append(ScanRow(model_type=model_type, layer_type=lt, status="skipped", reason=_reason(e), **base))  # type: ignore[arg-type]
+            rows.append(ScanRow(model_type=model_type, layer_type=lt, status="skipped", reason=_reason(e),
+                                **base))  # type: ignore[arg-type]
     return rows
 
 
