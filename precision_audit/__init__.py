@@ -9,6 +9,7 @@
 
 from .alibi import alibi_slopes, audit_alibi
 from .attention import attention_errors
+from .fix import keep_rotary_fp32, release_rotary_fp32
 from .formats import FORMATS, Format, format_names, get_format, round_to, spacing
 from .positions import PositionAudit, audit_positions, measure_positions, predict_positions, reproduce_baichuan
 from .rope import RopeSchedule
@@ -32,8 +33,10 @@ __all__ = [
     "audit_sinusoidal",
     "format_names",
     "get_format",
+    "keep_rotary_fp32",
     "measure_positions",
     "predict_positions",
+    "release_rotary_fp32",
     "reproduce_baichuan",
     "rope_preset",
     "round_to",

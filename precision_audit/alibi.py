@@ -144,7 +144,9 @@ def bloom_slopes(num_heads: int) -> npt.NDArray[np.float64]:
     """
     out = []
     for a, b in _slope_exponents(num_heads):
-        base = 2 ** (-(2 ** -(math.log2(b) - 3)))  # Bloom's float64 expression
+        # b is a power of two, so -8/b is a dyadic rational, exact in float64: the float64 base is
+        # 2.0 ** (-8/b) rounded once by the power, then rounded again to float32 (the stored tensor).
+        base = 2.0 ** (-8.0 / b)
         m, e = math.frexp(float(np.float32(base)))  # base = m * 2**e exactly
         mant, exp = int(m * 2**24), e - 24
         out.append(_round_f32(mant**a, exp * a))
@@ -312,8 +314,8 @@ def alibi_bias_torch(
 ) -> npt.NDArray[np.float64]:
     """:func:`alibi_bias` computed with real torch kernels (the second engine).
 
-    Key form runs Bloom's ops: ``(mask.cumsum(-1) - 1) * mask`` positions,
-    ``slopes[..., None] * positions``, ``.to(dtype)``.  Relative form builds
+    Key form runs Bloom's ops on an all-ones mask: int64 key positions
+    ``0..L-1``, ``slopes[..., None] * positions``, ``.to(dtype)``.  Relative form builds
     ``arange(L - 1, -1, -1)`` distances (int64, cast to the position dtype),
     multiplies and casts.  The recipe's slope, position and product formats
     must agree (a torch multiply has one dtype); slopes come from
@@ -334,10 +336,9 @@ def alibi_bias_torch(
     if compute is None or out is None:
         raise ValueError(f"recipe {r.name!r}: torch has no dtype for {r.product_format} or {r.bias_format}")
     s = torch.from_numpy(_resolve_slopes(r, n, slopes)).to(compute)
-    if r.form == "key":
-        mask = torch.ones(1, length, dtype=torch.int64)
-        pos = ((mask.cumsum(dim=-1) - 1) * mask)[:, None, :]  # Bloom's arange_tensor
-    else:
+    if r.form == "key":  # int64 key positions 0..L-1 (how an all-ones attention mask numbers the keys)
+        pos = torch.arange(length, dtype=torch.int64)[None, None, :]
+    else:  # int64 distances L-1..0 from the last query
         pos = torch.arange(length - 1, -1, -1, dtype=torch.int64)[None, None, :]
     if compute != torch.float32:
         pos = pos.to(compute)  # the position stage in the model dtype

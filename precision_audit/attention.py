@@ -20,6 +20,7 @@ error is the position encoding's alone (not the matmul's).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -27,9 +28,21 @@ import numpy as np
 import numpy.typing as npt
 
 from ._common import Row, check_length
-from .rope import Recipe, RopeSchedule, check_rope_lengths, exact_angles, recipe_stages
+from .formats import get_format, round_to
+from .rope import Recipe, RopeSchedule, check_rope_lengths, exact_angles, run_recipe
 
-__all__ = ["AttentionRow", "attention_errors", "default_distances"]
+__all__ = [
+    "APPLY_MODES",
+    "ApplyRow",
+    "AttentionRow",
+    "apply_errors",
+    "apply_rotation",
+    "attention_errors",
+    "default_distances",
+]
+
+APPLY_MODES: tuple[str, ...] = ("elementwise", "fp32-then-cast")
+PHASE_LOST_ERROR = 2.0  # |e^(i*pi) - 1|: relative error of a vector rotated by pi off (a non-finite rotation)
 
 F64 = npt.NDArray[np.float64]
 
@@ -44,6 +57,9 @@ class AttentionRow(Row):
     ``score_spread``: for each (q, k) pair the max - min of the recipe's logit
     over the shifts (exact RoPE gives 0: the relative-position invariance
     check), max over pairs; ``logit_rms``: RMS of the exact logits, for scale.
+    ``apply`` / ``mode``: the format and mode q and k were rotated in (see
+    :func:`apply_rotation`), or None for a float64 rotation by the stored
+    cos/sin (the cache's error alone).
     """
 
     recipe: str
@@ -57,6 +73,8 @@ class AttentionRow(Row):
     mean_logit_error: float
     score_spread: float
     logit_rms: float
+    apply: str | None = None
+    mode: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.distance < self.length:
@@ -80,6 +98,55 @@ def _rotate(x1: F64, x2: F64, c: F64, s: F64) -> tuple[F64, F64]:
     return x1 * c - x2 * s, x2 * c + x1 * s
 
 
+def _check_mode(mode: str) -> str:
+    if mode not in APPLY_MODES:
+        raise ValueError(f"unknown apply mode {mode!r}; valid: {', '.join(APPLY_MODES)}")
+    return mode
+
+
+def apply_rotation(
+    x1: npt.ArrayLike, x2: npt.ArrayLike, cos: npt.ArrayLike, sin: npt.ArrayLike,
+    apply_format: str, mode: str = "elementwise",
+) -> tuple[F64, F64]:
+    """Rotate stored pairs ``(x1, x2)`` by stored ``(cos, sin)`` as model code runs it.
+
+    ``q * cos + rotate_half(q) * sin`` on the half-split layout is
+    ``(x1 cos - x2 sin, x2 cos + x1 sin)``.  ``x1, x2`` are first rounded to
+    ``apply_format`` (q/k are stored in it).  ``mode``:
+
+    * ``"elementwise"``: cos/sin are cast to ``apply_format`` (``cos.to(q.dtype)``)
+      and each product and the sum are rounded to it, as a bf16/fp16 model runs
+      the formula in eager mode (no fused multiply-add);
+    * ``"fp32-then-cast"``: cos/sin in float32, each operation rounded to
+      float32, the result cast to ``apply_format`` once (``q.float()`` ...
+      ``.to(q.dtype)``; MLX's ``fast.rope`` kernel, flash-attn's fp32 rotary).
+
+    Products of two float32 values are exact in float64, so every rounding
+    here is the correctly rounded one.
+
+    >>> y1, y2 = apply_rotation([1.0], [0.0], [0.5], [0.75], "float16")
+    >>> y1.tolist(), y2.tolist()
+    ([0.5], [0.75])
+    >>> apply_rotation([1.0], [0.0], [0.5], [0.75], "float16", mode="fp64")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown apply mode 'fp64'; valid: elementwise, fp32-then-cast
+    """
+    _check_mode(mode)
+    fmt = get_format(apply_format).name
+    work = fmt if mode == "elementwise" else "float32"
+
+    def r(v: npt.ArrayLike, f: str = work) -> F64:
+        return round_to(np.asarray(v, dtype=np.float64), f)
+
+    with np.errstate(invalid="ignore", over="ignore"):
+        a1, a2 = r(r(x1, fmt)), r(r(x2, fmt))
+        c, s = r(cos), r(sin)
+        y1 = r(r(a1 * c) - r(a2 * s))
+        y2 = r(r(a2 * c) + r(a1 * s))
+        return r(y1, fmt), r(y2, fmt)
+
+
 def attention_errors(
     schedule: RopeSchedule,
     recipes: Recipe | Iterable[Recipe],
@@ -89,8 +156,15 @@ def attention_errors(
     pairs: int = 8,
     shifts: int = 1024,
     seed: int = 0,
+    apply: str | None = None,
+    mode: str = "elementwise",
 ) -> list[AttentionRow]:
     """Rotated-logit error vs offset for each recipe: one row per (recipe, distance).
+
+    With ``apply`` (a format name) q and k are stored in that format and
+    rotated by :func:`apply_rotation` in ``mode``; the exact logit then uses
+    the same stored q and k, so the error is the position encoding's and the
+    rotation's.  Without it the stored cos/sin rotate q, k in float64.
 
     >>> from precision_audit.rope import preset
     >>> rows = attention_errors(RopeSchedule(head_dim=8), preset("fp64", "float64"), 100, [5], pairs=2)
@@ -107,12 +181,19 @@ def attention_errors(
             raise ValueError(f"distance {d} not in [0, length {L})")
     if pairs < 1 or shifts < 1:
         raise ValueError(f"pairs {pairs!r} and shifts {shifts!r} must be >= 1")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed {seed!r} must be a non-negative integer")
+    _check_mode(mode)
+    apply = None if apply is None else get_format(apply).name
     theta = schedule.inv_freq(L)
     g = schedule.cos_sin_scale
-    nf, r, d = schedule.n_freq, schedule.rotary, schedule.head_dim
+    nf, d = schedule.n_freq, schedule.head_dim
+    r = 2 * nf  # rotated dims in the half-split layout (proportional: the whole head, tail frequencies 0)
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((pairs, d))
     k = rng.standard_normal((pairs, d))
+    if apply is not None:
+        q, k = round_to(q, apply), round_to(k, apply)
     q1, q2, k1, k2 = q[:, :nf], q[:, nf:r], k[:, :nf], k[:, nf:r]
     passthrough = (q[:, r:] * k[:, r:]).sum(axis=1)  # (pairs,)
     rows: list[AttentionRow] = []
@@ -122,11 +203,17 @@ def attention_errors(
         phi = exact_angles([dist], theta)[0]  # (nf,)
         exact = (g * g) * ((q1 * k1 + q2 * k2) @ np.cos(phi) - (q2 * k1 - q1 * k2) @ np.sin(phi)) + passthrough
         for rec in recs:
-            sm = recipe_stages(rec, theta, m, g)
-            sn = recipe_stages(rec, theta, n, g)
+            sm = run_recipe(rec, schedule, m, L)
+            sn = run_recipe(rec, schedule, n, L)
             with np.errstate(invalid="ignore", over="ignore"):
-                a1, a2 = _rotate(q1[:, None, :], q2[:, None, :], sm["cos"][None], sm["sin"][None])
-                b1, b2 = _rotate(k1[:, None, :], k2[:, None, :], sn["cos"][None], sn["sin"][None])
+                if apply is None:
+                    a1, a2 = _rotate(q1[:, None, :], q2[:, None, :], sm["cos"][None], sm["sin"][None])
+                    b1, b2 = _rotate(k1[:, None, :], k2[:, None, :], sn["cos"][None], sn["sin"][None])
+                else:
+                    a1, a2 = apply_rotation(q1[:, None, :], q2[:, None, :], sm["cos"][None], sm["sin"][None],
+                                            apply, mode)
+                    b1, b2 = apply_rotation(k1[:, None, :], k2[:, None, :], sn["cos"][None], sn["sin"][None],
+                                            apply, mode)
                 score = (a1 * b1 + a2 * b2).sum(axis=2) + passthrough[:, None]  # (pairs, shifts)
                 err = np.abs(score - exact[:, None])
                 spread = score.max(axis=1) - score.min(axis=1)
@@ -145,6 +232,129 @@ def attention_errors(
                     mean_logit_error=float(err.mean()),
                     score_spread=float(spread.max()),
                     logit_rms=float(np.sqrt(np.mean(exact**2))),
+                    apply=apply,
+                    mode=None if apply is None else mode,
                 )
             )
+    return rows
+
+
+@dataclass(frozen=True)
+class ApplyRow(Row):
+    """Error of the rotation applied to q in a format, for one band of positions.
+
+    Positions m are ``samples`` evenly spaced integers in [band_start,
+    band_stop - 1) and each one's successor m + 1.  ``max_rel_error`` /
+    ``mean_rel_error``: ``|rotated q - exact rotation of the same stored q| /
+    |stored q|`` (rotated dims, 2-norm) over vectors and positions; a
+    non-finite rotation counts as phase lost, error 2 (``|e^(i pi) - 1|``).
+    ``non_finite``: rotated vectors with a non-finite component.
+    ``identical_neighbours``: (vector, m) whose rotated vector equals the one
+    at m + 1 in every component; ``identical_components``: share of rotated
+    components equal at m and m + 1 (a component changes by about
+    ``|pair| * theta_i`` per token, so slow frequencies repeat at any m).
+    ``unit_roundoff`` is the apply format's ``2**-p`` for scale.
+    """
+
+    recipe: str
+    cache: str
+    apply: str
+    mode: str
+    head_dim: int
+    rotary_dim: int
+    band_start: int
+    band_stop: int
+    samples: int
+    vectors: int
+    max_rel_error: float
+    mean_rel_error: float
+    non_finite: int
+    identical_neighbours: int
+    identical_components: float
+    unit_roundoff: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.band_start < self.band_stop:
+            raise ValueError(f"band [{self.band_start}, {self.band_stop}) is empty")
+
+
+def _bands(lens: Sequence[int]) -> list[tuple[int, int]]:
+    out, lo = [], 0
+    for L in lens:
+        out.append((lo, L))
+        lo = L
+    return out
+
+
+def apply_errors(
+    schedule: RopeSchedule,
+    recipe: Recipe,
+    lengths: int | Iterable[int],
+    apply_format: str,
+    mode: str = "elementwise",
+    *,
+    vectors: int = 8,
+    samples: int = 512,
+    seed: int = 0,
+) -> list[ApplyRow]:
+    """Relative error of ``q * cos + rotate_half(q) * sin`` run in a format, per position band.
+
+    Bands are [0, L1), [L1, L2), ... for the sorted ``lengths``.  ``vectors``
+    seeded standard-normal q (rounded to ``apply_format``: the stored q) are
+    rotated by the recipe's stored cos/sin with :func:`apply_rotation` and
+    compared with their exact rotation (float64 cos/sin of the exact angle,
+    times the schedule's cos/sin scale).
+
+    >>> from precision_audit.rope import preset
+    >>> rows = apply_errors(RopeSchedule(head_dim=64), preset("fp32", "fp32"), [1024], "bf16")
+    >>> rows[0].max_rel_error < 8 * rows[0].unit_roundoff
+    True
+    """
+    _check_mode(mode)
+    fmt = get_format(apply_format)
+    lens = check_rope_lengths(lengths)
+    if vectors < 1 or samples < 1:
+        raise ValueError(f"vectors {vectors!r} and samples {samples!r} must be >= 1")
+    g = schedule.cos_sin_scale
+    nf = schedule.n_freq
+    r = 2 * nf
+    q = round_to(np.random.default_rng(seed).standard_normal((vectors, r)), fmt.name)
+    q1, q2 = q[:, None, :nf], q[:, None, nf:]
+    norm = np.sqrt((q * q).sum(axis=1))[:, None]  # (vectors, 1)
+    rows: list[ApplyRow] = []
+    for lo, hi in _bands(lens):
+        m = np.unique(np.linspace(lo, max(lo, hi - 2), num=min(samples, max(1, hi - 1 - lo))).round().astype(np.int64))
+        pos = np.concatenate([m, m + 1])
+        theta = schedule.inv_freq(hi)
+        st = run_recipe(recipe, schedule, pos, hi)
+        y1, y2 = apply_rotation(q1, q2, st["cos"][None], st["sin"][None], fmt.name, mode)
+        phi = exact_angles(pos, theta)
+        e1, e2 = _rotate(q1, q2, g * np.cos(phi)[None], g * np.sin(phi)[None])
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.sqrt(((y1 - e1) ** 2 + (y2 - e2) ** 2).sum(axis=2)) / norm  # (vectors, 2n)
+        bad = ~np.isfinite(err)
+        err[bad] = PHASE_LOST_ERROR
+        n = m.size
+        y = np.concatenate([y1, y2], axis=2)  # (vectors, 2n, r)
+        same = y[:, :n] == y[:, n:]
+        rows.append(
+            ApplyRow(
+                recipe=recipe.name,
+                cache=recipe.cache,
+                apply=fmt.name,
+                mode=mode,
+                head_dim=schedule.head_dim,
+                rotary_dim=r,
+                band_start=lo,
+                band_stop=hi,
+                samples=int(n),
+                vectors=vectors,
+                max_rel_error=float(err.max()),
+                mean_rel_error=float(err.mean()),
+                non_finite=int(np.count_nonzero(bad)),
+                identical_neighbours=int(np.count_nonzero(same.all(axis=2))),
+                identical_components=float(same.mean()),
+                unit_roundoff=math.ldexp(1.0, -fmt.significand_bits),
+            )
+        )
     return rows

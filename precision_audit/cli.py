@@ -8,6 +8,7 @@ with a usage message), calls the library and prints a table or, with
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -181,7 +182,9 @@ def _progress_bar(total: int, label: str, *, enabled: bool = True) -> _ProgressB
               show_default=True,
               help="Who rounds in the empirical pass: numpy+ml_dtypes (exact positions, correctly "
                    "rounded), torch (int64 positions .to(dtype)), or torch-arange "
-                   "(torch.arange(L, dtype=...) as this CPU's torch kernel computes it).")
+                   "(torch.arange(L, dtype=...) as this CPU's torch kernel computes it: its values depend on "
+                   "the CPU's vector width and, above 32768 positions (torch's parallel grain), on the thread "
+                   "count, which is printed in a 'threads' column; set it with OMP_NUM_THREADS).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, engine: str, as_json: bool) -> None:
     """Audit position ids 0..L-1 cast to a number format.
@@ -203,17 +206,94 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
     total = positions_to_scan(lengths, len(set(dtypes)), method)  # type: ignore[arg-type]
     with _progress_bar(total, "rounding positions", enabled=total > 2**25) as bar:
         rows = audit_positions(lengths, dtypes, method=method, engine=engine, progress=bar.update)  # type: ignore[arg-type]
-    emit("positions", rows, as_json, POSITION_COLUMNS + [("method", "method")])
+    columns = POSITION_COLUMNS + [("method", "method")]
+    if engine == "torch-arange":  # the kernel's values depend on the thread count: record it per measured row
+        import torch
+
+        threads = torch.get_num_threads()
+        rows = [{**r.to_dict(), "threads": threads if r.method == "empirical" else None} for r in rows]
+        columns = columns + [("threads", "threads")]
+    emit("positions", rows, as_json, columns)
 
 
-@main.group()
-def reproduce() -> None:
-    """Reproduce published findings from one command."""
+def _incident_names() -> list[str]:
+    from .incidents import incident_names
+
+    return incident_names()
 
 
-@reproduce.command()
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def baichuan(as_json: bool) -> None:
+def _fig(value: Any) -> str:
+    """A figure with up to 7 significant digits (1044.268, not 1044: the digits are the point)."""
+    if isinstance(value, float):
+        if value == 0 or not math.isfinite(value) or 1e-4 <= abs(value) < 1e7:
+            return f"{value:.7g}"
+        return f"{value:.4e}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fig(v) for v in value) + "]"
+    return str(value)
+
+
+def _verdict_text(res: Any) -> str:
+    """Published next to measured figures, the verdict and its reasons, the explanation."""
+    keys = list(res.published) + [k for k in res.measured if k not in res.published]
+    rows = [{"figure": k, "published": _fig(res.published[k]) if k in res.published else "-",
+             "measured": _fig(res.measured[k]) if k in res.measured else "-"} for k in keys]
+    width = max(len(r["published"]) for r in rows)
+    lines = [f"{res.name}: {res.reference} ({res.year}) - {res.what}", f"code path: {res.code_path}",
+             f"recipe: {', '.join(f'{k}={v}' for k, v in res.recipe.items())}",
+             f"settings: {', '.join(f'{k}={_fig(v)}' for k, v in res.settings.items())}",
+             f"published figures from: {res.published_source}", ""]
+    lines.append(table(rows, [("figure", "figure"),
+                              ("published", lambda r: r["published"].ljust(width)[:80]),
+                              ("measured", "measured")]))
+    lines += ["", f"verdict: {res.verdict}"] + [f"  - {r}" for r in res.reasons]
+    lines += ["", res.explanation]
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("name", required=False, type=click.Choice(_incident_names()), metavar="NAME")
+@click.option("--list", "as_list", is_flag=True, help="List the catalog: name, reference, year, what.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"auditor": "reproduce", "results": [row]} (row: name, reference, published, measured, '
+                   'verdict, explanation, ...) as JSON instead of text.')
+def reproduce(name: str | None, as_list: bool, as_json: bool) -> None:
+    """Reproduce a published incident: its figures next to the tool's, with a verdict.
+
+    NAME is one of the catalog (see --list): baichuan, gpt-neox-1003,
+    transformers-25681, transformers-29285, modded-nanogpt-39, candle-3520,
+    cactus-688, mlx-lm-1076.  Each runs the report's code path as a recipe
+    and judges every figure the report states: reproduced, or differs with
+    the reason in numbers.
+
+    Example: precision-audit reproduce candle-3520
+    """
+    from .incidents import CATALOG
+    from .incidents import reproduce as run_incident
+
+    if as_list:
+        if name is not None:
+            raise click.UsageError("give NAME or --list, not both")
+        rows = [{"name": i.name, "reference": i.reference, "year": i.year, "what": i.what} for i in CATALOG.values()]
+        if as_json:
+            click.echo(json.dumps({"auditor": "reproduce", "results": rows}, indent=2))
+        else:
+            click.echo(table(rows, [("name", "name"), ("reference", "reference"), ("year", "year"),
+                                    ("what", "what")]))
+        return
+    if name is None:
+        raise click.UsageError(f"missing NAME (one of: {', '.join(CATALOG)}) or --list")
+    res = run_incident(name)
+    if name == "baichuan":
+        _baichuan(as_json, res)
+        return
+    if as_json:
+        click.echo(json.dumps({"auditor": "reproduce", "results": [res.to_dict()]}, indent=2))
+        return
+    click.echo(_verdict_text(res))
+
+
+def _baichuan(as_json: bool, res: Any) -> None:
     """Baichuan's finding: bf16 position ids keep ~10 % of positions at 8K.
 
     Position ids 0..L-1 built in bfloat16 and float16 (the bug) next to
@@ -233,7 +313,8 @@ def baichuan(as_json: bool) -> None:
     )
     if as_json:
         click.echo(json.dumps({"auditor": "positions", "reproduction": "baichuan",
-                               "results": [r.to_dict() for r in rows], "summary": summary}, indent=2))
+                               "results": [r.to_dict() for r in rows], "summary": summary,
+                               "incident": res.to_dict()}, indent=2))
         return
     wide = []
     for n in sorted({r.length for r in rows}):
@@ -253,6 +334,10 @@ def baichuan(as_json: bool) -> None:
                "max run = most neighbouring tokens sharing one position)\n")
     click.echo(table(wide, cols))
     click.echo("\n" + summary)
+    click.echo(f"\npublished: {res.published}  ({res.published_source})\nmeasured:  {res.measured}\n"
+               f"verdict: {res.verdict}" + "".join(f"\n  - {r}" for r in res.reasons))
+
+
 
 
 # --- sinusoidal -------------------------------------------------------------------------------
@@ -615,10 +700,18 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
               help="Random standard-normal (q, k) pairs.")
 @click.option("--shifts", type=click.IntRange(1, 4096), default=1024, show_default=True,
               help="Query positions per offset, evenly spread along the context.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the (q, k) pairs.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the (q, k) pairs.")
+@click.option("--apply", "apply_dtype", type=DTYPE, default=None,
+              help="Store q/k in this format and rotate them in it (q*cos + rotate_half(q)*sin), "
+                   "as a bf16/fp16 model does.  [default: float64 rotation: the cache's error alone]")
+@click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast"]), default="elementwise",
+              show_default=True,
+              help="With --apply: each product and sum rounded to the apply format (elementwise), or the "
+                   "rotation computed in float32 and the result cast (fp32-then-cast).")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: tuple[str, ...],
-                  distances: tuple[int, ...], pairs: int, shifts: int, seed: int, as_json: bool) -> None:
+                  distances: tuple[int, ...], pairs: int, shifts: int, seed: int, apply_dtype: str | None,
+                  apply_mode: str, as_json: bool) -> None:
     """RoPE attention logits q_m . k_n per offset: error and shift invariance.
 
     For seeded random (q, k) pairs, the logit each recipe's rotation gives at
@@ -633,7 +726,7 @@ def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: 
 
     recs = [preset(r, dtype) for r in (recipes or _ROPE_PRESETS)]
     rows = attention_errors(RopeSchedule(head_dim=head_dim, base=base), recs, length, distances or None,
-                            pairs=pairs, shifts=shifts, seed=seed)
+                            pairs=pairs, shifts=shifts, seed=seed, apply=apply_dtype, mode=apply_mode)
     rank = {r.name: i for i, r in enumerate(recs)}
     rows = sorted(rows, key=lambda r: (r.distance, rank[r.recipe]))
     cols: list[tuple[str, Any]] = [
@@ -643,7 +736,172 @@ def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: 
     ]
     emit("attention", rows, as_json, cols,
          footer=f"\nhead_dim={head_dim}, base={base:g}, {pairs} (q, k) pairs, up to {shifts} shifts per offset, "
-                "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0).")
+                "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0)."
+                + (f"\nq/k stored and rotated in {apply_dtype} ({apply_mode}); the exact logit uses the same "
+                   "stored q/k." if apply_dtype else ""))
+
+
+# --- report -----------------------------------------------------------------------------------
+
+@main.command("report")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A Hugging Face config.json: write that model's report.")
+@click.option("--model-type", default=None, metavar="TYPE",
+              help="A transformers model type (llama, qwen2, bloom, ...): its default config (needs transformers; "
+                   "nothing is downloaded).")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True,
+              help=DTYPE_HELP + "  [default: headline: each section's own; model: the config's dtype, else "
+                   "bfloat16]")
+@click.option("--max-length", type=LENGTH, default=None, metavar="LENGTH",
+              help="Headline: the longest context audited [default: 1M]. Model: replaces its maximum context "
+                   "(the verdict checks it, 2x and 4x).")
+@click.option("--out", "out", type=click.Path(file_okay=False, writable=True), required=True, metavar="DIR",
+              help="Folder for report.md, report.html, results.json and the PNGs (created; files replaced).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
+def report_cmd(config_path: str | None, model_type: str | None, dtypes: tuple[str, ...], max_length: int | None,
+               out: str, quiet: bool) -> None:
+    """Write a report: report.md, a self-contained report.html, results.json and the figures.
+
+    Without --config/--model-type: the project's headline report (position ids,
+    RoPE recipes, attention logits, ALiBi, sinusoidal encodings); `--out figures/`
+    regenerates the committed figures.  With a model: a verdict per code path at
+    its maximum context and at 2x/4x, then its own figures.  Two runs write
+    byte-identical files.
+
+    Example: precision-audit report --config config.json --out report/
+    """
+    import sys
+
+    from .report.writer import output_dir, write_into
+
+    if config_path and model_type:
+        raise click.UsageError("give --config or --model-type, not both")
+    if max_length is not None and not 256 <= max_length <= 2**24:
+        raise click.BadParameter(f"{max_length} is not in 256 .. 16M (2**24)", param_hint="'--max-length'")
+    show = not quiet and sys.stderr.isatty()
+
+    def progress(text: str) -> None:
+        if show:
+            click.echo(f"report: {text}", err=True)
+
+    spec = None
+    if config_path or model_type:
+        from .report._config import load_config, spec_for_model_type
+
+        spec = load_config(config_path) if config_path else spec_for_model_type(str(model_type))
+    with output_dir(out) as tmp:
+        if spec is None:
+            from .report.headline import DEFAULT_MAX_LENGTH, headline_report
+
+            rep = headline_report(max_length or DEFAULT_MAX_LENGTH, dtypes or None, progress)
+        else:
+            from .report.model import model_report
+
+            rep = model_report(spec, dtypes or None, max_length, progress)
+        paths = write_into(rep, tmp, progress)
+    click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
+
+
+# --- config -----------------------------------------------------------------------------------
+
+CONFIG_VERDICT_HELP = (
+    "Verdict per row: broken = phase lost (max rotation error >= pi/2) or colliding positions > 0 (or an "
+    "ALiBi bias overflowed / swapped order); degraded = max rotation error above TOLERANCE x the cache "
+    "format's own rounding bound (ALiBi: a head's bias error above TOLERANCE half-ulps of its largest "
+    "bias); safe otherwise.")
+
+
+def _config_path(ctx: Any, param: Any, value: str) -> Any:
+    from .config import load_config
+
+    try:
+        return load_config(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@main.command("config")
+@click.argument("model", metavar="PATH", callback=_config_path)
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
+              help="Context length (repeatable): 8192, 8k, 32K, 1M; RoPE at most 64M.  "
+                   "[default: the config's context, 2x and 4x]")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bf16, fp16]")
+@click.option("--recipe", "-r", "recipes", multiple=True, metavar="NAME",
+              help="Code path (repeatable): RoPE presets " + ", ".join(_ROPE_PRESETS) + "; ALiBi recipes "
+                   + ", ".join(_ALIBI_RECIPES) + ".  [default: all of the model's kind]")
+@click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
+              help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE and "
+                   "positions; ALiBi runs numpy).")
+@click.option("--tolerance", type=click.FloatRange(min=0.0, min_open=True), default=8.0, show_default=True,
+              help="degraded above TOLERANCE x the cache format's rounding bound.")
+@click.option("--no-positions", is_flag=True, help="Leave out the position-id rows.")
+@click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
+              help="Exit 1 when a row of the default code path (RoPE fp32 / ALiBi fp32) is this bad or worse; "
+                   "for CI.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"auditor": "config", "model": {...}, "results": [row, ...]} as JSON.')
+def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], recipes: tuple[str, ...],
+               engine: str, tolerance: float, no_positions: bool, fail_on: str, as_json: bool) -> None:
+    """Audit a model from its Hugging Face config.json with the tool's own schedules.
+
+    PATH is a config.json (or a directory holding one); it is parsed as JSON,
+    never executed.  RoPE models: every RoPE preset for each layer type's
+    schedule; ALiBi models: every ALiBi recipe with the model's head count;
+    plus the position ids cast to each dtype.  By default at the model's
+    context and 2x, 4x (context extension), in bfloat16 and float16.
+
+    Verdicts: broken = phase lost (max rotation error >= pi/2) or colliding
+    positions > 0; degraded = max rotation error above TOLERANCE (8) x the
+    cache format's own rounding bound, i.e. the code path, not the format,
+    sets the precision; safe otherwise.
+
+    Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
+    """
+    from .config import audit_config, default_lengths, work_to_scan
+
+    lens = tuple(lengths) or default_lengths(model)
+    dts = dtypes or ("bfloat16", "float16")
+    try:  # before the bar: an oversized length fails at once
+        if model.kind == "rope":
+            from .rope import check_rope_lengths
+
+            check_rope_lengths(lens)
+        else:
+            from ._common import check_lengths
+            from .alibi import MAX_ALIBI_LENGTH
+
+            check_lengths(lens, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
+    except ValueError as e:
+        hint = "" if lengths else f"; the default lengths are the config's context {lens[0]}, 2x and 4x: give --length"
+        raise click.UsageError(f"{e}{hint}") from None
+    total = work_to_scan(model, lens, dts, recipes or None)
+    with _progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
+        rows = audit_config(model, lens, dts, recipes=recipes or None, engine=engine, tolerance=tolerance,
+                            positions=not no_positions, progress=bar.update)
+    dicts = [r.to_dict() for r in rows]
+    if as_json:
+        click.echo(json.dumps({"auditor": "config", "model": model.to_dict(), "engine": engine,
+                               "tolerance": tolerance, "results": dicts}, indent=2))
+    else:
+        cols: list[tuple[str, Any]] = [("dtype", "dtype"), ("length", "length"), ("component", "component")]
+        if any(r["layer_type"] for r in dicts):
+            cols.append(("layer", "layer_type"))
+        cols.append(("recipe", "recipe"))
+        if model.kind == "rope":
+            cols += [("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
+                     ("x cache bound", lambda r: None if r["ratio"] is None else f"{r['ratio']:.3g}")]
+        else:
+            cols += [("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
+                     ("max dP", "max_prob_change")]
+        cols += [("max run", "max_run"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
+        click.echo(model.describe() + "\n")
+        click.echo(table(dicts, cols))
+        click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
+                   "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
+                   "equals the previous one's; '-' = not measured for that component.")
+    worst = {"never": None, "broken": ("broken",), "degraded": ("broken", "degraded")}[fail_on]
+    if worst and any(r.verdict in worst and r.recipe == "fp32" for r in rows):
+        raise SystemExit(1)
 
 
 # --- live code: transformers' rotary modules and ALiBi builders (precision_audit.hf) ---------------

@@ -319,8 +319,12 @@ def _torch_arange_engine(f: Format, stop: int) -> Rounder:
     block to ``dtype`` and adds the offsets to that rounded base, so above
     the exact-integer range its values can differ from the correctly rounded
     positions (for example bf16 4113..4127 -> 4096 instead of 4128 on AVX2);
-    the result depends on the CPU's vector width.  The whole range is built
-    once so every prefix is what ``torch.arange(L, dtype=...)`` returns.
+    the result depends on the CPU's vector width.  Above torch's parallel
+    grain (32768 elements) the range is split between threads and each
+    thread's blocks start at its own offset, so the values also depend on the
+    thread count (``torch.get_num_threads()``; the CLI reports it).  The whole
+    range is built once so every prefix is what ``torch.arange(L, dtype=...)``
+    returns.
     """
     import torch
 

@@ -71,6 +71,7 @@ __all__ = [
     "parse_stages",
     "preset",
     "recipe_stages",
+    "run_recipe",
     "stored_inv_freq",
     "torch_stages",
     "wrap",
@@ -368,6 +369,25 @@ def recipe_stages(
         cc = round_to(c_scaled, recipe.cache)
         ss = round_to(s_scaled, recipe.cache)
     return {"positions": pos, "inv_freq": inv, "angle": angle, "trig_cos": c, "trig_sin": s, "cos": cc, "sin": ss}
+
+
+def run_recipe(recipe: Recipe, schedule: RopeSchedule, positions: npt.ArrayLike, seq_len: int | None = None,
+               engine: str = "numpy") -> dict[str, F64]:
+    """Run a recipe on a schedule as its code would: its own inv_freq, the attention factor.
+
+    ``seq_len`` is the length of the pass (for dynamic / longrope frequencies;
+    default: largest position + 1).  Same keys as :func:`recipe_stages`.
+
+    >>> st = run_recipe(preset("lowp", "bf16"), RopeSchedule(head_dim=4), [257])
+    >>> st["positions"].tolist(), st["inv_freq"].tolist()  # 1/100 in bf16: 164 * 2**-14
+    ([256.0], [1.0, 0.010009765625])
+    """
+    m = np.asarray(positions, dtype=np.float64)
+    n = seq_len if seq_len is not None else (int(m.max()) + 1 if m.size else None)
+    key = schedule.frequency_key(n) if n is not None else None
+    inv = stored_inv_freq(recipe, schedule, key, engine)
+    stages = recipe_stages if engine == "numpy" else torch_stages
+    return stages(effective_recipe(recipe, schedule, key), inv, m, schedule.cos_sin_scale)
 
 
 def torch_stages(

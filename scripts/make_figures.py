@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Regenerate the committed figures under figures/ (run from the repo root).
+"""Regenerate the committed headline report under figures/ (run from the repo root).
 
-    python scripts/make_figures.py                 # every figure (a few minutes)
-    python scripts/make_figures.py positions rope  # only these groups
+    python scripts/make_figures.py            # same as: precision-audit report --out figures/
+
+A thin call of the report command: the PNGs the README shows and report.md
+are committed; report.html (PNGs inline) and results.json (~1.7 MB) are not.
 """
 
 import sys
 
-from precision_audit.report import make_figures
+from precision_audit.cli import main
 
 if __name__ == "__main__":
-    for name in make_figures("figures", sys.argv[1:] or None):
-        print(f"wrote the {name} figures into figures/")
+    sys.argv = ["precision-audit", "report", "--out", "figures", *sys.argv[1:]]
+    main()

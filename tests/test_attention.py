@@ -1,13 +1,15 @@
 """Attention effect of RoPE recipes: rotated-logit error vs offset, relative-position invariance.
 
-Expected values come from an independent implementation (transformers' rotate_half formula on full
-vectors, exact angles from mpmath) or from bounds derived in the comments.
+Expected values come from real third-party code (transformers' Llama ``apply_rotary_pos_emb`` and
+``rotate_half``, imported and run on full vectors), exact angles from mpmath, or bounds derived in the
+comments.
 """
 
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import mpmath
 import numpy as np
 import pytest
@@ -18,22 +20,29 @@ from precision_audit.rope import Recipe, RopeSchedule, cache_rounding_bound, pre
 mpmath.mp.prec = 120
 
 
-def rotate_half(x: np.ndarray) -> np.ndarray:
-    h = x.shape[-1] // 2
-    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
-
-
 def hf_scores(rec: Recipe, s: RopeSchedule, q: np.ndarray, k: np.ndarray, ms: np.ndarray, dist: int) -> np.ndarray:
-    """transformers' apply_rotary_pos_emb on full vectors (cos/sin = cat(freqs, freqs)), float64 dots."""
+    """transformers' Llama apply_rotary_pos_emb (which calls its rotate_half) on the stored cos/sin.
+
+    Run in float64 torch (elementwise IEEE multiply/add, the same on every CPU); cos/sin laid out as
+    transformers' rotary module does, cat(freqs, freqs); the pass-through dims of partial rotary are
+    added as a plain dot product.
+    """
+    torch = pytest.importorskip("torch")
+    llama = pytest.importorskip("transformers.models.llama.modeling_llama")
     r = s.rotary
     g = s.cos_sin_scale
     sm = recipe_stages(rec, s.inv_freq(), ms, g)
     sn = recipe_stages(rec, s.inv_freq(), ms - dist, g)
-    cm, smn = np.concatenate([sm["cos"]] * 2, 1), np.concatenate([sm["sin"]] * 2, 1)
-    cn, snn = np.concatenate([sn["cos"]] * 2, 1), np.concatenate([sn["sin"]] * 2, 1)
-    qr = q[:r] * cm + rotate_half(q[:r]) * smn
-    kr = k[:r] * cn + rotate_half(k[:r]) * snn
-    return (qr * kr).sum(1) + q[r:] @ k[r:]
+
+    def rotated(v: np.ndarray, st: dict) -> np.ndarray:
+        cos = torch.from_numpy(np.concatenate([st["cos"]] * 2, 1))[None]  # (batch 1, seq, r)
+        sin = torch.from_numpy(np.concatenate([st["sin"]] * 2, 1))[None]
+        x = torch.from_numpy(np.ascontiguousarray(v[:r])).expand(1, 1, len(ms), r)  # (batch, heads, seq, r)
+        out, _ = llama.apply_rotary_pos_emb(x, x, cos, sin)
+        return out[0, 0].numpy()
+
+    assert llama.rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist() == [-3.0, -4.0, 1.0, 2.0]
+    return (rotated(q, sm) * rotated(k, sn)).sum(1) + q[r:] @ k[r:]
 
 
 def mp_exact_score(s: RopeSchedule, q: np.ndarray, k: np.ndarray, dist: int) -> float:
@@ -98,9 +107,26 @@ def test_characteristic_behaviour():
     spread_bound = 2 * weight * (2 * eps + 2 * delta + 4 * delta**2)
     assert inv.score_spread <= spread_bound
     assert fp32.score_spread <= spread_bound
-    assert fp32.max_logit_error <= weight * (2 * eps + 2 * delta + delta**2)
-    assert inv.max_logit_error > 10 * inv.score_spread  # consistent but wrong
-    assert lowp.score_spread > 10 * fp32.score_spread  # shift-dependent: positions collide
+    row_bound = weight * (2 * eps + 2 * delta + delta**2)
+    assert fp32.max_logit_error <= row_bound
+    # lowp-inv-freq is consistent but wrong: every row follows the logit of the bf16 frequencies theta',
+    # sum_i (q1 k1 + q2 k2) cos(D theta'_i) - (q2 k1 - q1 k2) sin(D theta'_i), within row_bound (the same
+    # per-row deviations as fp32).  So its error is at least that logit's distance from the exact one minus
+    # row_bound, and this derived lower bound exceeds what the spread bound allows.
+    theta = s.inv_freq()
+    wrong = theta.astype(ml_dtypes.bfloat16).astype(np.float64)
+
+    def logits(t: np.ndarray) -> np.ndarray:
+        a, b = q[:, :32], q[:, 32:]
+        c, e = k[:, :32], k[:, 32:]
+        return (a * c + b * e) @ np.cos(dist * t) - (b * c - a * e) @ np.sin(dist * t)
+
+    lower = np.abs(logits(wrong) - logits(theta)).max() - row_bound
+    assert inv.max_logit_error >= lower > spread_bound >= inv.score_spread
+    # lowp builds positions in bf16: above 4096 they are multiples of 32 (of 128 above 16384), so the offset
+    # its rows encode, bf16(m) - bf16(m - 4096), moves with the shift by tens of tokens; at theta_0 = 1 that
+    # turns pair 0 by several radians.  spread_bound holds only for exact positions, and lowp breaks it.
+    assert lowp.score_spread > spread_bound
 
 
 def test_default_distances_and_errors():
@@ -111,6 +137,8 @@ def test_default_distances_and_errors():
         attention_errors(s, preset("fp32"), 10, [10])
     with pytest.raises(ValueError, match="pairs 0"):
         attention_errors(s, preset("fp32"), 10, [1], pairs=0)
+    with pytest.raises(ValueError, match="seed -1 must be a non-negative integer"):
+        attention_errors(s, preset("fp32"), 10, [1], seed=-1)
     with pytest.raises(ValueError, match="no recipe given"):
         attention_errors(s, [], 10)
     with pytest.raises(ValueError, match="distance 5"):

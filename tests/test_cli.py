@@ -7,6 +7,7 @@ Expected numbers are the hand-derived ones of tests/test_positions.py
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -105,7 +106,9 @@ def test_help_and_version():
     res = run("--help")
     assert res.exit_code == 0 and "positions" in res.output and "reproduce" in res.output
     assert run("positions", "--help").output.count("--length") >= 1
-    assert run("--version").exit_code == 0
+    version = run("--version")
+    assert version.exit_code == 0
+    assert re.fullmatch(r"precision-audit, version \d+\.\d+\.\d+\S*\n", version.output), version.output
 
 
 @pytest.mark.parametrize(

@@ -205,6 +205,44 @@ def test_torch_arange_kernel_is_exact_in_the_exact_range(fmt):
     assert a.exact_count == n
 
 
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
+def test_torch_arange_exact_positions_do_not_depend_on_threads(fmt):
+    """Past torch's parallel grain (32768) the kernel's values depend on the thread count; what does not:
+    every position the format holds exactly comes out as itself and no other position can (its value is a
+    number of the format, the position is not), so exact_count and first_inexact are the numpy engine's."""
+    torch = pytest.importorskip("torch")
+    n0 = torch.get_num_threads()
+    (ref,) = measure_positions(70000, fmt)
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            (a,) = measure_positions(70000, fmt, engine="torch-arange")
+            assert (a.exact_count, a.first_inexact) == (ref.exact_count, ref.first_inexact), threads
+    finally:
+        torch.set_num_threads(n0)
+
+
+def test_cli_torch_arange_reports_threads():
+    # the table and JSON record the thread count of measured rows (closed-form rows: none)
+    import json
+
+    from click.testing import CliRunner
+
+    from precision_audit.cli import main
+
+    torch = pytest.importorskip("torch")
+    res = CliRunner().invoke(main, ["positions", "-l", "1k", "-l", str(2**40), "--engine", "torch-arange", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)["results"]
+    assert [(r["method"], r["threads"]) for r in rows] == [("empirical", torch.get_num_threads()),
+                                                          ("closed-form", None)]
+    assert rows[0]["exact_count"] == 512  # closed form: 0..255, even 256..510, multiples of 4 in 512..1020
+    table = CliRunner().invoke(main, ["positions", "-l", "1k", "--engine", "torch-arange"]).output
+    assert table.splitlines()[0].split()[-1] == "threads"
+    assert table.splitlines()[2].split()[-1] == str(torch.get_num_threads())
+    assert "threads" not in CliRunner().invoke(main, ["positions", "-l", "1k"]).output
+
+
 def test_torch_engine_rejects_format_without_torch_dtype():
     with pytest.raises(ValueError, match="float4_e2m1fn"):
         measure_positions(10, "float4_e2m1fn", engine="torch")

@@ -1,0 +1,199 @@
+"""The report for one model (from its config.json or a transformers model type):
+a verdict per code path at its maximum context and at 2x / 4x, then its figures.
+
+>>> from precision_audit.report._config import model_spec
+>>> spec = model_spec({"model_type": "llama", "head_dim": 16, "num_attention_heads": 2,
+...                    "rope_theta": 10000.0, "max_position_embeddings": 512})
+>>> rep = model_report(spec)
+>>> [s.title for s in rep.sections][:2]
+['Verdict', 'Model']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import config as _config
+from ..alibi import AlibiAudit
+from ..attention import attention_errors
+from ..positions import PositionAudit, audit_positions
+from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, cache_rounding_bound, preset
+from ._config import ModelSpec
+from ._plotting import length_label
+from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct
+from .attention import plot_attention
+from .headline import HEADLINE, Progress, _say, fmt
+from .positions import length_grid, plot_positions, position_rows
+from .rope import error_grid, plot_error_heatmap, plot_error_per_frequency, plot_error_vs_length, rope_lengths
+from .writer import Figure, Para, Report, Section, Table
+
+__all__ = ["VERDICT_RULES", "alibi_verdict", "model_report", "position_verdict", "rope_verdict"]
+
+VERDICT_RULES = _config.VERDICT_RULES
+
+
+def rope_verdict(r: RopeRow) -> str:
+    """safe / degraded / broken for one RoPE row (:func:`precision_audit.config.rope_verdict`), with the number.
+
+    >>> from precision_audit.rope import RopeSchedule
+    >>> row = audit(RopeSchedule(head_dim=16), preset("lowp", "bfloat16"), 4096)[0]
+    >>> rope_verdict(row).split()[0]
+    'broken'
+    """
+    v = _config.rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound)
+    ratio = r.max_rotation_error / r.cache_bound
+    if v == "broken" and r.colliding_positions:
+        return f"broken ({r.colliding_positions} positions collide)"
+    return f"{v} ({fmt(r.max_rotation_error)} rad, {ratio:.3g}x bound)"
+
+
+def position_verdict(r: PositionAudit) -> str:
+    """safe when every position id is exact, else broken with the share that survives."""
+    if _config.positions_verdict(r.length - r.exact_count, r.non_finite) == "safe":
+        return "safe (all exact)"
+    extra = f", {r.non_finite} overflow" if r.non_finite else ""
+    return f"broken ({100 * r.exact_fraction:.1f} % exact, runs of {r.max_run}{extra})"
+
+
+def alibi_verdict(r: AlibiAudit) -> str:
+    """:func:`precision_audit.config.alibi_verdict` with the share of distinct biases."""
+    v = _config.alibi_verdict(r)
+    extra = f", {r.nonfinite_biases} non-finite" if r.nonfinite_biases else ""
+    return f"{v} ({100 * r.distinct_fraction:.1f} % distinct{extra})"
+
+
+def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_context: int | None = None,
+                 progress: Progress = None) -> Report:
+    """Audit the model's code paths at its context (``max_context`` overrides the config's) and 2x, 4x."""
+    ctx = max_context or spec.max_context
+    if not ctx:
+        raise ValueError(f"the config of {spec.name!r} gives no maximum context; pass --max-length")
+    if 4 * ctx > MAX_ROPE_LENGTH:
+        raise ValueError(f"max context {ctx} x 4 exceeds the audits' limit {MAX_ROPE_LENGTH} (2**26)")
+    dts = list(dict.fromkeys(dtypes or [spec.dtype]))
+    checks = [ctx, 2 * ctx, 4 * ctx]
+    marks = [(ctx, "max context"), (2 * ctx, "2x"), (4 * ctx, "4x")]
+    verdict: list[tuple[str, ...]] = []
+    sections: list[Section] = []
+    results: dict[str, Any] = {}
+
+    # position ids
+    _say(progress, f"position ids in {', '.join(dts)} at {', '.join(length_label(n) for n in checks)}")
+    pos_check = audit_positions(checks, dts)
+    for d in dts:
+        by = {r.length: r for r in pos_check if r.dtype == d}
+        verdict.append((f"position ids built in {d}",) + tuple(position_verdict(by[n]) for n in checks))
+    grid_rows = position_rows(length_grid(16, max(4 * ctx, 2**12)), list(dict.fromkeys([*dts, "float32"])))
+    sections.append(Section("Position ids", [
+        Para("Position ids 0..L-1 built in the model dtype (`torch.arange(L, dtype=...)`, or `arange(..., "
+             "dtype=inv_freq.dtype)` after `model.to(dtype)`) against float32."),
+        Table(("dtype", "length", "exact", "distinct", "max run", "first inexact"),
+              tuple((r.dtype, length_label(r.length), f"{100 * r.exact_fraction:.2f} %", str(r.distinct_values),
+                     str(r.max_run), str(r.first_inexact)) for r in pos_check)),
+        Figure("positions.png", "Position ids in the model dtype vs context length (dotted: its context, 2x, 4x)",
+               lambda p: plot_positions(grid_rows, p, marks=marks, baichuan=False)),
+    ], {"position_check": [r.to_dict() for r in pos_check], "positions": [r.to_dict() for r in grid_rows]}))
+
+    if spec.rope is not None:
+        sched = spec.rope
+        lengths = rope_lengths(4 * ctx, checks)
+        rope_blocks: list[Any] = [Para(
+            f"head_dim {sched.head_dim}, rotary_dim {sched.rotary}, rope_theta {sched.base:g}, scaling "
+            f"{sched.scaling}" + (f" (factor {sched.factor:g})" if sched.scaling != "none" else "")
+            + ". Recipes: `lowp` every stage in the dtype; `lowp-inv-freq` the inv_freq buffer downcast by "
+              "`model.to(dtype)`; `fp32` the fix; `fp64` float64 angles. Cache in the dtype.")]
+        att_blocks: list[Any] = []
+        rope_rows: list[dict[str, Any]] = []
+        grids: list[dict[str, Any]] = []
+        att_rows: list[dict[str, Any]] = []
+        for d in dts:
+            _say(progress, f"RoPE, 4 recipes, cache in {d}, L = 256 .. {length_label(4 * ctx)}")
+            recs = [preset(n, d) for n in PRESETS]
+            rows = audit(sched, recs, lengths)
+            rope_rows += [r.to_dict() for r in rows]
+            at = {(r.recipe, r.length): r for r in rows}
+            for rec in recs:
+                verdict.append((f"RoPE {rec.name}, cache in {d}",)
+                               + tuple(rope_verdict(at[rec.name, n]) for n in checks))
+            _say(progress, f"RoPE position x frequency heatmap at {length_label(ctx)}, cache in {d}")
+            pair = [error_grid(sched, preset("lowp", d), ctx), error_grid(sched, preset("fp32", d), ctx)]
+            grids += [g.to_dict() for g in pair]
+            rope_blocks += [
+                Table(("cache", "length", "recipe", "max rot err (rad)", "x cache bound", "colliding positions"),
+                      tuple((d, length_label(n), r.recipe, fmt(r.max_rotation_error),
+                             f"{r.max_rotation_error / r.cache_bound:.3g}", str(r.colliding_positions))
+                            for n in checks for r in rows if r.length == n)),
+                Figure(f"rope_error_vs_length_{d}.png", f"Rotation error vs context length, cache in {d}",
+                       lambda p, rows=rows: plot_error_vs_length(rows, p, marks=marks)),
+                Figure(f"rope_error_per_frequency_{d}.png",
+                       f"Rotation error per frequency at {length_label(ctx)} and {length_label(4 * ctx)}, cache in {d}",
+                       lambda p, rows=rows: plot_error_per_frequency(rows, [ctx, 4 * ctx], p)),
+                Figure(f"rope_heatmap_{d}.png",
+                       f"Rotation error per position and frequency at {length_label(ctx)}: lowp against the fp32 "
+                       "fix, one colour scale", lambda p, pair=pair: plot_error_heatmap(pair, sched, p)),
+            ]
+            _say(progress, f"RoPE attention logits at {length_label(ctx)}, cache in {d}")
+            att = attention_errors(sched, recs, ctx, pairs=HEADLINE["attention_pairs"],
+                                   shifts=HEADLINE["attention_shifts"], seed=HEADLINE["attention_seed"])
+            att_rows += [r.to_dict() for r in att]
+            far = max(r.distance for r in att)
+            att_blocks += [
+                Para(f"Cache in {d}: at offset {far} the largest logit error is "
+                     + ", ".join(f"{fmt(r.max_logit_error)} ({r.recipe})" for r in att if r.distance == far)
+                     + f" against a typical |logit| of {fmt(att[0].logit_rms)}."),
+                Figure(f"rope_attention_logit_error_{d}.png", f"Attention-logit error vs offset at "
+                       f"{length_label(ctx)}, cache in {d}", lambda p, att=att: plot_attention(att, p)),
+            ]
+        sections.append(Section("RoPE", rope_blocks, {"rope": rope_rows, "rope_heatmap": grids}))
+        sections.append(Section("RoPE: attention logits", [Para(
+            f"Logits q_m . k_n of {HEADLINE['attention_pairs']} seeded random (q, k) pairs over query positions "
+            "spread along the context, against the exact logit; spread = how much one pair's logit moves when "
+            "both positions shift (exact RoPE: 0).")] + att_blocks, {"attention": att_rows}))
+
+    if spec.alibi_heads is not None:
+        heads = spec.alibi_heads
+        lengths = rope_lengths(4 * ctx, checks)
+        _say(progress, f"ALiBi, {heads} heads, 4 recipes, L = 256 .. {length_label(4 * ctx)}")
+        sweep = alibi_sweep(heads, dts, lengths, slopes=spec.alibi_slopes)
+        for (d, r), rows in sweep.items():
+            at_len = {x.length: x for x in rows}
+            verdict.append((f"ALiBi {r}, model dtype {d}",) + tuple(alibi_verdict(at_len[n]) for n in checks))
+        sections.append(Section("ALiBi", [
+            Para(f"{heads} heads, slopes: " + ("the model's own" if spec.alibi_slopes else "the ALiBi reference rule")
+                 + ". Last query of each context; dP = largest change of an attention probability from the bias "
+                   "rounding alone."),
+            Table(("model dtype", "recipe", "length", "distinct (worst head)", "max dP"),
+                  tuple((d, r, length_label(x.length), f"{100 * x.distinct_fraction:.2f} %", fmt(x.max_prob_change))
+                        for (d, r), rows in sweep.items() for x in rows if x.length in checks)),
+            Figure("alibi_distinct.png", "Distinct ALiBi biases (worst head) vs context length",
+                   lambda p: plot_alibi_distinct(sweep, p, marks=marks)),
+            Figure("alibi_attention.png", "Attention change from ALiBi bias rounding vs context length",
+                   lambda p: plot_alibi_attention(sweep, p, marks=marks)),
+        ], {"alibi": [x.to_dict() for rows in sweep.values() for x in rows]}))
+
+    header = ("code path",) + tuple(f"{length_label(n)}" + (" (max context)" if n == ctx else f" ({n // ctx}x)")
+                                    for n in checks)
+    safe_paths = [v[0] for v in verdict if v[1].startswith("safe")]
+    summary = (f"At its maximum context {length_label(ctx)} the safe code paths are: "
+               + (", ".join(safe_paths) if safe_paths else "none") + ".")
+    verdict_section = Section("Verdict", [Para(summary), Table(header, tuple(verdict)), Para(VERDICT_RULES)]
+                              + [Para(f"Note: {n}.") for n in spec.notes],
+                              {"verdict": [dict(zip(("code_path", *map(str, checks)), v)) for v in verdict]})
+    model_section = Section("Model", [Table(("setting", "value"), tuple(
+        (k, str(v)) for k, v in _settings(spec, dts, ctx).items()))])
+    return Report(f"precision_audit: {spec.name}", "model", _settings(spec, dts, ctx),
+                  [verdict_section, model_section, *sections])
+
+
+def _settings(spec: ModelSpec, dts: Sequence[str], ctx: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": spec.name, "model_type": spec.model_type, "dtypes": list(dts),
+                           "max_context": ctx, "config_max_context": spec.max_context}
+    if spec.rope is not None:
+        s = spec.rope
+        out.update({"head_dim": s.head_dim, "rotary_dim": s.rotary, "rope_theta": s.base, "rope_scaling": s.scaling})
+        if s.scaling != "none":
+            out["rope_factor"] = s.factor
+    if spec.alibi_heads is not None:
+        out["alibi_heads"] = spec.alibi_heads
+    return out

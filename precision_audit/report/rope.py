@@ -1,0 +1,233 @@
+"""Figures for the RoPE auditor: rotation error vs length, per frequency, and a
+position x frequency heatmap (matplotlib, Agg backend, imported lazily).
+
+>>> import tempfile
+>>> from precision_audit.report.rope import rope_figures
+>>> with tempfile.TemporaryDirectory() as d:
+...     [p.name for p in rope_figures(d, head_dim=16, max_length=2048)]
+['rope_error_vs_length.png', 'rope_error_per_frequency.png', 'rope_attention_logit_error.png']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._common import Row
+from ..attention import attention_errors
+from ..rope import (
+    PRESETS,
+    Recipe,
+    RopeRow,
+    RopeSchedule,
+    audit,
+    cache_rounding_bound,
+    check_rope_lengths,
+    exact_angles,
+    preset,
+    recipe_stages,
+    wrap,
+)
+from ._plotting import ROPE_LABEL as _LABEL
+from ._plotting import ROPE_STYLE as _STYLE
+from ._plotting import length_label as _length_label
+from ._plotting import mark_lengths, pyplot, save_figure, tokens_formatter
+from ._plotting import recipes_in as _recipes
+from .attention import plot_attention
+
+__all__ = [
+    "ErrorGrid",
+    "error_grid",
+    "plot_attention",
+    "plot_error_heatmap",
+    "plot_error_per_frequency",
+    "plot_error_vs_length",
+    "rope_figures",
+    "rope_lengths",
+]
+
+
+def rope_lengths(max_length: int, extra: Sequence[int] = ()) -> list[int]:
+    """Powers of two from 256 to ``max_length``, plus ``extra`` lengths (sorted, distinct).
+
+    >>> rope_lengths(4096, [3000])
+    [256, 512, 1024, 2048, 3000, 4096]
+    """
+    out = {2**k for k in range(8, int(max_length).bit_length()) if 2**k <= max_length}
+    return sorted(out | {int(n) for n in extra} | ({int(max_length)} if max_length < 256 else set()))
+
+
+def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path, *,
+                         marks: Sequence[tuple[int, str]] = ()) -> Path:
+    """Max and mean rotation error vs context length per recipe (log-log), with the cache bound."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    r0 = rows[0]
+    bound = cache_rounding_bound(r0.dtype)
+    lengths = sorted({r.length for r in rows})
+    ticks = [n for n in lengths if n & (n - 1) == 0] or lengths
+    ticks = ticks[::2] if len(ticks) > 8 else ticks
+    for ax, key, title in ((axes[0], "max_rotation_error", "max over positions and frequencies"),
+                           (axes[1], "mean_rotation_error", "mean over positions and frequencies")):
+        for name in _recipes(rows):
+            rs = sorted((r for r in rows if r.recipe == name), key=lambda r: r.length)
+            ys = [max(getattr(r, key), 1e-16) for r in rs]
+            ax.plot([r.length for r in rs], ys, label=_LABEL.get(name, name), lw=1.8, ms=4,
+                    **_STYLE.get(name, {}))
+        ax.axhline(math.pi, color="k", ls=":", lw=1)
+        ax.text(lengths[0], math.pi * 1.25, "pi: phase lost", fontsize=8, va="bottom")
+        ax.axhline(bound, color="gray", ls="--", lw=1)
+        ax.text(lengths[0], bound * 1.25, f"{r0.dtype} cache rounding bound ({bound:.2e} rad)", fontsize=8,
+                va="bottom", color="dimgray")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_ylim(min(bound / 2, *(max(r.mean_rotation_error, 1e-16) / 2 for r in rows)), 20)
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([_length_label(n) for n in ticks])
+        ax.set_xlabel("context length L (tokens, positions 0..L-1)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        mark_lengths(ax, marks)
+    axes[0].set_ylabel("rotation error |atan2(sin, cos) - m theta_i| (rad)")
+    axes[0].legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 0.3))
+    fig.suptitle(f"RoPE rotation error per recipe, cache in {r0.dtype} "
+                 f"(head_dim {r0.head_dim}, rotary_dim {r0.rotary_dim}, base {r0.base:g}, scaling {r0.scaling})")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], path: str | Path) -> Path:
+    """Max rotation error per frequency index i at the given lengths (one panel each, log y)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(lengths), figsize=(max(8, 6 * len(lengths)), 4.8), sharey=True, squeeze=False)
+    r0 = rows[0]
+    bound = cache_rounding_bound(r0.dtype)
+    nf = r0.rotary_dim // 2
+    for ax, L in zip(axes[0], lengths):
+        for name in _recipes(rows):
+            (r,) = [r for r in rows if r.recipe == name and r.length == L]
+            ys = [max(v, 1e-16) for v in r.rotation_error_profile]
+            ax.plot(range(len(ys)), ys, label=_LABEL.get(name, name), lw=1.5, ms=3, **_STYLE.get(name, {}))
+        ax.axhline(math.pi, color="k", ls=":", lw=1)
+        ax.text(nf - 1, math.pi * 1.2, "pi: phase lost", fontsize=8, ha="right")
+        ax.axhline(bound, color="gray", ls="--", lw=1)
+        ax.text(nf - 1, bound * 0.8, f"{r0.dtype} cache rounding bound", fontsize=8,
+                color="dimgray", ha="right", va="top")
+        ax.set_yscale("log")
+        ax.set_ylim(bound / 3, 12)
+        ax.set_xlabel(f"frequency index i (theta_i = base^(-2i/{r0.rotary_dim}); high frequency on the left)")
+        ax.set_title(f"context length {_length_label(L)}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("max rotation error over positions (rad)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2 if len(lengths) == 1 else 4), fontsize=9)
+    fig.suptitle(f"RoPE rotation error per frequency, cache in {r0.dtype} "
+                 f"(head_dim {r0.head_dim}, base {r0.base:g}, scaling {r0.scaling})")
+    fig.tight_layout(rect=(0, 0.07 if len(lengths) > 1 else 0.12, 1, 1))
+    return save_figure(fig, path)
+
+
+@dataclass(frozen=True)
+class ErrorGrid(Row):
+    """Max rotation error (rad) of one recipe per (position bin, frequency index).
+
+    Bin ``b`` holds positions ``bin_edges[b] .. bin_edges[b+1]-1``; the max over
+    all bins of a column equals the auditor's ``rotation_error_profile`` at
+    ``length`` (same stages, same exact reference).
+    """
+
+    recipe: str
+    dtype: str
+    length: int
+    bin_edges: tuple[int, ...]
+    max_rotation_error: tuple[tuple[float, ...], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.bin_edges) != len(self.max_rotation_error) + 1:
+            raise ValueError(f"{len(self.bin_edges)} bin edges for {len(self.max_rotation_error)} bins")
+
+
+def error_grid(schedule: RopeSchedule, recipe: Recipe, length: int, bins: int = 256,
+               chunk_elems: int = 2**19) -> ErrorGrid:
+    """Rotation error of ``recipe`` for positions 0..length-1 and every frequency, max-pooled into bins.
+
+    >>> g = error_grid(RopeSchedule(head_dim=8), preset("fp64", "float64"), 100, bins=4)
+    >>> g.bin_edges, max(max(r) for r in g.max_rotation_error) < 1e-12
+    ((0, 25, 50, 75, 100), True)
+    """
+    (L,) = check_rope_lengths(length)
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins {bins!r} must be a positive integer")
+    width = -(-L // min(bins, L))
+    edges = list(range(0, L, width)) + [L]
+    theta = schedule.inv_freq(L)
+    grid = np.zeros((len(edges) - 1, theta.size))
+    step = max(width, (chunk_elems // max(theta.size, 1)) // width * width)
+    for start in range(0, L, step):
+        m = np.arange(start, min(L, start + step), dtype=np.float64)
+        st = recipe_stages(recipe, theta, m, schedule.cos_sin_scale)
+        with np.errstate(invalid="ignore", over="ignore"):
+            rot = np.abs(wrap(np.arctan2(st["sin"], st["cos"]) - exact_angles(m, theta)))
+        rot[~np.isfinite(rot)] = math.pi
+        first = start // width
+        idx = np.arange(0, m.size, width)
+        grid[first : first + idx.size] = np.maximum.reduceat(rot, idx, axis=0)
+    return ErrorGrid(recipe.name, recipe.cache, L, tuple(edges), tuple(tuple(r) for r in grid.tolist()))
+
+
+def plot_error_heatmap(grids: Sequence[ErrorGrid], schedule: RopeSchedule, path: str | Path) -> Path:
+    """One panel per recipe: max rotation error over position bins x frequency, ONE shared log colour scale."""
+    plt = pyplot()
+    from matplotlib.colors import LogNorm
+
+    g0 = grids[0]
+    bound = cache_rounding_bound(g0.dtype)
+    vmin, vmax = bound / 10, math.pi
+    fig, axes = plt.subplots(1, len(grids), figsize=(6 * len(grids), 5.0), sharey=True, squeeze=False,
+                             constrained_layout=True)
+    image: Any = None
+    for ax, g in zip(axes[0], grids):
+        z = np.clip(np.asarray(g.max_rotation_error), vmin, vmax)
+        image = ax.pcolormesh(np.arange(z.shape[1] + 1) - 0.5, np.asarray(g.bin_edges), z,
+                              norm=LogNorm(vmin=vmin, vmax=vmax), cmap="viridis", shading="flat")
+        ax.set_title(f"{_LABEL.get(g.recipe, g.recipe)}\nworst: {np.max(g.max_rotation_error):.3g} rad", fontsize=10)
+        ax.set_xlabel("frequency index i (high frequency on the left)")
+        ax.set_yticks([g.length * k // 8 for k in range(9)])
+        ax.yaxis.set_major_formatter(tokens_formatter())
+    axes[0][0].set_ylabel("position m (tokens)")
+    cb = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9)
+    cb.set_label(f"max rotation error in the bin (rad, log; clipped to [{vmin:.1e}, pi])")
+    cb.ax.axhline(bound, color="white", lw=1.5)
+    fig.suptitle(f"RoPE rotation error per position and frequency at L = {_length_label(g0.length)}, cache in "
+                 f"{g0.dtype} (head_dim {schedule.head_dim}, base {schedule.base:g}; white tick on the scale: "
+                 "cache rounding bound)", fontsize=10)
+    return save_figure(fig, path)
+
+
+def rope_figures(
+    out_dir: str | Path = "figures",
+    *,
+    dtype: str = "bfloat16",
+    head_dim: int = 128,
+    base: float = 10000.0,
+    max_length: int = 2**20,
+) -> list[Path]:
+    """Audit the four presets at L = 256 .. max_length (powers of two) and write the three figures."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sched = RopeSchedule(head_dim=head_dim, base=base)
+    recs = [preset(n, dtype) for n in PRESETS]
+    lengths = rope_lengths(max_length)
+    rows = audit(sched, recs, lengths)
+    per_freq = [n for n in (2**17, 2**20) if n in lengths] or [lengths[-1]]
+    att = attention_errors(sched, recs, per_freq[0], pairs=8, shifts=1024)
+    return [
+        plot_error_vs_length(rows, out / "rope_error_vs_length.png"),
+        plot_error_per_frequency(rows, per_freq, out / "rope_error_per_frequency.png"),
+        plot_attention(att, out / "rope_attention_logit_error.png"),
+    ]

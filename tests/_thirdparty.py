@@ -1,0 +1,29 @@
+"""Access to third-party reference code for the tests (imported and run, never copied).
+
+Private transformers functions (``_get_alibi_slopes``, ``ROPE_INIT_FUNCTIONS``) can move
+or vanish between releases: a test that needs one skips with a reason instead of failing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def private(module: str, name: str) -> Any:
+    """``module.name``, or skip the calling test with a reason if either is missing."""
+    mod = pytest.importorskip(module)
+    try:
+        return getattr(mod, name)
+    except AttributeError:
+        pytest.skip(f"{module}.{name} is missing in this version (private transformers API); reference unavailable")
+
+
+def bloom() -> Any:
+    """transformers' Bloom modelling module (skips the test when transformers is absent)."""
+    pytest.importorskip("torch")
+    return pytest.importorskip("transformers.models.bloom.modeling_bloom")
+
+
+__all__ = ["bloom", "private"]

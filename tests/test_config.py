@@ -1,0 +1,449 @@
+"""config.json parsing and the `config` command.
+
+Expected schedule fields are derived by hand from the JSON numbers in each test
+(e.g. head_dim = hidden_size // num_attention_heads = 4096 // 32); the
+frequencies are checked against transformers' own rotary module built from the
+same JSON (real third-party code, bit for bit against our torch engine, which
+evaluates the same float32 formula with the same torch ops); position
+collisions against a brute-force ml_dtypes cast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import warnings
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from precision_audit.cli import main
+from precision_audit.config import (
+    ConfigRow,
+    ModelConfig,
+    alibi_verdict,
+    audit_config,
+    default_lengths,
+    load_config,
+    load_config_dict,
+    rope_verdict,
+)
+from precision_audit.rope import cache_rounding_bound
+
+DATA = Path(__file__).resolve().parent / "data"
+CONFIGS = sorted(p.name for p in DATA.glob("*.json"))
+
+
+def js(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+# --------------------------------------------------------------------------- expected fields, by hand
+
+
+def test_every_shipped_config_is_covered():
+    assert set(CONFIGS) == set(EXPECTED)
+
+
+def _llama2():
+    j = js("llama-2-7b-hf.json")
+    return {"all": dict(head_dim=j["hidden_size"] // j["num_attention_heads"], base=10000.0, scaling="default",
+                        rotary_dim=4096 // 32)}, j["max_position_embeddings"]
+
+
+def _llama31():
+    j = js("llama-3.1-8b.json")
+    rs = j["rope_scaling"]
+    return {"all": dict(head_dim=4096 // 32, base=j["rope_theta"], scaling="llama3", factor=rs["factor"],
+                        low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)}, 131072
+
+
+def _qwen2():
+    j = js("qwen2-7b.json")
+    return {"all": dict(head_dim=3584 // 28, base=1000000.0, scaling="default")}, j["max_position_embeddings"]
+
+
+def _mistral():
+    return {"all": dict(head_dim=4096 // 32, base=10000.0, scaling="default")}, 32768
+
+
+def _phi35():
+    j = js("phi-3.5-mini-instruct.json")
+    rs = j["rope_scaling"]
+    factor = 131072 / 4096  # max_position_embeddings / top-level original_max_position_embeddings
+    return {"all": dict(head_dim=3072 // 32, scaling="longrope", original_max_position_embeddings=4096,
+                        factor=factor, short_factor=tuple(rs["short_factor"]), long_factor=tuple(rs["long_factor"]),
+                        cos_sin_scale=math.sqrt(1 + math.log(factor) / math.log(4096)))}, 131072
+
+
+def _gemma4():
+    t = js("gemma-4-31b-it.json")["text_config"]
+    full = t["rope_parameters"]["full_attention"]
+    rotated_pairs = int(full["partial_rotary_factor"] * t["global_head_dim"] // 2)  # 0.25 * 512 // 2 = 64
+    return {"full_attention": dict(head_dim=t["global_head_dim"], base=1000000.0, scaling="proportional",
+                                   rotary_dim=2 * rotated_pairs, n_freq=512 // 2),
+            "sliding_attention": dict(head_dim=t["head_dim"], base=10000.0, scaling="default", rotary_dim=256)}, 262144
+
+
+def _gpt_oss():
+    return {"all": dict(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, truncate=False, beta_fast=32.0,
+                        beta_slow=1.0, original_max_position_embeddings=4096,
+                        cos_sin_scale=0.1 * math.log(32.0) + 1)}, 131072
+
+
+def _deepseek():
+    j = js("deepseek-v3.json")
+    return {"all": dict(head_dim=j["qk_rope_head_dim"], base=10000.0, scaling="yarn", factor=40.0, mscale=1.0,
+                        mscale_all_dim=1.0, original_max_position_embeddings=4096, cos_sin_scale=1.0)}, 163840
+
+
+EXPECTED = {
+    "llama-2-7b-hf.json": ("rope", _llama2),
+    "llama-3.1-8b.json": ("rope", _llama31),
+    "qwen2-7b.json": ("rope", _qwen2),
+    "mistral-7b-v0.1.json": ("rope", _mistral),
+    "phi-3.5-mini-instruct.json": ("rope", _phi35),
+    "gemma-4-31b-it.json": ("rope", _gemma4),
+    "gpt-oss-20b.json": ("rope", _gpt_oss),
+    "deepseek-v3.json": ("rope", _deepseek),
+    "bloom-7b1.json": ("alibi", lambda: (js("bloom-7b1.json")["n_head"], None)),
+    "baichuan2-13b-base.json": ("alibi", lambda: (js("baichuan2-13b-base.json")["num_attention_heads"], 4096)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shipped_config_fields(name):
+    m = load_config(DATA / name)
+    kind, expect = EXPECTED[name]
+    assert m.kind == kind
+    if kind == "alibi":
+        heads, ctx = expect()
+        assert (m.num_heads, m.max_position_embeddings) == (heads, ctx)
+        return
+    per_type, ctx = expect()
+    assert m.max_position_embeddings == ctx
+    assert [t for t, _ in m.rope] == list(per_type)
+    for t, s in m.rope:
+        for field, want in per_type[t].items():
+            got = {"n_freq": s.n_freq, "cos_sin_scale": s.cos_sin_scale}.get(field, getattr(s, field, None))
+            if isinstance(want, (str, bool, tuple)):
+                assert got == want, (t, field)
+            else:
+                assert got == pytest.approx(want, rel=1e-15), (t, field)
+
+
+def test_config_dict_round_trips_to_json():
+    d = load_config(DATA / "gemma-4-31b-it.json").to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["kind"] == "rope" and [r["layer_type"] for r in d["rope"]] == ["full_attention", "sliding_attention"]
+    assert "read text_config (multimodal config)" in d["notes"]
+
+
+# --------------------------------------------------------------------------- against transformers
+
+TRANSFORMERS_MODULES = {  # file -> (transformers model_type of the rotary module, the config object's JSON)
+    "llama-2-7b-hf.json": ("llama", lambda j: j),
+    "llama-3.1-8b.json": ("llama", lambda j: j),
+    "qwen2-7b.json": ("qwen2", lambda j: j),
+    "mistral-7b-v0.1.json": ("mistral", lambda j: j),
+    "phi-3.5-mini-instruct.json": ("phi3", lambda j: j),
+    "gpt-oss-20b.json": ("gpt_oss", lambda j: j),
+    "deepseek-v3.json": ("deepseek_v3", lambda j: j),
+    "gemma-4-31b-it.json": ("gemma4", lambda j: j["text_config"]),
+}
+
+
+def _rotary(model_type: str, cfg_json: dict):
+    from transformers import CONFIG_MAPPING
+
+    mt = "gemma4_text" if model_type == "gemma4" else model_type
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = CONFIG_MAPPING[mt](**{k: v for k, v in cfg_json.items() if k != "model_type"})
+    mod = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    (cls,) = [getattr(mod, n) for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n]
+    return cls(cfg)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMERS_MODULES))
+def test_schedule_is_what_transformers_builds(name):
+    # transformers parses the same JSON and builds its rotary module; our torch engine evaluates the
+    # schedule's float32 formula with the same torch ops, so every inverse frequency agrees bit for bit.
+    model_type, pick = TRANSFORMERS_MODULES[name]
+    mod = _rotary(model_type, pick(js(name)))
+    m = load_config(DATA / name)
+    for layer_type, s in m.rope:
+        prefix = "" if layer_type == "all" else f"{layer_type}_"
+        theirs = getattr(mod, f"{prefix}inv_freq").double().numpy()
+        np.testing.assert_array_equal(s.inv_freq_in("float32", engine="torch"), theirs, err_msg=f"{name} {layer_type}")
+        scale = getattr(mod, f"{prefix}attention_scaling")
+        assert s.cos_sin_scale == pytest.approx(scale, rel=1e-15)
+
+
+# --------------------------------------------------------------------------- parsing rules
+
+
+def test_legacy_keys_and_text_config():
+    neox = {"model_type": "gpt_neox", "hidden_size": 2048, "num_attention_heads": 16, "rotary_pct": 0.25,
+            "rotary_emb_base": 10000, "n_positions": 2048}
+    m = load_config_dict(neox)
+    s = m.schedule
+    assert (s.head_dim, s.rotary_dim, m.max_position_embeddings, m.context_key) == (128, 32, 2048, "n_positions")
+    nested = load_config_dict({"model_type": "llava", "text_config": {"model_type": "llama", "head_dim": 64,
+                                                                     "seq_length": 1024}})
+    assert (nested.model_type, nested.schedule.head_dim, nested.max_position_embeddings) == ("llama", 64, 1024)
+    gptj = load_config_dict({"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64})
+    assert (gptj.schedule.head_dim, gptj.schedule.rotary_dim) == (256, 64)
+    su = load_config_dict({"model_type": "phi3", "head_dim": 8, "max_position_embeddings": 8192,
+                           "original_max_position_embeddings": 4096,
+                           "rope_scaling": {"type": "su", "short_factor": [1, 1, 1, 1], "long_factor": [2, 2, 2, 2]}})
+    assert (su.schedule.scaling, su.schedule.factor) == ("longrope", 2.0)
+
+
+def test_multimodal_rope_keys_are_dropped_with_a_note():
+    m = load_config_dict({"model_type": "qwen2_vl", "head_dim": 128,
+                          "rope_scaling": {"type": "default", "mrope_section": [16, 24, 24]}})
+    assert m.schedule.scaling == "default"
+    assert any("mrope_section" in n for n in m.notes)
+
+
+@pytest.mark.parametrize("cfg, kind", [
+    ({"model_type": "mpt", "n_heads": 32, "d_model": 4096, "max_seq_len": 2048, "attn_config": {"alibi": True}},
+     "alibi"),
+    ({"model_type": "falcon", "num_attention_heads": 71, "hidden_size": 4544, "alibi": False}, "rope"),
+    ({"model_type": "falcon", "num_attention_heads": 8, "hidden_size": 512, "alibi": True}, "alibi"),
+    ({"model_type": "baichuan", "num_attention_heads": 32, "hidden_size": 4096, "max_position_embeddings": 4096},
+     "rope"),  # Baichuan2-7B
+    ({"model_type": "baichuan", "num_attention_heads": 40, "hidden_size": 5120, "model_max_length": 4096},
+     "alibi"),  # Baichuan2-13B
+    ({"model_type": "x", "num_attention_heads": 4, "hidden_size": 64, "position_embedding_type": "alibi"}, "alibi"),
+])
+def test_alibi_detection(cfg, kind):
+    m = load_config_dict(cfg)
+    assert m.kind == kind
+    if kind == "alibi":
+        assert m.num_heads == next(cfg[k] for k in ("num_attention_heads", "n_heads") if k in cfg)
+    if cfg["model_type"] == "mpt":
+        assert m.max_position_embeddings == 2048
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"model_type": "gpt2", "n_embd": 768, "n_head": 12}, "cannot tell the position encoding of model_type 'gpt2'"),
+    ({"model_type": "llama", "hidden_size": 4096}, "no head_dim, and no hidden_size with num_attention_heads"),
+    ({"model_type": "llama", "hidden_size": 100, "num_attention_heads": 3}, "hidden_size 100 is not divisible"),
+    ({"model_type": "bloom", "hidden_size": 64}, "ALiBi model without num_attention_heads"),
+    ({"model_type": "llama", "head_dim": 64, "rope_scaling": "yarn"}, "must be an object or null"),
+    ({"model_type": "llama", "head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factr": 4}},
+     "unknown rope parameter 'factr'"),
+    ({"model_type": "llama", "head_dim": 64, "max_position_embeddings": 0}, "max_position_embeddings 0 must be"),
+    ({"model_type": "llama", "head_dim": 63}, "head_dim 63 must be a positive even integer"),
+])
+def test_malformed_configs_name_the_problem(cfg, message):
+    with pytest.raises(ValueError, match="^cfg.json") as e:
+        load_config_dict(cfg, source="cfg.json")
+    assert message in str(e.value)
+
+
+def test_model_config_validates():
+    with pytest.raises(ValueError, match="kind 'learned'"):
+        ModelConfig(name="m", model_type="gpt2", kind="learned")
+    with pytest.raises(ValueError, match="no context length"):
+        default_lengths(load_config(DATA / "bloom-7b1.json"))
+    with pytest.raises(ValueError, match="pick one with layer_type"):
+        load_config(DATA / "gemma-4-31b-it.json").schedule
+
+
+# --------------------------------------------------------------------------- verdicts and audit
+
+
+def test_verdict_rules():
+    b = cache_rounding_bound("bfloat16")
+    assert rope_verdict(8 * b, 0, b) == "safe"
+    assert rope_verdict(8 * b * (1 + 1e-9), 0, b) == "degraded"
+    assert rope_verdict(math.pi / 2, 0, b) == "broken"
+    assert rope_verdict(0.0, 1, b) == "broken"
+    assert rope_verdict(float("nan"), 0, b) == "broken"
+    assert rope_verdict(2 * b, 0, b, tolerance=1) == "degraded"
+
+
+def _distinct_bf16(n: int) -> int:
+    return len(np.unique(np.arange(n, dtype=np.float64).astype(ml_dtypes.bfloat16)))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_shipped_config_audits(name):
+    m = load_config(DATA / name)
+    L = 1024
+    rows = audit_config(m, [L], ["bfloat16"])
+    recipes = {"rope": ("lowp", "lowp-inv-freq", "fp32", "fp64"), "alibi": ("lowp", "cast-output", "relative-cast",
+                                                                          "fp32")}[m.kind]
+    n_types = len(m.rope) if m.kind == "rope" else 1
+    assert len(rows) == n_types * len(recipes) + 1
+    for r in rows:
+        if r.component == "rope":
+            assert r.verdict == rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound)
+        if r.component == "alibi":
+            assert r.colliding_positions == L - r.min_distinct_biases
+    pos = rows[-1]
+    assert (pos.component, pos.colliding_positions, pos.verdict) == ("positions", L - _distinct_bf16(L), "broken")
+    fp32 = [r for r in rows if r.recipe == "fp32"]
+    assert fp32 and all(r.verdict == "safe" for r in fp32)  # the fix is safe at 1K in every model
+    lowp = [r for r in rows if r.recipe == "lowp"]  # positions built in bf16 collide above 256
+    assert lowp and all(r.verdict == "broken" and r.colliding_positions > 0 for r in lowp)
+
+
+def test_alibi_rows_match_the_alibi_auditor():
+    from precision_audit.alibi import audit_alibi
+
+    rows = audit_config(load_config(DATA / "bloom-7b1.json"), [2048], ["bfloat16"], recipes=["cast-output"],
+                        positions=False)
+    (a,) = audit_alibi(2048, 32, "cast-output", "bfloat16")
+    (r,) = rows
+    assert (r.min_distinct_biases, r.max_run, r.max_abs_error) == (a.min_distinct_biases, a.max_run, a.max_abs_error)
+    assert r.verdict == alibi_verdict(a) == "broken"
+
+
+def test_audit_config_errors():
+    m = load_config(DATA / "llama-2-7b-hf.json")
+    with pytest.raises(ValueError, match="oracle's limit"):
+        audit_config(m, [2**27])
+    with pytest.raises(ValueError, match="unknown RoPE recipe 'cast-output'"):
+        audit_config(m, [64], recipes=["cast-output"])
+    with pytest.raises(ValueError, match="tolerance"):
+        audit_config(m, [64], tolerance=0)
+    with pytest.raises(ValueError, match="verdict 'fine'"):
+        ConfigRow(component="rope", recipe="x", dtype="bfloat16", length=1, verdict="fine")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_json():
+    res = run("config", str(DATA / "llama-3.1-8b.json"), "-l", "2048", "-d", "bf16", "-r", "fp32", "-r", "lowp",
+              "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["auditor"] == "config" and doc["model"]["kind"] == "rope" and doc["model"]["rope"][0]["base"] == 500000
+    comp = [(r["component"], r["recipe"], r["dtype"], r["length"]) for r in doc["results"]]
+    assert comp == [("rope", "fp32", "bfloat16", 2048), ("rope", "lowp", "bfloat16", 2048),
+                    ("positions", "position ids", "bfloat16", 2048)]
+    for r in doc["results"]:
+        assert {"component", "recipe", "dtype", "length", "max_rotation_error", "mean_rotation_error",
+                "colliding_positions", "verdict"} <= set(r)
+    assert doc["results"][2]["colliding_positions"] == 2048 - _distinct_bf16(2048)
+
+
+def test_cli_table_alibi_and_layer_types():
+    res = run("config", str(DATA / "baichuan2-13b-base.json"), "-l", "1k", "-d", "fp16")
+    assert res.exit_code == 0, res.output
+    assert "ALiBi, 40 heads; context 4096 (model_max_length)" in res.output
+    assert "cast-output" in res.output and "min distinct" in res.output and "verdict" in res.output
+    res = run("config", str(DATA / "gemma-4-31b-it.json"), "-l", "512", "-d", "bf16", "-r", "fp32", "--no-positions")
+    assert res.exit_code == 0, res.output
+    assert "full_attention" in res.output and "sliding_attention" in res.output and "layer" in res.output
+    assert "positions" not in res.output.split("\n\n")[1]
+
+
+def test_cli_default_lengths_are_context_2x_4x():
+    res = run("config", str(DATA / "llama-2-7b-hf.json"), "-d", "bf16", "-r", "fp32", "--json")
+    assert res.exit_code == 0, res.output
+    assert sorted({r["length"] for r in json.loads(res.output)["results"]}) == [4096, 8192, 16384]
+
+
+def test_cli_fail_on():
+    args = ("config", str(DATA / "llama-2-7b-hf.json"), "-l", "4096", "-d", "bf16", "-r", "fp32", "--no-positions")
+    assert run(*args).exit_code == 0
+    # the fp32 path's max rotation error at 4K exceeds 1x the bf16 cache bound (1.01x): degraded at tolerance 1
+    assert run(*args, "--tolerance", "1", "--fail-on", "degraded").exit_code == 1
+    assert run(*args, "--tolerance", "1", "--fail-on", "broken").exit_code == 0
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read: No such file or directory"),
+    ("{oops", "not valid JSON"),
+    ("[1, 2]", "the top level must be a JSON object, got list"),
+    ('{"model_type": "llama", "head_dim": 64, "rope_scaling": {"rope_type": "warp"}}', "unknown rope type 'warp'"),
+    ('{"model_type": "opt", "hidden_size": 64}', "cannot tell the position encoding"),
+])
+def test_cli_bad_files_exit_2(tmp_path, content, message):
+    p = tmp_path / "config.json"
+    if content is not None:
+        p.write_text(content)
+    res = run("config", str(p))
+    assert res.exit_code == 2
+    assert message in res.output and str(p) in res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-l", "128M"], "exceeds the RoPE oracle's limit 2**26"),
+    (["-r", "cast-output"], "unknown RoPE recipe 'cast-output'"),
+    (["-d", "fp9"], "unknown dtype 'fp9'"),
+    (["--tolerance", "0"], "Invalid value for '--tolerance'"),
+])
+def test_cli_bad_options_exit_2(args, message):
+    res = run("config", str(DATA / "llama-2-7b-hf.json"), *args)
+    assert res.exit_code == 2 and message in res.output, res.output
+
+
+def test_cli_alibi_without_context_needs_length():
+    res = run("config", str(DATA / "bloom-7b1.json"))
+    assert res.exit_code == 2 and "declares no context length" in res.output and "--length" in res.output
+
+
+def test_cli_directory_holding_config(tmp_path):
+    (tmp_path / "config.json").write_text((DATA / "mistral-7b-v0.1.json").read_text())
+    res = run("config", str(tmp_path), "-l", "256", "-d", "bf16", "-r", "fp32")
+    assert res.exit_code == 0 and "mistralai/Mistral-7B-v0.1" in res.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_shipped_config_at_its_real_context(name):
+    m = load_config(DATA / name)
+    L = m.max_position_embeddings or 2048  # Bloom declares none; BLOOM was trained on 2048 tokens
+    best = "fp64" if m.kind == "rope" else "fp32"  # float64 angles; the float32 ALiBi bias
+    rows = audit_config(m, [L], ["bfloat16"], recipes=["fp32", best])
+    assert all(r.length == L for r in rows)
+    assert all(r.verdict == "safe" for r in rows if r.recipe == best)
+    for r in rows:  # the verdict follows its rule at full length too
+        if r.component == "rope":
+            assert r.verdict == rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound)
+            assert r.recipe != "fp64" or r.ratio < 1.0  # float64 angles leave only the cache's own rounding
+
+
+def test_cli_torch_engine_agrees_with_numpy_on_verdicts():
+    args = ("config", str(DATA / "qwen2-7b.json"), "-l", "1024", "-d", "bf16", "--json")
+    a = json.loads(run(*args).output)["results"]
+    b = json.loads(run(*args, "--engine", "torch").output)["results"]
+    assert [(r["recipe"], r["verdict"], r["colliding_positions"]) for r in a] == \
+        [(r["recipe"], r["verdict"], r["colliding_positions"]) for r in b]
+
+
+def test_progress_total_counts_what_the_auditors_report():
+    from precision_audit.config import work_to_scan
+
+    seen = []
+    m = load_config(DATA / "baichuan2-13b-base.json")
+    audit_config(m, [512], ["bf16"], recipes=["fp32", "lowp"], positions=False, progress=seen.append)
+    assert sum(seen) == work_to_scan(m, [512], ["bf16"], ["fp32", "lowp"]) == 2 * 512 * 2
+    seen.clear()
+    m = load_config(DATA / "gemma-4-31b-it.json")
+    audit_config(m, [300, 600], ["bf16", "fp16"], recipes=["fp32"], positions=False, progress=seen.append)
+    assert sum(seen) == work_to_scan(m, [300, 600], ["bf16", "fp16"]) == 600 * 2 * 2
+
+
+def test_cli_default_lengths_beyond_the_oracle_say_so(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "head_dim": 64, "max_position_embeddings": 2**25}))
+    res = run("config", str(p))
+    assert res.exit_code == 2
+    assert "exceeds the RoPE oracle's limit" in res.output and "default lengths are the config's context" in res.output

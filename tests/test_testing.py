@@ -1,0 +1,208 @@
+"""The pytest API (precision_audit.testing) and the README's "Guard your model in CI" example.
+
+Live modules are transformers' own rotary classes (real third-party code) and
+small protocol modules written here from the RoPE formula. Their measured
+errors are compared with the rope auditor's presets on the same schedule: the
+module as built runs the fp32 path, after .to(bfloat16) the lowp-inv-freq
+path. torch's cos/sin are faithful, not correctly rounded, so a bf16 cache
+value can round the other way than the auditor's near a midpoint: that moves
+one rotation by at most 2 cache bounds (each of cos, sin by one bf16 ulp), the
+tolerance on the max; the mean over 8K x 64 values moves far less.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from precision_audit.config import load_config
+from precision_audit.rope import audit, cache_rounding_bound, preset
+from precision_audit.schedules import RopeSchedule
+from precision_audit.testing import (
+    assert_config,
+    assert_positions,
+    assert_rope,
+    assert_rope_module,
+    audit_rope_module,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+
+
+def _llama(max_pos: int = 32768, **kw):
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    return LlamaRotaryEmbedding(LlamaConfig(hidden_size=4096, num_attention_heads=32,
+                                            max_position_embeddings=max_pos, **kw))
+
+
+class Rotary(torch.nn.Module):
+    """The rotary protocol from the RoPE formula; ``interleaved`` repeats each frequency twice."""
+
+    def __init__(self, dim: int = 64, base: float = 10000.0, interleaved: bool = False, width: int | None = None):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, dim, 2).float() / dim))
+        self.interleaved, self.width = interleaved, width
+
+    def forward(self, x, position_ids):
+        f = position_ids[..., None].float() * self.inv_freq.float()
+        emb = f.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat((f, f), dim=-1)
+        emb = emb[..., : self.width] if self.width else emb
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+# --------------------------------------------------------------------------- live modules
+
+
+def test_llama_module_matches_the_rope_auditor_as_built_and_after_cast():
+    sched = RopeSchedule(head_dim=128, base=10000.0)
+    L, b = 8192, cache_rounding_bound("bfloat16")
+    for module, recipe in ((_llama(), "fp32"), (_llama().to(torch.bfloat16), "lowp-inv-freq")):
+        got = audit_rope_module(module, length=L, dtype="bfloat16")
+        (want,) = audit(sched, preset(recipe, "bfloat16"), [L])
+        assert got.max_rotation_error == pytest.approx(want.max_rotation_error, abs=2 * b), recipe
+        assert got.mean_rotation_error == pytest.approx(want.mean_rotation_error, abs=1e-4), recipe
+        assert got.colliding_positions == want.colliding_positions == 0
+    assert got.verdict == "broken"
+
+
+def test_longrope_module_above_its_pretraining_context():
+    # Phi-3.5 picks its long factors when the longest position exceeds 4096; every chunk carries position
+    # length-1, as one full-length forward would, so all 8192 positions use the long factors like the
+    # reference.  Without it the first chunk would use the short ones and fail by far.
+    import json
+    import warnings
+
+    from transformers import Phi3Config
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = Phi3Config(**json.loads((DATA / "phi-3.5-mini-instruct.json").read_text()))
+    module = Phi3RotaryEmbedding(cfg)
+    assert_rope_module(module, length=8192, dtype="bfloat16", config=DATA / "phi-3.5-mini-instruct.json")
+    assert_rope_module(module, length=8192, dtype="bfloat16")  # the schedule from module.config
+
+
+def test_interleaved_and_half_width_layouts():
+    sched = RopeSchedule(head_dim=64)
+    a = audit_rope_module(Rotary(interleaved=True), length=2048, config=sched)
+    b = audit_rope_module(Rotary(), length=2048, config=sched)
+    c = audit_rope_module(Rotary(width=32), length=2048, config=sched)
+    assert a.max_rotation_error == b.max_rotation_error == c.max_rotation_error
+    assert a.verdict == "safe"
+
+
+def test_module_errors_are_clear():
+    with pytest.raises(ValueError, match="has 48 columns; the schedule has 32 frequencies"):
+        audit_rope_module(Rotary(width=48), length=64, config=RopeSchedule(head_dim=64))
+    with pytest.raises(ValueError, match="has no .config; pass config="):
+        audit_rope_module(Rotary(), length=64)
+    with pytest.raises(ValueError, match="max_rotation_error -1"):
+        assert_rope_module(Rotary(), length=64, config=RopeSchedule(head_dim=64), max_rotation_error=-1)
+    with pytest.raises(ValueError, match="no torch dtype"):
+        audit_rope_module(Rotary(), length=64, dtype="float6_e2m3fn", config=RopeSchedule(head_dim=64))
+
+
+def test_explicit_limit_replaces_the_verdict():
+    sched = RopeSchedule(head_dim=64)
+    a = audit_rope_module(Rotary(), length=4096, config=sched)
+    assert_rope_module(Rotary(), length=4096, config=sched, max_rotation_error=a.max_rotation_error)
+    with pytest.raises(AssertionError, match=r"limit: max rotation error <= "):
+        assert_rope_module(Rotary(), length=4096, config=sched, max_rotation_error=a.max_rotation_error / 2)
+
+
+# --------------------------------------------------------------------------- the README example
+
+
+def _readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- guard-example: [^>]*-->\n```python\n(.*?)```", text, re.S)
+    assert m, "README has no guard-example block"
+    return m.group(1)
+
+
+def test_readme_guard_example_runs(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    ns: dict = {}
+    exec(compile(_readme_example(), "README.md", "exec"), ns)
+    tests = sorted(k for k in ns if k.startswith("test_"))
+    assert tests == ["test_config_fp32_path", "test_position_ids_stay_exact", "test_rotary_after_model_cast",
+                     "test_rotary_as_built"]
+    ns["test_rotary_as_built"]()
+    ns["test_config_fp32_path"]()
+    ns["test_position_ids_stay_exact"]()
+    with pytest.raises(AssertionError) as e:
+        ns["test_rotary_after_model_cast"]()
+    msg = str(e.value).splitlines()
+    readme = (ROOT / "README.md").read_text()
+    # the README shows this failure: the same first line, column header and verdict
+    assert msg[0] == ("rotary module LlamaRotaryEmbedding fails at length 32768 in bfloat16 (limit: verdict safe: "
+                      "max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)")
+    assert "E   AssertionError: " + msg[0] in readme and "E   " + msg[2] in readme
+    assert msg[4].split()[:2] == ["bfloat16", "32768"] and msg[4].split()[-2:] == ["0", "broken"]
+    assert 8 * cache_rounding_bound("bfloat16") == pytest.approx(0.02216, abs=5e-6)
+
+
+# --------------------------------------------------------------------------- configs, recipes, positions
+
+
+def test_assert_config_rope_and_alibi():
+    assert_config(DATA / "llama-2-7b-hf.json")
+    assert_config(load_config(DATA / "gemma-4-31b-it.json"), length=1024)  # every layer type's schedule
+    with pytest.raises(AssertionError) as e:
+        assert_config(DATA / "llama-2-7b-hf.json", recipe="lowp")
+    assert "broken" in str(e.value) and "colliding" in str(e.value)
+    assert_config(DATA / "bloom-7b1.json", length=2048, recipe="fp32")
+    with pytest.raises(AssertionError, match="fails on recipe cast-output") as e:
+        assert_config(DATA / "bloom-7b1.json", length=2048, recipe="cast-output")
+    assert "min distinct" in str(e.value)
+    with pytest.raises(ValueError, match="RoPE models only"):
+        assert_config(DATA / "bloom-7b1.json", length=2048, max_rotation_error=0.1)
+    with pytest.raises(ValueError, match="declares no context length"):
+        assert_config(DATA / "bloom-7b1.json")
+
+
+def test_assert_rope():
+    s = RopeSchedule(head_dim=128)
+    assert_rope(s, "fp64", 65536, dtype="float16")
+    with pytest.raises(AssertionError, match="RoPE recipe lowp fails at length 1024 in bfloat16") as e:
+        assert_rope(s, "lowp", 1024)
+    assert "broken" in str(e.value) and "positions integers rounded to bfloat16" in str(e.value)
+
+
+def _distinct(n: int, dtype: str) -> int:
+    import ml_dtypes
+
+    t = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    with np.errstate(over="ignore"):
+        return len(np.unique(np.arange(n, dtype=np.float64).astype(t)))
+
+
+def test_assert_positions():
+    assert_positions(2048, "float16")
+    with pytest.raises(AssertionError) as e:
+        assert_positions(2050, "float16")  # 2049 rounds to 2048 (ties to even): one collision
+    assert f"{2050 - _distinct(2050, 'float16')} positions collide" in str(e.value) and "1st inexact" in str(e.value)
+    assert 2050 - _distinct(2050, "float16") == 1
+    assert_positions(8192, "bfloat16", max_run=33)
+    with pytest.raises(AssertionError, match=r"want max run <= 32"):
+        assert_positions(8192, "bfloat16", max_run=32)
+    assert_positions(65504, "float16", exact=False)
+    with pytest.raises(AssertionError, match="want no overflow"):
+        assert_positions(65536, "float16", exact=False)  # 65520 and up round to inf
+    with pytest.raises(ValueError, match="max_run 0"):
+        assert_positions(8, "float16", max_run=0)
+
+
+def test_collisions_always_fail_even_with_a_generous_limit():
+    s = RopeSchedule(head_dim=64)
+    with pytest.raises(AssertionError, match="broken"):
+        assert_rope(s, "lowp", 4096, max_rotation_error=math.pi)
