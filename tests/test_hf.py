@@ -321,3 +321,21 @@ def test_cli_without_transformers(monkeypatch, args):
     res = _cli(*args)
     assert res.exit_code == 2, res.output
     assert "pip install 'precision-audit[hf]'" in res.output
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma3_text", "phi3"])
+def test_fixed_module_audits_clean_after_the_cast(model_type):
+    # precision_audit.fix keeps the rotary buffers float32 through .to(bf16): the live module must then
+    # measure like the fp32 recipe again (below the damage threshold), where without it the cast damages it
+    _tf()
+    from precision_audit.fix import keep_rotary_fp32
+
+    cls = hf.find_rotary_classes(model_type)[0]
+    module, cfg = hf.build_rotary_module(cls)
+    keep_rotary_fp32(module)
+    module = module.to(torch.bfloat16)
+    for lt in hf._layer_types(module, cfg) if hf._forward_kind(cls) == "layer_type" else [None]:
+        sched = hf.schedule_from_config(cfg, lt)
+        (row,) = hf.audit_rope_module(module, sched, 8192, layer_type=lt)
+        assert row.inv_freq_dtype == "float32" and row.matches_recipe == "fp32", row
+        assert row.max_rotation_error <= hf.damage_threshold(sched, "bfloat16", 8192)[0]
