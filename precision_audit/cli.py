@@ -903,3 +903,178 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], re
     worst = {"never": None, "broken": ("broken",), "degraded": ("broken", "degraded")}[fail_on]
     if worst and any(r.verdict in worst and r.recipe == "fp32" for r in rows):
         raise SystemExit(1)
+
+
+# --- live code: transformers' rotary modules and ALiBi builders (precision_audit.hf) ---------------
+
+
+class _HfCommand(_Command):
+    """A command that needs transformers: without it, exit 2 with the install hint."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from .hf import TransformersMissing
+
+        try:
+            return super().invoke(ctx)
+        except TransformersMissing as e:
+            raise click.UsageError(str(e), ctx) from None
+
+
+def _read_config(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        with open(value, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as e:
+        raise click.BadParameter(f"cannot read {value!r}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise click.BadParameter(f"{value!r} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{value!r} must hold a JSON object (a config.json)")
+    return data
+
+
+@main.command("hf-rope", cls=_HfCommand)
+@click.option("--model-type", "-m", default=None, metavar="TYPE",
+              help="transformers model type (llama, qwen2, gemma3_text, ...).  [default: the config's model_type]")
+@click.option("--config", "config", default=None, callback=_read_config, metavar="PATH",
+              help="A config.json (parsed, never executed).  [default: the model type's default config]")
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
+              help="Context length (repeatable): 8192, 8k, 32K.  [default: 8k]")
+@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True,
+              help="dtype of x, hence of the cos/sin the module returns (and of the cast).")
+@click.option("--cast-module", is_flag=True, help="Apply module.to(DTYPE) first, as model.to(DTYPE) does.")
+@click.option("--layer-type", default=None, metavar="NAME",
+              help="Layer type of a per-layer-type module (Gemma: full_attention, sliding_attention).  "
+                   "[default: every one]")
+@click.option("--class", "class_name", default=None, metavar="NAME",
+              help="Rotary class of the model type's modeling module.  [default: its first text *RotaryEmbedding]")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...], dtype: str,
+                cast_module: bool, layer_type: str | None, class_name: str | None, as_json: bool) -> None:
+    """Audit the rotary module transformers builds for a model type (no weights, no downloads).
+
+    Calls the module for positions 0..L-1 with x in DTYPE and measures its
+    cos/sin against the exact angles of the schedule its config declares;
+    "matches" names the rope recipe with the same figures (e.g. lowp-inv-freq:
+    the inv_freq buffer was cast to DTYPE).
+
+    Example: precision-audit hf-rope --model-type llama --length 32K --cast-module
+    """
+    from .hf import audit_model_type
+
+    if model_type is None:
+        if config is None or not isinstance(config.get("model_type"), str):
+            raise click.UsageError("give --model-type (or a --config whose model_type names it)")
+        model_type = config["model_type"]
+    lengths = lengths or (8192,)
+    rows = audit_model_type(model_type, lengths, dtype=dtype, cast_module=cast_module, config=config,
+                            layer_type=layer_type, class_name=class_name)
+    cols: list[tuple[str, Any]] = [
+        ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("dtype", "dtype"),
+        ("length", "length"), ("cast", "cast_module"), ("inv_freq in", "inv_freq_dtype"),
+        ("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
+        ("colliding", "colliding_positions"), ("matches", "matches_recipe"),
+    ]
+    schedules = "; ".join(dict.fromkeys(f"{r.layer_type + ': ' if r.layer_type else ''}{r.schedule}" for r in rows))
+    diagnoses = "; ".join(dict.fromkeys(f"{r.matches_recipe} = {r.diagnosis}" for r in rows))
+    emit("hf-rope", rows, as_json, cols,
+         footer=f"\nSchedule from the config: {schedules}.\nErrors in rad against the exact m*theta_i, wrapped to "
+                f"[-pi, pi]; matches = the rope preset with the closest max/mean error: {diagnoses}.")
+
+
+def _scan_note(r: dict[str, Any]) -> str:
+    if r["status"] == "audited":  # the cast match is its own column
+        return "phase lost" if "phase lost" in r["reason"] else ""
+    return r["reason"] if len(r["reason"]) <= 80 else r["reason"][:77] + "..."
+
+
+@main.command("hf-scan", cls=_HfCommand)
+@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True,
+              help="Model dtype: x and cos/sin in it, and the cast module.to(DTYPE).")
+@click.option("--length", "-l", type=LENGTH, default="8K", show_default=True, help="Context length.")
+@click.option("--family", "families", multiple=True, metavar="PACKAGE",
+              help="Only these transformers.models packages (repeatable: llama, qwen2, gemma3, ...).  [default: all]")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], as_json: bool) -> None:
+    """Scan every *RotaryEmbedding class of the installed transformers.
+
+    Each class is built from its model's default config (no weights, no
+    downloads), audited as built and after .to(DTYPE), and given a verdict:
+    safe, damaged by the cast, or damaged as built (max rotation error above
+    2x the fp32 recipe's figure plus one float32 ulp of each frequency per
+    position).  Classes that cannot be audited are listed as skipped with
+    the reason.
+
+    Example: precision-audit hf-scan --length 8K --dtype bfloat16
+    """
+    import sys
+    from collections import Counter
+
+    from .hf import rotary_classes, scan
+
+    found = rotary_classes(families or None)
+    if families:
+        missing = sorted(set(families) - {f.package for f in found})
+        if missing:
+            raise click.BadParameter(f"no *RotaryEmbedding class in {', '.join(missing)}", param_hint="'--family'")
+    with _progress_bar(len(found), "rotary classes", enabled=sys.stderr.isatty()) as bar:
+        rows = scan(dtype=dtype, length=length, classes=found, progress=bar.update)
+    counts = Counter(r.verdict or "skipped" for r in rows)
+    summary = {v: counts.get(v, 0) for v in ("safe", "damaged by the cast", "damaged as built", "skipped")}
+    if as_json:
+        click.echo(json.dumps({"auditor": "hf-scan", "dtype": dtype, "length": length, "summary": summary,
+                               "results": [r.to_dict() for r in rows]}, indent=2))
+        return
+    cols: list[tuple[str, Any]] = [
+        ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("status", "status"),
+        ("built max", "built_max_rotation_error"), ("cast max", "cast_max_rotation_error"),
+        ("cast mean", "cast_mean_rotation_error"), ("threshold", "threshold"), ("cast matches", "cast_matches_recipe"),
+        ("verdict", "verdict"), ("note / reason skipped", _scan_note),
+    ]
+    click.echo(table([r.to_dict() for r in rows], cols))
+    click.echo(f"\n{len(rows)} rows ({len(found)} classes; per-layer-type modules give one row per layer type) "
+               f"at length {length}, {dtype}: " + ", ".join(f"{n} {v}" for v, n in summary.items()) + ".")
+    click.echo("Errors in rad against the exact m*theta_i of the config's schedule; threshold = 2 x the fp32 recipe's "
+               "max + one float32 ulp of each frequency per position.")
+
+
+@main.command("hf-alibi", cls=_HfCommand)
+@click.option("--model-type", "-m", type=click.Choice(["bloom", "falcon", "mpt"]), required=True,
+              help="Whose builder: Bloom's and Falcon's build_alibi_tensor, MPT's build_mpt_alibi_tensor.")
+@click.option("--heads", "num_heads", type=click.IntRange(1, 4096), default=8, show_default=True,
+              help="Number of attention heads.")
+@click.option("--length", "-l", type=LENGTH, default="8K", show_default=True, help="Context length.")
+@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True, help="Model dtype.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def hf_alibi_cmd(model_type: str, num_heads: int, length: int, dtype: str, as_json: bool) -> None:
+    """Run transformers' ALiBi builder and audit its bias next to the matching alibi recipe.
+
+    The builder's bias for the last query of one sequence is measured with the
+    alibi auditor's metrics; each alibi preset is built too, and the one that
+    stores the same biases is audited alongside ("identical" = share of
+    heads x keys with equal stored bias).
+
+    Example: precision-audit hf-alibi --model-type falcon --heads 32 --length 8K --dtype float16
+    """
+    from .hf import audit_alibi_builder
+
+    row = audit_alibi_builder(model_type, num_heads, length, dtype)
+    d = row.to_dict()
+    rec = d.pop("recipe")
+    rows = [{"source": f"{model_type} builder", **d},
+            {"source": f"recipe {row.matches_recipe} ({row.recipe_dtype})", "model_type": model_type, **rec}]
+    if as_json:
+        click.echo(json.dumps({"auditor": "hf-alibi", "results": rows}, indent=2))
+        return
+    cols: list[tuple[str, Any]] = [
+        ("source", "source"), ("dtype", "dtype"), ("bias in", lambda r: r.get("value_format", r.get("bias_dtype"))),
+        ("form", "form"), ("length", "length"), ("heads", "num_heads"), ("min distinct", "min_distinct_biases"),
+        ("distinct %", _pct("distinct_fraction")), ("max run", "max_run"), ("max |err|", "max_abs_error"),
+        ("inversions", "order_inversions"), ("non-finite", "nonfinite_biases"), ("max dP", "max_prob_change"),
+    ]
+    click.echo(table(rows, cols))
+    click.echo(f"\n{row.builder} returns {row.bias_dtype} holding {row.value_format} values; "
+               f"{100 * row.identical_fraction:.2f} % of its {num_heads} x {length} biases equal recipe "
+               f"{row.matches_recipe} in {row.recipe_dtype}.")

@@ -42,6 +42,20 @@ def main() -> None:
     _timed("sinusoidal lowp+fp32, d 512, bf16, one pass to 2**17", lambda: audit_sinusoidal(
         [2**k for k in range(11, 18)], 512, ["bfloat16"], ["lowp", "fp32"]), 2 * 512 * 2**17, "entries")
 
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("hf-scan: transformers not installed (pip install 'precision-audit[hf]'), skipped")
+        return
+    from precision_audit.hf import rotary_classes, scan
+
+    found: list[object] = []
+    _timed("hf-scan: import transformers, find *RotaryEmbedding classes", lambda: found.extend(rotary_classes()))
+    t0 = time.process_time()
+    _timed(f"hf-scan: {len(found)} classes built + cast, 8K, bf16 (target: minutes)",
+           lambda: scan(length=8192, classes=found))  # type: ignore[arg-type]
+    print(f"{'':<58} {time.process_time() - t0:8.3f} s CPU")
+
 
 if __name__ == "__main__":
     main()

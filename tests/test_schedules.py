@@ -23,7 +23,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from precision_audit.rope import audit, exact_angles, preset, wrap
+from precision_audit.rope import audit, preset
 from precision_audit.schedules import ROPE_TYPES, RopeSchedule, schedule_from_rope_parameters, ulp_distance
 
 DATA = Path(__file__).parent / "data"
@@ -200,27 +200,17 @@ def test_single_rounding_differs_from_formula():
     assert dist.max() >= 1 and (dist > 0).sum() >= 8
 
 
-def _module_errors(mod: Any, L: int, sched: RopeSchedule, extra: tuple[Any, ...], chunk: int = 8192) -> tuple[float, float]:
-    """Rotation error of a live module's bf16 cos/sin against float64 angles (max, mean) over 0..L-1."""
-    import torch
+def _module_errors(mod: Any, L: int, sched: RopeSchedule, extra: tuple[Any, ...]) -> tuple[float, float]:
+    """Rotation error of a live module's bf16 cos/sin against float64 angles (max, mean) over 0..L-1.
 
-    theta = sched.inv_freq(sched.frequency_key(L))
-    nf = sched.n_freq
-    x = torch.zeros(1, dtype=torch.bfloat16)
-    worst, total = 0.0, 0.0
-    for s0 in range(0, L, chunk):
-        stop = min(L, s0 + chunk)
-        # every call also holds position L-1, as one forward over the whole sequence does: dynamic and
-        # longrope modules choose their frequencies from the largest position id of the call
-        pos = torch.cat([torch.tensor([L - 1]), torch.arange(s0, stop)])[None]
-        with torch.no_grad():
-            c, s = mod(x, pos, *extra)
-        scale = float(mod.attention_scaling if not extra else getattr(mod, f"{extra[0]}_attention_scaling"))
-        c = c[0, 1:, :nf].double().numpy() / scale
-        s = s[0, 1:, :nf].double().numpy() / scale
-        err = np.abs(wrap(np.arctan2(s, c) - exact_angles(np.arange(s0, stop), theta)))
-        worst, total = max(worst, float(err.max())), total + float(err.sum())
-    return worst, total / (L * nf)
+    precision_audit.hf runs the module for positions 0..L-1 in chunks (each call also holds L-1, as one
+    forward over the whole sequence does: dynamic and longrope modules choose their frequencies from the
+    largest position id) and divides out the module's attention scaling.
+    """
+    from precision_audit.hf import audit_rope_module
+
+    (row,) = audit_rope_module(mod, sched, L, dtype="bfloat16", layer_type=extra[0] if extra else None, match=False)
+    return row.max_rotation_error, row.mean_rotation_error
 
 
 def _check_module(name: str, L: int, cast: bool) -> None:
