@@ -996,8 +996,11 @@ def _scan_note(r: dict[str, Any]) -> str:
 @click.option("--length", "-l", type=LENGTH, default="8K", show_default=True, help="Context length.")
 @click.option("--family", "families", multiple=True, metavar="PACKAGE",
               help="Only these transformers.models packages (repeatable: llama, qwen2, gemma3, ...).  [default: all]")
+@click.option("--fix", is_flag=True,
+              help="Audit each class a third time with precision_audit.fix.keep_rotary_fp32 applied before the "
+                   "cast: the 'fixed' columns, and whether they equal the as-built errors.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], as_json: bool) -> None:
+def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], fix: bool, as_json: bool) -> None:
     """Scan every *RotaryEmbedding class of the installed transformers.
 
     Each class is built from its model's default config (no weights, no
@@ -1020,9 +1023,12 @@ def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], as_json: boo
         if missing:
             raise click.BadParameter(f"no *RotaryEmbedding class in {', '.join(missing)}", param_hint="'--family'")
     with _progress_bar(len(found), "rotary classes", enabled=sys.stderr.isatty()) as bar:
-        rows = scan(dtype=dtype, length=length, classes=found, progress=bar.update)
+        rows = scan(dtype=dtype, length=length, classes=found, progress=bar.update, fix=fix)
     counts = Counter(r.verdict or "skipped" for r in rows)
     summary = {v: counts.get(v, 0) for v in ("safe", "damaged by the cast", "damaged as built", "skipped")}
+    if fix:
+        damaged = [r for r in rows if r.verdict == "damaged by the cast"]
+        summary["restored by the fix"] = sum(bool(r.fix_restored) for r in damaged)
     if as_json:
         click.echo(json.dumps({"auditor": "hf-scan", "dtype": dtype, "length": length, "summary": summary,
                                "results": [r.to_dict() for r in rows]}, indent=2))
@@ -1033,11 +1039,16 @@ def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], as_json: boo
         ("cast mean", "cast_mean_rotation_error"), ("threshold", "threshold"), ("cast matches", "cast_matches_recipe"),
         ("verdict", "verdict"), ("note / reason skipped", _scan_note),
     ]
+    if fix:
+        cols[-1:-1] = [("fixed max", "fix_max_rotation_error"),
+                       ("fix = built", lambda r: {True: "yes", False: "NO", None: "-"}[r["fix_restored"]])]
     click.echo(table([r.to_dict() for r in rows], cols))
     click.echo(f"\n{len(rows)} rows ({len(found)} classes; per-layer-type modules give one row per layer type) "
                f"at length {length}, {dtype}: " + ", ".join(f"{n} {v}" for v, n in summary.items()) + ".")
     click.echo("Errors in rad against the exact m*theta_i of the config's schedule; threshold = 2 x the fp32 recipe's "
-               "max + one float32 ulp of each frequency per position.")
+               "max + one float32 ulp of each frequency per position."
+               + ("  fixed = keep_rotary_fp32(module) before the cast; fix = built: its errors equal the as-built "
+                  "ones exactly." if fix else ""))
 
 
 @main.command("hf-alibi", cls=_HfCommand)

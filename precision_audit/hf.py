@@ -807,7 +807,10 @@ class ScanRow(Row):
     error exceeds :func:`damage_threshold`, else ``damaged by the cast`` when
     the cast module's does, else ``safe``.  ``fp32_max_rotation_error`` is the
     fp32 preset's figure the threshold derives from; ``cast_matches_recipe``
-    the rope preset the cast module's figures match.  ``to_dict()`` names
+    the rope preset the cast module's figures match.  With the fix pass
+    (:func:`precision_audit.fix.keep_rotary_fp32` applied before the cast):
+    ``fix_*_rotation_error`` and ``fix_restored`` (the fixed, cast module's
+    errors equal the as-built ones exactly).  ``to_dict()`` names
     ``module_class`` ``class``.
     """
 
@@ -827,6 +830,9 @@ class ScanRow(Row):
     threshold: float | None = None
     cast_matches_recipe: str | None = None
     verdict: str | None = None
+    fix_max_rotation_error: float | None = None
+    fix_mean_rotation_error: float | None = None
+    fix_restored: bool | None = None
 
     def __post_init__(self) -> None:
         if self.status not in ("audited", "skipped"):
@@ -839,7 +845,7 @@ class ScanRow(Row):
         return {("class" if k == "module_class" else k): v for k, v in d.items()}
 
 
-def _scan_class(found: _Found, length: int, dtype: str) -> list[ScanRow]:
+def _scan_class(found: _Found, length: int, dtype: str, fix: bool = False) -> list[ScanRow]:
     """Audit one class (every layer type); any failure becomes a skipped row with its reason."""
     import torch
 
@@ -880,12 +886,23 @@ def _scan_class(found: _Found, length: int, dtype: str) -> list[ScanRow]:
             notes = [f"cast matches {m[1]}"]
             if cast.max_rotation_error > math.pi / 2 or built.max_rotation_error > math.pi / 2:
                 notes.append("phase lost")
+            fixed: dict[str, Any] = {}
+            if fix:
+                from .fix import keep_rotary_fp32
+
+                fix_mod, _ = build_rotary_module(cls, cfg)
+                keep_rotary_fp32(fix_mod)
+                (fx,) = audit_rope_module(fix_mod.to(tdt), sched, length, dtype=dtype, layer_type=lt, match=False)
+                fixed = dict(fix_max_rotation_error=fx.max_rotation_error,
+                             fix_mean_rotation_error=fx.mean_rotation_error,
+                             fix_restored=(fx.max_rotation_error, fx.mean_rotation_error)
+                             == (built.max_rotation_error, built.mean_rotation_error))
             rows.append(ScanRow(
                 model_type=model_type, layer_type=lt, status="audited", reason="; ".join(notes),
                 schedule=sched.describe(), built_max_rotation_error=built.max_rotation_error,
                 built_mean_rotation_error=built.mean_rotation_error, cast_max_rotation_error=cast.max_rotation_error,
                 cast_mean_rotation_error=cast.mean_rotation_error, fp32_max_rotation_error=r, threshold=thr,
-                cast_matches_recipe=m[0], verdict=verdict, **base))  # type: ignore[arg-type]
+                cast_matches_recipe=m[0], verdict=verdict, **fixed, **base))  # type: ignore[arg-type]
         except Exception as e:
             rows.append(ScanRow(model_type=model_type, layer_type=lt, status="skipped", reason=_reason(e),
                                 **base))  # type: ignore[arg-type]
@@ -905,6 +922,7 @@ def scan(
     families: Iterable[str] | None = None,
     progress: Callable[[int], None] | None = None,
     classes: Sequence[_Found] | None = None,
+    fix: bool = False,
 ) -> list[ScanRow]:
     """Every ``*RotaryEmbedding`` class of the installed transformers, built and cast, with a verdict.
 
@@ -917,7 +935,9 @@ def scan(
     skipped row with its reason; one bad class never stops the scan.
     ``families`` restricts it to these ``transformers.models`` packages;
     ``progress`` is called with 1 after each class (``classes``: a list from
-    :func:`rotary_classes`, to count them first).
+    :func:`rotary_classes`, to count them first).  ``fix=True`` audits each
+    class a third time with :func:`precision_audit.fix.keep_rotary_fp32`
+    applied before the cast.
     """
     name, _ = _torch_dtype(dtype)
     (length,) = check_rope_lengths(length)
@@ -927,7 +947,7 @@ def scan(
         found = rotary_classes(families) if classes is None else list(classes)
         rows: list[ScanRow] = []
         for f in found:
-            rows += _scan_class(f, length, name)
+            rows += _scan_class(f, length, name, fix)
             if progress is not None:
                 progress(1)
     finally:

@@ -187,6 +187,26 @@ def test_scan_covers_the_main_families():
                                     "cast_mean_rotation_error", "verdict"}
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_scan_fix_restores_every_damaged_class(dtype):
+    # issue 13: with keep_rotary_fp32 before the cast, each class the cast damages gives exactly its
+    # as-built errors (the same cos/sin bits: the buffers stay float32), in bf16 and in fp16
+    _tf()
+    rows = hf.scan(length=2048, dtype=dtype, families=("llama", "gemma3", "phi3", "gpt_oss"), fix=True)
+    damaged = [r for r in rows if r.verdict == "damaged by the cast"]
+    assert len(damaged) >= 4
+    for r in damaged:
+        assert r.fix_restored is True, r
+        assert (r.fix_max_rotation_error, r.fix_mean_rotation_error) == (r.built_max_rotation_error,
+                                                                          r.built_mean_rotation_error)
+        assert r.fix_max_rotation_error <= r.threshold < r.cast_max_rotation_error
+    res = _cli("hf-scan", "--family", "llama", "--length", "1024", "--fix", "--json")
+    assert res.exit_code == 0, res.output
+    js = json.loads(res.output)
+    assert js["summary"]["restored by the fix"] == js["summary"]["damaged by the cast"] == 1
+    assert js["results"][0]["fix_restored"] is True
+
+
 class _NoConfig(torch.nn.Module):
     def __init__(self, dim: int, theta: float) -> None:
         super().__init__()
