@@ -278,8 +278,10 @@ def _position_kind(cfg: Mapping[str, Any], model_type: str, source: str) -> str:
                         "(learned or relative positions are not audited)")
 
 
-def _head_dim(cfg: Mapping[str, Any], source: str) -> tuple[int, str]:
-    for key in ("qk_rope_head_dim", "head_dim"):  # qk_rope_head_dim: DeepSeek MLA's rotated part
+def _head_dim(cfg: Mapping[str, Any], source: str, partial: bool = False) -> tuple[int, str]:
+    # transformers' rule: a partial rotary factor applies to head_dim (Mistral 4 rotates 0.5 x 128 = its
+    # qk_rope_head_dim); without one, qk_rope_head_dim is DeepSeek MLA's rotated part of a wider head
+    for key in ("head_dim",) if partial else ("qk_rope_head_dim", "head_dim"):
         if cfg.get(key) is not None:
             return _int(source, key, cfg[key]), key
     hk, hidden = _get(cfg, _HIDDEN_KEYS)
@@ -294,8 +296,6 @@ def _head_dim(cfg: Mapping[str, Any], source: str) -> tuple[int, str]:
 
 def _rope_schedules(cfg: Mapping[str, Any], source: str, max_pos: int | None,
                     notes: list[str]) -> tuple[tuple[str, RopeSchedule], ...]:
-    head_dim, how = _head_dim(cfg, source)
-    notes.append(f"head_dim {head_dim} from {how}")
     base_key, base = _get(cfg, _BASE_KEYS)
     pk, prf = _get(cfg, _PARTIAL_KEYS)
     orig = cfg.get("original_max_position_embeddings")  # Phi-3 keeps it at the top level
@@ -322,7 +322,9 @@ def _rope_schedules(cfg: Mapping[str, Any], source: str, max_pos: int | None,
         if p.get("max_position_embeddings") is not None and max_pos is not None \
                 and p["max_position_embeddings"] == max_pos:
             del p["max_position_embeddings"]  # a copy of the top-level value (Mistral 4)
-        hd = head_dim
+        hd, how = _head_dim(cfg, source, partial=(p.get("partial_rotary_factor", prf) or 1.0) != 1.0)
+        if f"head_dim {hd} from {how}" not in notes:
+            notes.append(f"head_dim {hd} from {how}")
         if layer_type == "full_attention" and cfg.get("global_head_dim") is not None:  # Gemma 4
             hd = _int(source, "global_head_dim", cfg["global_head_dim"])
             notes.append(f"{layer_type}: head_dim {hd} from global_head_dim")

@@ -54,7 +54,7 @@ import numpy.typing as npt
 
 from ._common import Row, check_lengths
 from .formats import Format, get_format, round_to
-from .schedules import ROPE_TYPES, RopeSchedule, ulp_distance
+from .schedules import ROPE_TYPES, RopeSchedule
 
 __all__ = [
     "PRESETS",

@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 
 from ._common import Row, check_length
 from .config import DEFAULT_TOLERANCE, PHASE_LOST, ModelConfig, load_config, load_config_dict, rope_verdict
@@ -131,20 +130,6 @@ def _schedule_of(module: Any, config: Any, layer_type: str | None) -> RopeSchedu
     raise ValueError(f"config {config!r} is not a RopeSchedule, ModelConfig, config dict or config.json path")
 
 
-def _frequency_columns(c: np.ndarray, nf: int, what: str) -> np.ndarray:
-    """The nf frequency columns of a (n, W) cos or sin block: W = nf, or 2 nf concatenated / interleaved."""
-    w = c.shape[1]
-    if w == nf:
-        return c
-    if w == 2 * nf:
-        if np.array_equal(c[:, :nf], c[:, nf:], equal_nan=True):
-            return c[:, :nf]
-        if np.array_equal(c[:, 0::2], c[:, 1::2], equal_nan=True):
-            return c[:, 0::2]
-    raise ValueError(f"{what} has {w} columns; the schedule has {nf} frequencies (expected {nf} or {2 * nf}, "
-                     "halves concatenated or interleaved)")
-
-
 def audit_rope_module(
     module: Any,
     *,
@@ -164,11 +149,10 @@ def audit_rope_module(
     LongRoPE) behave as in one full-length forward.  The reference is the
     float64 schedule of ``config`` (default ``module.config``): the
     frequencies the module is *meant* to have, not its possibly downcast
-    buffer.  An attention factor on cos/sin cancels in ``atan2``.
+    buffer.  The measurement is :func:`precision_audit.hf.audit_rope_module`'s.
     """
-    import torch
-
-    from .rope import cache_rounding_bound, exact_angles, wrap
+    from .hf import audit_rope_module as _audit
+    from .rope import cache_rounding_bound
 
     length = check_length(length)
     fmt = get_format(dtype)
@@ -177,32 +161,13 @@ def audit_rope_module(
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk {chunk!r} must be an integer >= 1")
     schedule = _schedule_of(module, config, layer_type)
-    theta = schedule.inv_freq(length)
-    nf = theta.size
-    kw = {} if layer_type is None else {"layer_type": layer_type}
-    max_err, total, colliding, prev = 0.0, 0.0, 0, None
-    with torch.no_grad():
-        for start in range(0, length, chunk):
-            stop = min(length, start + chunk)
-            ids = torch.cat([torch.arange(start, stop), torch.tensor([length - 1])])[None, :]
-            x = torch.zeros(1, ids.shape[1], schedule.head_dim, dtype=fmt.torch_dtype)
-            cos, sin = module(x, ids, **kw)
-            c = cos.to(torch.float64).reshape(-1, cos.shape[-1]).numpy()[: stop - start]
-            s = sin.to(torch.float64).reshape(-1, sin.shape[-1]).numpy()[: stop - start]
-            c, s = _frequency_columns(c, nf, "cos"), _frequency_columns(s, nf, "sin")
-            m = np.arange(start, stop, dtype=np.float64)
-            with np.errstate(invalid="ignore"):
-                err = np.abs(wrap(np.arctan2(s, c) - exact_angles(m, theta)))
-            err[~np.isfinite(err)] = math.pi
-            max_err, total = max(max_err, float(err.max())), total + float(err.sum())
-            rows = np.concatenate([c, s], axis=1)
-            both = rows if prev is None else np.concatenate([prev[None, :], rows])
-            colliding += int(np.count_nonzero((both[1:] == both[:-1]).all(axis=1)))
-            prev = rows[-1].copy()
+    (row,) = _audit(module, schedule, length, dtype=fmt.name, layer_type=layer_type, match=False,
+                    chunk_elems=chunk * schedule.n_freq)
     bound = cache_rounding_bound(fmt)
-    return ModuleAudit(module=type(module).__name__, dtype=fmt.name, length=length, max_rotation_error=max_err,
-                       mean_rotation_error=total / (length * nf), colliding_positions=colliding, cache_bound=bound,
-                       ratio=max_err / bound, verdict=rope_verdict(max_err, colliding, bound, tolerance))
+    err, colliding = row.max_rotation_error, row.colliding_positions
+    return ModuleAudit(module=type(module).__name__, dtype=fmt.name, length=length, max_rotation_error=err,
+                       mean_rotation_error=row.mean_rotation_error, colliding_positions=colliding,
+                       cache_bound=bound, ratio=err / bound, verdict=rope_verdict(err, colliding, bound, tolerance))
 
 
 def assert_rope_module(

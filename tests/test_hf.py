@@ -359,3 +359,21 @@ def test_fixed_module_audits_clean_after_the_cast(model_type):
         (row,) = hf.audit_rope_module(module, sched, 8192, layer_type=lt)
         assert row.inv_freq_dtype == "float32" and row.matches_recipe == "fp32", row
         assert row.max_rotation_error <= hf.damage_threshold(sched, "bfloat16", 8192)[0]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral", "mistral4", "phi3", "gpt_oss", "deepseek_v3",
+                                        "gemma3_text"])
+def test_config_parser_agrees_with_transformers_rule(model_type):
+    # precision_audit.config (JSON only, no transformers) and hf.schedule_from_config (checked against each
+    # module's own inv_freq buffer in the scan) must read a config's JSON form alike; Mistral 4 is the case
+    # where a partial rotary factor applies to head_dim, not to qk_rope_head_dim
+    _tf()
+    from transformers import AutoConfig
+
+    from precision_audit.config import load_config_dict
+
+    with hf._quiet():
+        cfg = AutoConfig.for_model(model_type)
+    parsed = dict(load_config_dict(cfg.to_dict()).rope)
+    for layer_type, sched in parsed.items():
+        assert hf.schedule_from_config(cfg, None if layer_type == "all" else layer_type) == sched, layer_type

@@ -101,7 +101,7 @@ def test_interleaved_and_half_width_layouts():
 
 
 def test_module_errors_are_clear():
-    with pytest.raises(ValueError, match="has 48 columns; the schedule has 32 frequencies"):
+    with pytest.raises(ValueError, match="returns 48 cos columns; the schedule from its config has 32 frequencies"):
         audit_rope_module(Rotary(width=48), length=64, config=RopeSchedule(head_dim=64))
     with pytest.raises(ValueError, match="has no .config; pass config="):
         audit_rope_module(Rotary(), length=64)

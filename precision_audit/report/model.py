@@ -18,7 +18,7 @@ from .. import config as _config
 from ..alibi import AlibiAudit
 from ..attention import attention_errors
 from ..positions import PositionAudit, audit_positions
-from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, cache_rounding_bound, preset
+from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset
 from ._config import ModelSpec
 from ._plotting import length_label
 from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct
@@ -76,7 +76,6 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
     marks = [(ctx, "max context"), (2 * ctx, "2x"), (4 * ctx, "4x")]
     verdict: list[tuple[str, ...]] = []
     sections: list[Section] = []
-    results: dict[str, Any] = {}
 
     # position ids
     _say(progress, f"position ids in {', '.join(dts)} at {', '.join(length_label(n) for n in checks)}")
