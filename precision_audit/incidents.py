@@ -606,7 +606,7 @@ CATALOG: dict[str, Incident] = {
                         "fp32's unit roundoff). High-frequency pairs turn up to 1 rad per token, so neighbours never "
                         "coincide; the slow pairs (theta down to 1.6e-7 rad/token) round to the same fp16 value for "
                         "neighbouring positions at 1K as at 384K: nothing changes at 262K. What does grow is the fp32 "
-                        "angle: up to ~0.016 rad beyond 262K, which dominates the fp16 rounding of the result "
+                        "angle: up to ~0.015 rad at 384K, which dominates the fp16 rounding of the result "
                         "(relative error ~3e-4 with exact angles) and which the PR's fp32 cast of q/k does not touch.",
         ),
     )
