@@ -187,48 +187,125 @@ def get_format(name: str | Format) -> Format:
         ) from None
 
 
-def _float32_round_to_odd(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
-    """Round float64 to float32 with round-to-odd.
+# Round to nearest even into a narrow format, on float64, with one addition:
+# for |x| in the binade [2**e, 2**(e+1)) the format's spacing is u = 2**(e-p+1)
+# (e clamped below at the smallest normal exponent, which gives the subnormal
+# spacing), and c = 2**52 * u has float64 spacing exactly u on [c, 2c).  So
+# x + c (sign of c = sign of x) is x rounded to a multiple of u, ties to an even
+# multiple, by the float64 addition itself (IEEE round to nearest even), and
+# (x + c) - c is exact.  That is the correctly rounded value of x with an
+# unbounded exponent; values beyond max_finite then overflow as the format says.
+# One rounding from float64: no double rounding, no round-to-odd step needed.
+_EXP_BITS = np.int64(0x7FF0000000000000)
 
-    Rounding to odd in a format with at least two more significand bits than
-    the target, then to nearest-even in the target, gives the correctly
-    rounded result (Boldo & Melquiond, 2008).  A direct float64 -> bfloat16
-    cast in ml_dtypes (and in torch) goes through an ordinary float32 rounding
-    and can round twice wrongly above 2**24.
+
+@dataclass(frozen=True)
+class _RneParams:
+    lo: np.int64  # exponent bits of the smallest normal binade
+    hi: np.int64  # exponent bits of the first binade above max_finite
+    shift: np.int64  # exponent bits from 2**e to 2**(e + 53 - p)
+    signed_zero: bool  # False for the fnuz formats: -0 is their nan encoding
+
+
+def _rne_params(f: Format) -> _RneParams:
+    params = _RNE_PARAMS.get(f.name)
+    if params is None:
+        emax = math.frexp(f.max_finite)[1] - 1  # binade of max_finite
+        neg_zero = np.array([-0.0], dtype=np.float32).astype(f.numpy_type).astype(np.float64)
+        params = _RneParams(
+            lo=np.int64((f.min_exponent + 1023) << 52),
+            hi=np.int64((emax + 1 + 1023) << 52),
+            shift=np.int64((53 - f.significand_bits) << 52),
+            signed_zero=bool(np.signbit(neg_zero[0])),
+        )
+        _RNE_PARAMS[f.name] = params
+    return params
+
+
+_RNE_PARAMS: dict[str, _RneParams] = {}
+
+
+def _round_into(
+    x: npt.NDArray[np.float64],
+    f: Format,
+    out: npt.NDArray[np.float64],
+    scratch: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None,
+) -> npt.NDArray[np.float64]:
+    """Write ``round_to(x, f)`` into ``out`` (which may be ``x``).
+
+    ``scratch``: two C-contiguous float64 arrays of x's shape, so that nothing
+    is allocated (buffers reused across chunks).
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        y = x.astype(np.float32)
-        inexact = (y.astype(np.float64) != x) & np.isfinite(y) & np.isfinite(x)
-    bits = y.view(np.uint32)
-    fix = inexact & ((bits & 1) == 0)
-    away = np.abs(x) > np.abs(y)  # x lies farther from zero than y
-    step = np.where(away, np.uint32(1), np.uint32(0xFFFFFFFF))  # +1 or -1 (mod 2**32)
-    return np.where(fix, bits + step, bits).view(np.float32)
+    if f.name == "float64":
+        if out is not x:
+            np.copyto(out, x)
+        return out
+    if f.name == "float32":
+        if scratch is None:
+            t32 = np.empty(x.shape, np.float32)
+        else:  # the first half of a C-contiguous float64 scratch array
+            t32 = scratch[0].reshape(-1).view(np.float32)[: x.size].reshape(x.shape)
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.copyto(t32, x, casting="same_kind")
+        np.copyto(out, t32)
+        return out
+    q = _rne_params(f)
+    c, t = (np.empty(x.shape), np.empty(x.shape)) if scratch is None else scratch
+    ci = c.view(np.int64)
+    np.bitwise_and(x.view(np.int64), _EXP_BITS, out=ci)
+    np.clip(ci, q.lo, q.hi, out=ci)  # the upper clamp keeps c finite for inf and nan
+    np.add(ci, q.shift, out=ci)
+    np.copysign(c, x, out=c)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.add(x, c, out=t)
+        np.subtract(t, c, out=t)
+    np.copysign(t, x, out=out)  # a result of zero keeps x's sign, as a cast does
+    if not q.signed_zero:
+        np.add(out, 0.0, out=out)  # -0 -> +0
+    if out.size:
+        top, bottom = np.max(out), np.min(out)  # nan if any nan: then check element-wise
+        if not (top <= f.max_finite and bottom >= -f.max_finite):
+            big = np.abs(out) > f.max_finite  # false for nan, which stays nan in every format
+            if big.any():
+                _OVERFLOW[f.overflow](out, big, f.max_finite)
+    return out
+
+
+def _overflow_inf(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float) -> None:
+    out[big] = np.copysign(np.inf, out[big])
+
+
+def _overflow_nan(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float) -> None:
+    out[big] = np.nan
+
+
+def _overflow_saturate(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float) -> None:
+    out[big] = np.copysign(m, out[big])
+
+
+_OVERFLOW: dict[str, Any] = {"inf": _overflow_inf, "nan": _overflow_nan, "saturate": _overflow_saturate}
 
 
 def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     """Cast ``x`` to ``fmt`` (round to nearest, ties to even) and back to float64.
 
-    The result is the exact value the format stores; overflow gives inf, nan or
-    ``max_finite`` as the format does.
+    The result is the exact value the format stores, rounded once from the
+    float64 input (as ml_dtypes casts a float32 value; ml_dtypes' and torch's
+    float64 -> bfloat16 casts go through float32 and can round twice above
+    2**24).  Overflow gives inf, nan or ``max_finite`` as the format does; a
+    nan input stays nan in every format.
 
     >>> round_to([2047.0, 2049.0, 65519.0, 65520.0], "float16").tolist()
     [2047.0, 2048.0, 65504.0, inf]
     >>> round_to([464.0, 465.0], "e4m3").tolist()
     [448.0, nan]
+    >>> round_to([2**24 + 2**16 + 1.0], "bfloat16").tolist() == [2**24 + 2**17]
+    True
     """
     f = get_format(fmt)
     a = np.asarray(x, dtype=np.float64)
-    if f.name == "float64":
-        return a.copy()
-    if f.name == "float32":
-        with np.errstate(over="ignore"):
-            return a.astype(np.float32).astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = _float32_round_to_odd(a).astype(f.numpy_type).astype(np.float64)
-    if f.overflow == "saturate":  # no nan encoding; a nan input stays nan here
-        out[np.isnan(a)] = np.nan
-    return out
+    out = np.empty_like(a)
+    return _round_into(a, f, out)
 
 
 def spacing(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
