@@ -265,22 +265,24 @@ def _round_into(
     if out.size:
         top, bottom = np.max(out), np.min(out)  # nan if any nan: then check element-wise
         if not (top <= f.max_finite and bottom >= -f.max_finite):
-            big = np.abs(out) > f.max_finite  # false for nan, which stays nan in every format
-            if big.any():
-                _OVERFLOW[f.overflow](out, big, f.max_finite)
+            np.abs(out, out=t)
+            big = t > f.max_finite
+            _OVERFLOW[f.overflow](out, big, f.max_finite, t)  # nan is never big: it stays nan
     return out
 
 
-def _overflow_inf(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float) -> None:
-    out[big] = np.copysign(np.inf, out[big])
+def _overflow_inf(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float, t: npt.NDArray[np.float64]) -> None:
+    np.copysign(np.inf, out, out=t)
+    np.copyto(out, t, where=big)
 
 
-def _overflow_nan(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float) -> None:
-    out[big] = np.nan
+def _overflow_nan(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float, t: npt.NDArray[np.float64]) -> None:
+    np.copyto(out, np.nan, where=big)
 
 
-def _overflow_saturate(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float) -> None:
-    out[big] = np.copysign(m, out[big])
+def _overflow_saturate(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float, t: npt.NDArray[np.float64]) -> None:
+    np.copysign(m, out, out=t)
+    np.copyto(out, t, where=big)
 
 
 _OVERFLOW: dict[str, Any] = {"inf": _overflow_inf, "nan": _overflow_nan, "saturate": _overflow_saturate}
