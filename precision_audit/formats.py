@@ -196,45 +196,81 @@ def get_format(name: str | Format) -> Format:
 # (x + c) - c is exact.  That is the correctly rounded value of x with an
 # unbounded exponent; values beyond max_finite then overflow as the format says.
 # One rounding from float64: no double rounding, no round-to-odd step needed.
-_EXP_BITS = np.int64(0x7FF0000000000000)
+# The same works on float32 arrays holding float32 values (c = 2**23 * u, int32
+# bits) for every format whose c stays finite in float32 (all but bfloat16,
+# whose range is float32's; bfloat16 from float32 is a carry on the bits,
+# :func:`_bfloat16_from_float32`).
 
 
 @dataclass(frozen=True)
 class _RneParams:
-    lo: np.int64  # exponent bits of the smallest normal binade
-    hi: np.int64  # exponent bits of the first binade above max_finite
-    shift: np.int64  # exponent bits from 2**e to 2**(e + 53 - p)
+    exp_bits: Any  # mask of the exponent field
+    lo: Any  # exponent bits of the smallest normal binade
+    hi: Any  # exponent bits of the first binade above max_finite
+    shift: Any  # exponent bits from 2**e to 2**(e + mantissa bits + 1 - p)
     signed_zero: bool  # False for the fnuz formats: -0 is their nan encoding
 
 
-def _rne_params(f: Format) -> _RneParams:
-    params = _RNE_PARAMS.get(f.name)
+# (int type, exponent mask, exponent bias, stored mantissa bits) per working dtype
+_WORK: dict[Any, tuple[Any, int, int, int]] = {
+    np.dtype(np.float64): (np.int64, 0x7FF0000000000000, 1023, 52),
+    np.dtype(np.float32): (np.int32, 0x7F800000, 127, 23),
+}
+
+
+def _rne_params(f: Format, dtype: Any = np.float64) -> _RneParams:
+    key = (f.name, np.dtype(dtype))
+    params = _RNE_PARAMS.get(key)
     if params is None:
+        it, mask, bias, mant = _WORK[np.dtype(dtype)]
         emax = math.frexp(f.max_finite)[1] - 1  # binade of max_finite
+        if emax + 1 + mant + 1 - f.significand_bits >= bias + 1:
+            raise ValueError(f"{f.name} cannot be rounded in {np.dtype(dtype).name}")
         neg_zero = np.array([-0.0], dtype=np.float32).astype(f.numpy_type).astype(np.float64)
         params = _RneParams(
-            lo=np.int64((f.min_exponent + 1023) << 52),
-            hi=np.int64((emax + 1 + 1023) << 52),
-            shift=np.int64((53 - f.significand_bits) << 52),
+            exp_bits=it(mask),
+            lo=it((f.min_exponent + bias) << mant),
+            hi=it((emax + 1 + bias) << mant),
+            shift=it((mant + 1 - f.significand_bits) << mant),
             signed_zero=bool(np.signbit(neg_zero[0])),
         )
-        _RNE_PARAMS[f.name] = params
+        _RNE_PARAMS[key] = params
     return params
 
 
-_RNE_PARAMS: dict[str, _RneParams] = {}
+_RNE_PARAMS: dict[tuple[str, Any], _RneParams] = {}
+
+
+def _bfloat16_from_float32(x: npt.NDArray[np.float32], out: npt.NDArray[Any], tmp: npt.NDArray[np.float32]) -> None:
+    """``out = round_to(x, "bfloat16")`` for float32 ``x`` without nan (the caller checks).
+
+    Adding 0x7FFF plus the lowest kept bit to the float32 bits and clearing the
+    low 16 bits rounds to nearest even, subnormals and overflow to inf included
+    (the carry runs into the exponent); a nan with a large payload could carry
+    into the sign bit, hence the precondition.
+    """
+    u, v = x.view(np.uint32), tmp.view(np.uint32)
+    np.right_shift(u, np.uint32(16), out=v)
+    np.bitwise_and(v, np.uint32(1), out=v)
+    np.add(v, np.uint32(0x7FFF), out=v)
+    np.add(v, u, out=v)
+    np.bitwise_and(v, np.uint32(0xFFFF0000), out=v)
+    np.copyto(out, tmp)
 
 
 def _round_into(
-    x: npt.NDArray[np.float64],
+    x: npt.NDArray[Any],
     f: Format,
-    out: npt.NDArray[np.float64],
-    scratch: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None,
-) -> npt.NDArray[np.float64]:
+    out: npt.NDArray[Any],
+    scratch: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None = None,
+) -> npt.NDArray[Any]:
     """Write ``round_to(x, f)`` into ``out`` (which may be ``x``).
 
-    ``scratch``: two C-contiguous float64 arrays of x's shape, so that nothing
-    is allocated (buffers reused across chunks).
+    ``x`` is float64, or float32 for formats narrower than float32 other than
+    bfloat16 (then ``out`` and ``scratch`` are float32 too: the same rounding
+    on values that float32 holds exactly).  ``scratch``: two C-contiguous
+    arrays of x's shape and dtype, so that nothing is allocated (buffers
+    reused across chunks).
     """
     if f.name == "float64":
         if out is not x:
@@ -249,10 +285,10 @@ def _round_into(
             np.copyto(t32, x, casting="same_kind")
         np.copyto(out, t32)
         return out
-    q = _rne_params(f)
-    c, t = (np.empty(x.shape), np.empty(x.shape)) if scratch is None else scratch
-    ci = c.view(np.int64)
-    np.bitwise_and(x.view(np.int64), _EXP_BITS, out=ci)
+    q = _rne_params(f, x.dtype)
+    c, t = (np.empty_like(x), np.empty_like(x)) if scratch is None else scratch
+    ci = c.view(q.exp_bits.dtype)
+    np.bitwise_and(x.view(q.exp_bits.dtype), q.exp_bits, out=ci)
     np.clip(ci, q.lo, q.hi, out=ci)  # the upper clamp keeps c finite for inf and nan
     np.add(ci, q.shift, out=ci)
     np.copysign(c, x, out=c)

@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._common import Row, check_lengths
-from .formats import Format, _round_into, get_format, round_to
+from .formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to
 
 __all__ = [
     "PRESETS",
@@ -435,11 +435,6 @@ def recipe_stages(
     return {"positions": pos, "inv_freq": inv, "angle": angle, "trig_cos": c, "trig_sin": s, "cos": cc, "sin": ss}
 
 
-def _round_is_identity(a: Format, b: Format) -> bool:
-    """Rounding a value of format ``a`` to ``b`` returns it unchanged (inf, nan and -0 included)."""
-    return a.name == b.name or b.name == "float64" or (_fits(a, b) and b.overflow == "inf")
-
-
 class _Work:
     """Reused float64 buffers of one worker: ``rows`` x ``nf`` each (no allocation per chunk)."""
 
@@ -475,34 +470,66 @@ class _Rows:
     s2: F64
 
 
-def _run_recipe(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows) -> tuple[F64, F64, F64, F64, F64]:
+def _run_recipe(
+    recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, keep_trig: bool = True
+) -> tuple[F64, F64 | None, F64 | None, F64, F64]:
     """The numpy engine: angle, trig cos/sin and stored cos/sin, in ``w``'s buffers.
 
-    Each stage is ``round_to`` of the previous value; a rounding that cannot
-    change its input (the value is already in a format the target contains, and
-    the scale is 1) is skipped, so the stored pair may be the trig buffers.
+    Each stage is ``round_to`` of the previous value.  Skipped, as they cannot
+    change a value: a rounding into a format that contains the value's format,
+    and the product by a scale of 1.  A float32 trig value is rounded to the
+    cache format from its float32 copy (the same value, so the same result).
+    With ``keep_trig=False`` the trig values may be left out (None).
     """
     fa, ft, fc = get_format(recipe.angle), get_format(recipe.trig), get_format(recipe.cache)
     scratch = (w.s1, w.s2)
-    angle, c, s = w.angle, w.c, w.s
+    angle = w.angle
     with np.errstate(invalid="ignore", over="ignore"):
         np.multiply(pos[:, None], inv[None, :], out=angle)
         _round_into(angle, fa, angle, scratch)
         if not _round_is_identity(fa, ft):
             _round_into(angle, ft, angle, scratch)
-        np.cos(angle, out=c)
-        _round_into(c, ft, c, scratch)
-        np.sin(angle, out=s)
-        _round_into(s, ft, s, scratch)
-        if scale == 1.0 and _round_is_identity(ft, fc):  # x * 1.0 == x: no product either
-            return angle, c, s, c, s
-        for src, dst in ((c, w.cc), (s, w.ss)):
+        fast32 = ft.name == "float32" and scale == 1.0 and fc.significand_bits < 24
+        if fast32 and fc.name == "bfloat16":  # the bit carry needs nan-free input
+            fast32 = bool(np.isfinite(np.max(angle)) and np.isfinite(np.min(angle)))
+        trig: list[F64 | None] = []
+        stored: list[F64] = []
+        for fn, tb, sb in ((np.cos, w.c, w.cc), (np.sin, w.s, w.ss)):
+            fn(angle, out=tb)
+            if fast32:  # float32 copy of the trig value, rounded to the cache format in float32
+                n = tb.size
+                h32 = w.s1.reshape(-1).view(np.float32)
+                t32 = h32[:n].reshape(tb.shape)
+                np.copyto(t32, tb, casting="same_kind")
+                if keep_trig:
+                    np.copyto(tb, t32)
+                if fc.name == "bfloat16":
+                    _bfloat16_from_float32(t32, sb, h32[n : 2 * n].reshape(tb.shape))
+                else:
+                    h32b = w.s2.reshape(-1).view(np.float32)
+                    sc32 = (h32[n : 2 * n].reshape(tb.shape), h32b[:n].reshape(tb.shape))
+                    _round_into(t32, fc, t32, sc32)
+                    np.copyto(sb, t32)
+                trig.append(tb if keep_trig else None)
+                stored.append(sb)
+                continue
+            _round_into(tb, ft, tb, scratch)
+            trig.append(tb)
+            if scale == 1.0 and _round_is_identity(ft, fc):  # x * 1.0 == x: no product either
+                stored.append(tb)
+                continue
             if scale == 1.0:
-                np.copyto(dst, src)
+                np.copyto(sb, tb)
             else:
-                np.multiply(src, scale, out=dst)
-            _round_into(dst, fc, dst, scratch)
-    return angle, c, s, w.cc, w.ss
+                np.multiply(tb, scale, out=sb)
+            _round_into(sb, fc, sb, scratch)
+            stored.append(sb)
+    return angle, trig[0], trig[1], stored[0], stored[1]
+
+
+def _round_is_identity(a: Format, b: Format) -> bool:
+    """Rounding a value of format ``a`` to ``b`` returns it unchanged (inf, nan and -0 included)."""
+    return a.name == b.name or b.name == "float64" or (_fits(a, b) and b.overflow == "inf")
 
 
 def torch_stages(
@@ -713,7 +740,7 @@ def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows) ->
     The same values as ``|wrap(angle - p1 - p2)|`` and
     ``|wrap(atan2(sin, cos) - exact)|`` with non-finite errors set to pi.
     """
-    angle, _, _, cc, ss = _run_recipe(recipe, pos, inv, scale, w)
+    angle, _, _, cc, ss = _run_recipe(recipe, pos, inv, scale, w, keep_trig=False)
     d = w.k  # free once the oracle is done
     with np.errstate(invalid="ignore", over="ignore"):
         np.subtract(angle, w.p1, out=d)
