@@ -85,6 +85,9 @@ CASES = [
     pytest.param(RopeSchedule(head_dim=32, scaling="yarn", factor=4), preset("lowp-inv-freq", "bf16"), [4096], id="yarn-scale"),
     pytest.param(RopeSchedule(head_dim=16), Recipe("odd", "e5m2", "fp16", "e5m2", "e5m2fnuz", "fp4"), [700], id="fnuz-fp4"),
     pytest.param(RopeSchedule(head_dim=16), preset("fp64", "fp32"), [2, 3000], id="fp64"),
+    pytest.param(RopeSchedule(head_dim=32), preset("fp32", "fp16"), [5000], id="fp32-fp16"),
+    pytest.param(RopeSchedule(head_dim=32), preset("fp32", "e4m3"), [5000], id="fp32-e4m3"),
+    pytest.param(RopeSchedule(head_dim=16), Recipe("inf-angle", "fp32", "fp32", "fp16", "fp32", "bf16"), [70000], id="nan-trig-bf16"),
 ]
 
 

@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from precision_audit.formats import FORMATS, Format, _round_into, round_to
+from precision_audit.formats import FORMATS, Format, _bfloat16_from_float32, _round_into, round_to
 
 NARROW = [f for f in FORMATS.values() if f.name not in ("float64", "float32")]
 
@@ -127,3 +127,30 @@ def test_every_float32_pattern(name: str) -> None:
         with np.errstate(invalid="ignore"):
             x = x32.astype(np.float64)
             assert _same_bits(round_to(x, f), _via_ml_dtypes_f32(x32, f)), hex(start)
+
+
+@pytest.mark.parametrize("f", [f for f in NARROW if f.name != "bfloat16"], ids=lambda f: f.name)
+def test_float32_working_precision_matches_ml_dtypes(f: Format) -> None:
+    """The same rounding carried out on float32 arrays (the engine's cache step)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = _boundary_inputs(f)
+        x32 = x.astype(np.float32)
+        x32 = x32[~np.isnan(x32) | np.isnan(x)]  # float32 values (nan inputs included)
+    rng = np.random.default_rng(5)
+    x32 = np.concatenate([x32, (rng.standard_normal(2**16) * np.exp2(rng.integers(-30, 20, 2**16))).astype(np.float32)])
+    out = np.empty_like(x32)
+    with np.errstate(invalid="ignore"):
+        _round_into(x32, f, out, (np.empty_like(x32), np.empty_like(x32)))
+        assert _same_bits(out.astype(np.float64), _via_ml_dtypes_f32(x32, f))
+
+
+def test_bfloat16_bit_carry_matches_ml_dtypes() -> None:
+    """Every float32 pattern near a bfloat16 rounding boundary, nan excluded (the precondition)."""
+    high = np.arange(2**16, dtype=np.uint32) << 16
+    lows = np.array([0, 1, 0x7FFE, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF], dtype=np.uint32)
+    x32 = (high[:, None] | lows[None, :]).reshape(-1).view(np.float32)
+    x32 = x32[~np.isnan(x32)]
+    out = np.empty(x32.shape)
+    _bfloat16_from_float32(x32, out, np.empty_like(x32))
+    with np.errstate(over="ignore"):
+        assert _same_bits(out, _via_ml_dtypes_f32(x32, FORMATS["bfloat16"]))
