@@ -546,10 +546,10 @@ def _audit_one(
         return _stored_rows(u, freq, fm)
 
     reach = max(window, max_lag)
-    err_inf = np.empty(lmax)  # max |S - E| per row
     err_2 = np.empty(lmax)  # |S - E|_2 per row
     hashes = np.empty(lmax, dtype=np.uint64)
-    nonfinite = np.empty(lmax, dtype=bool)
+    max_err_len = np.zeros(len(lengths))  # max |S - E| over the rows below each length
+    nonfinite_len = np.zeros(len(lengths), dtype=np.int64)  # non-finite rows below each length
     fwd = np.full(lmax, np.inf)  # nearest stored neighbour among p+1 .. p+window
     bwd = np.full(lmax, np.inf)  # ... among p-window .. p-1
     lag_sums = np.zeros((len(lengths), max_lag + 1))
@@ -563,9 +563,14 @@ def _audit_one(
             n = b - a
             ang = np.arange(a, b, dtype=np.float64)[:, None] * w64[None, :]
             diff = S[:n] - np.concatenate([np.sin(ang), np.cos(ang)], axis=1)
-            err_inf[a:b] = np.max(np.abs(diff), axis=1)
+            err_inf = np.max(np.abs(diff), axis=1)
             err_2[a:b] = np.sqrt(np.sum(diff * diff, axis=1))
-            nonfinite[a:b] = ~np.all(np.isfinite(S[:n]), axis=1)
+            nonfinite = ~np.all(np.isfinite(S[:n]), axis=1)
+            for j, L in enumerate(lengths):  # prefix reductions: rows a .. min(b, L) - 1
+                if L > a:
+                    top = min(b, L) - a
+                    max_err_len[j] = max(max_err_len[j], np.max(err_inf[:top]))
+                    nonfinite_len[j] += int(np.count_nonzero(nonfinite[:top]))
             hashes[a:b] = _row_hash(_canonical_bits(S[:n]))
             for k in range(1, min(window, e - a - 1) + 1):
                 m = min(b, e - k) - a  # pairs (p, p+k) with p in [a, a+m)
@@ -604,8 +609,8 @@ def _audit_one(
 
     out = []
     for j, L in enumerate(lengths):
-        nonfin = int(np.count_nonzero(nonfinite[:L]))
-        max_err = float(np.max(err_inf[:L])) if nonfin == 0 else math.nan
+        nonfin = int(nonfinite_len[j])
+        max_err = float(max_err_len[j]) if nonfin == 0 else math.nan
         if L >= 2:
             fwd_l = fwd[:L].copy()
             tail = _tail_forward(rows_of, pos, L, window)
