@@ -68,8 +68,8 @@ def child(args: list[str]) -> str:
     return p.stdout
 
 
-def measured(args: list[str]) -> tuple[float, float, str]:
-    """Run ``python args`` in a fresh process; (wall seconds, its peak RSS in MiB, stdout).
+def measured(args: list[str]) -> tuple[float, float, float, str]:
+    """Run ``python args`` in a fresh process; (wall s, its peak RSS in MiB, its CPU s, stdout).
 
     A wrapper process starts it, so RUSAGE_CHILDREN of the wrapper is this one
     run's peak RSS, not the maximum over every run of the benchmark."""
@@ -79,20 +79,22 @@ def measured(args: list[str]) -> tuple[float, float, str]:
         "p = subprocess.run([sys.executable, *sys.argv[1:]], capture_output=True, text=True)\n"
         "wall = time.perf_counter() - t0\n"
         "sys.stderr.write(p.stderr)\n"
-        "print(wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, p.returncode)\n"
+        "ru = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime, p.returncode)\n"
         "print(p.stdout, end='')\n"
     )
     out = child(["-c", wrapper, *args])
     head, _, rest = out.partition("\n")
-    wall, rss, rc = head.split()
+    wall, rss, cpu, rc = head.split()
     if int(rc):
         raise SystemExit(f"benchmark child failed: {' '.join(args)}\n{rest}")
-    return float(wall), float(rss), rest
+    return float(wall), float(rss), float(cpu), rest
 
 
-def line(label: str, seconds: float, rss: float, floor: float | None = None, extra: str = "") -> None:
+def line(label: str, run: tuple[float, float, float, str], floor: float | None = None, extra: str = "") -> None:
+    seconds, rss, cpu, _ = run
     ratio = f"{seconds / floor:6.2f}x floor" if floor else " " * 13
-    print(f"{label:<62} {seconds:8.2f} s  {ratio}  peak RSS {rss:6.0f} MiB{extra}")
+    print(f"{label:<58} {seconds:7.2f} s {ratio}  cpu {cpu:7.2f} s  peak RSS {rss:5.0f} MiB{extra}")
 
 
 def main() -> None:
@@ -105,21 +107,22 @@ def main() -> None:
     cores = os.cpu_count()
     print(f"precision_audit benchmark: {cores} cores, python {sys.version.split()[0]}, "
           f"RoPE 2**{k} positions x 64 frequencies (head_dim 128)")
-    print("times: wall seconds of a fresh process (start and imports included) unless said otherwise")
+    print("times: wall seconds of a fresh process (start and imports included) unless said otherwise;"
+          f" cpu = its user + system time; load average at start {os.getloadavg()[0]:.1f}")
     print()
 
-    floors = [float(measured(["-c", FLOOR, str(n)])[2]) for _ in range(1 if a.quick else 2)]
+    floors = [float(measured(["-c", FLOOR, str(n)])[3]) for _ in range(1 if a.quick else 2)]
     floor = min(floors)
-    print(f"{'floor: numpy float64 angles + sin + cos (compute only, best of ' + str(len(floors)) + ')':<62} "
-          f"{floor:8.2f} s")
+    print(f"{'floor: numpy float64 angles + sin + cos (compute, best of ' + str(len(floors)) + ')':<58} "
+          f"{floor:7.2f} s")
     for name in ("lowp", "lowp-inv-freq", "fp32", "fp64"):
-        wall, rss, _ = measured(["-c", CLI, "rope", "-l", str(n), "-r", name, "-d", "bf16", "--head-dim", "128"])
-        line(f"rope --recipe {name} -d bf16 -l 2**{k}", wall, rss, floor)
-    wall, rss, _ = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128"])
-    line(f"rope, all four recipes in one run, -l 2**{k}", wall, rss, floor)
+        run = measured(["-c", CLI, "rope", "-l", str(n), "-r", name, "-d", "bf16", "--head-dim", "128"])
+        line(f"rope --recipe {name} -d bf16 -l 2**{k}", run, floor)
+    run = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128"])
+    line(f"rope, all four recipes in one run, -l 2**{k}", run, floor)
     if not a.no_torch:
-        wall, rss, _ = measured(["-c", TORCH, str(n)])
-        line("torch script: full float64 tables, torch.atan2 (fp32 recipe)", wall, rss, floor)
+        run = measured(["-c", TORCH, str(n)])
+        line("torch script: float64 tables, torch.atan2 (fp32 recipe)", run, floor)
     print()
 
     kp = 18 if a.quick else 26
@@ -127,19 +130,18 @@ def main() -> None:
         code = ("import time; from precision_audit.positions import measure_positions\n"
                 f"t = time.perf_counter(); measure_positions([2**k for k in range(10, {kp + 1})], '{fmt}')\n"
                 "print(time.perf_counter() - t)")
-        wall, rss, out = measured(["-c", code])
-        rate = 2**kp / float(out) / 1e6
-        line(f"positions {fmt}, one pass to 2**{kp}", wall, rss, floor, f"   {rate:6.1f} M positions/s (compute)")
+        run = measured(["-c", code])
+        rate = 2**kp / float(run[3]) / 1e6
+        line(f"positions {fmt}, one pass to 2**{kp}", run, floor, f"  {rate:5.1f} M positions/s")
     ka = 14 if a.quick else 20
-    wall, rss, _ = measured(["-c", CLI, "alibi", "-l", str(2**ka), "--heads", "64", "-r", "cast-output", "-d", "bf16"])
-    line(f"alibi cast-output, 64 heads, -l 2**{ka}", wall, rss, floor)
+    run = measured(["-c", CLI, "alibi", "-l", str(2**ka), "--heads", "64", "-r", "cast-output", "-d", "bf16"])
+    line(f"alibi cast-output, 64 heads, -l 2**{ka}", run, floor)
     ks = 12 if a.quick else 17
-    wall, rss, _ = measured(["-c", CLI, "sinusoidal", "-l", str(2**ks), "--dim", "512", "-d", "bf16",
-                             "-r", "lowp", "-r", "fp32"])
-    line(f"sinusoidal lowp+fp32, d 512, -l 2**{ks}", wall, rss, floor)
+    run = measured(["-c", CLI, "sinusoidal", "-l", str(2**ks), "--dim", "512", "-d", "bf16", "-r", "lowp", "-r", "fp32"])
+    line(f"sinusoidal lowp+fp32, d 512, -l 2**{ks}", run, floor)
     print()
 
-    print("peak RSS at the largest sizes" + (" (--quick: small stand-ins)" if a.quick else ""))
+    print(f"peak RSS at the largest sizes (load average {os.getloadavg()[0]:.1f})" + (" (--quick: small stand-ins)" if a.quick else ""))
     big = [
         (f"rope fp32, 2**{k + 4} positions x 64 frequencies",
          ["-c", CLI, "rope", "-l", str(2 ** (k + 4)), "-r", "fp32", "--head-dim", "128"]),
@@ -147,12 +149,11 @@ def main() -> None:
          ["-c", f"from precision_audit.positions import measure_positions; measure_positions(2**{24 if a.quick else 32}, 'fp16')"]),
         (f"alibi cast-output, 8 heads, 2**{18 if a.quick else 26} (largest length)",
          ["-c", CLI, "alibi", "-l", str(2 ** (18 if a.quick else 26)), "--heads", "8", "-r", "cast-output"]),
-        (f"sinusoidal lowp, d 64, 2**{16 if a.quick else 24} (largest length)",
-         ["-c", CLI, "sinusoidal", "-l", str(2 ** (16 if a.quick else 24)), "--dim", "64", "-r", "lowp"]),
+        (f"sinusoidal lowp, d 16, 2**{16 if a.quick else 24} (largest length)",
+         ["-c", CLI, "sinusoidal", "-l", str(2 ** (16 if a.quick else 24)), "--dim", "16", "-r", "lowp"]),
     ]
     for label, args in big:
-        wall, rss, _ = measured(args)
-        line(label, wall, rss)
+        line(label, measured(args))
 
 
 if __name__ == "__main__":
