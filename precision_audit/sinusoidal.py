@@ -466,38 +466,6 @@ def _row_hash(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return h * np.uint64(0xFF51AFD7ED558CCD)
 
 
-def _classes(hashes: npt.NDArray[np.uint64], ubits: npt.NDArray[np.uint64], rows_of: Any, chunk: int) -> npt.NDArray[np.int64]:
-    """Exact row-equality class per position.
-
-    Rows are a function of the rounded position value, so equal ``ubits`` means
-    equal rows; positions with equal hash but different position values are
-    compared element by element.
-    """
-    pairs = np.stack([hashes, ubits], axis=1)
-    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    cls = np.arange(len(uniq), dtype=np.int64)
-    h = uniq[:, 0]
-    shared = np.zeros(len(uniq), dtype=bool)
-    shared[1:] |= h[1:] == h[:-1]
-    shared[:-1] |= h[1:] == h[:-1]
-    idx = np.flatnonzero(shared)
-    # verify in batches that never split one hash value
-    start = 0
-    while start < len(idx):
-        stop = min(start + chunk, len(idx))
-        while stop < len(idx) and h[idx[stop]] == h[idx[stop - 1]]:
-            stop += 1
-        sel = idx[start:stop]
-        u = uniq[sel, 1].view(np.float64)
-        bits = _canonical_bits(np.concatenate(rows_of(u), axis=1))
-        keyed = np.concatenate([uniq[sel, :1], bits], axis=1)
-        _, first, sub = np.unique(keyed, axis=0, return_index=True, return_inverse=True)
-        cls[sel] = sel[first][sub.reshape(-1)]
-        start = stop
-    return cls[inv]
-
-
 def _tail_forward(rows_of: Any, positions: Array, length: int, window: int) -> Array:
     """min over k = 1..window, p + k < length of |S(p) - S(p+k)|, for p in the last window positions."""
     lo = max(0, length - window)
@@ -532,6 +500,123 @@ def _far_neighbours(rows_of: Any, positions: Array, length: int, lags: npt.NDArr
     return out
 
 
+class _Positions:
+    """Positions 0..n-1 rounded to a format, made slice by slice: ``P[a:b]``, ``len(P)``."""
+
+    def __init__(self, fmt: Format, n: int) -> None:
+        self.fmt, self.n = fmt, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, s: slice) -> Array:
+        a, b, step = s.indices(self.n)
+        return round_to(np.arange(a, b, step, dtype=np.float64), self.fmt)
+
+
+def _duplicate_activation(
+    pos: _Positions, hashes: npt.NDArray[np.uint64], rows_of: Any, chunk: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Classes of equal stored rows, as two sorted arrays: for each position the
+    length from which it is a duplicate (``act``: max(p, second member of its
+    class)), and the first position of each class.
+
+    Rows are a function of the rounded position, which is monotone in p, so
+    equal rounded positions are runs of neighbours; runs are grouped by hash
+    and runs sharing a hash are compared element by element (canonical bits).
+    """
+    n = len(pos)
+    starts = [np.zeros(1, dtype=np.int64)]
+    prev = None
+    for a in range(0, n, 2**20):
+        ub = _canonical_bits(pos[a : min(n, a + 2**20)][:, None])[:, 0]
+        change = np.flatnonzero(ub[1:] != ub[:-1]) + (a + 1)
+        if prev is not None and ub[0] != prev:
+            change = np.concatenate([[a], change])
+        starts.append(change)
+        prev = ub[-1]
+    run_start = np.concatenate(starts)
+    del starts
+    n_runs = len(run_start)
+    run_len = np.diff(np.append(run_start, n))
+    run_hash = hashes[run_start]
+    order = np.argsort(run_hash, kind="stable")  # runs by hash, in position order within a hash
+    hs = run_hash[order]
+    del run_hash
+    group = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
+    size = np.diff(np.append(group, n_runs))
+    cls = np.empty(n_runs, dtype=np.int64)
+    cls[order] = np.repeat(np.arange(len(group), dtype=np.int64), size)
+    # verify the runs that share a hash, in batches that never split one hash value
+    shared = np.flatnonzero(size > 1)
+    next_label = len(group)
+    i = 0
+    while i < len(shared):
+        j, count = i, 0
+        while j < len(shared) and (count == 0 or count + size[shared[j]] <= chunk):
+            count += size[shared[j]]
+            j += 1
+        sel = np.concatenate([order[group[g] : group[g] + size[g]] for g in shared[i:j]])
+        u = round_to(run_start[sel].astype(np.float64), pos.fmt)  # = pos[r] for each run start r
+        bits = _canonical_bits(np.concatenate(rows_of(u), axis=1))
+        keyed = np.concatenate([hashes[run_start[sel]][:, None], bits], axis=1)
+        _, sub = np.unique(keyed, axis=0, return_inverse=True)
+        cls[sel] = next_label + sub.reshape(-1)
+        next_label += int(sub.max()) + 1
+        i = j
+    del hs, order
+    # per class: runs in position order; first position, second position (or never)
+    by_cls = np.argsort(cls, kind="stable")
+    sc = cls[by_cls]
+    del cls
+    cstart = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    ccount = np.diff(np.append(cstart, n_runs))
+    del sc
+    first_run = by_cls[cstart]
+    never = np.iinfo(np.int64).max
+    second = np.full(len(cstart), never, dtype=np.int64)
+    two = ccount >= 2
+    second[two] = run_start[by_cls[cstart[two] + 1]]
+    long_first = run_len[first_run] >= 2
+    second[long_first] = run_start[first_run[long_first]] + 1
+    firsts = np.sort(run_start[first_run])
+    sec_run = np.empty(n_runs, dtype=np.int64)
+    sec_run[by_cls] = np.repeat(second, ccount)
+    del by_cls, second, first_run
+    act = np.repeat(sec_run, run_len)
+    del sec_run
+    for a in range(0, n, 2**20):
+        b = min(n, a + 2**20)
+        np.maximum(act[a:b], np.arange(a, b, dtype=np.int64), out=act[a:b])
+    act.sort()
+    return act, firsts
+
+
+def _max_shrink(nn_s: Array, prefmin: Array, L: int, chunk: int) -> float:
+    """max over p < L of 1 - nn_s[p] / nn_e[p], nn_e[p] = prefmin[max(p, L-1-p) - 1], in blocks."""
+    out = -math.inf
+    step = max(chunk, 2**20)
+    for a in range(0, L, step):
+        b = min(L, a + step)
+        p = np.arange(a, b)
+        idx = np.maximum(p, L - 1 - p) - 1
+        m = float(np.max(1.0 - nn_s[a:b] / prefmin[idx]))
+        if math.isnan(m):
+            return m
+        out = max(out, m)
+    return out
+
+
+def _certified(far_min: float, e2: Array, emax: float, nn_s: Array, chunk: int) -> bool:
+    """all(far_min - e2 - emax >= nn_s), in blocks."""
+    step = max(chunk, 2**20)
+    for a in range(0, len(nn_s), step):
+        b = min(len(nn_s), a + step)
+        if not np.all(far_min - e2[a:b] - emax >= nn_s[a:b]):
+            return False
+    return True
+
+
 def _audit_one(
     rec: Recipe, dtype: str, lengths: tuple[int, ...], dim: int, base: float, window: int, max_lag: int, chunk: int,
     progress: Callable[[int], None] | None = None,
@@ -540,7 +625,7 @@ def _audit_one(
     lmax = lengths[-1]
     w64 = frequencies(dim, base)
     freq = round_to(w64, fm["frequencies"])
-    pos = round_to(np.arange(lmax, dtype=np.float64), fm["positions"])
+    pos = _Positions(fm["positions"], lmax)  # rounded positions, made per slice (no O(L) array)
 
     def rows_of(u: Array) -> tuple[Array, Array]:
         return _stored_rows(u, freq, fm)
@@ -586,20 +671,12 @@ def _audit_one(
             if progress is not None:
                 progress(b - a)
 
-    ubits = _canonical_bits(pos[:, None])[:, 0]
-    cls = _classes(hashes, ubits, rows_of, chunk)
-    # activation: a position counts as duplicate once the second member of its class is inside
-    order = np.argsort(cls, kind="stable")
-    sc = cls[order]
-    run_start = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
-    run_len = np.diff(np.r_[run_start, len(sc)])
-    second = np.full(len(run_start), np.iinfo(np.int64).max)
-    has2 = run_len >= 2
-    second[has2] = order[run_start[has2] + 1]
-    act = np.empty(lmax, dtype=np.int64)
-    act[order] = np.maximum(order, np.repeat(second, run_len))
-    act_sorted = np.sort(act)
-    firsts = np.sort(order[run_start])
+    # the last `window` backward distances of each length, then one merged O(L) array
+    bwd_tails = {L: bwd[max(0, L - window) : L].copy() for L in lengths}
+    np.minimum(fwd, bwd, out=fwd)  # nearest neighbour within the window, both sides
+    del bwd
+    act_sorted, firsts = _duplicate_activation(pos, hashes, rows_of, chunk)
+    del hashes
 
     kmax = lmax - 1
     dist = exact_distances(dim, np.arange(1, kmax + 1), base=base) if kmax else np.empty(0)
@@ -612,12 +689,9 @@ def _audit_one(
         nonfin = int(nonfinite_len[j])
         max_err = float(max_err_len[j]) if nonfin == 0 else math.nan
         if L >= 2:
-            fwd_l = fwd[:L].copy()
+            nn_s = fwd[:L].copy()
             tail = _tail_forward(rows_of, pos, L, window)
-            fwd_l[L - len(tail) :] = tail
-            nn_s = np.minimum(fwd_l, bwd[:L])
-            p = np.arange(L)
-            nn_e = prefmin[np.maximum(p, L - 1 - p) - 1]
+            nn_s[L - len(tail) :] = np.minimum(tail, bwd_tails[L])
             exact_nn = float(prefmin[L - 2])
             if nonfin:
                 min_nn = shrink = math.nan
@@ -626,19 +700,26 @@ def _audit_one(
                 far = dist[window : L - 1]  # D(k) for the lags k = window+1 .. L-1 not searched yet
                 e2 = err_2[:L]
                 emax = float(np.max(e2))
+                far_min = float(np.min(far)) if len(far) else math.inf
                 if len(far) and np.min(nn_s) > 0.0:
                     # only lags with D(k) < max nn + 2 max e can hold a nearer neighbour: search them too
                     thr = float(np.max(nn_s)) + 2.0 * emax
                     cand = np.flatnonzero(far < thr) + window + 1
                     if 0 < len(cand) and len(cand) * L * dim <= FAR_SEARCH_BUDGET:
                         nn_s = np.minimum(nn_s, _far_neighbours(rows_of, pos, L, cand, chunk))
-                        far = far[far >= thr]
+                        keep = far >= thr
+                        far_min = float(np.min(far, where=keep, initial=math.inf))
+                        n_far = int(np.count_nonzero(keep))
+                    else:
+                        n_far = len(far)
+                else:
+                    n_far = len(far)
                 min_nn = float(np.min(nn_s))
-                shrink = float(np.max(1.0 - nn_s / nn_e))
-                if len(far) == 0 or min_nn == 0.0:  # a duplicate: 0 and 100 % are the global extremes
+                shrink = _max_shrink(nn_s, prefmin, L, chunk)
+                if n_far == 0 or min_nn == 0.0:  # a duplicate: 0 and 100 % are the global extremes
                     certified = True
                 else:
-                    certified = bool(np.all(np.min(far) - e2 - emax >= nn_s))
+                    certified = _certified(far_min, e2, emax, nn_s, chunk)
         else:
             exact_nn = min_nn = shrink = math.nan
             certified = True
