@@ -2,7 +2,8 @@
 
 Every auditor names its formats through :func:`get_format`; nothing else in the
 package hard-codes a dtype.  Rounding is round-to-nearest-even, as hardware
-does, computed on numpy arrays with ml_dtypes.
+does, computed on numpy float64 arrays in one rounding (checked bit for bit
+against ml_dtypes' casts in the tests); ml_dtypes supplies the format types.
 
 >>> get_format("bf16").name
 'bfloat16'

@@ -366,7 +366,7 @@ def measure_positions(
 ) -> list[PositionAudit]:
     """Round every position 0..max(lengths)-1 and measure, one pass for all lengths.
 
-    ``engine="numpy"`` rounds the exact positions with ml_dtypes (correctly
+    ``engine="numpy"`` rounds the exact positions with ``round_to`` (correctly
     rounded); ``"torch"`` casts int64 positions with ``.to(dtype)`` (the same
     values up to 2**24, where torch's float32 intermediate stops being exact);
     ``"torch-arange"`` takes ``torch.arange(L, dtype=dtype)`` from this
