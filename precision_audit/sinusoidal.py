@@ -515,79 +515,94 @@ class _Positions:
 
 
 def _duplicate_activation(
-    pos: _Positions, hashes: npt.NDArray[np.uint64], rows_of: Any, chunk: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    pos: _Positions, hash_box: list[npt.NDArray[np.uint64]], rows_of: Any, chunk: int
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
     """Classes of equal stored rows, as two sorted arrays: for each position the
     length from which it is a duplicate (``act``: max(p, second member of its
     class)), and the first position of each class.
 
     Rows are a function of the rounded position, which is monotone in p, so
-    equal rounded positions are runs of neighbours; runs are grouped by hash
-    and runs sharing a hash are compared element by element (canonical bits).
+    equal rounded positions are runs of neighbours; runs are sorted by hash
+    (stable: position order within a hash), and runs sharing a hash are
+    compared element by element (canonical bits) and split into classes.
+    ``hash_box`` holds the per-position hashes and is emptied, so that they are
+    freed as soon as they are no longer needed; indices are int32 (lengths stay
+    below 2**24): both keep the peak memory low.
     """
     n = len(pos)
-    starts = [np.zeros(1, dtype=np.int64)]
+    block = 2**20
+    starts = [np.zeros(1, dtype=np.int32)]
     prev = None
-    for a in range(0, n, 2**20):
-        ub = _canonical_bits(pos[a : min(n, a + 2**20)][:, None])[:, 0]
-        change = np.flatnonzero(ub[1:] != ub[:-1]) + (a + 1)
+    for a in range(0, n, block):
+        ub = _canonical_bits(pos[a : min(n, a + block)][:, None])[:, 0]
+        change = (np.flatnonzero(ub[1:] != ub[:-1]) + (a + 1)).astype(np.int32)
         if prev is not None and ub[0] != prev:
-            change = np.concatenate([[a], change])
+            change = np.concatenate([np.array([a], dtype=np.int32), change])
         starts.append(change)
         prev = ub[-1]
     run_start = np.concatenate(starts)
     del starts
     n_runs = len(run_start)
-    run_len = np.diff(np.append(run_start, n))
-    run_hash = hashes[run_start]
-    order = np.argsort(run_hash, kind="stable")  # runs by hash, in position order within a hash
-    hs = run_hash[order]
+    identity = n_runs == n  # every run is one position (e.g. float32 positions)
+    hashes = hash_box.pop()
+    run_hash = hashes if identity else hashes[run_start]
+    del hashes
+    order = np.argsort(run_hash, kind="stable").astype(np.int32)  # by hash, position order within
+    new = np.empty(n_runs, dtype=bool)  # a class starts here (in sorted order)
+    new[0] = True
+    for a in range(1, n_runs, block):
+        b = min(n_runs, a + block)
+        np.not_equal(run_hash[order[a:b]], run_hash[order[a - 1 : b - 1]], out=new[a:b])
     del run_hash
-    group = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])
-    size = np.diff(np.append(group, n_runs))
-    cls = np.empty(n_runs, dtype=np.int64)
-    cls[order] = np.repeat(np.arange(len(group), dtype=np.int64), size)
-    # verify the runs that share a hash, in batches that never split one hash value
-    shared = np.flatnonzero(size > 1)
-    next_label = len(group)
+    # groups of runs sharing a hash: [lo, hi) in sorted order
+    lo = np.flatnonzero(new[:-1] & ~new[1:])
+    hi = np.flatnonzero(~new & np.r_[new[1:], True]) + 1
+    # split them by their rows, in batches that never split one hash value
     i = 0
-    while i < len(shared):
+    while i < len(lo):
         j, count = i, 0
-        while j < len(shared) and (count == 0 or count + size[shared[j]] <= chunk):
-            count += size[shared[j]]
+        while j < len(lo) and (count == 0 or count + int(hi[j] - lo[j]) <= chunk):
+            count += int(hi[j] - lo[j])
             j += 1
-        sel = np.concatenate([order[group[g] : group[g] + size[g]] for g in shared[i:j]])
+        at = np.concatenate([np.arange(x, y) for x, y in zip(lo[i:j], hi[i:j])])  # places in sorted order
+        gid = np.concatenate([np.full(y - x, k) for k, (x, y) in enumerate(zip(lo[i:j], hi[i:j]))])
+        sel = order[at]
         u = round_to(run_start[sel].astype(np.float64), pos.fmt)  # = pos[r] for each run start r
         bits = _canonical_bits(np.concatenate(rows_of(u), axis=1))
-        keyed = np.concatenate([hashes[run_start[sel]][:, None], bits], axis=1)
-        _, sub = np.unique(keyed, axis=0, return_inverse=True)
-        cls[sel] = next_label + sub.reshape(-1)
-        next_label += int(sub.max()) + 1
+        _, sub = np.unique(bits, axis=0, return_inverse=True)
+        sub = sub.reshape(-1)
+        perm = np.lexsort((np.arange(len(sel)), sub, gid))  # by group, then row, then position
+        order[at] = sel[perm]
+        g2, s2 = gid[perm], sub[perm]
+        new[at] = np.r_[True, (g2[1:] != g2[:-1]) | (s2[1:] != s2[:-1])]
         i = j
-    del hs, order
-    # per class: runs in position order; first position, second position (or never)
-    by_cls = np.argsort(cls, kind="stable")
-    sc = cls[by_cls]
-    del cls
-    cstart = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
-    ccount = np.diff(np.append(cstart, n_runs))
-    del sc
-    first_run = by_cls[cstart]
-    never = np.iinfo(np.int64).max
-    second = np.full(len(cstart), never, dtype=np.int64)
+    del lo, hi
+    cstart = np.concatenate(
+        [(np.flatnonzero(new[a : a + block]) + a).astype(np.int32) for a in range(0, n_runs, block)]
+    )
+    del new
+    ccount = np.diff(np.append(cstart, np.int32(n_runs)))
+    first_run = order[cstart]
+    never = np.int32(np.iinfo(np.int32).max)
+    second = np.full(len(cstart), never, dtype=np.int32)
     two = ccount >= 2
-    second[two] = run_start[by_cls[cstart[two] + 1]]
-    long_first = run_len[first_run] >= 2
-    second[long_first] = run_start[first_run[long_first]] + 1
-    firsts = np.sort(run_start[first_run])
-    sec_run = np.empty(n_runs, dtype=np.int64)
-    sec_run[by_cls] = np.repeat(second, ccount)
-    del by_cls, second, first_run
-    act = np.repeat(sec_run, run_len)
+    second[two] = run_start[order[cstart[two] + 1]]
+    del cstart, two
+    run_len = None if identity else np.diff(np.append(run_start, np.int32(n))).astype(np.int32)
+    if run_len is not None:
+        long_first = run_len[first_run] >= 2
+        second[long_first] = run_start[first_run[long_first]] + 1
+    firsts = run_start[first_run]
+    del first_run, run_start
+    firsts.sort()
+    sec_run = np.empty(n_runs, dtype=np.int32)
+    sec_run[order] = np.repeat(second, ccount)
+    del order, second, ccount
+    act = sec_run if run_len is None else np.repeat(sec_run, run_len)
     del sec_run
-    for a in range(0, n, 2**20):
-        b = min(n, a + 2**20)
-        np.maximum(act[a:b], np.arange(a, b, dtype=np.int64), out=act[a:b])
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        np.maximum(act[a:b], np.arange(a, b, dtype=np.int32), out=act[a:b])
     act.sort()
     return act, firsts
 
@@ -675,8 +690,9 @@ def _audit_one(
     bwd_tails = {L: bwd[max(0, L - window) : L].copy() for L in lengths}
     np.minimum(fwd, bwd, out=fwd)  # nearest neighbour within the window, both sides
     del bwd
-    act_sorted, firsts = _duplicate_activation(pos, hashes, rows_of, chunk)
-    del hashes
+    hash_box = [hashes]
+    del hashes  # _duplicate_activation frees them midway
+    act_sorted, firsts = _duplicate_activation(pos, hash_box, rows_of, chunk)
 
     kmax = lmax - 1
     dist = exact_distances(dim, np.arange(1, kmax + 1), base=base) if kmax else np.empty(0)

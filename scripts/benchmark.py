@@ -149,8 +149,8 @@ def main() -> None:
          ["-c", f"from precision_audit.positions import measure_positions; measure_positions(2**{24 if a.quick else 32}, 'fp16')"]),
         (f"alibi cast-output, 8 heads, 2**{18 if a.quick else 26} (largest length)",
          ["-c", CLI, "alibi", "-l", str(2 ** (18 if a.quick else 26)), "--heads", "8", "-r", "cast-output"]),
-        (f"sinusoidal lowp, d 16, 2**{16 if a.quick else 24} (largest length)",
-         ["-c", CLI, "sinusoidal", "-l", str(2 ** (16 if a.quick else 24)), "--dim", "16", "-r", "lowp"]),
+        (f"sinusoidal fp32, d 16, 2**{16 if a.quick else 24} (largest length)",
+         ["-c", CLI, "sinusoidal", "-l", str(2 ** (16 if a.quick else 24)), "--dim", "16", "-r", "fp32", "-d", "bf16"]),
     ]
     for label, args in big:
         line(label, measured(args))
