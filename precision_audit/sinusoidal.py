@@ -610,7 +610,7 @@ def _duplicate_activation(
 def _max_shrink(nn_s: Array, prefmin: Array, L: int, chunk: int) -> float:
     """max over p < L of 1 - nn_s[p] / nn_e[p], nn_e[p] = prefmin[max(p, L-1-p) - 1], in blocks."""
     out = -math.inf
-    step = max(chunk, 2**20)
+    step = 2**18
     for a in range(0, L, step):
         b = min(L, a + step)
         p = np.arange(a, b)
@@ -624,7 +624,7 @@ def _max_shrink(nn_s: Array, prefmin: Array, L: int, chunk: int) -> float:
 
 def _certified(far_min: float, e2: Array, emax: float, nn_s: Array, chunk: int) -> bool:
     """all(far_min - e2 - emax >= nn_s), in blocks."""
-    step = max(chunk, 2**20)
+    step = 2**18
     for a in range(0, len(nn_s), step):
         b = min(len(nn_s), a + step)
         if not np.all(far_min - e2[a:b] - emax >= nn_s[a:b]):
@@ -695,7 +695,7 @@ def _audit_one(
     act_sorted, firsts = _duplicate_activation(pos, hash_box, rows_of, chunk)
 
     kmax = lmax - 1
-    dist = exact_distances(dim, np.arange(1, kmax + 1), base=base) if kmax else np.empty(0)
+    dist = exact_distances(dim, np.arange(1, kmax + 1, dtype=np.float64), base=base) if kmax else np.empty(0)
     prefmin = np.minimum.accumulate(dist) if kmax else dist
     lags = np.arange(max_lag + 1)
     c_exact = decay_exact(dim, lags, base=base)
@@ -705,9 +705,12 @@ def _audit_one(
         nonfin = int(nonfinite_len[j])
         max_err = float(max_err_len[j]) if nonfin == 0 else math.nan
         if L >= 2:
-            nn_s = fwd[:L].copy()
+            # nn_s = fwd[:L] with the last window entries replaced: a view with the tail
+            # written in place, put back after this length (no O(L) copy)
             tail = _tail_forward(rows_of, pos, L, window)
-            nn_s[L - len(tail) :] = np.minimum(tail, bwd_tails[L])
+            saved = fwd[L - len(tail) : L].copy()
+            fwd[L - len(tail) : L] = np.minimum(tail, bwd_tails[L])
+            nn_s = fwd[:L]
             exact_nn = float(prefmin[L - 2])
             if nonfin:
                 min_nn = shrink = math.nan
@@ -736,6 +739,7 @@ def _audit_one(
                     certified = True
                 else:
                     certified = _certified(far_min, e2, emax, nn_s, chunk)
+            fwd[L - len(tail) : L] = saved
         else:
             exact_nn = min_nn = shrink = math.nan
             certified = True
