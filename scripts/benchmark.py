@@ -34,14 +34,14 @@ FLOOR = """
 import sys, time
 import numpy as np
 n, d = int(sys.argv[1]), 128
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 theta = 1.0 / 10000.0 ** (np.arange(0, d, 2, dtype=np.float64) / d)
 rows = 2**19 // theta.size
 for a in range(0, n, rows):
     m = np.arange(a, min(n, a + rows), dtype=np.float64)
     angle = m[:, None] * theta[None, :]
     s, c = np.sin(angle), np.cos(angle)
-print(time.perf_counter() - t0)
+print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
 TORCH = """
@@ -91,10 +91,14 @@ def measured(args: list[str]) -> tuple[float, float, float, str]:
     return float(wall), float(rss), float(cpu), rest
 
 
+FLOOR_CPU = [0.0]
+
+
 def line(label: str, run: tuple[float, float, float, str], floor: float | None = None, extra: str = "") -> None:
     seconds, rss, cpu, _ = run
-    ratio = f"{seconds / floor:6.2f}x floor" if floor else " " * 13
-    print(f"{label:<58} {seconds:7.2f} s {ratio}  cpu {cpu:7.2f} s  peak RSS {rss:5.0f} MiB{extra}")
+    ratio = f"{seconds / floor:5.2f}x" if floor else " " * 6
+    cpu_ratio = f"{cpu / FLOOR_CPU[0]:5.2f}x" if floor else " " * 6
+    print(f"{label:<54} {seconds:7.2f} s {ratio}  cpu {cpu:7.2f} s {cpu_ratio}  RSS {rss:5.0f} MiB{extra}")
 
 
 def main() -> None:
@@ -107,14 +111,16 @@ def main() -> None:
     cores = os.cpu_count()
     print(f"precision_audit benchmark: {cores} cores, python {sys.version.split()[0]}, "
           f"RoPE 2**{k} positions x 64 frequencies (head_dim 128)")
-    print("times: wall seconds of a fresh process (start and imports included) unless said otherwise;"
-          f" cpu = its user + system time; load average at start {os.getloadavg()[0]:.1f}")
+    print("wall: seconds of a fresh process, start and imports included (the floor: its computation only);"
+          f" cpu: that process's user + system seconds; /floor: ratio to the floor's wall or cpu;"
+          f" RSS: that process's peak; load average at start {os.getloadavg()[0]:.1f}")
     print()
 
-    floors = [float(measured(["-c", FLOOR, str(n)])[3]) for _ in range(1 if a.quick else 2)]
-    floor = min(floors)
-    print(f"{'floor: numpy float64 angles + sin + cos (compute, best of ' + str(len(floors)) + ')':<58} "
-          f"{floor:7.2f} s")
+    floors = [measured(["-c", FLOOR, str(n)])[3].split() for _ in range(1 if a.quick else 2)]
+    floor, FLOOR_CPU[0] = min((float(w), float(c)) for w, c in floors)
+    print(f"{'':<54} {'wall':>9} {'/floor':>6}  {'cpu':>11} {'/floor':>6}  peak")
+    print(f"{'floor: numpy float64 angles, sin, cos (compute only)':<54} {floor:7.2f} s {1:5.2f}x  "
+          f"cpu {FLOOR_CPU[0]:7.2f} s {1:5.2f}x")
     for name in ("lowp", "lowp-inv-freq", "fp32", "fp64"):
         run = measured(["-c", CLI, "rope", "-l", str(n), "-r", name, "-d", "bf16", "--head-dim", "128"])
         line(f"rope --recipe {name} -d bf16 -l 2**{k}", run, floor)
