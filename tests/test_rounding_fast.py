@@ -14,7 +14,6 @@ Equality is to the bit: nan matches nan, and zeros must agree in sign.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
