@@ -2,7 +2,8 @@
 
 Every auditor names its formats through :func:`get_format`; nothing else in the
 package hard-codes a dtype.  Rounding is round-to-nearest-even, as hardware
-does, computed on numpy arrays with ml_dtypes.
+does, computed on numpy float64 arrays in one rounding (checked bit for bit
+against ml_dtypes' casts in the tests); ml_dtypes supplies the format types.
 
 >>> get_format("bf16").name
 'bfloat16'
@@ -187,48 +188,163 @@ def get_format(name: str | Format) -> Format:
         ) from None
 
 
-def _float32_round_to_odd(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
-    """Round float64 to float32 with round-to-odd.
+# Round to nearest even into a narrow format, on float64, with one addition:
+# for |x| in the binade [2**e, 2**(e+1)) the format's spacing is u = 2**(e-p+1)
+# (e clamped below at the smallest normal exponent, which gives the subnormal
+# spacing), and c = 2**52 * u has float64 spacing exactly u on [c, 2c).  So
+# x + c (sign of c = sign of x) is x rounded to a multiple of u, ties to an even
+# multiple, by the float64 addition itself (IEEE round to nearest even), and
+# (x + c) - c is exact.  That is the correctly rounded value of x with an
+# unbounded exponent; values beyond max_finite then overflow as the format says.
+# One rounding from float64: no double rounding, no round-to-odd step needed.
+# The same works on float32 arrays holding float32 values (c = 2**23 * u, int32
+# bits) for every format whose c stays finite in float32 (all but bfloat16,
+# whose range is float32's; bfloat16 from float32 is a carry on the bits,
+# :func:`_bfloat16_from_float32`).
 
-    Rounding to odd in a format with at least two more significand bits than
-    the target, then to nearest-even in the target, gives the correctly
-    rounded result (Boldo & Melquiond, 2008).  A direct float64 -> bfloat16
-    cast in ml_dtypes (and in torch) goes through an ordinary float32 rounding
-    and can round twice wrongly above 2**24.
+
+@dataclass(frozen=True)
+class _RneParams:
+    exp_bits: Any  # mask of the exponent field
+    lo: Any  # exponent bits of the smallest normal binade
+    hi: Any  # exponent bits of the first binade above max_finite
+    shift: Any  # exponent bits from 2**e to 2**(e + mantissa bits + 1 - p)
+    signed_zero: bool  # False for the fnuz formats: -0 is their nan encoding
+
+
+# (int type, exponent mask, exponent bias, stored mantissa bits) per working dtype
+_WORK: dict[Any, tuple[Any, int, int, int]] = {
+    np.dtype(np.float64): (np.int64, 0x7FF0000000000000, 1023, 52),
+    np.dtype(np.float32): (np.int32, 0x7F800000, 127, 23),
+}
+
+
+def _rne_params(f: Format, dtype: Any = np.float64) -> _RneParams:
+    key = (f.name, np.dtype(dtype))
+    params = _RNE_PARAMS.get(key)
+    if params is None:
+        it, mask, bias, mant = _WORK[np.dtype(dtype)]
+        emax = math.frexp(f.max_finite)[1] - 1  # binade of max_finite
+        if emax + 1 + mant + 1 - f.significand_bits >= bias + 1:
+            raise ValueError(f"{f.name} cannot be rounded in {np.dtype(dtype).name}")
+        neg_zero = np.array([-0.0], dtype=np.float32).astype(f.numpy_type).astype(np.float64)
+        params = _RneParams(
+            exp_bits=it(mask),
+            lo=it((f.min_exponent + bias) << mant),
+            hi=it((emax + 1 + bias) << mant),
+            shift=it((mant + 1 - f.significand_bits) << mant),
+            signed_zero=bool(np.signbit(neg_zero[0])),
+        )
+        _RNE_PARAMS[key] = params
+    return params
+
+
+_RNE_PARAMS: dict[tuple[str, Any], _RneParams] = {}
+
+
+def _bfloat16_from_float32(x: npt.NDArray[np.float32], out: npt.NDArray[Any], tmp: npt.NDArray[np.float32]) -> None:
+    """``out = round_to(x, "bfloat16")`` for float32 ``x`` without nan (the caller checks).
+
+    Adding 0x7FFF plus the lowest kept bit to the float32 bits and clearing the
+    low 16 bits rounds to nearest even, subnormals and overflow to inf included
+    (the carry runs into the exponent); a nan with a large payload could carry
+    into the sign bit, hence the precondition.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        y = x.astype(np.float32)
-        inexact = (y.astype(np.float64) != x) & np.isfinite(y) & np.isfinite(x)
-    bits = y.view(np.uint32)
-    fix = inexact & ((bits & 1) == 0)
-    away = np.abs(x) > np.abs(y)  # x lies farther from zero than y
-    step = np.where(away, np.uint32(1), np.uint32(0xFFFFFFFF))  # +1 or -1 (mod 2**32)
-    return np.where(fix, bits + step, bits).view(np.float32)
+    u, v = x.view(np.uint32), tmp.view(np.uint32)
+    np.right_shift(u, np.uint32(16), out=v)
+    np.bitwise_and(v, np.uint32(1), out=v)
+    np.add(v, np.uint32(0x7FFF), out=v)
+    np.add(v, u, out=v)
+    np.bitwise_and(v, np.uint32(0xFFFF0000), out=v)
+    np.copyto(out, tmp)
+
+
+def _round_into(
+    x: npt.NDArray[Any],
+    f: Format,
+    out: npt.NDArray[Any],
+    scratch: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None = None,
+) -> npt.NDArray[Any]:
+    """Write ``round_to(x, f)`` into ``out`` (which may be ``x``).
+
+    ``x`` is float64, or float32 for formats narrower than float32 other than
+    bfloat16 (then ``out`` and ``scratch`` are float32 too: the same rounding
+    on values that float32 holds exactly).  ``scratch``: two C-contiguous
+    arrays of x's shape and dtype, so that nothing is allocated (buffers
+    reused across chunks).
+    """
+    if f.name == "float64":
+        if out is not x:
+            np.copyto(out, x)
+        return out
+    if f.name == "float32":
+        if scratch is None:
+            t32 = np.empty(x.shape, np.float32)
+        else:  # the first half of a C-contiguous float64 scratch array
+            t32 = scratch[0].reshape(-1).view(np.float32)[: x.size].reshape(x.shape)
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.copyto(t32, x, casting="same_kind")
+        np.copyto(out, t32)
+        return out
+    q = _rne_params(f, x.dtype)
+    c, t = (np.empty_like(x), np.empty_like(x)) if scratch is None else scratch
+    ci = c.view(q.exp_bits.dtype)
+    np.bitwise_and(x.view(q.exp_bits.dtype), q.exp_bits, out=ci)
+    np.clip(ci, q.lo, q.hi, out=ci)  # the upper clamp keeps c finite for inf and nan
+    np.add(ci, q.shift, out=ci)
+    np.copysign(c, x, out=c)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.add(x, c, out=t)
+        np.subtract(t, c, out=t)
+    np.copysign(t, x, out=out)  # a result of zero keeps x's sign, as a cast does
+    if not q.signed_zero:
+        np.add(out, 0.0, out=out)  # -0 -> +0
+    if out.size:
+        top, bottom = np.max(out), np.min(out)  # nan if any nan: then check element-wise
+        if not (top <= f.max_finite and bottom >= -f.max_finite):
+            np.abs(out, out=t)
+            big = t > f.max_finite
+            _OVERFLOW[f.overflow](out, big, f.max_finite, t)  # nan is never big: it stays nan
+    return out
+
+
+def _overflow_inf(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float, t: npt.NDArray[np.float64]) -> None:
+    np.copysign(np.inf, out, out=t)
+    np.copyto(out, t, where=big)
+
+
+def _overflow_nan(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float, t: npt.NDArray[np.float64]) -> None:
+    np.copyto(out, np.nan, where=big)
+
+
+def _overflow_saturate(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_], m: float, t: npt.NDArray[np.float64]) -> None:
+    np.copysign(m, out, out=t)
+    np.copyto(out, t, where=big)
+
+
+_OVERFLOW: dict[str, Any] = {"inf": _overflow_inf, "nan": _overflow_nan, "saturate": _overflow_saturate}
 
 
 def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     """Cast ``x`` to ``fmt`` (round to nearest, ties to even) and back to float64.
 
-    The result is the exact value the format stores; overflow gives inf, nan or
-    ``max_finite`` as the format does.
+    The result is the exact value the format stores, rounded once from the
+    float64 input (as ml_dtypes casts a float32 value; ml_dtypes' and torch's
+    float64 -> bfloat16 casts go through float32 and can round twice above
+    2**24).  Overflow gives inf, nan or ``max_finite`` as the format does; a
+    nan input stays nan in every format.
 
     >>> round_to([2047.0, 2049.0, 65519.0, 65520.0], "float16").tolist()
     [2047.0, 2048.0, 65504.0, inf]
     >>> round_to([464.0, 465.0], "e4m3").tolist()
     [448.0, nan]
+    >>> round_to([2**24 + 2**16 + 1.0], "bfloat16").tolist() == [2**24 + 2**17]
+    True
     """
     f = get_format(fmt)
     a = np.asarray(x, dtype=np.float64)
-    if f.name == "float64":
-        return a.copy()
-    if f.name == "float32":
-        with np.errstate(over="ignore"):
-            return a.astype(np.float32).astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = _float32_round_to_odd(a).astype(f.numpy_type).astype(np.float64)
-    if f.overflow == "saturate":  # no nan encoding; a nan input stays nan here
-        out[np.isnan(a)] = np.nan
-    return out
+    out = np.empty_like(a)
+    return _round_into(a, f, out)
 
 
 def spacing(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._common import Row, check_lengths
-from .formats import Format, get_format, round_to
+from .formats import Format, _round_into, get_format
 
 __all__ = [
     "BAICHUAN_DTYPES",
@@ -240,10 +240,13 @@ class _Tally:
         if bad and self.first_non_finite is None:
             self.first_non_finite = n0 + int(np.argmin(finite))
         self.non_finite += bad
-        if bad < k:
-            self.max_err = max(self.max_err, float(np.max(np.abs(values[finite] - pos[finite]))))
-
-        keys = np.where(finite, values, np.inf)  # every non-finite result is one value
+        if bad == 0:
+            self.max_err = max(self.max_err, float(np.max(np.abs(values - pos))))
+            keys = values
+        else:
+            if bad < k:
+                self.max_err = max(self.max_err, float(np.max(np.abs(values[finite] - pos[finite]))))
+            keys = np.where(finite, values, np.inf)  # every non-finite result is one value
         head = np.concatenate(([self.prev], keys[:-1]))
         if np.any(keys < head):  # rounding is monotone; anything else is a bug
             raise RuntimeError("rounded positions are not monotone")
@@ -289,8 +292,23 @@ Rounder = Callable[[int, int], np.ndarray]
 
 
 def _numpy_engine(f: Format, stop: int) -> Rounder:
-    """Exact positions correctly rounded by ml_dtypes."""
-    return lambda a, b: round_to(np.arange(a, b, dtype=np.float64), f)
+    """Exact positions correctly rounded (:func:`~precision_audit.formats.round_to`).
+
+    The buffers are reused from chunk to chunk: the returned array is valid
+    until the next call.
+    """
+    bufs: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def rounded(a: int, b: int) -> np.ndarray:
+        n = b - a
+        if n not in bufs:
+            bufs.clear()
+            bufs[n] = (np.arange(n, dtype=np.float64), np.empty(n), np.empty(n), np.empty(n))
+        iota, out, s1, s2 = bufs[n]
+        np.add(iota, a, out=out)  # exact: integers below 2**53
+        return _round_into(out, f, out, (s1, s2))
+
+    return rounded
 
 
 def _torch_dtype(f: Format) -> Any:
@@ -352,7 +370,7 @@ def measure_positions(
 ) -> list[PositionAudit]:
     """Round every position 0..max(lengths)-1 and measure, one pass for all lengths.
 
-    ``engine="numpy"`` rounds the exact positions with ml_dtypes (correctly
+    ``engine="numpy"`` rounds the exact positions with ``round_to`` (correctly
     rounded); ``"torch"`` casts int64 positions with ``.to(dtype)`` (the same
     values up to 2**24, where torch's float32 intermediate stops being exact);
     ``"torch-arange"`` takes ``torch.arange(L, dtype=dtype)`` from this

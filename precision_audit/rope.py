@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -53,7 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._common import Row, check_lengths
-from .formats import Format, get_format, round_to
+from .formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to
 from .schedules import ROPE_TYPES, RopeSchedule
 
 __all__ = [
@@ -387,18 +388,107 @@ def recipe_stages(
     m = np.asarray(positions, dtype=np.float64)
     pos = round_to(m, recipe.positions)
     inv = round_to(np.asarray(theta, dtype=np.float64), recipe.inv_freq)
-    with np.errstate(invalid="ignore", over="ignore"):
-        angle = round_to(round_to(pos[:, None] * inv[None, :], recipe.angle), recipe.trig)
-        c = round_to(np.cos(angle), recipe.trig)
-        s = round_to(np.sin(angle), recipe.trig)
-        if cos_sin_scale != 1.0:  # trig * attention factor in the trig format (the factor a float32
-            k = float(round_to(cos_sin_scale, _opmath(recipe.trig))[()])  # scalar), then the cast
-            c_scaled, s_scaled = round_to(c * k, recipe.trig), round_to(s * k, recipe.trig)
-        else:
-            c_scaled, s_scaled = c, s
-        cc = round_to(c_scaled, recipe.cache)
-        ss = round_to(s_scaled, recipe.cache)
+    w = _Work(pos.size, inv.size)
+    angle, c, s, cc, ss = _run_recipe(recipe, pos, inv, cos_sin_scale, w.rows(pos.size))
     return {"positions": pos, "inv_freq": inv, "angle": angle, "trig_cos": c, "trig_sin": s, "cos": cc, "sin": ss}
+
+
+class _Work:
+    """Reused float64 buffers of one worker: ``rows`` x ``nf`` each (no allocation per chunk)."""
+
+    NAMES = ("p1", "p2", "ex", "k", "t", "angle", "c", "s", "cc", "ss", "s1", "s2")
+
+    def __init__(self, rows: int, nf: int) -> None:
+        self.size = rows
+        self.bufs = {n: np.empty((rows, nf)) for n in self.NAMES}
+        self.eq = (np.empty((max(rows - 1, 0), nf), dtype=bool), np.empty((max(rows - 1, 0), nf), dtype=bool))
+
+    def rows(self, n: int) -> "_Rows":
+        return _Rows({k: v[:n] for k, v in self.bufs.items()}, (self.eq[0][: max(n - 1, 0)], self.eq[1][: max(n - 1, 0)]))
+
+
+class _Rows:
+    """Views of a :class:`_Work`'s buffers on the first n rows (C-contiguous)."""
+
+    def __init__(self, b: dict[str, F64], eq: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]) -> None:
+        self.__dict__.update(b)
+        self.eq = eq
+
+    p1: F64
+    p2: F64
+    ex: F64
+    k: F64
+    t: F64
+    angle: F64
+    c: F64
+    s: F64
+    cc: F64
+    ss: F64
+    s1: F64
+    s2: F64
+
+
+def _run_recipe(
+    recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, keep_trig: bool = True
+) -> tuple[F64, F64 | None, F64 | None, F64, F64]:
+    """The numpy engine: angle, trig cos/sin and stored cos/sin, in ``w``'s buffers.
+
+    Each stage is ``round_to`` of the previous value.  Skipped, as they cannot
+    change a value: a rounding into a format that contains the value's format,
+    and the product by a scale of 1.  A float32 trig value is rounded to the
+    cache format from its float32 copy (the same value, so the same result).
+    With ``keep_trig=False`` the trig values may be left out (None).
+    """
+    fa, ft, fc = get_format(recipe.angle), get_format(recipe.trig), get_format(recipe.cache)
+    scratch = (w.s1, w.s2)
+    angle = w.angle
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.multiply(pos[:, None], inv[None, :], out=angle)
+        _round_into(angle, fa, angle, scratch)
+        if not _round_is_identity(fa, ft):
+            _round_into(angle, ft, angle, scratch)
+        fast32 = ft.name == "float32" and scale == 1.0 and fc.significand_bits < 24
+        if fast32 and fc.name == "bfloat16":  # the bit carry needs nan-free input
+            fast32 = bool(np.isfinite(np.max(angle)) and np.isfinite(np.min(angle)))
+        trig: list[F64 | None] = []
+        stored: list[F64] = []
+        for fn, tb, sb in ((np.cos, w.c, w.cc), (np.sin, w.s, w.ss)):
+            fn(angle, out=tb)
+            if fast32:  # float32 copy of the trig value, rounded to the cache format in float32
+                n = tb.size
+                h32 = w.s1.reshape(-1).view(np.float32)
+                t32 = h32[:n].reshape(tb.shape)
+                np.copyto(t32, tb, casting="same_kind")
+                if keep_trig:
+                    np.copyto(tb, t32)
+                if fc.name == "bfloat16":
+                    _bfloat16_from_float32(t32, sb, h32[n : 2 * n].reshape(tb.shape))
+                else:
+                    h32b = w.s2.reshape(-1).view(np.float32)
+                    sc32 = (h32[n : 2 * n].reshape(tb.shape), h32b[:n].reshape(tb.shape))
+                    _round_into(t32, fc, t32, sc32)
+                    np.copyto(sb, t32)
+                trig.append(tb if keep_trig else None)
+                stored.append(sb)
+                continue
+            _round_into(tb, ft, tb, scratch)
+            trig.append(tb)
+            if scale == 1.0 and _round_is_identity(ft, fc):  # x * 1.0 == x: no product either
+                stored.append(tb)
+                continue
+            if scale == 1.0:
+                np.copyto(sb, tb)
+            else:  # cos * attention factor in the trig format (the factor a float32 scalar), then the cast
+                np.multiply(tb, float(round_to(scale, _opmath(recipe.trig))[()]), out=sb)
+                _round_into(sb, ft, sb, scratch)
+            _round_into(sb, fc, sb, scratch)
+            stored.append(sb)
+    return angle, trig[0], trig[1], stored[0], stored[1]
+
+
+def _round_is_identity(a: Format, b: Format) -> bool:
+    """Rounding a value of format ``a`` to ``b`` returns it unchanged (inf, nan and -0 included)."""
+    return a.name == b.name or b.name == "float64" or (_fits(a, b) and b.overflow == "inf")
 
 
 def run_recipe(recipe: Recipe, schedule: RopeSchedule, positions: npt.ArrayLike, seq_len: int | None = None,
@@ -418,6 +508,8 @@ def run_recipe(recipe: Recipe, schedule: RopeSchedule, positions: npt.ArrayLike,
     inv = stored_inv_freq(recipe, schedule, key, engine)
     stages = recipe_stages if engine == "numpy" else torch_stages
     return stages(effective_recipe(recipe, schedule, key), inv, m, schedule.cos_sin_scale)
+
+
 
 
 def torch_stages(
@@ -551,6 +643,19 @@ class RopeRow(Row):
             raise ValueError(f"colliding_positions {self.colliding_positions!r} not in [0, {self.length})")
 
 
+@dataclass
+class _ChunkStats:
+    """One recipe's reductions over one chunk of positions (merged in chunk order)."""
+
+    ang_max: F64
+    ang_sum: F64
+    rot_max: F64
+    rot_sum: F64
+    collisions: int  # rows equal to the previous row, inside the chunk
+    first: F64  # stored (cos, sin) of the chunk's first and last position
+    last: F64
+
+
 class _Acc:
     """Running per-frequency reductions for one recipe over a prefix of positions."""
 
@@ -562,80 +667,198 @@ class _Acc:
         self.collisions = 0
         self.last: F64 | None = None
 
-    def add(self, ang_err: F64, rot_err: F64, cs: F64) -> None:
-        np.maximum(self.ang_max, ang_err.max(axis=0), out=self.ang_max)
-        self.ang_sum += ang_err.sum(axis=0)
-        np.maximum(self.rot_max, rot_err.max(axis=0), out=self.rot_max)
-        self.rot_sum += rot_err.sum(axis=0)
-        rows = cs if self.last is None else np.concatenate([self.last[None, :], cs])
-        same = (rows[1:] == rows[:-1]) | (np.isnan(rows[1:]) & np.isnan(rows[:-1]))
-        self.collisions += int(np.count_nonzero(same.all(axis=1)))
-        self.last = cs[-1].copy()
+    def add(self, c: _ChunkStats) -> None:
+        """Merge the next chunk (chunks must come in position order: sums are order-sensitive)."""
+        np.maximum(self.ang_max, c.ang_max, out=self.ang_max)
+        self.ang_sum += c.ang_sum
+        np.maximum(self.rot_max, c.rot_max, out=self.rot_max)
+        self.rot_sum += c.rot_sum
+        self.collisions += c.collisions + (self.last is not None and _same_row(self.last, c.first))
+        self.last = c.last
+
+    def snapshot(self) -> "_Acc":
+        snap = _Acc(0)
+        snap.ang_max, snap.ang_sum = self.ang_max.copy(), self.ang_sum.copy()
+        snap.rot_max, snap.rot_sum = self.rot_max.copy(), self.rot_sum.copy()
+        snap.collisions = self.collisions
+        return snap
 
 
 ENGINES: tuple[str, ...] = ("numpy", "torch")
 
 
-def _errors(recipe: Recipe, inv: F64, m: F64, p1: F64, p2: F64, exact: F64, scale: float,
-            engine: str = "numpy") -> tuple[F64, F64, F64]:
-    st = (recipe_stages if engine == "numpy" else torch_stages)(recipe, inv, m, scale)
+def _same_row(a: F64, b: F64) -> bool:
+    """Rows equal element by element, nan equal to nan."""
+    return bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
+
+
+def _wrap_into(x: F64, tmp: F64) -> None:
+    """``x = wrap(x)`` in place (the same operations as :func:`wrap`)."""
+    np.divide(x, _TWO_PI, out=tmp)
+    np.rint(tmp, out=tmp)
+    np.multiply(tmp, _TWO_PI, out=tmp)
+    np.subtract(x, tmp, out=x)
+
+
+def _oracle_into(m: F64, hi: F64, lo: F64, w: _Rows) -> None:
+    """:func:`_exact_parts` into ``w.p1``, ``w.p2``, ``w.ex`` (same operations, same bits)."""
+    p1, p2, k, t, r = w.p1, w.p2, w.k, w.t, w.ex
+    np.multiply(m[:, None], hi[None, :], out=p1)
+    np.multiply(m[:, None], lo[None, :], out=p2)
+    np.add(p1, p2, out=k)
+    np.divide(k, _TWO_PI, out=k)
+    np.rint(k, out=k)
+    np.multiply(k, _TWO_PI_C1, out=t)
+    np.subtract(p1, t, out=r)
+    np.multiply(k, _TWO_PI_C2, out=t)
+    np.subtract(r, t, out=r)
+    np.multiply(k, _TWO_PI_C3, out=t)
+    np.subtract(p2, t, out=t)
+    np.add(r, t, out=r)
+    # wrap(r) subtracts 2*pi*rint(r / 2*pi): nothing when every quotient rounds to
+    # zero (only the sign of a zero could change, and every use takes |.|)
+    if not (np.max(r) / _TWO_PI <= 0.5 and np.min(r) / _TWO_PI >= -0.5):
+        _wrap_into(r, t)
+
+
+def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, engine: str = "numpy") -> _ChunkStats:
+    """Angle and rotation errors of one recipe on one chunk, reduced per frequency.
+
+    The same values as ``|wrap(angle - p1 - p2)|`` and
+    ``|wrap(atan2(sin, cos) - exact)|`` with non-finite errors set to pi.
+    ``engine="torch"``: ``pos`` are the integer positions, the stages torch's.
+    """
+    if engine == "torch":
+        st = torch_stages(recipe, inv, pos, scale)
+        angle, cc, ss = st["angle"], st["cos"], st["sin"]
+    else:
+        angle, _, _, cc, ss = _run_recipe(recipe, pos, inv, scale, w, keep_trig=False)
+    d = w.k  # free once the oracle is done
     with np.errstate(invalid="ignore", over="ignore"):
-        ang = np.abs(wrap((st["angle"] - p1) - p2))
-        rot = np.abs(wrap(np.arctan2(st["sin"], st["cos"]) - exact))
-    ang[~np.isfinite(ang)] = math.pi
-    rot[~np.isfinite(rot)] = math.pi
-    return ang, rot, np.concatenate([st["cos"], st["sin"]], axis=1)
+        np.subtract(angle, w.p1, out=d)
+        np.subtract(d, w.p2, out=d)
+        np.abs(d, out=d)
+        ang_max = d.max(axis=0)
+        if not ang_max.max() / _TWO_PI <= 0.5:  # some error needs wrapping, or is not finite
+            np.subtract(angle, w.p1, out=d)
+            np.subtract(d, w.p2, out=d)
+            _wrap_into(d, w.t)
+            np.abs(d, out=d)
+            d[~np.isfinite(d)] = math.pi
+            ang_max = d.max(axis=0)
+        ang_sum = d.sum(axis=0)
+        r = w.k
+        np.arctan2(ss, cc, out=r)
+        np.subtract(r, w.ex, out=r)
+        _wrap_into(r, w.t)
+        np.abs(r, out=r)
+        rot_max = r.max(axis=0)
+        has_nan = not np.isfinite(rot_max).all()  # a nan in cos/sin makes atan2 nan
+        if has_nan:
+            r[~np.isfinite(r)] = math.pi
+            rot_max = r.max(axis=0)
+        rot_sum = r.sum(axis=0)
+    n = cc.shape[0]
+    collisions = 0
+    if n > 1:
+        e1, e2 = w.eq
+        np.equal(cc[1:], cc[:-1], out=e1)
+        np.equal(ss[1:], ss[:-1], out=e2)
+        if has_nan:
+            e1 |= np.isnan(cc[1:]) & np.isnan(cc[:-1])
+            e2 |= np.isnan(ss[1:]) & np.isnan(ss[:-1])
+        e1 &= e2
+        collisions = int(np.count_nonzero(e1.all(axis=1)))
+    return _ChunkStats(
+        ang_max, ang_sum, rot_max, rot_sum, collisions,
+        np.concatenate([cc[0], ss[0]]), np.concatenate([cc[-1], ss[-1]]),
+    )
+
+
+def _chunk_stats(
+    recipes: Sequence[Recipe], hi: F64, lo: F64, invs: Sequence[F64], scale: float, start: int, stop: int, w: _Rows,
+    engine: str = "numpy",
+) -> list[_ChunkStats]:
+    """Every recipe's reductions on positions start..stop-1 (one oracle evaluation)."""
+    m = np.arange(start, stop, dtype=np.float64)
+    _oracle_into(m, hi, lo, w)
+    if engine == "torch":
+        return [_recipe_stats(r, m, inv, scale, w, engine) for r, inv in zip(recipes, invs)]
+    return [_recipe_stats(r, round_to(m, r.positions), inv, scale, w) for r, inv in zip(recipes, invs)]
+
+
+def default_workers() -> int:
+    """Threads an audit uses by default: the CPU count, at most 4 (memory ~50 MB each).
+
+    >>> 1 <= default_workers() <= 4
+    True
+    """
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 def _pass(
-    recipes: Sequence[Recipe], theta: F64, invs: Sequence[F64], lengths: Sequence[int], scale: float,
-    chunk_elems: int, progress: Callable[[int], None] | None = None, engine: str = "numpy",
+    recipes: Sequence[Recipe], theta: F64, inv_freqs: Sequence[F64], lengths: Sequence[int], scale: float,
+    chunk_elems: int, progress: Callable[[int], None] | None = None, workers: int = 1,
+    engine: str = "numpy",
 ) -> list[list[tuple[_Acc, int]]]:
     """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length.
 
-    ``theta`` is the reference (float64) frequencies of the oracle, ``invs[i]``
-    the inverse frequencies recipe ``i`` computes.
+    ``theta`` is the schedule's exact float64 frequencies (the oracle);
+    ``inv_freqs[i]`` the inverse frequencies recipe ``i`` starts from (rounded
+    to its ``inv_freq`` format here; rounding is idempotent).  Chunks run on
+    ``workers`` threads (numpy releases the GIL) and are merged in position
+    order, so the result does not depend on ``workers``.  ``engine``: who computes the
+    recipe's stages (numpy: correctly rounded; torch: this machine's kernels).
     """
     nf = theta.size
+    if len(inv_freqs) != len(recipes) or any(np.shape(v) != (nf,) for v in inv_freqs):
+        raise ValueError(f"need one inverse-frequency array of {nf} values per recipe")
+    invs = [round_to(np.asarray(v, dtype=np.float64), r.inv_freq) for r, v in zip(recipes, inv_freqs)]
+    hi, lo = _split(theta)
+    chunk = max(256, chunk_elems // max(nf, 1))
+    plan: list[tuple[int, int, int | None]] = []  # (start, stop, length that ends here)
+    start = 0
+    for L in lengths:
+        while start < L:
+            stop = min(L, start + chunk)
+            plan.append((start, stop, None))
+            start = stop
+        if plan and plan[-1][1] == L:
+            plan[-1] = (plan[-1][0], L, L)
+        else:  # L repeats the previous length: snapshot without new positions
+            plan.append((L, L, L))
     accs = [_Acc(nf) for _ in recipes]
     snaps: list[list[tuple[_Acc, int]]] = [[] for _ in recipes]
-    chunk = max(256, chunk_elems // max(nf, 1))
-    start = 0
-    pool = ThreadPoolExecutor(max_workers=max(1, min(len(recipes), os.cpu_count() or 1)))
+    workers = max(1, min(int(workers), len(plan)))
+    spare: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+    for _ in range(workers):
+        spare.put(_Work(chunk, nf))
+
+    def run(item: tuple[int, int, int | None]) -> list[_ChunkStats]:
+        a, b, _ = item
+        if a == b:
+            return []
+        w = spare.get()
+        try:
+            return _chunk_stats(recipes, hi, lo, invs, scale, a, b, w.rows(b - a), engine)
+        finally:
+            spare.put(w)
+
+    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        for L in lengths:
-            start = _advance(pool, accs, recipes, theta, invs, start, L, chunk, scale, progress, engine)
-            for i, acc in enumerate(accs):
-                snap = _Acc(nf)
-                snap.ang_max, snap.ang_sum = acc.ang_max.copy(), acc.ang_sum.copy()
-                snap.rot_max, snap.rot_sum = acc.rot_max.copy(), acc.rot_sum.copy()
-                snap.collisions = acc.collisions
-                snaps[i].append((snap, L))
+        results = pool.map(run, plan) if pool is not None else map(run, plan)
+        for (a, b, L), stats in zip(plan, results):
+            for acc, st in zip(accs, stats):
+                acc.add(st)
+            if progress is not None and b > a:
+                progress(b - a)
+            if L is not None:
+                for i, acc in enumerate(accs):
+                    snaps[i].append((acc.snapshot(), L))
     finally:
-        pool.shutdown()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return snaps
-
-
-def _advance(
-    pool: ThreadPoolExecutor, accs: list[_Acc], recipes: Sequence[Recipe], theta: F64, invs: Sequence[F64],
-    start: int, L: int, chunk: int, scale: float, progress: Callable[[int], None] | None = None,
-    engine: str = "numpy",
-) -> int:
-    """Feed positions start..L-1 to every accumulator, chunk by chunk; returns L."""
-
-    def work(i: int, m: F64, p1: F64, p2: F64, exact: F64) -> None:
-        accs[i].add(*_errors(recipes[i], invs[i], m, p1, p2, exact, scale, engine))
-
-    while start < L:
-        stop = min(L, start + chunk)
-        m = np.arange(start, stop, dtype=np.float64)
-        p1, p2, exact = _exact_parts(m, theta)
-        # numpy releases the GIL in ufuncs: the recipes of one chunk run in parallel
-        list(pool.map(work, range(len(recipes)), *([x] * len(recipes) for x in (m, p1, p2, exact))))
-        if progress is not None:
-            progress(stop - start)
-        start = stop
-    return start
 
 
 def check_rope_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:
@@ -679,6 +902,7 @@ def audit(
     chunk_elems: int = 2**19,
     progress: Callable[[int], None] | None = None,
     engine: str = "numpy",
+    workers: int | None = None,
 ) -> list[RopeRow]:
     """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
 
@@ -688,7 +912,9 @@ def audit(
     so lengths above ``original_max_position_embeddings`` get a pass each.
     ``budget=True`` adds the error budget (five more recipe runs per recipe).
     ``progress`` is called after each chunk with the number of positions it
-    held (:func:`positions_to_scan` gives the total).  ``engine="torch"``
+    held (:func:`positions_to_scan` gives the total).  Chunks of positions run
+    on ``workers`` threads (default :func:`default_workers`); the rows are the
+    same to the bit for any number of workers.  ``engine="torch"``
     runs every stage (inv_freq formula included) with this machine's torch
     kernels instead of correctly rounded operations.
 
@@ -700,6 +926,8 @@ def audit(
     recs = [recipes] if isinstance(recipes, Recipe) else list(recipes)
     if not recs:
         raise ValueError("no recipe given")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1):
+        raise ValueError(f"workers {workers!r} must be a positive integer")
     lens = check_rope_lengths(lengths)
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
@@ -710,10 +938,11 @@ def audit(
             variants.extend(r.with_exact(s) for s in STAGES)
     scale = schedule.cos_sin_scale
     results: dict[tuple[int, int], tuple[_Acc, int]] = {}
+    n_workers = default_workers() if workers is None else workers
     for key, ls in _frequency_groups(schedule, lens):
         runs = [effective_recipe(v, schedule, key) for v in variants]
         invs = [stored_inv_freq(v, schedule, key, engine) for v in variants]
-        snaps = _pass(runs, schedule.inv_freq(key), invs, ls, scale, chunk_elems, progress, engine)
+        snaps = _pass(runs, schedule.inv_freq(key), invs, ls, scale, chunk_elems, progress, n_workers, engine)
         for v, per_len in enumerate(snaps):
             for acc, L in per_len:
                 results[(v, L)] = (acc, L)

@@ -473,38 +473,6 @@ def _row_hash(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return h * np.uint64(0xFF51AFD7ED558CCD)
 
 
-def _classes(hashes: npt.NDArray[np.uint64], ubits: npt.NDArray[np.uint64], rows_of: Any, chunk: int) -> npt.NDArray[np.int64]:
-    """Exact row-equality class per position.
-
-    Rows are a function of the rounded position value, so equal ``ubits`` means
-    equal rows; positions with equal hash but different position values are
-    compared element by element.
-    """
-    pairs = np.stack([hashes, ubits], axis=1)
-    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    cls = np.arange(len(uniq), dtype=np.int64)
-    h = uniq[:, 0]
-    shared = np.zeros(len(uniq), dtype=bool)
-    shared[1:] |= h[1:] == h[:-1]
-    shared[:-1] |= h[1:] == h[:-1]
-    idx = np.flatnonzero(shared)
-    # verify in batches that never split one hash value
-    start = 0
-    while start < len(idx):
-        stop = min(start + chunk, len(idx))
-        while stop < len(idx) and h[idx[stop]] == h[idx[stop - 1]]:
-            stop += 1
-        sel = idx[start:stop]
-        u = uniq[sel, 1].view(np.float64)
-        bits = _canonical_bits(np.concatenate(rows_of(u), axis=1))
-        keyed = np.concatenate([uniq[sel, :1], bits], axis=1)
-        _, first, sub = np.unique(keyed, axis=0, return_index=True, return_inverse=True)
-        cls[sel] = sel[first][sub.reshape(-1)]
-        start = stop
-    return cls[inv]
-
-
 def _tail_forward(rows_of: Any, positions: Array, length: int, window: int) -> Array:
     """min over k = 1..window, p + k < length of |S(p) - S(p+k)|, for p in the last window positions."""
     lo = max(0, length - window)
@@ -539,6 +507,138 @@ def _far_neighbours(rows_of: Any, positions: Array, length: int, lags: npt.NDArr
     return out
 
 
+class _Positions:
+    """Positions 0..n-1 rounded to a format, made slice by slice: ``P[a:b]``, ``len(P)``."""
+
+    def __init__(self, fmt: Format, n: int) -> None:
+        self.fmt, self.n = fmt, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, s: slice) -> Array:
+        a, b, step = s.indices(self.n)
+        return round_to(np.arange(a, b, step, dtype=np.float64), self.fmt)
+
+
+def _duplicate_activation(
+    pos: _Positions, hash_box: list[npt.NDArray[np.uint64]], rows_of: Any, chunk: int
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Classes of equal stored rows, as two sorted arrays: for each position the
+    length from which it is a duplicate (``act``: max(p, second member of its
+    class)), and the first position of each class.
+
+    Rows are a function of the rounded position, which is monotone in p, so
+    equal rounded positions are runs of neighbours; runs are sorted by hash
+    (stable: position order within a hash), and runs sharing a hash are
+    compared element by element (canonical bits) and split into classes.
+    ``hash_box`` holds the per-position hashes and is emptied, so that they are
+    freed as soon as they are no longer needed; indices are int32 (lengths stay
+    below 2**24): both keep the peak memory low.
+    """
+    n = len(pos)
+    block = 2**20
+    starts = [np.zeros(1, dtype=np.int32)]
+    prev = None
+    for a in range(0, n, block):
+        ub = _canonical_bits(pos[a : min(n, a + block)][:, None])[:, 0]
+        change = (np.flatnonzero(ub[1:] != ub[:-1]) + (a + 1)).astype(np.int32)
+        if prev is not None and ub[0] != prev:
+            change = np.concatenate([np.array([a], dtype=np.int32), change])
+        starts.append(change)
+        prev = ub[-1]
+    run_start = np.concatenate(starts)
+    del starts
+    n_runs = len(run_start)
+    identity = n_runs == n  # every run is one position (e.g. float32 positions)
+    hashes = hash_box.pop()
+    run_hash = hashes if identity else hashes[run_start]
+    del hashes
+    order = np.argsort(run_hash, kind="stable").astype(np.int32)  # by hash, position order within
+    new = np.empty(n_runs, dtype=bool)  # a class starts here (in sorted order)
+    new[0] = True
+    for a in range(1, n_runs, block):
+        b = min(n_runs, a + block)
+        np.not_equal(run_hash[order[a:b]], run_hash[order[a - 1 : b - 1]], out=new[a:b])
+    del run_hash
+    # groups of runs sharing a hash: [lo, hi) in sorted order
+    lo = np.flatnonzero(new[:-1] & ~new[1:])
+    hi = np.flatnonzero(~new & np.r_[new[1:], True]) + 1
+    # split them by their rows, in batches that never split one hash value
+    i = 0
+    while i < len(lo):
+        j, count = i, 0
+        while j < len(lo) and (count == 0 or count + int(hi[j] - lo[j]) <= chunk):
+            count += int(hi[j] - lo[j])
+            j += 1
+        at = np.concatenate([np.arange(x, y) for x, y in zip(lo[i:j], hi[i:j])])  # places in sorted order
+        gid = np.concatenate([np.full(y - x, k) for k, (x, y) in enumerate(zip(lo[i:j], hi[i:j]))])
+        sel = order[at]
+        u = round_to(run_start[sel].astype(np.float64), pos.fmt)  # = pos[r] for each run start r
+        bits = _canonical_bits(np.concatenate(rows_of(u), axis=1))
+        _, sub = np.unique(bits, axis=0, return_inverse=True)
+        sub = sub.reshape(-1)
+        perm = np.lexsort((np.arange(len(sel)), sub, gid))  # by group, then row, then position
+        order[at] = sel[perm]
+        g2, s2 = gid[perm], sub[perm]
+        new[at] = np.r_[True, (g2[1:] != g2[:-1]) | (s2[1:] != s2[:-1])]
+        i = j
+    del lo, hi
+    cstart = np.concatenate(
+        [(np.flatnonzero(new[a : a + block]) + a).astype(np.int32) for a in range(0, n_runs, block)]
+    )
+    del new
+    ccount = np.diff(np.append(cstart, np.int32(n_runs)))
+    first_run = order[cstart]
+    never = np.int32(np.iinfo(np.int32).max)
+    second = np.full(len(cstart), never, dtype=np.int32)
+    two = ccount >= 2
+    second[two] = run_start[order[cstart[two] + 1]]
+    del cstart, two
+    run_len = None if identity else np.diff(np.append(run_start, np.int32(n))).astype(np.int32)
+    if run_len is not None:
+        long_first = run_len[first_run] >= 2
+        second[long_first] = run_start[first_run[long_first]] + 1
+    firsts = run_start[first_run]
+    del first_run, run_start
+    firsts.sort()
+    sec_run = np.empty(n_runs, dtype=np.int32)
+    sec_run[order] = np.repeat(second, ccount)
+    del order, second, ccount
+    act = sec_run if run_len is None else np.repeat(sec_run, run_len)
+    del sec_run
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        np.maximum(act[a:b], np.arange(a, b, dtype=np.int32), out=act[a:b])
+    act.sort()
+    return act, firsts
+
+
+def _max_shrink(nn_s: Array, prefmin: Array, L: int, chunk: int) -> float:
+    """max over p < L of 1 - nn_s[p] / nn_e[p], nn_e[p] = prefmin[max(p, L-1-p) - 1], in blocks."""
+    out = -math.inf
+    step = 2**18
+    for a in range(0, L, step):
+        b = min(L, a + step)
+        p = np.arange(a, b)
+        idx = np.maximum(p, L - 1 - p) - 1
+        m = float(np.max(1.0 - nn_s[a:b] / prefmin[idx]))
+        if math.isnan(m):
+            return m
+        out = max(out, m)
+    return out
+
+
+def _certified(far_min: float, e2: Array, emax: float, nn_s: Array, chunk: int) -> bool:
+    """all(far_min - e2 - emax >= nn_s), in blocks."""
+    step = 2**18
+    for a in range(0, len(nn_s), step):
+        b = min(len(nn_s), a + step)
+        if not np.all(far_min - e2[a:b] - emax >= nn_s[a:b]):
+            return False
+    return True
+
+
 def _audit_one(
     rec: Recipe, dtype: str, lengths: tuple[int, ...], dim: int, base: float, window: int, max_lag: int, chunk: int,
     progress: Callable[[int], None] | None = None,
@@ -547,16 +647,16 @@ def _audit_one(
     lmax = lengths[-1]
     w64 = frequencies(dim, base)
     freq = round_to(w64, fm["frequencies"])
-    pos = round_to(np.arange(lmax, dtype=np.float64), fm["positions"])
+    pos = _Positions(fm["positions"], lmax)  # rounded positions, made per slice (no O(L) array)
 
     def rows_of(u: Array) -> tuple[Array, Array]:
         return _stored_rows(u, freq, fm)
 
     reach = max(window, max_lag)
-    err_inf = np.empty(lmax)  # max |S - E| per row
     err_2 = np.empty(lmax)  # |S - E|_2 per row
     hashes = np.empty(lmax, dtype=np.uint64)
-    nonfinite = np.empty(lmax, dtype=bool)
+    max_err_len = np.zeros(len(lengths))  # max |S - E| over the rows below each length
+    nonfinite_len = np.zeros(len(lengths), dtype=np.int64)  # non-finite rows below each length
     fwd = np.full(lmax, np.inf)  # nearest stored neighbour among p+1 .. p+window
     bwd = np.full(lmax, np.inf)  # ... among p-window .. p-1
     lag_sums = np.zeros((len(lengths), max_lag + 1))
@@ -570,9 +670,14 @@ def _audit_one(
             n = b - a
             ang = np.arange(a, b, dtype=np.float64)[:, None] * w64[None, :]
             diff = S[:n] - np.concatenate([np.sin(ang), np.cos(ang)], axis=1)
-            err_inf[a:b] = np.max(np.abs(diff), axis=1)
+            err_inf = np.max(np.abs(diff), axis=1)
             err_2[a:b] = np.sqrt(np.sum(diff * diff, axis=1))
-            nonfinite[a:b] = ~np.all(np.isfinite(S[:n]), axis=1)
+            nonfinite = ~np.all(np.isfinite(S[:n]), axis=1)
+            for j, L in enumerate(lengths):  # prefix reductions: rows a .. min(b, L) - 1
+                if L > a:
+                    top = min(b, L) - a
+                    max_err_len[j] = max(max_err_len[j], np.max(err_inf[:top]))
+                    nonfinite_len[j] += int(np.count_nonzero(nonfinite[:top]))
             hashes[a:b] = _row_hash(_canonical_bits(S[:n]))
             for k in range(1, min(window, e - a - 1) + 1):
                 m = min(b, e - k) - a  # pairs (p, p+k) with p in [a, a+m)
@@ -588,38 +693,31 @@ def _audit_one(
             if progress is not None:
                 progress(b - a)
 
-    ubits = _canonical_bits(pos[:, None])[:, 0]
-    cls = _classes(hashes, ubits, rows_of, chunk)
-    # activation: a position counts as duplicate once the second member of its class is inside
-    order = np.argsort(cls, kind="stable")
-    sc = cls[order]
-    run_start = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
-    run_len = np.diff(np.r_[run_start, len(sc)])
-    second = np.full(len(run_start), np.iinfo(np.int64).max)
-    has2 = run_len >= 2
-    second[has2] = order[run_start[has2] + 1]
-    act = np.empty(lmax, dtype=np.int64)
-    act[order] = np.maximum(order, np.repeat(second, run_len))
-    act_sorted = np.sort(act)
-    firsts = np.sort(order[run_start])
+    # the last `window` backward distances of each length, then one merged O(L) array
+    bwd_tails = {L: bwd[max(0, L - window) : L].copy() for L in lengths}
+    np.minimum(fwd, bwd, out=fwd)  # nearest neighbour within the window, both sides
+    del bwd
+    hash_box = [hashes]
+    del hashes  # _duplicate_activation frees them midway
+    act_sorted, firsts = _duplicate_activation(pos, hash_box, rows_of, chunk)
 
     kmax = lmax - 1
-    dist = exact_distances(dim, np.arange(1, kmax + 1), base=base) if kmax else np.empty(0)
+    dist = exact_distances(dim, np.arange(1, kmax + 1, dtype=np.float64), base=base) if kmax else np.empty(0)
     prefmin = np.minimum.accumulate(dist) if kmax else dist
     lags = np.arange(max_lag + 1)
     c_exact = decay_exact(dim, lags, base=base)
 
     out = []
     for j, L in enumerate(lengths):
-        nonfin = int(np.count_nonzero(nonfinite[:L]))
-        max_err = float(np.max(err_inf[:L])) if nonfin == 0 else math.nan
+        nonfin = int(nonfinite_len[j])
+        max_err = float(max_err_len[j]) if nonfin == 0 else math.nan
         if L >= 2:
-            fwd_l = fwd[:L].copy()
+            # nn_s = fwd[:L] with the last window entries replaced: a view with the tail
+            # written in place, put back after this length (no O(L) copy)
             tail = _tail_forward(rows_of, pos, L, window)
-            fwd_l[L - len(tail) :] = tail
-            nn_s = np.minimum(fwd_l, bwd[:L])
-            p = np.arange(L)
-            nn_e = prefmin[np.maximum(p, L - 1 - p) - 1]
+            saved = fwd[L - len(tail) : L].copy()
+            fwd[L - len(tail) : L] = np.minimum(tail, bwd_tails[L])
+            nn_s = fwd[:L]
             exact_nn = float(prefmin[L - 2])
             if nonfin:
                 min_nn = shrink = math.nan
@@ -628,19 +726,27 @@ def _audit_one(
                 far = dist[window : L - 1]  # D(k) for the lags k = window+1 .. L-1 not searched yet
                 e2 = err_2[:L]
                 emax = float(np.max(e2))
+                far_min = float(np.min(far)) if len(far) else math.inf
                 if len(far) and np.min(nn_s) > 0.0:
                     # only lags with D(k) < max nn + 2 max e can hold a nearer neighbour: search them too
                     thr = float(np.max(nn_s)) + 2.0 * emax
                     cand = np.flatnonzero(far < thr) + window + 1
                     if 0 < len(cand) and len(cand) * L * dim <= FAR_SEARCH_BUDGET:
                         nn_s = np.minimum(nn_s, _far_neighbours(rows_of, pos, L, cand, chunk))
-                        far = far[far >= thr]
+                        keep = far >= thr
+                        far_min = float(np.min(far, where=keep, initial=math.inf))
+                        n_far = int(np.count_nonzero(keep))
+                    else:
+                        n_far = len(far)
+                else:
+                    n_far = len(far)
                 min_nn = float(np.min(nn_s))
-                shrink = float(np.max(1.0 - nn_s / nn_e))
-                if len(far) == 0 or min_nn == 0.0:  # a duplicate: 0 and 100 % are the global extremes
+                shrink = _max_shrink(nn_s, prefmin, L, chunk)
+                if n_far == 0 or min_nn == 0.0:  # a duplicate: 0 and 100 % are the global extremes
                     certified = True
                 else:
-                    certified = bool(np.all(np.min(far) - e2 - emax >= nn_s))
+                    certified = _certified(far_min, e2, emax, nn_s, chunk)
+            fwd[L - len(tail) : L] = saved
         else:
             exact_nn = min_nn = shrink = math.nan
             certified = True

@@ -1,46 +1,164 @@
 #!/usr/bin/env python3
-"""Print speed and memory figures of the auditors (not a test: it only reports).
+"""Speed and memory of the auditors against a floor (not a test: it only reports).
 
-Run from the repo root: python scripts/benchmark.py
+Run from the repo root: ``python scripts/benchmark.py`` (full sizes, a few
+minutes) or ``python scripts/benchmark.py --quick`` (small sizes, seconds; CI).
+
+Every figure comes from a fresh child process, so peak RSS is that run's own
+(``wait4`` rusage) and the auditors' times include process start and imports:
+
+* floor: one numpy float64 pass (chunks of 2**19 angles) computing the exact
+  angle table ``m * theta_i`` and its sin and cos, for the same angles as a
+  RoPE audit; the child times the computation only (no process start);
+* each RoPE recipe: ``precision-audit rope -l N --recipe R --head-dim 128``
+  (N x 64 angles), wall time of the whole command, and its ratio to the floor;
+* torch: the script a user would write (full float64 tables, ``torch.atan2``);
+* positions (M positions/s), alibi and sinusoidal at the sizes printed;
+* peak RSS of the RoPE audit at 16 x N positions and of the other auditors at
+  their largest accepted lengths (``--quick``: small stand-ins).
 """
 
 from __future__ import annotations
 
-import resource
-import time
-from collections.abc import Callable
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = "from precision_audit.cli import main; main()"
+
+FLOOR = """
+import sys, time
+import numpy as np
+n, d = int(sys.argv[1]), 128
+t0, c0 = time.perf_counter(), time.process_time()
+theta = 1.0 / 10000.0 ** (np.arange(0, d, 2, dtype=np.float64) / d)
+rows = 2**19 // theta.size
+for a in range(0, n, rows):
+    m = np.arange(a, min(n, a + rows), dtype=np.float64)
+    angle = m[:, None] * theta[None, :]
+    s, c = np.sin(angle), np.cos(angle)
+print(time.perf_counter() - t0, time.process_time() - c0)
+"""
+
+TORCH = """
+import math, sys
+import torch
+n, d = int(sys.argv[1]), 128
+inv64 = 1.0 / 10000.0 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+pos = torch.arange(n, dtype=torch.float64)
+exact = torch.outer(pos, inv64)                       # float64 reference angles
+angle = torch.outer(pos.float(), inv64.float())       # the fp32 recipe, bf16 cache
+cos = angle.cos().to(torch.bfloat16).double()
+sin = angle.sin().to(torch.bfloat16).double()
+err = torch.remainder(torch.atan2(sin, cos) - exact + math.pi, 2 * math.pi) - math.pi
+print(err.abs().max().item(), err.abs().mean().item())
+"""
 
 
-def _timed(label: str, fn: Callable[[], object], work: float | None = None, unit: str = "") -> None:
-    t0 = time.perf_counter()
-    fn()
-    dt = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    rate = f"  {work / dt / 1e6:8.1f} M{unit}/s" if work else ""
-    print(f"{label:<58} {dt:8.3f} s{rate}   peak RSS so far {rss:7.0f} MiB")
+def child(args: list[str]) -> str:
+    """Run ``python args`` from the repo root; return its stdout."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    if p.returncode:
+        raise SystemExit(f"benchmark child failed ({p.returncode}): {' '.join(args)}\n{p.stderr}")
+    return p.stdout
+
+
+def measured(args: list[str]) -> tuple[float, float, float, str]:
+    """Run ``python args`` in a fresh process; (wall s, its peak RSS in MiB, its CPU s, stdout).
+
+    A wrapper process starts it, so RUSAGE_CHILDREN of the wrapper is this one
+    run's peak RSS, not the maximum over every run of the benchmark."""
+    wrapper = (
+        "import os, resource, subprocess, sys, time\n"
+        "t0 = time.perf_counter()\n"
+        "p = subprocess.run([sys.executable, *sys.argv[1:]], capture_output=True, text=True)\n"
+        "wall = time.perf_counter() - t0\n"
+        "sys.stderr.write(p.stderr)\n"
+        "ru = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime, p.returncode)\n"
+        "print(p.stdout, end='')\n"
+    )
+    out = child(["-c", wrapper, *args])
+    head, _, rest = out.partition("\n")
+    wall, rss, cpu, rc = head.split()
+    if int(rc):
+        raise SystemExit(f"benchmark child failed: {' '.join(args)}\n{rest}")
+    return float(wall), float(rss), float(cpu), rest
+
+
+FLOOR_CPU = [0.0]
+
+
+def line(label: str, run: tuple[float, float, float, str], floor: float | None = None, extra: str = "") -> None:
+    seconds, rss, cpu, _ = run
+    ratio = f"{seconds / floor:5.2f}x" if floor else " " * 6
+    cpu_ratio = f"{cpu / FLOOR_CPU[0]:5.2f}x" if floor else " " * 6
+    print(f"{label:<54} {seconds:7.2f} s {ratio}  cpu {cpu:7.2f} s {cpu_ratio}  RSS {rss:5.0f} MiB{extra}")
 
 
 def main() -> None:
-    from precision_audit.positions import measure_positions, predict_positions
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (seconds): a smoke test for CI")
+    ap.add_argument("--no-torch", action="store_true", help="skip the torch comparison")
+    a = ap.parse_args()
+    k = 14 if a.quick else 20  # RoPE: 2**k positions x 64 frequencies
+    n = 2**k
+    cores = os.cpu_count()
+    print(f"precision_audit benchmark: {cores} cores, python {sys.version.split()[0]}, "
+          f"RoPE 2**{k} positions x 64 frequencies (head_dim 128)")
+    print("wall: seconds of a fresh process, start and imports included (the floor: its computation only);"
+          f" cpu: that process's user + system seconds; /floor: ratio to the floor's wall or cpu;"
+          f" RSS: that process's peak; load average at start {os.getloadavg()[0]:.1f}")
+    print()
 
-    for fmt in ("bfloat16", "float16", "float8_e4m3fn"):
-        _timed(f"positions measured, {fmt}, one pass to 2**26", lambda: measure_positions(
-            [2**k for k in range(10, 27)], fmt), 2**26, "positions")
-    _timed("positions closed form, 7 formats x 2**40", lambda: [predict_positions(2**40, f) for f in (
-        "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn")])
+    floors = [measured(["-c", FLOOR, str(n)])[3].split() for _ in range(1 if a.quick else 2)]
+    floor, FLOOR_CPU[0] = min((float(w), float(c)) for w, c in floors)
+    print(f"{'':<54} {'wall':>9} {'/floor':>6}  {'cpu':>11} {'/floor':>6}  peak")
+    print(f"{'floor: numpy float64 angles, sin, cos (compute only)':<54} {floor:7.2f} s {1:5.2f}x  "
+          f"cpu {FLOOR_CPU[0]:7.2f} s {1:5.2f}x")
+    for name in ("lowp", "lowp-inv-freq", "fp32", "fp64"):
+        run = measured(["-c", CLI, "rope", "-l", str(n), "-r", name, "-d", "bf16", "--head-dim", "128"])
+        line(f"rope --recipe {name} -d bf16 -l 2**{k}", run, floor)
+    run = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128"])
+    line(f"rope, all four recipes in one run, -l 2**{k}", run, floor)
+    if not a.no_torch:
+        run = measured(["-c", TORCH, str(n)])
+        line("torch script: float64 tables, torch.atan2 (fp32 recipe)", run, floor)
+    print()
 
-    from precision_audit.alibi import audit_alibi
-    from precision_audit.rope import PRESETS, RopeSchedule, audit, preset
-    from precision_audit.sinusoidal import audit_sinusoidal
+    kp = 18 if a.quick else 26
+    for fmt in ("float16", "bfloat16", "float8_e4m3fn"):
+        code = ("import time; from precision_audit.positions import measure_positions\n"
+                f"t = time.perf_counter(); measure_positions([2**k for k in range(10, {kp + 1})], '{fmt}')\n"
+                "print(time.perf_counter() - t)")
+        run = measured(["-c", code])
+        rate = 2**kp / float(run[3]) / 1e6
+        line(f"positions {fmt}, one pass to 2**{kp}", run, floor, f"  {rate:5.1f} M positions/s")
+    ka = 14 if a.quick else 20
+    run = measured(["-c", CLI, "alibi", "-l", str(2**ka), "--heads", "64", "-r", "cast-output", "-d", "bf16"])
+    line(f"alibi cast-output, 64 heads, -l 2**{ka}", run, floor)
+    ks = 12 if a.quick else 17
+    run = measured(["-c", CLI, "sinusoidal", "-l", str(2**ks), "--dim", "512", "-d", "bf16", "-r", "lowp", "-r", "fp32"])
+    line(f"sinusoidal lowp+fp32, d 512, -l 2**{ks}", run, floor)
+    print()
 
-    sweep = [2**k for k in range(11, 21)]
-    recipes = [preset(name, "bfloat16") for name in PRESETS]
-    _timed("rope, 4 presets, head_dim 128, one pass to 2**20", lambda: audit(
-        RopeSchedule(head_dim=128, base=10000.0), recipes, sweep), 4 * 64 * 2**20, "angles")
-    _timed("alibi cast-output, 64 heads, one sweep to 2**20", lambda: audit_alibi(
-        sweep, 64, "cast-output", "bfloat16"), 64 * 2**20, "biases")
-    _timed("sinusoidal lowp+fp32, d 512, bf16, one pass to 2**17", lambda: audit_sinusoidal(
-        [2**k for k in range(11, 18)], 512, ["bfloat16"], ["lowp", "fp32"]), 2 * 512 * 2**17, "entries")
+    print(f"peak RSS at the largest sizes (load average {os.getloadavg()[0]:.1f})" + (" (--quick: small stand-ins)" if a.quick else ""))
+    big = [
+        (f"rope fp32, 2**{k + 4} positions x 64 frequencies",
+         ["-c", CLI, "rope", "-l", str(2 ** (k + 4)), "-r", "fp32", "--head-dim", "128"]),
+        (f"positions fp16 measured, 2**{24 if a.quick else 32} (largest measured length)",
+         ["-c", f"from precision_audit.positions import measure_positions; measure_positions(2**{24 if a.quick else 32}, 'fp16')"]),
+        (f"alibi cast-output, 8 heads, 2**{18 if a.quick else 26} (largest length)",
+         ["-c", CLI, "alibi", "-l", str(2 ** (18 if a.quick else 26)), "--heads", "8", "-r", "cast-output"]),
+        (f"sinusoidal fp32, d 16, 2**{16 if a.quick else 24} (largest length)",
+         ["-c", CLI, "sinusoidal", "-l", str(2 ** (16 if a.quick else 24)), "--dim", "16", "-r", "fp32", "-d", "bf16"]),
+    ]
+    for label, args in big:
+        line(label, measured(args))
 
     try:
         import transformers  # noqa: F401
