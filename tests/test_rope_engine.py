@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from precision_audit.formats import round_to
-from precision_audit.rope import STAGES, Recipe, RopeSchedule, audit, preset, wrap
+from precision_audit.rope import STAGES, Recipe, RopeSchedule, audit, preset, stored_inv_freq, wrap
 
 TWO_PI = float.fromhex("0x1.921fb54442d18p+2")
 
@@ -43,11 +43,15 @@ def _reference(schedule: RopeSchedule, recipe: Recipe, lengths: list[int], chunk
             k = np.rint((p1 + p2) / TWO_PI)
             exact = wrap(((p1 - k * c1) - k * c2) + (p2 - k * c3))
             pos = round_to(m, recipe.positions)
-            inv = round_to(theta, recipe.inv_freq)
+            # the recipe's own inv_freq (the formula in its format: tested against transformers in
+            # test_schedules.py); the attention factor, a float32 scalar (float64 for a float64 trig
+            # stage), multiplies cos/sin in the trig format before the cast to the cache
+            inv = round_to(stored_inv_freq(recipe, schedule), recipe.inv_freq)
+            k = float(round_to(scale, "float64" if recipe.trig == "float64" else "float32")[()])
             with np.errstate(invalid="ignore", over="ignore"):
                 angle = round_to(round_to(pos[:, None] * inv[None, :], recipe.angle), recipe.trig)
-                cos = round_to(round_to(np.cos(angle), recipe.trig) * scale, recipe.cache)
-                sin = round_to(round_to(np.sin(angle), recipe.trig) * scale, recipe.cache)
+                cos = round_to(round_to(round_to(np.cos(angle), recipe.trig) * k, recipe.trig), recipe.cache)
+                sin = round_to(round_to(round_to(np.sin(angle), recipe.trig) * k, recipe.trig), recipe.cache)
                 ang = np.abs(wrap((angle - p1) - p2))
                 rot = np.abs(wrap(np.arctan2(sin, cos) - exact))
             ang[~np.isfinite(ang)] = math.pi
