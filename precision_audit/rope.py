@@ -676,6 +676,14 @@ class _Acc:
         self.collisions += c.collisions + (self.last is not None and _same_row(self.last, c.first))
         self.last = c.last
 
+    def padded(self, active: npt.NDArray[np.bool_]) -> "_Acc":
+        """The accumulator over all frequencies, where the inactive ones (theta = 0) had error 0."""
+        out = _Acc(active.size)
+        for name in ("ang_max", "ang_sum", "rot_max", "rot_sum"):
+            getattr(out, name)[active] = getattr(self, name)
+        out.collisions = self.collisions
+        return out
+
     def snapshot(self) -> "_Acc":
         snap = _Acc(0)
         snap.ang_max, snap.ang_sum = self.ang_max.copy(), self.ang_sum.copy()
@@ -942,10 +950,17 @@ def audit(
     for key, ls in _frequency_groups(schedule, lens):
         runs = [effective_recipe(v, schedule, key) for v in variants]
         invs = [stored_inv_freq(v, schedule, key, engine) for v in variants]
-        snaps = _pass(runs, schedule.inv_freq(key), invs, ls, scale, chunk_elems, progress, n_workers, engine)
+        theta = schedule.inv_freq(key)
+        # pairs with theta = 0 (proportional RoPE's non-rotating tail) have angle 0 and cos/sin (1, 0) in
+        # every format and recipe: error 0, and they never tell two rows apart; the pass skips them
+        active = theta != 0
+        if not active.any() or not all(np.array_equal(inv != 0, active) for inv in invs):
+            active = np.ones_like(active)
+        snaps = _pass(runs, theta[active], [inv[active] for inv in invs], ls, scale, chunk_elems, progress,
+                      n_workers, engine)
         for v, per_len in enumerate(snaps):
             for acc, L in per_len:
-                results[(v, L)] = (acc, L)
+                results[(v, L)] = (acc if active.all() else acc.padded(active), L)
     nf = schedule.n_freq
     rows: list[RopeRow] = []
     stride = 1 + (len(STAGES) if budget else 0)

@@ -120,3 +120,24 @@ def test_rows_identical_for_any_number_of_workers() -> None:
 def test_workers_validated(bad: object) -> None:
     with pytest.raises(ValueError, match="workers"):
         audit(RopeSchedule(head_dim=8), preset("fp32"), 10, workers=bad)  # type: ignore[arg-type]
+
+
+def test_zero_frequencies_skipped_without_changing_rows() -> None:
+    # proportional RoPE: pairs with theta = 0 have error 0 and equal rows in every recipe; the audit skips them.
+    # Reference: the same pass over every frequency (nothing skipped), reduced the same way.
+    from precision_audit import rope
+
+    s = RopeSchedule(head_dim=32, rotary_dim=8, scaling="proportional", base=1e6)
+    recs = [preset("lowp", "bf16"), preset("fp32", "fp16")]
+    rows = audit(s, recs, [100, 3000], chunk_elems=2048, workers=2)
+    theta = s.inv_freq()
+    assert (theta == 0).sum() == 12
+    snaps = rope._pass(recs, theta, [stored_inv_freq(r, s) for r in recs], [100, 3000], 1.0, 2048, workers=1)
+    for i, r in enumerate(recs):
+        for (acc, L), row in zip(snaps[i], [x for x in rows if x.recipe == r.name]):
+            assert row.length == L and row.colliding_positions == acc.collisions
+            assert row.rotation_error_profile == tuple(acc.rot_max.tolist())
+            # sums of the same L terms in another order (numpy's axis-0 reduction depends on the row width):
+            # they differ by at most L * 2**-52 relative, far inside 1e-12 for L <= 3000
+            assert row.mean_rotation_error == pytest.approx(float(acc.rot_sum.sum() / (L * 16)), rel=1e-12)
+            assert row.angle_error_profile == tuple(acc.ang_max.tolist())
