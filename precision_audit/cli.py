@@ -180,7 +180,7 @@ def _progress_bar(total: int, label: str, *, enabled: bool = True) -> _ProgressB
                    "format's binade structure (instant at any length); auto measures up to 2**26 positions.")
 @click.option("--engine", type=click.Choice(["numpy", "torch", "torch-arange"]), default="numpy",
               show_default=True,
-              help="Who rounds in the empirical pass: numpy+ml_dtypes (exact positions, correctly "
+              help="Who rounds in the empirical pass: numpy (round_to: exact positions, correctly "
                    "rounded), torch (int64 positions .to(dtype)), or torch-arange "
                    "(torch.arange(L, dtype=...) as this CPU's torch kernel computes it: its values depend on "
                    "the CPU's vector width and, above 32768 positions (torch's parallel grain), on the thread "

@@ -6,18 +6,26 @@ or vanish between releases: a test that needs one skips with a reason instead of
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
 import pytest
 
 
 def private(module: str, name: str) -> Any:
-    """``module.name``, or skip the calling test with a reason if either is missing."""
-    mod = pytest.importorskip(module)
+    """``module.name``, or skip the calling test with a reason if either is missing.
+
+    Import warnings (deprecations inside transformers) are silenced: the suite
+    turns warnings into errors, and they are not ours.
+    """
+    pytest.importorskip("transformers")
     try:
-        return getattr(mod, name)
-    except AttributeError:
-        pytest.skip(f"{module}.{name} is missing in this version (private transformers API); reference unavailable")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        pytest.skip(f"transformers has no {module}.{name} in this version ({e}); reference unavailable")
 
 
 def bloom() -> Any:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import io
 import json
 import warnings
 from pathlib import Path
 from typing import Any
 
+import _thirdparty  # tests/ helper: third-party references, imported and run
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -76,12 +76,7 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], tuple[Any, ...]]] = {
 
 
 def _import(where: str, name: str) -> Any:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return getattr(importlib.import_module(where), name)
-    except (ImportError, AttributeError) as e:
-        pytest.skip(f"transformers has no {where}.{name} ({e})")
+    return _thirdparty.private(where, name)
 
 
 def _config(family: str) -> Any:

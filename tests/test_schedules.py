@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import _thirdparty  # tests/ helper: third-party references, imported and run
 import mpmath
 import numpy as np
 import pytest
@@ -31,17 +32,9 @@ PHI35 = json.loads((DATA / "phi-3.5-mini-instruct.json").read_text())
 
 
 def _tf(name: str) -> Any:
-    """A transformers attribute path, or skip with the reason (private names move between releases)."""
-    pytest.importorskip("transformers")
-    import importlib
-
+    """A transformers attribute ``module:name``, or skip with the reason (names move between releases)."""
     mod, _, attr = name.rpartition(":")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return getattr(importlib.import_module(mod), attr)
-    except (ImportError, AttributeError) as e:
-        pytest.skip(f"transformers has no {name} ({e})")
+    return _thirdparty.private(mod, attr)
 
 
 # name -> (config class, rotary module class, config kwargs, our schedule, forward extra args)

@@ -45,7 +45,9 @@ def plot_attention(rows: Sequence[AttentionRow], path: str | Path) -> Path:
     axes[0].set_ylabel("logit error (q . k units, before 1/sqrt(d))")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9)
-    fig.suptitle(f"Attention logits q_m . k_n with RoPE, cache in {r0.dtype}: context {_length_label(r0.length)}, "
-                 f"head_dim {r0.head_dim}, {r0.pairs} random N(0,1) (q, k) pairs, {r0.shifts} shifts per offset")
+    applied = f", q/k rotated in {r0.apply}" if r0.apply else ""
+    fig.suptitle(f"Attention logits q_m . k_n with RoPE, cache in {r0.dtype}{applied}\ncontext "
+                 f"{_length_label(r0.length)}, head_dim {r0.head_dim}, {r0.pairs} random N(0,1) (q, k) pairs, "
+                 f"{r0.shifts} shifts per offset")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return save_figure(fig, path)
