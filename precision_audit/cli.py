@@ -598,7 +598,7 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
     ]
     if budget:
         cols += [(f"exact {s}", (lambda s: lambda r: r["error_budget"][s])(s)) for s in _ROPE_STAGES]
-    bounds = ", ".join(f"{d} {cache_rounding_bound(d):.3e}" for d in dict.fromkeys(r.dtype for r in rows))
+    bounds = ", ".join(f"{d} {cache_rounding_bound(d, schedule.cos_sin_scale):.3e}" for d in dict.fromkeys(r.dtype for r in rows))
     footer = (f"\n{schedule.describe()}.  Errors in rad against the exact m*theta_i, wrapped to [-pi, pi]; "
               f"pi = phase lost.\n"
               f"x cache bound = max rot err / the cache format's own rounding bound ({bounds} rad); "

@@ -580,19 +580,29 @@ def _fits(a: Format, b: Format) -> bool:
     )
 
 
-def cache_rounding_bound(fmt: str | Format) -> float:
-    """Worst rotation error (rad) from rounding an exact (cos, sin) pair to ``fmt``.
+def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
+    """Worst rotation error (rad) from rounding an exact (s cos, s sin) pair to ``fmt``.
 
-    Each of cos, sin in [-1, 1] moves by at most half an ulp of [0.5, 1),
-    ``e = 2**-(p+1)`` (p = significand bits incl. the implicit one); the point
-    moves by at most ``sqrt(2) e`` and its angle by at most
-    ``asin(sqrt(2) e / (1 - sqrt(2) e))``.
+    ``scale`` s is the attention factor multiplied into cos/sin (YaRN,
+    LongRoPE; 1 otherwise).  Each stored component lies below s in magnitude,
+    so it moves by at most half the spacing ``h`` of the largest value below s
+    (s = 1: half an ulp of [0.5, 1), ``2**-(p+1)``); the point moves by at most
+    ``sqrt(2) h`` at radius s, its angle by at most ``asin(e / (1 - e))`` with
+    ``e = sqrt(2) h / s``.  A factor just above a power of two coarsens the
+    grid against the radius: bf16 with s = 1.35 allows about 2 / 1.35 times the s = 1 bound.
 
     >>> round(cache_rounding_bound("bfloat16"), 6)
     0.00277
+    >>> round(cache_rounding_bound("bfloat16", 1.35) / cache_rounding_bound("bfloat16"), 3)  # 2/1.35 = 1.481, + O(e)
+    1.483
     """
     f = get_format(fmt)
-    e = math.sqrt(2.0) * 2.0 ** (-f.significand_bits - 1)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale {scale!r} must be a finite number > 0")
+    from .formats import spacing
+
+    h = float(spacing([math.nextafter(scale, 0.0)], f)[0]) / 2
+    e = math.sqrt(2.0) * h / scale
     return math.asin(min(1.0, e / (1 - e)))
 
 
@@ -987,7 +997,7 @@ def audit(
                     max_rotation_error=float(acc.rot_max.max()),
                     mean_rotation_error=float(acc.rot_sum.sum() / (L * nf)),
                     colliding_positions=acc.collisions,
-                    cache_bound=cache_rounding_bound(r.cache),
+                    cache_bound=cache_rounding_bound(r.cache, scale),
                     angle_error_profile=tuple(acc.ang_max.tolist()),
                     mean_angle_error_profile=tuple((acc.ang_sum / L).tolist()),
                     rotation_error_profile=tuple(acc.rot_max.tolist()),

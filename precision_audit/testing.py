@@ -163,7 +163,7 @@ def audit_rope_module(
     schedule = _schedule_of(module, config, layer_type)
     (row,) = _audit(module, schedule, length, dtype=fmt.name, layer_type=layer_type, match=False,
                     chunk_elems=chunk * schedule.n_freq)
-    bound = cache_rounding_bound(fmt)
+    bound = cache_rounding_bound(fmt, schedule.cos_sin_scale)
     err, colliding = row.max_rotation_error, row.colliding_positions
     return ModuleAudit(module=type(module).__name__, dtype=fmt.name, length=length, max_rotation_error=err,
                        mean_rotation_error=row.mean_rotation_error, colliding_positions=colliding,
@@ -298,7 +298,7 @@ def assert_config(
         bad = [r for r in rows if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound,  # type: ignore[arg-type]
                                          max_rotation_error, tolerance)]
         cols = [("layer", "layer_type")] * any(r.layer_type for r in rows) + [("recipe", "recipe")] + _ROPE_COLUMNS
-        limit = _limit_text(max_rotation_error, tolerance, cache_rounding_bound(dtype))
+        limit = _limit_text(max_rotation_error, tolerance, rows[0].cache_bound if rows else cache_rounding_bound(dtype))
     else:
         bad = [r for r in rows if r.verdict != "safe"]
         cols = [("recipe", "recipe"), ("dtype", "dtype"), ("length", "length"),

@@ -68,7 +68,7 @@ def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path, *,
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     r0 = rows[0]
-    bound = cache_rounding_bound(r0.dtype)
+    bound = r0.cache_bound
     lengths = sorted({r.length for r in rows})
     ticks = [n for n in lengths if n & (n - 1) == 0] or lengths
     ticks = ticks[::2] if len(ticks) > 8 else ticks
@@ -106,8 +106,8 @@ def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], pa
     plt = pyplot()
     fig, axes = plt.subplots(1, len(lengths), figsize=(max(8, 6 * len(lengths)), 4.8), sharey=True, squeeze=False)
     r0 = rows[0]
-    bound = cache_rounding_bound(r0.dtype)
-    nf = r0.rotary_dim // 2
+    bound = r0.cache_bound
+    nf = len(r0.rotation_error_profile)  # proportional RoPE: head_dim // 2 pairs
     for ax, L in zip(axes[0], lengths):
         for name in _recipes(rows):
             (r,) = [r for r in rows if r.recipe == name and r.length == L]
