@@ -123,8 +123,12 @@ def _schedule_of(module: Any, config: Any, layer_type: str | None) -> RopeSchedu
         return config.schedule_for(layer_type)
     if isinstance(config, (str, os.PathLike)):
         return load_config(config).schedule_for(layer_type)
-    if hasattr(config, "to_dict"):  # a transformers config: its JSON form, parsed like config.json
-        config = config.to_dict()
+    if hasattr(config, "to_dict") and not isinstance(config, Mapping):
+        # a transformers config object: read as transformers reads it (its to_dict() drops per-layer
+        # attributes such as Gemma 4's global_head_dim)
+        from .hf import schedule_from_config
+
+        return schedule_from_config(config, layer_type)
     if isinstance(config, Mapping):
         return load_config_dict(config, name=type(module).__name__, source="config").schedule_for(layer_type)
     raise ValueError(f"config {config!r} is not a RopeSchedule, ModelConfig, config dict or config.json path")

@@ -16,6 +16,7 @@ import math
 import re
 from pathlib import Path
 
+import _thirdparty  # tests/ helper: third-party references, imported and run
 import numpy as np
 import pytest
 import torch
@@ -206,3 +207,15 @@ def test_collisions_always_fail_even_with_a_generous_limit():
     s = RopeSchedule(head_dim=64)
     with pytest.raises(AssertionError, match="broken"):
         assert_rope(s, "lowp", 4096, max_rotation_error=math.pi)
+
+
+def test_transformers_config_object_read_as_transformers_reads_it():
+    # Gemma 4's full-attention rotary uses head_dim 512 (global_head_dim), which the config object's
+    # to_dict() leaves out: the module's own config must still give its schedule (256 frequencies, the
+    # count of the module's inv_freq buffer, real third-party code)
+    cls = _thirdparty.private("transformers.models.gemma4.modeling_gemma4", "Gemma4TextRotaryEmbedding")
+    cfg = _thirdparty.private("transformers", "Gemma4TextConfig")()
+    module = cls(cfg)
+    a = audit_rope_module(module, length=1024, layer_type="full_attention")
+    assert module.full_attention_inv_freq.numel() == 256
+    assert a.verdict == "safe" and a.colliding_positions == 0
