@@ -60,6 +60,21 @@ def _say(progress: Progress, text: str) -> None:
         progress(text)
 
 
+def attention_blocks(sched: Any, recs: Sequence[Any], length: int, where: str, png: str,
+                     caption: str) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The attention-logit audit at ``length`` (the headline's pairs, shifts and seed): its rows, and the
+    report blocks (the largest error at the farthest offset, the figure)."""
+    att = attention_errors(sched, recs, length, pairs=HEADLINE["attention_pairs"],
+                           shifts=HEADLINE["attention_shifts"], seed=HEADLINE["attention_seed"])
+    far = max(r.distance for r in att)
+    return [r.to_dict() for r in att], [
+        Para(f"{where}: at offset {far} the largest logit error is "
+             + ", ".join(f"{fmt(r.max_logit_error)} ({r.recipe})" for r in att if r.distance == far)
+             + f" against a typical |logit| of {fmt(att[0].logit_rms)}."),
+        Figure(png, caption, lambda p: plot_attention(att, p)),
+    ]
+
+
 def _suffix(dtype: str) -> str:
     """bfloat16 figures keep the README's file names; other dtypes carry their name."""
     return "" if dtype == "bfloat16" else f"_{dtype}"
@@ -144,18 +159,12 @@ def rope_sections(max_length: int, dtypes: Sequence[str], progress: Progress = N
                    lambda p, rows=rows: plot_error_per_frequency(rows, per_freq, p)),
         ]
         _say(progress, f"RoPE attention logits at {length_label(per_freq[0])}, cache in {d}")
-        att = attention_errors(sched, recs, per_freq[0], pairs=HEADLINE["attention_pairs"],
-                               shifts=HEADLINE["attention_shifts"], seed=HEADLINE["attention_seed"])
-        all_att += [r.to_dict() for r in att]
-        far = max(r.distance for r in att)
-        att_blocks += [
-            Para(f"Cache in {d}, context {length_label(per_freq[0])}: at offset {far} the largest logit error is "
-                 + ", ".join(f"{fmt(r.max_logit_error)} ({r.recipe})" for r in att if r.distance == far)
-                 + f" against a typical |logit| of {fmt(att[0].logit_rms)}."),
-            Figure(f"rope_attention_logit_error{_suffix(d)}.png",
-                   f"Attention-logit error and shift invariance vs offset, cache in {d}",
-                   lambda p, att=att: plot_attention(att, p)),
-        ]
+        rows_att, blocks = attention_blocks(sched, recs, per_freq[0],
+                                            f"Cache in {d}, context {length_label(per_freq[0])}",
+                                            f"rope_attention_logit_error{_suffix(d)}.png",
+                                            f"Attention-logit error and shift invariance vs offset, cache in {d}")
+        all_att += rows_att
+        att_blocks += blocks
     return [Section("RoPE: rotation error per recipe", rope_blocks, {"rope": all_rows}),
             Section("RoPE: attention logits", [Para(
                 f"Logits q_m . k_n of {HEADLINE['attention_pairs']} seeded random (q, k) pairs, rotated by each "

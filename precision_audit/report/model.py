@@ -16,14 +16,12 @@ from typing import Any
 
 from .. import config as _config
 from ..alibi import AlibiAudit
-from ..attention import attention_errors
 from ..positions import PositionAudit, audit_positions
 from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset
 from ._config import ModelSpec
 from ._plotting import length_label
 from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct
-from .attention import plot_attention
-from .headline import HEADLINE, Progress, _say, fmt
+from .headline import HEADLINE, Progress, _say, attention_blocks, fmt
 from .positions import length_grid, plot_positions, position_rows
 from .rope import error_grid, plot_error_heatmap, plot_error_per_frequency, plot_error_vs_length, rope_lengths
 from .writer import Figure, Para, Report, Section, Table
@@ -98,10 +96,8 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
         sched = spec.rope
         lengths = rope_lengths(4 * ctx, checks)
         rope_blocks: list[Any] = [Para(
-            f"head_dim {sched.head_dim}, rotary_dim {sched.rotary}, rope_theta {sched.base:g}, scaling "
-            f"{sched.scaling}" + (f" (factor {sched.factor:g})" if sched.scaling != "none" else "")
-            + ". Recipes: `lowp` every stage in the dtype; `lowp-inv-freq` the inv_freq buffer downcast by "
-              "`model.to(dtype)`; `fp32` the fix; `fp64` float64 angles. Cache in the dtype.")]
+            f"{sched.describe()}. Recipes: `lowp` every stage in the dtype; `lowp-inv-freq` the inv_freq buffer "
+            "downcast by `model.to(dtype)`; `fp32` the fix; `fp64` float64 angles. Cache in the dtype.")]
         att_blocks: list[Any] = []
         rope_rows: list[dict[str, Any]] = []
         grids: list[dict[str, Any]] = []
@@ -133,17 +129,10 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
                        "fix, one colour scale", lambda p, pair=pair: plot_error_heatmap(pair, sched, p)),
             ]
             _say(progress, f"RoPE attention logits at {length_label(ctx)}, cache in {d}")
-            att = attention_errors(sched, recs, ctx, pairs=HEADLINE["attention_pairs"],
-                                   shifts=HEADLINE["attention_shifts"], seed=HEADLINE["attention_seed"])
-            att_rows += [r.to_dict() for r in att]
-            far = max(r.distance for r in att)
-            att_blocks += [
-                Para(f"Cache in {d}: at offset {far} the largest logit error is "
-                     + ", ".join(f"{fmt(r.max_logit_error)} ({r.recipe})" for r in att if r.distance == far)
-                     + f" against a typical |logit| of {fmt(att[0].logit_rms)}."),
-                Figure(f"rope_attention_logit_error_{d}.png", f"Attention-logit error vs offset at "
-                       f"{length_label(ctx)}, cache in {d}", lambda p, att=att: plot_attention(att, p)),
-            ]
+            rows_att, blocks = attention_blocks(sched, recs, ctx, f"Cache in {d}", f"rope_attention_logit_error_{d}.png",
+                                                f"Attention-logit error vs offset at {length_label(ctx)}, cache in {d}")
+            att_rows += rows_att
+            att_blocks += blocks
         sections.append(Section("RoPE", rope_blocks, {"rope": rope_rows, "rope_heatmap": grids}))
         sections.append(Section("RoPE: attention logits", [Para(
             f"Logits q_m . k_n of {HEADLINE['attention_pairs']} seeded random (q, k) pairs over query positions "
@@ -191,7 +180,7 @@ def _settings(spec: ModelSpec, dts: Sequence[str], ctx: int) -> dict[str, Any]:
     if spec.rope is not None:
         s = spec.rope
         out.update({"head_dim": s.head_dim, "rotary_dim": s.rotary, "rope_theta": s.base, "rope_scaling": s.scaling})
-        if s.scaling != "none":
+        if s.scaling != "default":
             out["rope_factor"] = s.factor
     if spec.alibi_heads is not None:
         out["alibi_heads"] = spec.alibi_heads
