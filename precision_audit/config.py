@@ -506,23 +506,16 @@ def default_lengths(model: ModelConfig) -> tuple[int, ...]:
     return (L, 2 * L, 4 * L)
 
 
-def _rope_presets(recipes: Sequence[str] | None) -> list[str]:
+def _recipe_names(kind: str, recipes: Sequence[str] | None) -> list[str]:
+    """The RoPE presets or ALiBi recipes asked for (default: all), validated."""
+    from .alibi import RECIPES
     from .rope import PRESETS
 
-    names = list(recipes) if recipes else list(PRESETS)
-    bad = [r for r in names if r not in PRESETS]
+    table, what = (PRESETS, "RoPE") if kind == "rope" else (RECIPES, "ALiBi")
+    names = list(recipes) if recipes else list(table)
+    bad = [r for r in names if r not in table]
     if bad:
-        raise ValueError(f"unknown RoPE recipe {bad[0]!r}; valid: {', '.join(PRESETS)}")
-    return names
-
-
-def _alibi_recipes(recipes: Sequence[str] | None) -> list[str]:
-    from .alibi import RECIPES
-
-    names = list(recipes) if recipes else list(RECIPES)
-    bad = [r for r in names if r not in RECIPES]
-    if bad:
-        raise ValueError(f"unknown ALiBi recipe {bad[0]!r}; valid: {', '.join(RECIPES)}")
+        raise ValueError(f"unknown {what} recipe {bad[0]!r}; valid: {', '.join(table)}")
     return names
 
 
@@ -537,7 +530,7 @@ def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[st
     lens = check_lengths(lengths)
     n = len(dict.fromkeys(get_format(d).name for d in dtypes))
     if model.kind == "alibi":
-        return 2 * lens[-1] * n * len(_alibi_recipes(recipes))
+        return 2 * lens[-1] * n * len(_recipe_names("alibi", recipes))
     from .rope import positions_to_scan
 
     return sum(positions_to_scan(s, lens) for _, s in model.rope) * n
@@ -576,7 +569,7 @@ def audit_config(
         from .rope import audit, check_rope_lengths, preset
 
         check_rope_lengths(lens)
-        names = _rope_presets(recipes)
+        names = _recipe_names("rope", recipes)
         for d in fmts:
             for layer_type, s in model.rope:
                 lt = None if layer_type == "all" else layer_type
@@ -590,7 +583,7 @@ def audit_config(
     else:
         from .alibi import audit_alibi
 
-        names = _alibi_recipes(recipes)
+        names = _recipe_names("alibi", recipes)
         for d in fmts:
             for n in names:
                 for a in audit_alibi(lens, int(model.num_heads), n, d, progress=progress):  # type: ignore[arg-type]
@@ -611,7 +604,7 @@ def audit_config(
                 max_run=p.max_run, max_abs_error=p.max_abs_error, non_finite=p.non_finite))
     order = {"rope": 0, "alibi": 0, "positions": 1}
     layer_rank = {t: i for i, (t, _) in enumerate(model.rope)}
-    rec_rank = {n: i for i, n in enumerate(_rope_presets(recipes) if model.kind == "rope" else _alibi_recipes(recipes))}
+    rec_rank = {n: i for i, n in enumerate(_recipe_names(model.kind, recipes))}
     rows.sort(key=lambda r: (fmts.index(r.dtype), r.length, order[r.component],
                              layer_rank.get(r.layer_type or "all", 0), rec_rank.get(r.recipe, 0)))
     return rows
