@@ -574,18 +574,16 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
     if not recipes and not stages:
         recipes = tuple(_ROPE_PRESETS)
     schedule = _schedule_from_options(ctx, head_dim, rotary_dim, base, rope_parameters, max_pos, **schedule_opts)
+    by_dtype = {d: [preset(r, d) for r in recipes] + [parse_stages(s, d) for s in stages] for d in dtypes}
     if engine == "torch":
-        from .formats import get_format as _gf
-
-        bad = sorted({f for d in dtypes for r in ([preset(x, d) for x in recipes] + [parse_stages(x, d) for x in stages])
-                      for f in r.stages.values() if _gf(f).torch_dtype is None})
+        bad = sorted({f for recs in by_dtype.values() for r in recs for f in r.stages.values()
+                      if get_format(f).torch_dtype is None})
         if bad:
             raise click.BadParameter(f"torch has no dtype for {', '.join(bad)}", param_hint="'--engine'")
     rows = []
-    total = positions_to_scan(schedule, lengths) * len(dtypes)
+    total = positions_to_scan(schedule, lengths) * len(by_dtype)
     with _progress_bar(total, "rope positions", enabled=total >= 2**18) as bar:
-        for d in dtypes:  # per dtype: lengths ascending, the recipes of one length side by side
-            recs = [preset(r, d) for r in recipes] + [parse_stages(s, d) for s in stages]
+        for recs in by_dtype.values():  # per dtype: lengths ascending, the recipes of one length side by side
             rank = {r.name: i for i, r in enumerate(recs)}
             rows += sorted(audit(schedule, recs, lengths, budget=budget, progress=bar.update, engine=engine),
                            key=lambda r: (r.length, rank[r.recipe]))
@@ -608,8 +606,8 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
     if engine == "torch":
         seen = set()
         extra["inv_freq_ulps"] = {}
-        for d in dtypes:
-            for r in [preset(x, d) for x in recipes] + [parse_stages(x, d) for x in stages]:
+        for recs in by_dtype.values():
+            for r in recs:
                 src = r.inv_freq_from
                 if src == "exact" or src in seen:
                     continue
