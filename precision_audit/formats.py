@@ -259,6 +259,40 @@ def _bfloat16_from_float32(x: npt.NDArray[np.float32], out: npt.NDArray[Any], tm
     np.copyto(out, tmp)
 
 
+def _bfloat16_via_float32(
+    x: npt.NDArray[np.float64], out: npt.NDArray[np.float64],
+    scratch: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None,
+) -> bool:
+    """``out = round_to(x, "bfloat16")`` through a float32 cast, if ``x`` has no nan (else False).
+
+    Rounding twice (float64 -> float32 -> bfloat16) differs from rounding once
+    only where the float32 value is exactly a bfloat16 midpoint (low 16 bits
+    0x8000: every midpoint is a float32 number and the roundings are monotone);
+    those few elements are rounded again from ``x`` by the one-rounding path.
+    Overflow, subnormals and signed zeros come out as one rounding gives them.
+    """
+    top, bottom = np.max(x), np.min(x)
+    if not (top == top and bottom == bottom):  # nan: the carry trick needs nan-free input
+        return False
+    n = x.size
+    a, b = scratch if scratch is not None and all(v.flags.c_contiguous for v in scratch) else (
+        np.empty(x.shape), np.empty(x.shape))
+    f32 = a.reshape(-1).view(np.float32)[:n].reshape(x.shape)
+    tmp = a.reshape(-1).view(np.float32)[n : 2 * n].reshape(x.shape)
+    with np.errstate(over="ignore"):
+        np.copyto(f32, x, casting="same_kind")
+    low = b.reshape(-1).view(np.uint32)[:n].reshape(x.shape)
+    np.bitwise_and(f32.view(np.uint32), np.uint32(0xFFFF), out=low)
+    is_mid = b.reshape(-1).view(np.bool_)[4 * n : 5 * n].reshape(x.shape)
+    np.equal(low, np.uint32(0x8000), out=is_mid)
+    mid = np.flatnonzero(is_mid) if is_mid.any() else None
+    xs = None if mid is None else x.flat[mid]  # before out (which may be x) is written
+    _bfloat16_from_float32(f32, out, tmp)
+    if xs is not None:
+        out.flat[mid] = _round_rne(xs, FORMATS["bfloat16"], np.empty_like(xs))
+    return True
+
+
 def _round_into(
     x: npt.NDArray[Any],
     f: Format,
@@ -286,6 +320,18 @@ def _round_into(
             np.copyto(t32, x, casting="same_kind")
         np.copyto(out, t32)
         return out
+    if f.name == "bfloat16" and x.dtype == np.float64 and x.size and _bfloat16_via_float32(x, out, scratch):
+        return out
+    return _round_rne(x, f, out, scratch)
+
+
+def _round_rne(
+    x: npt.NDArray[Any],
+    f: Format,
+    out: npt.NDArray[Any],
+    scratch: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None = None,
+) -> npt.NDArray[Any]:
+    """:func:`_round_into` for a format narrower than float32, by one addition (see above)."""
     q = _rne_params(f, x.dtype)
     c, t = (np.empty_like(x), np.empty_like(x)) if scratch is None else scratch
     ci = c.view(q.exp_bits.dtype)

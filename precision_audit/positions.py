@@ -227,11 +227,49 @@ class _Tally:
         self.run = 0  # length of the open run
         self.max_closed = 0
         self.singles_closed = 0
+        self._iota = np.zeros(0)
 
     def add(self, values: np.ndarray) -> None:
+        """Count the next ``len(values)`` rounded positions (float64, in position order)."""
         n0, k = self.n, len(values)
-        pos = np.arange(n0, n0 + k, dtype=np.float64)
+        if k == 0:
+            return
+        if self._iota.size != k:
+            self._iota = np.arange(k, dtype=np.float64)
+        d = np.subtract(values, float(n0))  # exact: integers below 2**53 (or inf, nan)
+        d -= self._iota  # value - position
+        hi, lo = float(d.max()), float(d.min())
+        if not (math.isfinite(hi) and math.isfinite(lo)):
+            return self._add_any(values)
+        exact = int(np.count_nonzero(d == 0))
+        self.exact += exact
+        if self.first_inexact is None and exact < k:
+            self.first_inexact = n0 + int(np.argmax(d != 0))
+        self.max_err = max(self.max_err, hi, -lo)
+        step = np.subtract(values[1:], values[:-1], out=d[: k - 1])
+        if (k > 1 and step.min() < 0) or (n0 and values[0] < self.prev):
+            raise RuntimeError("rounded positions are not monotone")
+        starts = np.flatnonzero(step)
+        starts += 1
+        if not n0 or values[0] != self.prev:
+            starts = np.r_[0, starts]
+        self._runs(starts, k)
+        self.prev = values[-1]
+        self.n += k
+
+    def _add_any(self, values: np.ndarray) -> None:
+        """:meth:`add` for a chunk with non-finite values (every one counts as one value, inf)."""
+        n0, k = self.n, len(values)
         finite = np.isfinite(values)
+        if not finite.any():  # past the overflow: one value, inf
+            self.first_inexact = n0 if self.first_inexact is None else self.first_inexact
+            self.first_non_finite = n0 if self.first_non_finite is None else self.first_non_finite
+            self.non_finite += k
+            self._runs(np.zeros(0 if n0 and self.prev == np.inf else 1, dtype=np.intp), k)
+            self.prev = np.inf
+            self.n += k
+            return
+        pos = np.arange(n0, n0 + k, dtype=np.float64)
         same = values == pos
         self.exact += int(np.count_nonzero(same))
         if self.first_inexact is None and not same.all():
@@ -251,6 +289,12 @@ class _Tally:
         if np.any(keys < head):  # rounding is monotone; anything else is a bug
             raise RuntimeError("rounded positions are not monotone")
         starts = np.flatnonzero(keys != head) if n0 else np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        self._runs(starts, k)
+        self.prev = keys[-1]
+        self.n += k
+
+    def _runs(self, starts: np.ndarray, k: int) -> None:
+        """Merge a chunk of ``k`` values whose new values start at indices ``starts``."""
         if len(starts) == 0:
             self.run += k
         else:
@@ -262,8 +306,6 @@ class _Tally:
                 self.singles_closed += int(np.count_nonzero(closed == 1))
             self.run = int(runs[-1])
             self.runs += len(starts)
-        self.prev = keys[-1]
-        self.n += k
 
     def _close(self, run: int) -> None:
         if run:

@@ -42,6 +42,7 @@ three-term 2*pi (Cody-Waite), i.e. accurate to ~1e-16 rad at 2**26.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import queue
@@ -50,11 +51,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
 from ._common import Row, check_lengths
-from .formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to
+from .formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to, spacing
 from .schedules import ROPE_TYPES, RopeSchedule
 
 __all__ = [
@@ -439,14 +441,10 @@ def _run_recipe(
     cache format from its float32 copy (the same value, so the same result).
     With ``keep_trig=False`` the trig values may be left out (None).
     """
-    fa, ft, fc = get_format(recipe.angle), get_format(recipe.trig), get_format(recipe.cache)
+    ft, fc = get_format(recipe.trig), get_format(recipe.cache)
     scratch = (w.s1, w.s2)
-    angle = w.angle
+    angle = _angle_into(recipe, pos, inv, w)
     with np.errstate(invalid="ignore", over="ignore"):
-        np.multiply(pos[:, None], inv[None, :], out=angle)
-        _round_into(angle, fa, angle, scratch)
-        if not _round_is_identity(fa, ft):
-            _round_into(angle, ft, angle, scratch)
         fast32 = ft.name == "float32" and scale == 1.0 and fc.significand_bits < 24
         if fast32 and fc.name == "bfloat16":  # the bit carry needs nan-free input
             fast32 = bool(np.isfinite(np.max(angle)) and np.isfinite(np.min(angle)))
@@ -484,6 +482,169 @@ def _run_recipe(
             _round_into(sb, fc, sb, scratch)
             stored.append(sb)
     return angle, trig[0], trig[1], stored[0], stored[1]
+
+
+def _angle_into(recipe: Recipe, pos: F64, inv: F64, w: _Rows) -> F64:
+    """The recipe's cos/sin argument ``pos * inv`` in the angle then the trig format, into ``w.angle``."""
+    fa, ft = get_format(recipe.angle), get_format(recipe.trig)
+    angle, scratch = w.angle, (w.s1, w.s2)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.multiply(pos[:, None], inv[None, :], out=angle)
+        _round_into(angle, fa, angle, scratch)
+        if not _round_is_identity(fa, ft):
+            _round_into(angle, ft, angle, scratch)
+    return angle
+
+
+@dataclass(frozen=True)
+class _AngleTable:
+    """Stored cos, sin and their atan2 for every value of a recipe's 16-bit (or narrower) angle format.
+
+    Such an angle has at most 65536 values, and every later stage is a
+    function of it; :func:`_recipe_stats` then looks the values up by the
+    angle's bit pattern instead of computing cos, sin and atan2 per element.
+    The table comes from :func:`_run_recipe` and ``np.arctan2`` on the
+    format's values, so a looked-up value is the computed one, to the bit.
+    """
+
+    fmt: Format
+    cos: F64
+    sin: F64
+    atan2: F64
+
+    @staticmethod
+    def build(recipe: Recipe, scale: float) -> "_AngleTable | None":
+        fa, ft = get_format(recipe.angle), get_format(recipe.trig)
+        width = np.dtype(fa.numpy_type).itemsize
+        if width > 2 or not _round_is_identity(fa, ft):  # the argument is not the angle format's value
+            return None
+        codes = np.arange(2 ** (8 * width), dtype=np.uint16 if width == 2 else np.uint8)
+        with np.errstate(invalid="ignore"):
+            values = codes.view(fa.numpy_type).astype(np.float64)
+            w = _Work(values.size, 1).rows(values.size)
+            _, _, _, cc, ss = _run_recipe(recipe, values, np.ones(1), scale, w, keep_trig=False)
+            return _AngleTable(fa, cc[:, 0].copy(), ss[:, 0].copy(), np.arctan2(ss[:, 0], cc[:, 0]))
+
+    def codes_into(self, angle: F64, out: npt.NDArray[np.intp], w: _Rows) -> npt.NDArray[np.intp]:
+        """The bit patterns of ``angle`` (values of the format) as table indices, into ``out``."""
+        n = angle.size
+        if self.fmt.name == "bfloat16":  # exact float32 copy, then its top 16 bits
+            f32 = w.s1.reshape(-1).view(np.float32)[:n].reshape(angle.shape)
+            np.copyto(f32, angle, casting="same_kind")
+            np.right_shift(f32.view(np.uint32), np.uint32(16), out=out)
+        else:
+            narrow = w.s1.reshape(-1).view(self.fmt.numpy_type)[:n].reshape(angle.shape)
+            with np.errstate(invalid="ignore", over="ignore"):
+                np.copyto(narrow, angle, casting="unsafe")
+            np.copyto(out, narrow.view(np.uint16 if narrow.itemsize == 2 else np.uint8))
+        return out
+
+
+@dataclass(frozen=True)
+class _PairTable:
+    """``np.arctan2(sin, cos)`` of stored (cos, sin) pairs of a 16-bit (or narrower) cache format.
+
+    A pair is looked up by its bit patterns: the cos code and the sin's sign
+    pick a band of |sin| codes (the ones that can lie near the circle of
+    radius ``scale``, with a margin), and every table entry carries its pair's
+    code.  A pair whose code differs from the entry it lands on (outside its
+    band) is computed by ``np.arctan2``; a looked-up value is therefore always
+    ``np.arctan2`` of that very pair, to the bit, whatever the band holds.
+    """
+
+    fmt: Format
+    bits: int
+    off: npt.NDArray[np.int64]  # per (cos code, sin sign): flat index of |sin| code 0
+    key: npt.NDArray[np.uint32]  # the pair code of each flat entry
+    atan2: F64
+
+    @staticmethod
+    def build(cache: str, scale: float) -> "_PairTable | None":
+        return _pair_table(get_format(cache).name, float(scale))
+
+    def lookup(self, cc: F64, ss: F64, out: F64, w: _Rows) -> F64:
+        """``out = np.arctan2(ss, cc)``; scratch from ``w`` (``s1``, ``s2``, ``t``)."""
+        if not _has_codes(self.fmt, cc, ss):
+            return np.arctan2(ss, cc, out=out)
+        n, b = cc.size, self.bits
+        u32 = w.s1.reshape(-1).view(np.uint32)
+        pair, kc = u32[:n], u32[n : 2 * n]
+        if self.fmt.name == "bfloat16":  # exact float32 copies: the code is the top 16 bits
+            np.copyto(pair.view(np.float32), cc.reshape(-1), casting="same_kind")
+            np.copyto(kc.view(np.float32), ss.reshape(-1), casting="same_kind")
+            np.right_shift(kc, np.uint32(16), out=kc)
+            np.bitwise_or(pair, kc, out=pair)
+        else:
+            code = np.uint16 if b > 8 else np.uint8
+            narrow = w.s2.reshape(-1).view(self.fmt.numpy_type)[:n]
+            with np.errstate(invalid="ignore", over="ignore"):
+                np.copyto(narrow, cc.reshape(-1), casting="unsafe")
+                np.copyto(pair, narrow.view(code))
+                np.copyto(narrow, ss.reshape(-1), casting="unsafe")
+                np.copyto(kc, narrow.view(code))
+            np.left_shift(pair, np.uint32(b), out=pair)
+            np.bitwise_or(pair, kc, out=pair)
+        idx = w.s2.reshape(-1).view(np.int64)[:n]
+        np.right_shift(pair, np.uint32(b - 1), out=kc)  # cos code and sin sign
+        np.take(self.off, kc, out=idx, mode="clip")
+        np.bitwise_and(pair, np.uint32((1 << (b - 1)) - 1), out=kc)  # |sin| code
+        np.add(idx, kc, out=idx)
+        np.take(self.key, idx, out=kc, mode="clip")
+        ok = w.t.reshape(-1).view(np.bool_)[:n]
+        np.equal(kc, pair, out=ok)
+        flat = out.reshape(-1)
+        np.take(self.atan2, idx, out=flat, mode="clip")
+        if not ok.all():
+            bad = ~ok
+            flat[bad] = np.arctan2(ss.reshape(-1)[bad], cc.reshape(-1)[bad])
+        return out
+
+
+def _has_codes(f: Format, *arrays: F64) -> bool:
+    """Every value has a bit pattern in ``f``: false only for a nan in a format without nan (fp4, fp6),
+    which ``round_to`` keeps as nan but a cast would turn into a number."""
+    return f.overflow != "saturate" or all(bool(np.isfinite(np.max(a))) for a in arrays if a.size)
+
+
+@functools.lru_cache(maxsize=16)
+def _pair_table(cache: str, scale: float) -> _PairTable | None:
+    f = get_format(cache)
+    width = np.dtype(f.numpy_type).itemsize
+    if width > 2 or not math.isfinite(scale) or scale <= 0:
+        return None
+    b = int(ml_dtypes.finfo(f.numpy_type).bits)  # the sign is bit b - 1 (fp4 and fp6 sit in a byte's low bits)
+    half = 1 << (b - 1)
+    code_t = np.uint16 if b > 8 else np.uint8
+    with np.errstate(invalid="ignore", over="ignore"):
+        mags = np.arange(half, dtype=code_t).view(f.numpy_type).astype(np.float64)  # |x| by code
+        c = np.arange(1 << b, dtype=code_t).view(f.numpy_type).astype(np.float64)  # cos by code
+        h = spacing(c, f)  # one ulp of margin on each side of the stored cos
+        lo = np.clip((np.abs(c) - h) / scale, 0.0, 1.0)
+        hi = np.clip((np.abs(c) + h) / scale, 0.0, 1.0)
+        smax, smin = scale * np.sqrt(1.0 - lo * lo), scale * np.sqrt(1.0 - hi * hi)
+        # |sin| codes from below smin to above smax (codes of positive values grow with the value)
+        first = np.searchsorted(mags, smin, side="left") - 2
+        last = np.searchsorted(mags, smax, side="right") + 1
+    usable = np.isfinite(c) & (np.abs(c) <= scale * (1 + 2.0 ** -f.significand_bits) + h)
+    first = np.clip(first, 0, half - 1)
+    last = np.where(usable, np.clip(last, first, half), first)  # empty band: nothing stored
+    size = last - first  # per cos code; the same band for both signs of sin
+    counts = np.repeat(size, 2)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    kc = np.arange(2 << b)  # cos code * 2 + sin sign
+    off = (starts - np.repeat(first, 2)).astype(np.int64)
+    total = int(counts.sum())
+    owner = np.repeat(kc, counts)  # kc of each flat entry
+    mag = np.arange(total) - np.repeat(starts, counts) + np.repeat(np.repeat(first, 2), counts)
+    ccode = owner >> 1
+    scode = mag | ((owner & 1) << (b - 1))
+    key = ((ccode << b) | scode).astype(np.uint32)
+    with np.errstate(invalid="ignore"):
+        sv = scode.astype(code_t).view(f.numpy_type).astype(np.float64)
+        atan2 = np.arctan2(sv, c[ccode])
+    if total == 0:  # keep take() valid: one entry that no pair code can match
+        key, atan2 = np.array([0xFFFFFFFF], dtype=np.uint32), np.zeros(1)
+    return _PairTable(f, b, off, key, atan2)
 
 
 def _round_is_identity(a: Format, b: Format) -> bool:
@@ -739,16 +900,26 @@ def _oracle_into(m: F64, hi: F64, lo: F64, w: _Rows) -> None:
         _wrap_into(r, t)
 
 
-def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, engine: str = "numpy") -> _ChunkStats:
+def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, engine: str = "numpy",
+                  table: "_AngleTable | None" = None, pairs: "_PairTable | None" = None) -> _ChunkStats:
     """Angle and rotation errors of one recipe on one chunk, reduced per frequency.
 
     The same values as ``|wrap(angle - p1 - p2)|`` and
     ``|wrap(atan2(sin, cos) - exact)|`` with non-finite errors set to pi.
     ``engine="torch"``: ``pos`` are the integer positions, the stages torch's.
+    ``table``: the recipe's :class:`_AngleTable` (numpy engine), for cos, sin, atan2;
+    ``pairs``: its cache format's :class:`_PairTable`, for atan2.
     """
+    rot: F64 | None = None  # atan2(ss, cc) when looked up
     if engine == "torch":
         st = torch_stages(recipe, inv, pos, scale)
         angle, cc, ss = st["angle"], st["cos"], st["sin"]
+    elif table is not None and _has_codes(table.fmt, _angle_into(recipe, pos, inv, w)):
+        angle = w.angle
+        idx = table.codes_into(angle, w.c.view(np.intp), w)
+        cc = np.take(table.cos, idx, out=w.cc, mode="clip")
+        ss = np.take(table.sin, idx, out=w.ss, mode="clip")
+        rot = np.take(table.atan2, idx, out=w.s, mode="clip")
     else:
         angle, _, _, cc, ss = _run_recipe(recipe, pos, inv, scale, w, keep_trig=False)
     d = w.k  # free once the oracle is done
@@ -766,8 +937,9 @@ def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, en
             ang_max = d.max(axis=0)
         ang_sum = d.sum(axis=0)
         r = w.k
-        np.arctan2(ss, cc, out=r)
-        np.subtract(r, w.ex, out=r)
+        if rot is None:
+            rot = np.arctan2(ss, cc, out=r) if pairs is None else pairs.lookup(cc, ss, r, w)
+        np.subtract(rot, w.ex, out=r)
         _wrap_into(r, w.t)
         np.abs(r, out=r)
         rot_max = r.max(axis=0)
@@ -795,14 +967,16 @@ def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, en
 
 def _chunk_stats(
     recipes: Sequence[Recipe], hi: F64, lo: F64, invs: Sequence[F64], scale: float, start: int, stop: int, w: _Rows,
-    engine: str = "numpy",
+    engine: str = "numpy", tables: Sequence[tuple[_AngleTable | None, _PairTable | None]] | None = None,
 ) -> list[_ChunkStats]:
     """Every recipe's reductions on positions start..stop-1 (one oracle evaluation)."""
     m = np.arange(start, stop, dtype=np.float64)
     _oracle_into(m, hi, lo, w)
     if engine == "torch":
         return [_recipe_stats(r, m, inv, scale, w, engine) for r, inv in zip(recipes, invs)]
-    return [_recipe_stats(r, round_to(m, r.positions), inv, scale, w) for r, inv in zip(recipes, invs)]
+    tabs = tables if tables is not None else [(None, None)] * len(recipes)
+    return [_recipe_stats(r, round_to(m, r.positions), inv, scale, w, table=t, pairs=p)
+            for r, inv, (t, p) in zip(recipes, invs, tabs)]
 
 
 def default_workers() -> int:
@@ -833,6 +1007,7 @@ def _pass(
         raise ValueError(f"need one inverse-frequency array of {nf} values per recipe")
     invs = [round_to(np.asarray(v, dtype=np.float64), r.inv_freq) for r, v in zip(recipes, inv_freqs)]
     hi, lo = _split(theta)
+    tables = [(_AngleTable.build(r, scale), _PairTable.build(r.cache, scale)) for r in recipes] if engine == "numpy" else None
     chunk = max(256, chunk_elems // max(nf, 1))
     plan: list[tuple[int, int, int | None]] = []  # (start, stop, length that ends here)
     start = 0
@@ -858,7 +1033,7 @@ def _pass(
             return []
         w = spare.get()
         try:
-            return _chunk_stats(recipes, hi, lo, invs, scale, a, b, w.rows(b - a), engine)
+            return _chunk_stats(recipes, hi, lo, invs, scale, a, b, w.rows(b - a), engine, tables)
         finally:
             spare.put(w)
 

@@ -425,6 +425,21 @@ def test_bfloat16_double_rounding_trap_integers() -> None:
     np.testing.assert_array_equal(round_to(-n.astype(np.float64), "bfloat16"), -ref_round_ints(n, "bfloat16"))
 
 
+def test_bfloat16_float32_path_fixes_double_rounding() -> None:
+    # round_to(x, bf16) casts nan-free float64 to float32 first and rounds that by a bit carry; it must
+    # re-round the elements whose float32 value is exactly a bf16 midpoint.  Values a quarter float32 ulp
+    # either side of a midpoint round onto it in float32 (the trap); checked against the scalar oracle, in
+    # every binade (subnormals too), both signs, in one array (fast path) and with a nan (general path).
+    rng = np.random.default_rng(11)
+    codes = rng.integers(0, 0x7F7F, 4000, dtype=np.uint32)
+    mids = ((codes << 16) | 0x8000).view(np.float32).astype(np.float64)
+    quarter = np.ldexp(1.0, np.frexp(mids)[1] - 27)  # 1/4 float32 ulp (normal binades)
+    xs = np.concatenate([mids, mids + quarter, mids - quarter, -(mids + quarter)])
+    assert np.count_nonzero((xs.astype(np.float32).view(np.uint32) & 0xFFFF) == 0x8000) >= 3 * 4000
+    assert_matches("bfloat16", xs)
+    assert_matches("bfloat16", np.append(xs[:50], np.nan))
+
+
 # ---------------------------------------------------------------------------
 # Special values
 # ---------------------------------------------------------------------------

@@ -92,6 +92,12 @@ CASES = [
     pytest.param(RopeSchedule(head_dim=32), preset("fp32", "fp16"), [5000], id="fp32-fp16"),
     pytest.param(RopeSchedule(head_dim=32), preset("fp32", "e4m3"), [5000], id="fp32-e4m3"),
     pytest.param(RopeSchedule(head_dim=16), Recipe("inf-angle", "fp32", "fp32", "fp16", "fp32", "bf16"), [70000], id="nan-trig-bf16"),
+    # the angle table (16-bit angle) and the pair table (16-bit cache) with an attention factor
+    pytest.param(RopeSchedule(head_dim=32, scaling="yarn", factor=16), preset("lowp", "bf16"), [5000], id="lowp-bf16-yarn"),
+    pytest.param(RopeSchedule(head_dim=32, scaling="yarn", factor=16), preset("fp32", "fp16"), [5000], id="fp32-fp16-yarn"),
+    pytest.param(RopeSchedule(head_dim=16), Recipe("e5m2-angle", "fp32", "fp32", "e5m2", "fp32", "bf16"), [900], id="fp8-angle"),
+    pytest.param(RopeSchedule(head_dim=16), preset("lowp", "fp4"), [50], id="lowp-fp4"),
+    pytest.param(RopeSchedule(head_dim=16), preset("lowp", "fp6_e3m2"), [50], id="lowp-fp6"),
 ]
 
 
@@ -141,3 +147,36 @@ def test_zero_frequencies_skipped_without_changing_rows() -> None:
             # they differ by at most L * 2**-52 relative, far inside 1e-12 for L <= 3000
             assert row.mean_rotation_error == pytest.approx(float(acc.rot_sum.sum() / (L * 16)), rel=1e-12)
             assert row.angle_error_profile == tuple(acc.ang_max.tolist())
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn"])
+@pytest.mark.parametrize("scale", [1.0, 1.3465735902799727])
+def test_pair_table_is_arctan2_of_any_pair(fmt: str, scale: float) -> None:
+    # The oracle is the definition: np.arctan2 of the same stored pair.  Pairs on the circle (the table's
+    # bands), far off it (the fallback), and zeros, infinities and nans of the format.
+    from precision_audit.formats import get_format
+    from precision_audit.rope import _PairTable, _Work
+
+    f = get_format(fmt)
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-40.0, 40.0, 3000)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-30, 300.0]
+    cos = np.concatenate([scale * np.cos(a), rng.uniform(-2, 2, 1000), np.repeat(specials, len(specials))])
+    sin = np.concatenate([scale * np.sin(a), rng.uniform(-2, 2, 1000), np.tile(specials, len(specials))])
+    with np.errstate(invalid="ignore", over="ignore"):
+        cc, ss = round_to(cos, f).reshape(-1, 1), round_to(sin, f).reshape(-1, 1)
+        want = np.arctan2(ss, cc)
+    table = _PairTable.build(fmt, scale)
+    assert table is not None
+    got = table.lookup(cc, ss, np.empty_like(cc), _Work(cc.shape[0], 1).rows(cc.shape[0]))
+    np.testing.assert_array_equal(got, want)  # bit for bit, nan where nan
+
+
+def test_tables_only_for_narrow_formats() -> None:
+    from precision_audit.rope import _AngleTable, _PairTable
+
+    assert _PairTable.build("float32", 1.0) is None
+    assert _AngleTable.build(preset("fp32", "bf16"), 1.0) is None
+    assert _AngleTable.build(preset("lowp", "bf16"), 1.0) is not None
+    # a trig stage narrower than the angle would round the argument again: no table
+    assert _AngleTable.build(Recipe("x", "bf16", "bf16", "fp16", "e4m3", "bf16"), 1.0) is None
