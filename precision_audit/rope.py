@@ -606,7 +606,10 @@ def _has_codes(f: Format, *arrays: F64) -> bool:
     return f.overflow != "saturate" or all(bool(np.isfinite(np.max(a))) for a in arrays if a.size)
 
 
-@functools.lru_cache(maxsize=16)
+_TABLE_MIN_ELEMENTS = 2**20  # angles in a pass from which the lookup tables pay for themselves (~30 ms to build)
+
+
+@functools.lru_cache(maxsize=4)
 def _pair_table(cache: str, scale: float) -> _PairTable | None:
     f = get_format(cache)
     width = np.dtype(f.numpy_type).itemsize
@@ -1007,7 +1010,9 @@ def _pass(
         raise ValueError(f"need one inverse-frequency array of {nf} values per recipe")
     invs = [round_to(np.asarray(v, dtype=np.float64), r.inv_freq) for r, v in zip(recipes, inv_freqs)]
     hi, lo = _split(theta)
-    tables = [(_AngleTable.build(r, scale), _PairTable.build(r.cache, scale)) for r in recipes] if engine == "numpy" else None
+    tables = None
+    if engine == "numpy" and max(lengths, default=0) * nf >= _TABLE_MIN_ELEMENTS:  # else building costs more
+        tables = [(_AngleTable.build(r, scale), _PairTable.build(r.cache, scale)) for r in recipes]
     chunk = max(256, chunk_elems // max(nf, 1))
     plan: list[tuple[int, int, int | None]] = []  # (start, stop, length that ends here)
     start = 0
