@@ -278,13 +278,9 @@ class _Tally:
         if bad and self.first_non_finite is None:
             self.first_non_finite = n0 + int(np.argmin(finite))
         self.non_finite += bad
-        if bad == 0:
-            self.max_err = max(self.max_err, float(np.max(np.abs(values - pos))))
-            keys = values
-        else:
-            if bad < k:
-                self.max_err = max(self.max_err, float(np.max(np.abs(values[finite] - pos[finite]))))
-            keys = np.where(finite, values, np.inf)  # every non-finite result is one value
+        if bad < k:
+            self.max_err = max(self.max_err, float(np.max(np.abs(values[finite] - pos[finite]))))
+        keys = np.where(finite, values, np.inf)  # every non-finite result is one value
         head = np.concatenate(([self.prev], keys[:-1]))
         if np.any(keys < head):  # rounding is monotone; anything else is a bug
             raise RuntimeError("rounded positions are not monotone")

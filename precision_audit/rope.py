@@ -525,19 +525,20 @@ class _AngleTable:
             _, _, _, cc, ss = _run_recipe(recipe, values, np.ones(1), scale, w, keep_trig=False)
             return _AngleTable(fa, cc[:, 0].copy(), ss[:, 0].copy(), np.arctan2(ss[:, 0], cc[:, 0]))
 
-    def codes_into(self, angle: F64, out: npt.NDArray[np.intp], w: _Rows) -> npt.NDArray[np.intp]:
-        """The bit patterns of ``angle`` (values of the format) as table indices, into ``out``."""
-        n = angle.size
-        if self.fmt.name == "bfloat16":  # exact float32 copy, then its top 16 bits
-            f32 = w.s1.reshape(-1).view(np.float32)[:n].reshape(angle.shape)
-            np.copyto(f32, angle, casting="same_kind")
-            np.right_shift(f32.view(np.uint32), np.uint32(16), out=out)
-        else:
-            narrow = w.s1.reshape(-1).view(self.fmt.numpy_type)[:n].reshape(angle.shape)
-            with np.errstate(invalid="ignore", over="ignore"):
-                np.copyto(narrow, angle, casting="unsafe")
-            np.copyto(out, narrow.view(np.uint16 if narrow.itemsize == 2 else np.uint8))
-        return out
+
+def _codes_into(f: Format, x: F64, out: npt.NDArray[Any], scratch: F64) -> npt.NDArray[Any]:
+    """The bit patterns of ``x`` (values of the 16-bit or narrower format ``f``) into the integer array
+    ``out`` (flat, ``x.size`` long); ``scratch``: a C-contiguous float64 array of at least ``x.size``."""
+    n, flat = x.size, x.reshape(-1)
+    if f.name == "bfloat16":  # exact float32 copy, then its top 16 bits
+        f32 = scratch.reshape(-1).view(np.float32)[:n]
+        np.copyto(f32, flat, casting="same_kind")
+        return np.right_shift(f32.view(np.uint32), np.uint32(16), out=out)
+    narrow = scratch.reshape(-1).view(f.numpy_type)[:n]
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.copyto(narrow, flat, casting="unsafe")
+    np.copyto(out, narrow.view(np.uint16 if narrow.itemsize == 2 else np.uint8))
+    return out
 
 
 @dataclass(frozen=True)
@@ -569,21 +570,10 @@ class _PairTable:
         n, b = cc.size, self.bits
         u32 = w.s1.reshape(-1).view(np.uint32)
         pair, kc = u32[:n], u32[n : 2 * n]
-        if self.fmt.name == "bfloat16":  # exact float32 copies: the code is the top 16 bits
-            np.copyto(pair.view(np.float32), cc.reshape(-1), casting="same_kind")
-            np.copyto(kc.view(np.float32), ss.reshape(-1), casting="same_kind")
-            np.right_shift(kc, np.uint32(16), out=kc)
-            np.bitwise_or(pair, kc, out=pair)
-        else:
-            code = np.uint16 if b > 8 else np.uint8
-            narrow = w.s2.reshape(-1).view(self.fmt.numpy_type)[:n]
-            with np.errstate(invalid="ignore", over="ignore"):
-                np.copyto(narrow, cc.reshape(-1), casting="unsafe")
-                np.copyto(pair, narrow.view(code))
-                np.copyto(narrow, ss.reshape(-1), casting="unsafe")
-                np.copyto(kc, narrow.view(code))
-            np.left_shift(pair, np.uint32(b), out=pair)
-            np.bitwise_or(pair, kc, out=pair)
+        _codes_into(self.fmt, cc, pair, w.s2)
+        _codes_into(self.fmt, ss, kc, w.s2)
+        np.left_shift(pair, np.uint32(b), out=pair)
+        np.bitwise_or(pair, kc, out=pair)  # the pair's code: cos code, then sin code
         idx = w.s2.reshape(-1).view(np.int64)[:n]
         np.right_shift(pair, np.uint32(b - 1), out=kc)  # cos code and sin sign
         np.take(self.off, kc, out=idx, mode="clip")
@@ -919,7 +909,7 @@ def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, en
         angle, cc, ss = st["angle"], st["cos"], st["sin"]
     elif table is not None and _has_codes(table.fmt, _angle_into(recipe, pos, inv, w)):
         angle = w.angle
-        idx = table.codes_into(angle, w.c.view(np.intp), w)
+        idx = _codes_into(table.fmt, angle, w.c.view(np.intp).reshape(-1), w.s1).reshape(angle.shape)
         cc = np.take(table.cos, idx, out=w.cc, mode="clip")
         ss = np.take(table.sin, idx, out=w.ss, mode="clip")
         rot = np.take(table.atan2, idx, out=w.s, mode="clip")
