@@ -107,9 +107,9 @@ def test_engine_equals_straightforward_reference(
     schedule: RopeSchedule, recipe: Recipe, lengths: list[int], tables: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the lookup tables (16-bit angles, 16-bit caches) serve long passes only: both paths are checked
-    from precision_audit import rope
+    import importlib
 
-    monkeypatch.setattr(rope, "_TABLE_MIN_ELEMENTS", 0 if tables else 2**62)
+    monkeypatch.setattr(importlib.import_module("precision_audit.rope.audit"), "_TABLE_MIN_ELEMENTS", 0 if tables else 2**62)
     chunk_elems = 4096  # several chunks per length, boundaries inside runs of collisions
     ref = _reference(schedule, recipe, lengths, chunk_elems)
     rows = audit(schedule, recipe, lengths, chunk_elems=chunk_elems, workers=2)

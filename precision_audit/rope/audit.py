@@ -55,9 +55,9 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from ._common import Row, check_lengths
-from .formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to, spacing
-from .schedules import ROPE_TYPES, RopeSchedule
+from .._common import Row, check_lengths
+from ..formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to, spacing
+from ..schedules import ROPE_TYPES, RopeSchedule
 
 __all__ = [
     "PRESETS",
@@ -753,7 +753,7 @@ def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
     f = get_format(fmt)
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale {scale!r} must be a finite number > 0")
-    from .formats import spacing
+    from ..formats import spacing
 
     h = float(spacing([math.nextafter(scale, 0.0)], f)[0]) / 2
     e = math.sqrt(2.0) * h / scale
