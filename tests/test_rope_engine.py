@@ -107,9 +107,9 @@ def test_engine_equals_straightforward_reference(
     schedule: RopeSchedule, recipe: Recipe, lengths: list[int], tables: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the lookup tables (16-bit angles, 16-bit caches) serve long passes only: both paths are checked
-    from precision_audit import rope
+    from precision_audit.rope import tables as rope_tables
 
-    monkeypatch.setattr(rope, "_TABLE_MIN_ELEMENTS", 0 if tables else 2**62)
+    monkeypatch.setattr(rope_tables, "_TABLE_MIN_ELEMENTS", 0 if tables else 2**62)
     chunk_elems = 4096  # several chunks per length, boundaries inside runs of collisions
     ref = _reference(schedule, recipe, lengths, chunk_elems)
     rows = audit(schedule, recipe, lengths, chunk_elems=chunk_elems, workers=2)
@@ -138,14 +138,14 @@ def test_workers_validated(bad: object) -> None:
 def test_zero_frequencies_skipped_without_changing_rows() -> None:
     # proportional RoPE: pairs with theta = 0 have error 0 and equal rows in every recipe; the audit skips them.
     # Reference: the same pass over every frequency (nothing skipped), reduced the same way.
-    from precision_audit import rope
+    from precision_audit.rope.audit import _pass
 
     s = RopeSchedule(head_dim=32, rotary_dim=8, scaling="proportional", base=1e6)
     recs = [preset("lowp", "bf16"), preset("fp32", "fp16")]
     rows = audit(s, recs, [100, 3000], chunk_elems=2048, workers=2)
     theta = s.inv_freq()
     assert (theta == 0).sum() == 12
-    snaps = rope._pass(recs, theta, [stored_inv_freq(r, s) for r in recs], [100, 3000], 1.0, 2048, workers=1)
+    snaps = _pass(recs, theta, [stored_inv_freq(r, s) for r in recs], [100, 3000], 1.0, 2048, workers=1)
     for i, r in enumerate(recs):
         for (acc, L), row in zip(snaps[i], [x for x in rows if x.recipe == r.name]):
             assert row.length == L and row.colliding_positions == acc.collisions
@@ -162,7 +162,8 @@ def test_pair_table_is_arctan2_of_any_pair(fmt: str, scale: float) -> None:
     # The oracle is the definition: np.arctan2 of the same stored pair.  Pairs on the circle (the table's
     # bands), far off it (the fallback), and zeros, infinities and nans of the format.
     from precision_audit.formats import get_format
-    from precision_audit.rope import _PairTable, _Work
+    from precision_audit.rope.engine import _Work
+    from precision_audit.rope.tables import _PairTable
 
     f = get_format(fmt)
     rng = np.random.default_rng(7)
@@ -180,7 +181,7 @@ def test_pair_table_is_arctan2_of_any_pair(fmt: str, scale: float) -> None:
 
 
 def test_tables_only_for_narrow_formats() -> None:
-    from precision_audit.rope import _AngleTable, _PairTable
+    from precision_audit.rope.tables import _AngleTable, _PairTable
 
     assert _PairTable.build("float32", 1.0) is None
     assert _AngleTable.build(preset("fp32", "bf16"), 1.0) is None

@@ -1,0 +1,489 @@
+"""The RoPE audit: one chunked pass over positions per frequency group, reduced into rows.
+
+:func:`audit` runs every recipe on positions ``0..max(lengths)-1`` in chunks
+(on threads; the rows do not depend on how many), measures each chunk's angle
+and rotation errors against the oracle (:mod:`.oracle`), merges them in
+position order and snapshots the running reductions at every asked length:
+one :class:`RopeRow` per (recipe, length).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from .._common import Row, check_lengths
+from ..formats import Format, get_format, round_to, spacing
+from ..schedules import RopeSchedule
+from .engine import ENGINES, _angle_into, _Rows, _run_recipe, _Work
+from .oracle import _TWO_PI, F64, MAX_ROPE_LENGTH, _oracle_into, _split, _wrap_into
+from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
+from .tables import _AngleTable, _has_codes, _PairTable, _tables_for
+from .torch_engine import torch_stages
+
+__all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan"]
+
+
+def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
+    """Worst rotation error (rad) from rounding an exact (s cos, s sin) pair to ``fmt``.
+
+    ``scale`` s is the attention factor multiplied into cos/sin (YaRN,
+    LongRoPE; 1 otherwise).  Each stored component lies below s in magnitude,
+    so it moves by at most half the spacing ``h`` of the largest value below s
+    (s = 1: half an ulp of [0.5, 1), ``2**-(p+1)``); the point moves by at most
+    ``sqrt(2) h`` at radius s, its angle by at most ``asin(e / (1 - e))`` with
+    ``e = sqrt(2) h / s``.  A factor just above a power of two coarsens the
+    grid against the radius: bf16 with s = 1.35 allows about 2 / 1.35 times the s = 1 bound.
+
+    >>> round(cache_rounding_bound("bfloat16"), 6)
+    0.00277
+    >>> round(cache_rounding_bound("bfloat16", 1.35) / cache_rounding_bound("bfloat16"), 3)  # 2/1.35 = 1.481, + O(e)
+    1.483
+    """
+    f = get_format(fmt)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale {scale!r} must be a finite number > 0")
+    h = float(spacing([math.nextafter(scale, 0.0)], f)[0]) / 2
+    e = math.sqrt(2.0) * h / scale
+    return math.asin(min(1.0, e / (1 - e)))
+
+
+
+
+@dataclass(frozen=True)
+class RopeRow(Row):
+    """RoPE precision of one recipe at one context length (positions 0..length-1).
+
+    Errors in radians, wrapped to [-pi, pi], against the exact ``m * theta_i``.
+    Angle errors are of the cos/sin argument; rotation errors of
+    ``atan2(stored sin, stored cos)``.  A non-finite value counts as error pi.
+    ``*_profile`` lists one value per frequency index i (max over positions,
+    or mean).  ``error_budget`` maps each stage to the max rotation error with
+    that stage alone made exact (float64), or is None if not computed.
+    ``cache_bound`` is :func:`cache_rounding_bound` of the cache format;
+    ``how`` says how each stage's value is made (:attr:`Recipe.how`) and
+    ``engine`` who rounded (numpy: correctly rounded; torch: this machine).
+    """
+
+    recipe: str
+    dtype: str
+    length: int
+    head_dim: int
+    base: float
+    rotary_dim: int
+    scaling: str
+    stages: dict[str, str]
+    how: dict[str, str]
+    engine: str
+    max_angle_error: float
+    mean_angle_error: float
+    max_rotation_error: float
+    mean_rotation_error: float
+    colliding_positions: int
+    cache_bound: float
+    angle_error_profile: tuple[float, ...] = field(repr=False)
+    mean_angle_error_profile: tuple[float, ...] = field(repr=False)
+    rotation_error_profile: tuple[float, ...] = field(repr=False)
+    mean_rotation_error_profile: tuple[float, ...] = field(repr=False)
+    error_budget: dict[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"length {self.length!r} must be at least 1")
+        if not 0 <= self.colliding_positions < self.length:
+            raise ValueError(f"colliding_positions {self.colliding_positions!r} not in [0, {self.length})")
+
+
+@dataclass
+class _ChunkStats:
+    """One recipe's reductions over one chunk of positions (merged in chunk order)."""
+
+    ang_max: F64
+    ang_sum: F64
+    rot_max: F64
+    rot_sum: F64
+    collisions: int  # rows equal to the previous row, inside the chunk
+    first: F64  # stored (cos, sin) of the chunk's first and last position
+    last: F64
+
+
+class _Acc:
+    """Running per-frequency reductions for one recipe over a prefix of positions."""
+
+    def __init__(self, nf: int) -> None:
+        self.ang_max = np.zeros(nf)
+        self.ang_sum = np.zeros(nf)
+        self.rot_max = np.zeros(nf)
+        self.rot_sum = np.zeros(nf)
+        self.collisions = 0
+        self.last: F64 | None = None
+
+    def add(self, c: _ChunkStats) -> None:
+        """Merge the next chunk (chunks must come in position order: sums are order-sensitive)."""
+        np.maximum(self.ang_max, c.ang_max, out=self.ang_max)
+        self.ang_sum += c.ang_sum
+        np.maximum(self.rot_max, c.rot_max, out=self.rot_max)
+        self.rot_sum += c.rot_sum
+        self.collisions += c.collisions + (self.last is not None and _same_row(self.last, c.first))
+        self.last = c.last
+
+    def padded(self, active: npt.NDArray[np.bool_]) -> "_Acc":
+        """The accumulator over all frequencies, where the inactive ones (theta = 0) had error 0."""
+        out = _Acc(active.size)
+        for name in ("ang_max", "ang_sum", "rot_max", "rot_sum"):
+            getattr(out, name)[active] = getattr(self, name)
+        out.collisions = self.collisions
+        return out
+
+    def snapshot(self) -> "_Acc":
+        snap = _Acc(0)
+        snap.ang_max, snap.ang_sum = self.ang_max.copy(), self.ang_sum.copy()
+        snap.rot_max, snap.rot_sum = self.rot_max.copy(), self.rot_sum.copy()
+        snap.collisions = self.collisions
+        return snap
+
+
+def _same_row(a: F64, b: F64) -> bool:
+    """Rows equal element by element, nan equal to nan."""
+    return bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
+
+
+
+
+def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, engine: str = "numpy",
+                  table: _AngleTable | None = None, pairs: _PairTable | None = None) -> _ChunkStats:
+    """Angle and rotation errors of one recipe on one chunk, reduced per frequency.
+
+    The same values as ``|wrap(angle - p1 - p2)|`` and
+    ``|wrap(atan2(sin, cos) - exact)|`` with non-finite errors set to pi.
+    ``engine="torch"``: ``pos`` are the integer positions, the stages torch's.
+    ``table``: the recipe's :class:`_AngleTable` (numpy engine), for cos, sin, atan2;
+    ``pairs``: its cache format's :class:`_PairTable`, for atan2.
+    """
+    angle, cc, ss, rot = _stored_values(recipe, pos, inv, scale, w, engine, table)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ang_max, ang_sum = _angle_errors(angle, w)
+        if rot is None:
+            rot = np.arctan2(ss, cc, out=w.k) if pairs is None else pairs.lookup(cc, ss, w.k, w)
+        rot_max, rot_sum, has_nan = _rotation_errors(rot, w)
+    return _ChunkStats(
+        ang_max, ang_sum, rot_max, rot_sum, _collisions(cc, ss, has_nan, w),
+        np.concatenate([cc[0], ss[0]]), np.concatenate([cc[-1], ss[-1]]),
+    )
+
+
+def _stored_values(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, engine: str,
+                   table: _AngleTable | None) -> tuple[F64, F64, F64, F64 | None]:
+    """The cos/sin argument, the stored cos and sin, and their atan2 when looked up (else None)."""
+    if engine == "torch":
+        st = torch_stages(recipe, inv, pos, scale)
+        return st["angle"], st["cos"], st["sin"], None
+    if table is not None and _has_codes(table.fmt, _angle_into(recipe, pos, inv, w)):
+        return (w.angle, *table.lookup(w.angle, w))
+    angle, _, _, cc, ss = _run_recipe(recipe, pos, inv, scale, w, keep_trig=False)
+    return angle, cc, ss, None
+
+
+def _angle_errors(angle: F64, w: _Rows) -> tuple[F64, F64]:
+    """Per frequency: max and sum of ``|wrap(angle - p1 - p2)|`` (non-finite: pi); in ``w.k``, scratch ``w.t``."""
+    d = w.k  # free once the oracle is done
+    np.subtract(angle, w.p1, out=d)
+    np.subtract(d, w.p2, out=d)
+    np.abs(d, out=d)
+    ang_max = d.max(axis=0)
+    if not ang_max.max() / _TWO_PI <= 0.5:  # some error needs wrapping, or is not finite
+        np.subtract(angle, w.p1, out=d)
+        np.subtract(d, w.p2, out=d)
+        _wrap_into(d, w.t)
+        np.abs(d, out=d)
+        d[~np.isfinite(d)] = math.pi
+        ang_max = d.max(axis=0)
+    return ang_max, d.sum(axis=0)
+
+
+def _rotation_errors(rot: F64, w: _Rows) -> tuple[F64, F64, bool]:
+    """Per frequency: max and sum of ``|wrap(rot - exact)|`` (nan: pi), and whether a nan occurred;
+    in ``w.k`` (``rot`` may be ``w.k``), scratch ``w.t``."""
+    r = w.k
+    np.subtract(rot, w.ex, out=r)
+    _wrap_into(r, w.t)
+    np.abs(r, out=r)
+    rot_max = r.max(axis=0)
+    has_nan = not np.isfinite(rot_max).all()  # a nan in cos/sin makes atan2 nan
+    if has_nan:
+        r[~np.isfinite(r)] = math.pi
+        rot_max = r.max(axis=0)
+    return rot_max, r.sum(axis=0), has_nan
+
+
+def _collisions(cc: F64, ss: F64, has_nan: bool, w: _Rows) -> int:
+    """Rows of stored (cos, sin) equal to the previous row (nan equal to nan when ``has_nan``)."""
+    if cc.shape[0] <= 1:
+        return 0
+    e1, e2 = w.eq
+    np.equal(cc[1:], cc[:-1], out=e1)
+    np.equal(ss[1:], ss[:-1], out=e2)
+    if has_nan:
+        e1 |= np.isnan(cc[1:]) & np.isnan(cc[:-1])
+        e2 |= np.isnan(ss[1:]) & np.isnan(ss[:-1])
+    e1 &= e2
+    return int(np.count_nonzero(e1.all(axis=1)))
+
+
+def _chunk_stats(
+    recipes: Sequence[Recipe], hi: F64, lo: F64, invs: Sequence[F64], scale: float, start: int, stop: int, w: _Rows,
+    engine: str = "numpy", tables: Sequence[tuple[_AngleTable | None, _PairTable | None]] | None = None,
+) -> list[_ChunkStats]:
+    """Every recipe's reductions on positions start..stop-1 (one oracle evaluation)."""
+    m = np.arange(start, stop, dtype=np.float64)
+    _oracle_into(m, hi, lo, w)
+    if engine == "torch":
+        return [_recipe_stats(r, m, inv, scale, w, engine) for r, inv in zip(recipes, invs)]
+    tabs = tables if tables is not None else [(None, None)] * len(recipes)
+    return [_recipe_stats(r, round_to(m, r.positions), inv, scale, w, table=t, pairs=p)
+            for r, inv, (t, p) in zip(recipes, invs, tabs)]
+
+
+def default_workers() -> int:
+    """Threads an audit uses by default: the CPU count, at most 4 (memory ~50 MB each).
+
+    >>> 1 <= default_workers() <= 4
+    True
+    """
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+
+
+_Chunk = tuple[int, int, "int | None"]  # positions start..stop-1, and the length that ends there (or None)
+
+
+def _plan(lengths: Sequence[int], chunk: int) -> list[_Chunk]:
+    """Chunks of at most ``chunk`` positions up to each length in turn (``lengths`` sorted, as
+    :func:`check_rope_lengths` gives them).
+
+    >>> _plan([3, 5], 2)
+    [(0, 2, None), (2, 3, 3), (3, 5, 5)]
+    """
+    plan: list[_Chunk] = []
+    start = 0
+    for L in lengths:
+        while start < L:
+            stop = min(L, start + chunk)
+            plan.append((start, stop, None))
+            start = stop
+        if plan and plan[-1][1] == L:
+            plan[-1] = (plan[-1][0], L, L)
+        else:  # L repeats the previous length: snapshot without new positions
+            plan.append((L, L, L))
+    return plan
+
+
+def _pass(
+    recipes: Sequence[Recipe], theta: F64, inv_freqs: Sequence[F64], lengths: Sequence[int], scale: float,
+    chunk_elems: int, progress: Callable[[int], None] | None = None, workers: int = 1,
+    engine: str = "numpy",
+) -> list[list[tuple[_Acc, int]]]:
+    """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length.
+
+    ``theta`` is the schedule's exact float64 frequencies (the oracle);
+    ``inv_freqs[i]`` the inverse frequencies recipe ``i`` starts from (rounded
+    to its ``inv_freq`` format here; rounding is idempotent).  Chunks run on
+    ``workers`` threads (numpy releases the GIL) and are merged in position
+    order, so the result does not depend on ``workers``.  ``engine``: who computes the
+    recipe's stages (numpy: correctly rounded; torch: this machine's kernels).
+    """
+    nf = theta.size
+    if len(inv_freqs) != len(recipes) or any(np.shape(v) != (nf,) for v in inv_freqs):
+        raise ValueError(f"need one inverse-frequency array of {nf} values per recipe")
+    invs = [round_to(np.asarray(v, dtype=np.float64), r.inv_freq) for r, v in zip(recipes, inv_freqs)]
+    hi, lo = _split(theta)
+    tables = _tables_for(recipes, scale, max(lengths, default=0) * nf) if engine == "numpy" else None
+    chunk = max(256, chunk_elems // max(nf, 1))
+    plan = _plan(lengths, chunk)
+    workers = max(1, min(int(workers), len(plan)))
+    spare: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+    for _ in range(workers):
+        spare.put(_Work(chunk, nf))
+
+    def run(item: _Chunk) -> list[_ChunkStats]:
+        a, b, _ = item
+        if a == b:
+            return []
+        w = spare.get()
+        try:
+            return _chunk_stats(recipes, hi, lo, invs, scale, a, b, w.rows(b - a), engine, tables)
+        finally:
+            spare.put(w)
+
+    return _merge(plan, run, workers, [_Acc(nf) for _ in recipes], progress)
+
+
+def _merge(plan: Sequence[_Chunk], run: Callable[[_Chunk], list[_ChunkStats]], workers: int, accs: list[_Acc],
+           progress: Callable[[int], None] | None) -> list[list[tuple[_Acc, int]]]:
+    """``run`` every chunk (on ``workers`` threads), merge the stats into ``accs`` in position order;
+    a snapshot of every accumulator at each length that ends a chunk."""
+    snaps: list[list[tuple[_Acc, int]]] = [[] for _ in accs]
+    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+    try:
+        results = pool.map(run, plan) if pool is not None else map(run, plan)
+        for (a, b, L), stats in zip(plan, results):
+            for acc, st in zip(accs, stats):
+                acc.add(st)
+            if progress is not None and b > a:
+                progress(b - a)
+            if L is not None:
+                for i, acc in enumerate(accs):
+                    snaps[i].append((acc.snapshot(), L))
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return snaps
+
+
+def check_rope_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:
+    """Validated lengths the exact reference angle can serve (at most 2**26).
+
+    >>> check_rope_lengths(2**27)
+    Traceback (most recent call last):
+    ...
+    ValueError: length 134217728 exceeds the RoPE oracle's limit 2**26 = 67108864
+    """
+    lens = check_lengths(lengths)
+    if lens[-1] > MAX_ROPE_LENGTH:
+        raise ValueError(f"length {lens[-1]} exceeds the RoPE oracle's limit 2**26 = {MAX_ROPE_LENGTH}")
+    return lens
+
+
+def _frequency_groups(schedule: RopeSchedule, lens: Sequence[int]) -> list[tuple[int | None, list[int]]]:
+    """Lengths grouped by the ``seq_len`` their frequencies depend on (dynamic NTK and LongRoPE
+    above the pretraining context); one pass each."""
+    groups: dict[int | None, list[int]] = {}
+    for L in lens:
+        groups.setdefault(schedule.frequency_key(L), []).append(L)
+    return list(groups.items())
+
+
+def positions_to_scan(schedule: RopeSchedule, lengths: int | Iterable[int]) -> int:
+    """How many positions :func:`audit` scans for these lengths (one pass per frequency group).
+
+    >>> positions_to_scan(RopeSchedule(head_dim=64), [1024, 4096])
+    4096
+    """
+    return sum(max(ls) for _, ls in _frequency_groups(schedule, check_rope_lengths(lengths)))
+
+
+
+
+def audit(
+    schedule: RopeSchedule,
+    recipes: Recipe | Iterable[Recipe],
+    lengths: int | Iterable[int],
+    *,
+    budget: bool = False,
+    chunk_elems: int = 2**19,
+    progress: Callable[[int], None] | None = None,
+    engine: str = "numpy",
+    workers: int | None = None,
+) -> list[RopeRow]:
+    """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
+
+    One chunked pass over positions up to the largest length serves every
+    shorter length (prefix reductions); memory stays ~``chunk_elems`` float64
+    per array.  ``dynamic`` scaling changes the frequencies with the length,
+    so lengths above ``original_max_position_embeddings`` get a pass each.
+    ``budget=True`` adds the error budget (five more recipe runs per recipe).
+    ``progress`` is called after each chunk with the number of positions it
+    held (:func:`positions_to_scan` gives the total).  Chunks of positions run
+    on ``workers`` threads (default :func:`default_workers`); the rows are the
+    same to the bit for any number of workers.  ``engine="torch"``
+    runs every stage (inv_freq formula included) with this machine's torch
+    kernels instead of correctly rounded operations.
+
+    >>> row = audit(RopeSchedule(head_dim=64), preset("fp32", "bf16"), 2048)[0]
+    >>> fp32_angle = 2047 * 2.0**-23 * (1 + 2.0**-24)  # theta rounding + product half-ulp, theta <= 1
+    >>> row.max_rotation_error <= fp32_angle + row.cache_bound + cache_rounding_bound("fp32")
+    True
+    """
+    recs = [recipes] if isinstance(recipes, Recipe) else list(recipes)
+    if not recs:
+        raise ValueError("no recipe given")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1):
+        raise ValueError(f"workers {workers!r} must be a positive integer")
+    lens = check_rope_lengths(lengths)
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    variants: list[Recipe] = []
+    for r in recs:
+        variants.append(r)
+        if budget:
+            variants.extend(r.with_exact(s) for s in STAGES)
+    n_workers = default_workers() if workers is None else workers
+    results = _scan(schedule, variants, lens, chunk_elems, progress, engine, n_workers)
+    rows: list[RopeRow] = []
+    stride = 1 + (len(STAGES) if budget else 0)
+    for i, r in enumerate(recs):
+        for L in lens:
+            bud = None
+            if budget:
+                bud = {s: float(results[(i * stride + 1 + j, L)].rot_max.max()) for j, s in enumerate(STAGES)}
+            rows.append(_row(r, schedule, L, results[(i * stride, L)], engine, bud))
+    return rows
+
+
+def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], lens: Sequence[int], chunk_elems: int,
+          progress: Callable[[int], None] | None, engine: str, workers: int) -> dict[tuple[int, int], _Acc]:
+    """Each variant's accumulator at each length, keyed (variant index, length): a pass per frequency group."""
+    scale = schedule.cos_sin_scale
+    results: dict[tuple[int, int], _Acc] = {}
+    for key, ls in _frequency_groups(schedule, lens):
+        runs = [effective_recipe(v, schedule, key) for v in variants]
+        invs = [stored_inv_freq(v, schedule, key, engine) for v in variants]
+        theta = schedule.inv_freq(key)
+        # pairs with theta = 0 (proportional RoPE's non-rotating tail) have angle 0 and cos/sin (1, 0) in
+        # every format and recipe: error 0, and they never tell two rows apart; the pass skips them
+        active = theta != 0
+        if not active.any() or not all(np.array_equal(inv != 0, active) for inv in invs):
+            active = np.ones_like(active)
+        snaps = _pass(runs, theta[active], [inv[active] for inv in invs], ls, scale, chunk_elems, progress,
+                      workers, engine)
+        for v, per_len in enumerate(snaps):
+            for acc, L in per_len:
+                results[(v, L)] = acc if active.all() else acc.padded(active)
+    return results
+
+
+def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
+         budget: dict[str, float] | None) -> RopeRow:
+    """The row of recipe ``r`` at length ``L`` from its accumulator over positions 0..L-1."""
+    nf = schedule.n_freq
+    return RopeRow(
+        recipe=r.name,
+        dtype=r.cache,
+        length=L,
+        head_dim=schedule.head_dim,
+        base=schedule.base,
+        rotary_dim=schedule.rotary,
+        scaling=schedule.scaling,
+        stages=r.stages,
+        how=r.how,
+        engine=engine,
+        max_angle_error=float(acc.ang_max.max()),
+        mean_angle_error=float(acc.ang_sum.sum() / (L * nf)),
+        max_rotation_error=float(acc.rot_max.max()),
+        mean_rotation_error=float(acc.rot_sum.sum() / (L * nf)),
+        colliding_positions=acc.collisions,
+        cache_bound=cache_rounding_bound(r.cache, schedule.cos_sin_scale),
+        angle_error_profile=tuple(acc.ang_max.tolist()),
+        mean_angle_error_profile=tuple((acc.ang_sum / L).tolist()),
+        rotation_error_profile=tuple(acc.rot_max.tolist()),
+        mean_rotation_error_profile=tuple((acc.rot_sum / L).tolist()),
+        error_budget=budget,
+    )

@@ -1,0 +1,184 @@
+"""The numpy engine: a recipe's stages with every operation correctly rounded.
+
+Each stage's value is the previous one rounded to the stage's format
+(:func:`~precision_audit.formats.round_to`, float64 arrays throughout);
+:func:`recipe_stages` runs a recipe on given frequencies, :func:`run_recipe`
+on a schedule as its code would (its own inverse frequencies, the attention
+factor).  The chunked audit reuses the engine's buffers (:class:`_Work`).
+
+>>> st = run_recipe(preset("fp32", "bf16"), RopeSchedule(head_dim=4), [0, 1])
+>>> st["cos"][:, 0].tolist(), st["sin"][:, 0].tolist()  # cos 1, sin 1 in bf16
+([1.0, 0.5390625], [0.0, 0.83984375])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ..formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to
+from ..schedules import RopeSchedule
+from .oracle import F64
+from .recipes import Recipe, _opmath, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
+
+__all__ = ["ENGINES", "recipe_stages", "run_recipe"]
+
+ENGINES: tuple[str, ...] = ("numpy", "torch")  # who computes the stages: correctly rounded, or this machine's torch
+
+
+def _fits(a: Format, b: Format) -> bool:
+    """Every value of format ``a`` is a value of format ``b``."""
+    return (
+        a.significand_bits <= b.significand_bits
+        and a.max_finite <= b.max_finite
+        and a.min_exponent - a.significand_bits >= b.min_exponent - b.significand_bits
+    )
+
+
+def _round_is_identity(a: Format, b: Format) -> bool:
+    """Rounding a value of format ``a`` to ``b`` returns it unchanged (inf, nan and -0 included)."""
+    return a.name == b.name or b.name == "float64" or (_fits(a, b) and b.overflow == "inf")
+
+
+class _Work:
+    """Reused float64 buffers of one worker: ``rows`` x ``nf`` each (no allocation per chunk)."""
+
+    NAMES = ("p1", "p2", "ex", "k", "t", "angle", "c", "s", "cc", "ss", "s1", "s2")
+
+    def __init__(self, rows: int, nf: int) -> None:
+        self.size = rows
+        self.bufs = {n: np.empty((rows, nf)) for n in self.NAMES}
+        self.eq = (np.empty((max(rows - 1, 0), nf), dtype=bool), np.empty((max(rows - 1, 0), nf), dtype=bool))
+
+    def rows(self, n: int) -> "_Rows":
+        return _Rows({k: v[:n] for k, v in self.bufs.items()}, (self.eq[0][: max(n - 1, 0)], self.eq[1][: max(n - 1, 0)]))
+
+
+class _Rows:
+    """Views of a :class:`_Work`'s buffers on the first n rows (C-contiguous)."""
+
+    def __init__(self, b: dict[str, F64], eq: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]) -> None:
+        self.__dict__.update(b)
+        self.eq = eq
+
+    p1: F64
+    p2: F64
+    ex: F64
+    k: F64
+    t: F64
+    angle: F64
+    c: F64
+    s: F64
+    cc: F64
+    ss: F64
+    s1: F64
+    s2: F64
+
+
+def _run_recipe(
+    recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, keep_trig: bool = True
+) -> tuple[F64, F64 | None, F64 | None, F64, F64]:
+    """The numpy engine: angle, trig cos/sin and stored cos/sin, in ``w``'s buffers.
+
+    Each stage is ``round_to`` of the previous value.  Skipped, as they cannot
+    change a value: a rounding into a format that contains the value's format,
+    and the product by a scale of 1.  A float32 trig value is rounded to the
+    cache format from its float32 copy (the same value, so the same result).
+    With ``keep_trig=False`` the trig values may be left out (None).
+    """
+    ft, fc = get_format(recipe.trig), get_format(recipe.cache)
+    scratch = (w.s1, w.s2)
+    angle = _angle_into(recipe, pos, inv, w)
+    with np.errstate(invalid="ignore", over="ignore"):
+        fast32 = ft.name == "float32" and scale == 1.0 and fc.significand_bits < 24
+        if fast32 and fc.name == "bfloat16":  # the bit carry needs nan-free input
+            fast32 = bool(np.isfinite(np.max(angle)) and np.isfinite(np.min(angle)))
+        trig: list[F64 | None] = []
+        stored: list[F64] = []
+        for fn, tb, sb in ((np.cos, w.c, w.cc), (np.sin, w.s, w.ss)):
+            fn(angle, out=tb)
+            if fast32:  # float32 copy of the trig value, rounded to the cache format in float32
+                n = tb.size
+                h32 = w.s1.reshape(-1).view(np.float32)
+                t32 = h32[:n].reshape(tb.shape)
+                np.copyto(t32, tb, casting="same_kind")
+                if keep_trig:
+                    np.copyto(tb, t32)
+                if fc.name == "bfloat16":
+                    _bfloat16_from_float32(t32, sb, h32[n : 2 * n].reshape(tb.shape))
+                else:
+                    h32b = w.s2.reshape(-1).view(np.float32)
+                    sc32 = (h32[n : 2 * n].reshape(tb.shape), h32b[:n].reshape(tb.shape))
+                    _round_into(t32, fc, t32, sc32)
+                    np.copyto(sb, t32)
+                trig.append(tb if keep_trig else None)
+                stored.append(sb)
+                continue
+            _round_into(tb, ft, tb, scratch)
+            trig.append(tb)
+            if scale == 1.0 and _round_is_identity(ft, fc):  # x * 1.0 == x: no product either
+                stored.append(tb)
+                continue
+            if scale == 1.0:
+                np.copyto(sb, tb)
+            else:  # cos * attention factor in the trig format (the factor a float32 scalar), then the cast
+                np.multiply(tb, float(round_to(scale, _opmath(recipe.trig))[()]), out=sb)
+                _round_into(sb, ft, sb, scratch)
+            _round_into(sb, fc, sb, scratch)
+            stored.append(sb)
+    return angle, trig[0], trig[1], stored[0], stored[1]
+
+
+def _angle_into(recipe: Recipe, pos: F64, inv: F64, w: _Rows) -> F64:
+    """The recipe's cos/sin argument ``pos * inv`` in the angle then the trig format, into ``w.angle``."""
+    fa, ft = get_format(recipe.angle), get_format(recipe.trig)
+    angle, scratch = w.angle, (w.s1, w.s2)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.multiply(pos[:, None], inv[None, :], out=angle)
+        _round_into(angle, fa, angle, scratch)
+        if not _round_is_identity(fa, ft):
+            _round_into(angle, ft, angle, scratch)
+    return angle
+
+
+def recipe_stages(
+    recipe: Recipe, theta: npt.ArrayLike, positions: npt.ArrayLike, cos_sin_scale: float = 1.0
+) -> dict[str, F64]:
+    """Run a recipe (numpy engine) on integer positions; every stage's value in float64.
+
+    Returns ``positions`` (n,), ``inv_freq`` (f,), ``angle`` (n, f: the cos/sin
+    argument, in the trig format), ``trig_cos``/``trig_sin`` and the stored
+    ``cos``/``sin`` (n, f).
+
+    >>> st = recipe_stages(preset("lowp", "bf16"), [1.0, 0.1], [257, 258])
+    >>> st["positions"].tolist(), st["angle"][:, 1].tolist()
+    ([256.0, 258.0], [25.625, 25.875])
+    """
+    m = np.asarray(positions, dtype=np.float64)
+    pos = round_to(m, recipe.positions)
+    inv = round_to(np.asarray(theta, dtype=np.float64), recipe.inv_freq)
+    w = _Work(pos.size, inv.size)
+    angle, c, s, cc, ss = _run_recipe(recipe, pos, inv, cos_sin_scale, w.rows(pos.size))
+    return {"positions": pos, "inv_freq": inv, "angle": angle, "trig_cos": c, "trig_sin": s, "cos": cc, "sin": ss}
+
+
+def run_recipe(recipe: Recipe, schedule: RopeSchedule, positions: npt.ArrayLike, seq_len: int | None = None,
+               engine: str = "numpy") -> dict[str, F64]:
+    """Run a recipe on a schedule as its code would: its own inv_freq, the attention factor.
+
+    ``seq_len`` is the length of the pass (for dynamic / longrope frequencies;
+    default: largest position + 1).  Same keys as :func:`recipe_stages`.
+
+    >>> st = run_recipe(preset("lowp", "bf16"), RopeSchedule(head_dim=4), [257])
+    >>> st["positions"].tolist(), st["inv_freq"].tolist()  # 1/100 in bf16: 164 * 2**-14
+    ([256.0], [1.0, 0.010009765625])
+    """
+    m = np.asarray(positions, dtype=np.float64)
+    n = seq_len if seq_len is not None else (int(m.max()) + 1 if m.size else None)
+    key = schedule.frequency_key(n) if n is not None else None
+    inv = stored_inv_freq(recipe, schedule, key, engine)
+    if engine == "numpy":
+        stages = recipe_stages
+    else:
+        from .torch_engine import torch_stages as stages  # imports this module
+    return stages(effective_recipe(recipe, schedule, key), inv, m, schedule.cos_sin_scale)
