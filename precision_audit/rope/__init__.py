@@ -56,11 +56,14 @@ from .recipes import (
     APPLY_MODES,
     PRESETS,
     SCALINGS,
+    STACKS,
     STAGES,
     Recipe,
+    Stack,
     effective_recipe,
     parse_stages,
     preset,
+    stack,
     stored_inv_freq,
 )
 from .torch_engine import torch_stages
@@ -68,8 +71,10 @@ from .torch_engine import torch_stages
 __all__ = [
     "PRESETS",
     "SCALINGS",
+    "STACKS",
     "STAGES",
     "Recipe",
+    "Stack",
     "RopeRow",
     "RopeSchedule",
     "audit",
@@ -82,6 +87,7 @@ __all__ = [
     "preset",
     "recipe_stages",
     "run_recipe",
+    "stack",
     "stored_inv_freq",
     "torch_stages",
     "wrap",

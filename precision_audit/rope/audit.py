@@ -23,6 +23,7 @@ from .._common import Row, check_lengths
 from ..formats import Format, get_format, round_to, spacing
 from ..schedules import RopeSchedule
 from .engine import ENGINES, _angle_into, _Rows, _run_recipe, _Work
+from .hows import AngleMaker
 from .oracle import _TWO_PI, F64, MAX_ROPE_LENGTH, _oracle_into, _split, _wrap_into
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 from .tables import _AngleTable, _has_codes, _PairTable, _tables_for
@@ -148,6 +149,13 @@ class _Acc:
         snap.rot_max, snap.rot_sum = self.rot_max.copy(), self.rot_sum.copy()
         snap.collisions = self.collisions
         return snap
+
+
+def _nf(inv: F64 | AngleMaker) -> int | None:
+    """How many frequencies an inverse-frequency array (1-D) or an angle maker gives."""
+    if isinstance(inv, AngleMaker):
+        return inv.nf
+    return int(np.shape(inv)[0]) if np.ndim(inv) == 1 else None
 
 
 def _same_row(a: F64, b: F64) -> bool:
@@ -301,9 +309,10 @@ def _pass(
     recipe's stages (numpy: correctly rounded; torch: this machine's kernels).
     """
     nf = theta.size
-    if len(inv_freqs) != len(recipes) or any(np.shape(v) != (nf,) for v in inv_freqs):
+    if len(inv_freqs) != len(recipes) or any(_nf(v) != nf for v in inv_freqs):
         raise ValueError(f"need one inverse-frequency array of {nf} values per recipe")
-    invs = [round_to(np.asarray(v, dtype=np.float64), r.inv_freq) for r, v in zip(recipes, inv_freqs)]
+    invs = [v if isinstance(v, AngleMaker) else round_to(np.asarray(v, dtype=np.float64), r.inv_freq)
+            for r, v in zip(recipes, inv_freqs)]
     hi, lo = _split(theta)
     tables = _tables_for(recipes, scale, max(lengths, default=0) * nf) if engine == "numpy" else None
     chunk = max(256, chunk_elems // max(nf, 1))
@@ -450,10 +459,11 @@ def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], lens: Sequence[int
         # pairs with theta = 0 (proportional RoPE's non-rotating tail) have angle 0 and cos/sin (1, 0) in
         # every format and recipe: error 0, and they never tell two rows apart; the pass skips them
         active = theta != 0
-        if not active.any() or not all(np.array_equal(inv != 0, active) for inv in invs):
+        if not active.any() or not all(not isinstance(inv, AngleMaker) and np.array_equal(inv != 0, active)
+                                        for inv in invs):
             active = np.ones_like(active)
-        snaps = _pass(runs, theta[active], [inv[active] for inv in invs], ls, scale, chunk_elems, progress,
-                      workers, engine)
+        parts = invs if active.all() else [inv[active] for inv in invs]
+        snaps = _pass(runs, theta[active], parts, ls, scale, chunk_elems, progress, workers, engine)
         for v, per_len in enumerate(snaps):
             for acc, L in per_len:
                 results[(v, L)] = acc if active.all() else acc.padded(active)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from ..formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to
 from ..schedules import RopeSchedule
+from .hows import AngleMaker
 from .oracle import F64
 from .recipes import Recipe, _opmath, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 
@@ -134,7 +135,10 @@ def _angle_into(recipe: Recipe, pos: F64, inv: F64, w: _Rows) -> F64:
     fa, ft = get_format(recipe.angle), get_format(recipe.trig)
     angle, scratch = w.angle, (w.s1, w.s2)
     with np.errstate(invalid="ignore", over="ignore"):
-        np.multiply(pos[:, None], inv[None, :], out=angle)
+        if isinstance(inv, AngleMaker):
+            inv.angles_into(pos, angle)
+        else:
+            np.multiply(pos[:, None], inv[None, :], out=angle)
         _round_into(angle, fa, angle, scratch)
         if not _round_is_identity(fa, ft):
             _round_into(angle, ft, angle, scratch)
@@ -156,8 +160,8 @@ def recipe_stages(
     """
     m = np.asarray(positions, dtype=np.float64)
     pos = round_to(m, recipe.positions)
-    inv = round_to(np.asarray(theta, dtype=np.float64), recipe.inv_freq)
-    w = _Work(pos.size, inv.size)
+    inv = theta if isinstance(theta, AngleMaker) else round_to(np.asarray(theta, dtype=np.float64), recipe.inv_freq)
+    w = _Work(pos.size, inv.nf if isinstance(inv, AngleMaker) else inv.size)
     angle, c, s, cc, ss = _run_recipe(recipe, pos, inv, cos_sin_scale, w.rows(pos.size))
     return {"positions": pos, "inv_freq": inv, "angle": angle, "trig_cos": c, "trig_sin": s, "cos": cc, "sin": ss}
 

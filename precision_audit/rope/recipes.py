@@ -21,10 +21,14 @@ from typing import Any
 
 from ..formats import Format, get_format, round_to
 from ..schedules import ROPE_TYPES, RopeSchedule
+from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq
 from .oracle import F64
 
 __all__ = [
     "APPLY_MODES",
+    "STACKS",
+    "Stack",
+    "stack",
     "DTYPE",
     "PRESETS",
     "SCALINGS",
@@ -41,6 +45,15 @@ STAGES: tuple[str, ...] = ("positions", "inv_freq", "angle", "trig", "cache")
 # the rotation of q/k by the stored cos/sin (measured by precision_audit.attention, not by the cache audit)
 APPLY_MODES: tuple[str, ...] = ("elementwise", "fp32-then-cast")
 SCALINGS: tuple[str, ...] = ROPE_TYPES
+
+
+_HOW_TEXT = {
+    "exp-log": "exp(-i * ln(base)/(d/2)) in float32, MLX's CPU exp polynomial",
+    "exp2-log2": "exp2(-(i/(d/2)) * log2(base)) in float32",
+    "repeated-product": "float32: theta = p, then theta *= powf(base, -2/d) per pair; / freq factor, "
+                        "* freq_scale, YaRN mix (ggml CPU)",
+    "power-product": "float32: p * powf(powf(base, -2/d), i); / freq factor, * freq_scale, YaRN mix (ggml CUDA)",
+}
 
 
 def _opmath(fmt: str) -> str:
@@ -82,6 +95,7 @@ class Recipe:
     inv_freq_from: str | None = None
     apply: str | None = None
     apply_mode: str = "elementwise"
+    angle_from: str = "product"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -95,12 +109,16 @@ class Recipe:
         src = self.inv_freq_from
         if src is None:
             src = _opmath(self.inv_freq)
-        elif src != "exact":
+        elif src != "exact" and src not in INV_FREQ_HOWS:
             try:
                 src = get_format(src).name
             except ValueError as e:
-                raise ValueError(f"recipe {self.name!r} inv_freq_from: {e} (or 'exact')") from None
+                raise ValueError(f"recipe {self.name!r} inv_freq_from: {e} (or 'exact', "
+                                 f"{', '.join(INV_FREQ_HOWS)})") from None
         object.__setattr__(self, "inv_freq_from", src)
+        if self.angle_from not in ANGLE_HOWS:
+            raise ValueError(f"recipe {self.name!r}: unknown angle how {self.angle_from!r}; "
+                             f"valid: {', '.join(ANGLE_HOWS)}")
         try:
             object.__setattr__(self, "apply", get_format(self.cache if self.apply is None else self.apply).name)
         except ValueError as e:
@@ -121,11 +139,14 @@ class Recipe:
         out["positions"] = f"integers rounded to {self.positions}"
         if self.inv_freq_from == "exact":
             out["inv_freq"] = f"exact value rounded to {self.inv_freq}"
+        elif self.inv_freq_from in INV_FREQ_HOWS:
+            out["inv_freq"] = f"{_HOW_TEXT[self.inv_freq_from]}, stored in {self.inv_freq}"
         elif self.inv_freq_from == self.inv_freq:
             out["inv_freq"] = f"formula in {self.inv_freq}"
         else:
             out["inv_freq"] = f"formula in {self.inv_freq_from}, stored in {self.inv_freq}"
-        out["angle"] = f"product rounded to {self.angle}"
+        out["angle"] = (f"product rounded to {self.angle}" if self.angle_from == "product"
+                        else _HOW_TEXT[self.angle_from])
         out["trig"] = f"cos/sin rounded to {self.trig}"
         out["cache"] = f"stored in {self.cache}"
         out["apply"] = (f"q*cos + rotate_half(q)*sin, each operation in {self.apply}" if self.apply_mode == "elementwise"
@@ -163,6 +184,7 @@ class Preset:
     code: str
     apply: str | None = None
     apply_mode: str = "elementwise"
+    angle_from: str = "product"
 
     def __post_init__(self) -> None:
         self.recipe("preset", "float32")  # a bad format or mode fails here, with Recipe's message
@@ -173,7 +195,7 @@ class Preset:
     def recipe(self, name: str, dtype: str) -> Recipe:
         """The preset as a :class:`Recipe` named ``name`` for the canonical dtype name ``dtype``."""
         return Recipe(name, *self(dtype), inv_freq_from=_fill(self.inv_freq_from, dtype),
-                      apply=_fill(self.apply, dtype), apply_mode=self.apply_mode)
+                      apply=_fill(self.apply, dtype), apply_mode=self.apply_mode, angle_from=self.angle_from)
 
 
 def _fill(fmt: str | None, dtype: str) -> str | None:
@@ -210,6 +232,117 @@ def preset(name: str, dtype: str | Format = "bfloat16") -> Recipe:
     except KeyError:
         raise ValueError(f"unknown recipe {name!r}; valid: {', '.join(PRESETS)}") from None
     return row.recipe(name, get_format(dtype).name)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """An inference or training stack's RoPE code path, written from its published source.
+
+    ``preset`` is the path as recipe fields (see :class:`Preset`);
+    ``inv_freq_by_type`` overrides ``inv_freq_from`` per rope type (MLX takes
+    mlx-lm's ``freqs`` for scaled types and computes the default one itself);
+    ``rope_types`` are the types it implements as modelled, every other type
+    is refused with ``refused``'s reason (or "not implemented"); ``source``
+    cites the code read; ``fix`` is what a user does when the path is not safe.
+    """
+
+    label: str
+    preset: Preset
+    rope_types: tuple[str, ...]
+    source: str
+    fix: str | None = None
+    inv_freq_by_type: tuple[tuple[str, str], ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+
+    def check(self, name: str, rope_type: str) -> None:
+        """Raise ValueError naming the stack and the rope type if the stack does not run that type."""
+        if rope_type not in self.rope_types:
+            why = dict(self.refused).get(rope_type, "not implemented there")
+            raise ValueError(f"stack {name!r} does not run rope type {rope_type!r}: {why} "
+                             f"(it runs {', '.join(self.rope_types)})")
+
+
+_VLLM_REFUSED = (("dynamic", "vLLM fixes one NTK base for L0*factor at every length"),
+                 ("longrope", "vLLM picks one factor set per deployment from max_model_len"))
+_GGML_REFUSED = (("dynamic", "ggml has no dynamic NTK"),
+                 ("longrope", "rope_factors_long/short are not modelled yet"),
+                 ("proportional", "not modelled yet"))
+_MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
+                ("yarn", "mlx-lm scales q/k by the mscale in the data dtype (not modelled yet)"),
+                ("longrope", "mlx-lm always uses the long factors and scales q/k (not modelled yet)"),
+                ("dynamic", "mlx-lm recomputes the base per call in float64 (not modelled yet)"),
+                ("proportional", "not modelled yet"))
+_ALL = ROPE_TYPES
+_GGML = ("default", "linear", "yarn", "llama3")
+_FP32_THEN_CAST = "fp32-then-cast"
+
+# One row per stack.  Each cites the code read (repository @ commit: file, function); docs/stacks notes in
+# the README give the float steps.  transformers' rows are its preset paths; the others add their hows.
+STACKS: dict[str, Stack] = {
+    "transformers": Stack(
+        "transformers as built", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 rotary module, cos/sin cast"),
+        _ALL, "huggingface/transformers 5.x: modeling_rope_utils.py ROPE_INIT_FUNCTIONS; models/llama/"
+              "modeling_llama.py LlamaRotaryEmbedding.forward (fp32 angle, cos*attention_scaling, .to(x.dtype)), "
+              "apply_rotary_pos_emb (q*cos + rotate_half(q)*sin in the model dtype)"),
+    "transformers-cast": Stack(
+        "transformers after model.to(dtype)", Preset(_F32, _D, _F32, _F32, _D, _F32, "inv_freq buffer downcast"),
+        _ALL, "huggingface/transformers 5.x: inv_freq and original_inv_freq are buffers that module.to(dtype) casts; "
+              "forward upcasts them (dynamic rebuilds in fp32 above max_position_embeddings)",
+        fix="call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"),
+    "vllm": Stack(
+        "vLLM", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cos/sin cache stored in the dtype",
+                       apply=_D, apply_mode=_FP32_THEN_CAST),
+        ("default", "linear", "yarn", "llama3"),
+        "vllm-project/vllm: model_executor/layers/rotary_embedding/base.py _compute_inv_freq, "
+        "_compute_cos_sin_cache (float32, .to(dtype)); csrc/pos_encoding_kernels.cu (rotation in float)",
+        refused=_VLLM_REFUSED),
+    "llama.cpp-cpu": Stack(
+        "llama.cpp CPU", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CPU rope, K stored in the KV-cache type",
+                                apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="repeated-product"),
+        _GGML, "ggml-org/ggml d99724f (= llama.cpp 0c1e570): src/ggml-cpu/ops.cpp ggml_rope_cache_init, rope_yarn, "
+               "rotate_pairs; src/ggml.c ggml_rope_yarn_corr_dims; convert_hf_to_gguf LlamaModel rope_freqs",
+        refused=_GGML_REFUSED),
+    "llama.cpp-cuda": Stack(
+        "llama.cpp CUDA", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CUDA rope (fast-math intrinsics not modelled)",
+                                 apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="power-product"),
+        _GGML, "ggml-org/ggml d99724f: src/ggml-cuda/rope.cu rope_norm/rope_neox (pos * powf(theta_scale, i)), "
+               "built with -use_fast_math (src/ggml-cuda/CMakeLists.txt)",
+        refused=_GGML_REFUSED),
+    "mlx": Stack(
+        "MLX (Metal)", Preset(_F32, _F32, _F32, _F32, _D, "exp2-log2", "mx.fast.rope Metal kernel",
+                              apply=_D, apply_mode=_FP32_THEN_CAST),
+        ("default", "llama3"), "ml-explore/mlx 846d176: mlx/backend/metal/kernels/rope.metal rope_single_impl "
+                               "(exp2, metal::fast::cos/sin not modelled); mlx-lm d78bf58 rope_utils.py Llama3RoPE",
+        inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
+    "mlx-cpu": Stack(
+        "MLX (CPU)", Preset(_F32, _F32, _F32, _F32, _D, "exp-log", "mx.fast.rope CPU fallback"),
+        ("default", "llama3"), "ml-explore/mlx 846d176: mlx/fast.cpp fast::rope fallback, mlx/backend/cpu/simd/"
+                               "math.h simd::exp (rotation op by op in the data dtype)",
+        inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
+}
+
+
+def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | None = None) -> Recipe:
+    """The recipe of stack ``name`` (:data:`STACKS`) for a dtype, checked against ``schedule``'s rope type.
+
+    >>> stack("llama.cpp-cpu", "fp16").how["angle"][:34]
+    'float32: theta = p, then theta *= '
+    >>> stack("vllm", "bf16", RopeSchedule(head_dim=64, scaling="dynamic", factor=2.0))
+    Traceback (most recent call last):
+    ...
+    ValueError: stack 'vllm' does not run rope type 'dynamic': vLLM fixes one NTK base for L0*factor at every length (it runs default, linear, yarn, llama3)
+    """
+    try:
+        row = STACKS[name]
+    except KeyError:
+        raise ValueError(f"unknown stack {name!r}; valid: {', '.join(STACKS)}") from None
+    recipe = row.preset.recipe(name, get_format(dtype).name)
+    if schedule is not None:
+        row.check(name, schedule.scaling)
+        src = dict(row.inv_freq_by_type).get(schedule.scaling)
+        if src is not None:
+            recipe = replace(recipe, inv_freq_from=src)
+    return recipe
 
 
 def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None = None) -> Recipe:
@@ -265,22 +398,32 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
 
 
 def stored_inv_freq(recipe: Recipe, schedule: RopeSchedule, seq_len: int | None = None,
-                    engine: str = "numpy") -> F64:
+                    engine: str = "numpy") -> F64 | AngleMaker:
     """The inverse frequencies a recipe's code holds for a pass over ``seq_len`` positions.
 
     The formula evaluated in ``recipe.inv_freq_from`` (numpy: correctly
     rounded; torch: this machine's kernels), rounded to the ``inv_freq``
     format.  ``dynamic`` above ``max_position_embeddings``: the module rebuilds
     the buffer in float32 from the formula, so a downcast buffer no longer
-    matters (see :func:`effective_recipe`).
+    matters (see :func:`effective_recipe`).  A recipe whose angle is not
+    ``position * inv_freq`` (``angle_from``) gets the :class:`AngleMaker`
+    that computes its angles.
 
     >>> s = RopeSchedule(head_dim=8)
     >>> stored_inv_freq(preset("lowp-inv-freq", "bf16"), s).tolist()
     [1.0, 0.10009765625, 0.010009765625, 0.00099945068359375]
     """
     r = effective_recipe(recipe, schedule, seq_len)
+    if r.angle_from != "product":
+        if engine != "numpy":
+            raise ValueError(f"recipe {r.name!r} makes its angles by {r.angle_from!r}: the numpy engine only")
+        return angle_maker(r.angle_from, schedule)
     if r.inv_freq_from == "exact":
         theta = schedule.inv_freq(seq_len)
+    elif r.inv_freq_from in INV_FREQ_HOWS:
+        if engine != "numpy":
+            raise ValueError(f"recipe {r.name!r} makes inv_freq by {r.inv_freq_from!r}: the numpy engine only")
+        theta = how_inv_freq(r.inv_freq_from, schedule)
     else:
         theta = schedule.inv_freq_in(r.inv_freq_from, seq_len, engine=engine)  # type: ignore[arg-type]
     return round_to(theta, r.inv_freq)

@@ -1,0 +1,239 @@
+"""How inference stacks make RoPE values where they differ from ``position * inv_freq``.
+
+Each function here is one "how" of the recipe vocabulary
+(:mod:`precision_audit.rope.recipes`), used by every stack that computes that
+way.  All arithmetic is float32 with every operation correctly rounded (numpy
+float32 operations are IEEE operations); a libm or polynomial function is
+modelled correctly rounded unless the stack ships its own polynomial, which is
+then modelled bit for bit.
+
+Inverse frequencies (``inv_freq_from``):
+
+* ``"exp-log"``: ``exp(-i * fl32(logf(base) / (d/2)))`` with MLX's CPU float32
+  exponential (a Cephes polynomial with fused multiply-adds): MLX's
+  ``fast::rope`` without ``freqs`` on a CPU stream (ml-explore/mlx,
+  ``mlx/fast.cpp`` ``fast::rope`` fallback and ``mlx/backend/cpu/simd/math.h``
+  ``simd::exp``, commit 846d176).
+* ``"exp2-log2"``: ``exp2(-fl32(i / (d/2)) * fl32(log2f(base)))``, exp2 correctly
+  rounded: MLX's Metal and CUDA kernels (``mlx/backend/metal/kernels/rope.metal``
+  ``rope_single_impl``; ``mlx/backend/cuda/rope.cu``).
+
+Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
+``src/ggml-cpu/ops.cpp`` ``ggml_rope_cache_init``/``rope_yarn``,
+``src/ggml-cuda/rope.cu`` ``rope_norm``/``rope_neox``, ``src/ggml.c``
+``ggml_rope_yarn_corr_dims``, commit d99724f; the same in llama.cpp 0c1e570):
+
+* ``"repeated-product"`` (ggml CPU): ``theta = (float) p``, then
+  ``theta *= theta_scale`` once per pair, ``theta_scale = powf(base, -2/d)``:
+  pair i carries i float32 roundings;
+* ``"power-product"`` (ggml CUDA): ``p * powf(theta_scale, i)``, one product
+  (CUDA builds use ``-use_fast_math``: ``__powf``/``__cosf`` are approximations
+  the model replaces by correctly rounded functions, a lower bound);
+* then for both: ``theta / freq_factor_i`` (llama 3's ``rope_freqs``),
+  ``freq_scale * theta`` (linear scaling, ``1/factor``), and YaRN's ramp mix
+  ``interp * (1 - mix_i) + extrap * mix_i`` with the first product fused into
+  the sum (an FMA, as GCC contracts it on FMA hardware).
+
+>>> [float(v) for v in exp32(np.float32([0.0, -1.0]))]
+[1.0, 0.3678794503211975]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ..formats import round_to
+from ..schedules import RopeSchedule
+from .oracle import F64
+
+__all__ = ["ANGLE_HOWS", "INV_FREQ_HOWS", "AngleMaker", "angle_maker", "exp32", "fma32", "how_inv_freq"]
+
+F32 = npt.NDArray[np.float32]
+_f = np.float32
+
+ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product")
+INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2")
+
+
+def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> F32:
+    """``a * b + c`` rounded once to float32 (``std::fma`` on floats).
+
+    The float32 product is exact in float64; the float64 sum is rounded to
+    odd (its last bit set when inexact, from the exact TwoSum error), so the
+    final rounding to float32 is correct.
+
+    >>> float(fma32(np.float32(1 + 2**-23), np.float32(1 - 2**-23), np.float32(-1)))  # -2**-46 exactly
+    -1.4210854715202004e-14
+    """
+    a64, b64, c64 = (np.asarray(v, dtype=np.float32).astype(np.float64) for v in (a, b, c))
+    p = a64 * b64
+    s = p + c64
+    bb = s - p
+    err = (p - (s - bb)) + (c64 - bb)
+    bits = s.view(np.int64) if s.ndim else np.array(s).view(np.int64)
+    odd = (err != 0) & ((bits & 1) == 0)
+    if np.any(odd):  # round to odd: step toward the exact value, onto an odd significand
+        s = np.where(odd, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return np.asarray(s).astype(np.float32)
+
+
+def exp32(x: npt.ArrayLike) -> F32:
+    """MLX's CPU float32 ``exp``: ``2**n * P(f)`` with ``y = x * 1.442695f``, ``n = floor(y + 0.5)``, ``f = y - n``.
+
+    ``P`` is the Cephes degree-6 polynomial evaluated by fused multiply-adds
+    (mlx/backend/cpu/simd/math.h ``simd::exp``); ``2**n`` is built from
+    exponent bits.
+    """
+    x0 = np.asarray(x, dtype=np.float32)
+    y = x0 * _f(1.442695)
+    ipart = np.floor(y.astype(np.float64) + 0.5).astype(np.float32)
+    fpart = y - ipart
+    p = _f(1.535336188319500e-4)
+    for c in (1.339887440266574e-3, 9.618437357674640e-3, 5.550332471162809e-2, 2.402264791363012e-1,
+              6.931472028550421e-1, 1.0):
+        p = fma32(p, fpart, _f(c))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        bits = (np.nan_to_num(ipart).astype(np.int64) + 127) << 23
+        out = ((bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32) * p).astype(np.float32)
+    out = np.where(x0 > 88.0, _f(np.inf), np.where(x0 < -88.0, _f(0.0), out))
+    return np.where(np.isnan(x0), x0, out).astype(np.float32)
+
+
+def _cr32(value: float) -> np.float32:
+    """A float64 result of a libm function, rounded to float32 (the correctly rounded stand-in)."""
+    return _f(float(round_to(value, "float32")[()]))
+
+
+def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
+    """The float32 inverse frequencies a stack computes by ``how`` (:data:`INV_FREQ_HOWS`), as float64.
+
+    >>> s = RopeSchedule(head_dim=4, base=10000.0)
+    >>> how_inv_freq("exp-log", s).tolist()  # MLX CPU: exp(-ln(1e4)/2), one float32 ulp above 0.01
+    [1.0, 0.010000000707805157]
+    """
+    if how not in INV_FREQ_HOWS:
+        raise ValueError(f"unknown inv_freq how {how!r}; valid: {', '.join(INV_FREQ_HOWS)}")
+    if schedule.scaling != "default":
+        raise ValueError(f"inv_freq how {how!r} builds the default schedule only, not rope type {schedule.scaling!r}")
+    half = schedule.rotary // 2
+    base = _f(schedule.base)
+    i = np.arange(half, dtype=np.float32)
+    if how == "exp-log":
+        step = _cr32(math.log(float(base))) / _f(half)
+        return exp32(-i * _f(step)).astype(np.float64)
+    log2b = _cr32(math.log2(float(base)))
+    e = (-(i / _f(half)) * log2b).astype(np.float32)
+    return np.asarray(round_to(np.exp2(e.astype(np.float64)), "float32"), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class AngleMaker:
+    """ggml's float32 angles for pair i at position p: see the module docstring.
+
+    ``theta_scale`` is ``powf(base, -2/d)``; ``freq_factors`` the divisors
+    (or None); ``freq_scale`` the linear factor; ``mix`` YaRN's per-pair ramp
+    mix (None without YaRN); ``power`` chooses ``p * powf(ts, i)`` (CUDA)
+    over repeated multiplication (CPU).
+    """
+
+    theta_scale: np.float32
+    nf: int
+    freq_factors: F32 | None
+    freq_scale: np.float32
+    mix: F32 | None
+    power: bool
+
+    def angles_into(self, pos: F64, out: F64) -> None:
+        """Write the float32 angles of float32 positions ``pos`` (n,) into ``out`` (n, nf), as float64."""
+        p = pos.astype(np.float32)
+        if self.power:
+            powers = round_to(np.power(float(self.theta_scale), np.arange(self.nf, dtype=np.float64)), "float32")
+            cols = (p[:, None] * np.asarray(powers, dtype=np.float32)[None, :]).astype(np.float32)
+            out[:] = self._post(cols)
+            return
+        theta = p.copy()
+        block = np.empty((p.size, self.nf), dtype=np.float32)
+        for i in range(self.nf):
+            block[:, i] = theta
+            np.multiply(theta, self.theta_scale, out=theta)
+        out[:] = self._post(block)
+
+    def _post(self, t: F32) -> F32:
+        """``/ freq_factor``, ``* freq_scale`` and YaRN's mix, in float32 (rope_yarn)."""
+        if self.freq_factors is not None:
+            t = (t / self.freq_factors[None, :]).astype(np.float32)
+        interp = t if self.freq_scale == 1 else (self.freq_scale * t).astype(np.float32)
+        if self.mix is None:
+            return interp
+        second = (t * self.mix[None, :]).astype(np.float32)
+        return fma32(interp, (_f(1) - self.mix)[None, :], second)
+
+
+def _corr_dims(n_dims: int, n_ctx_orig: int, base: float, beta_fast: float, beta_slow: float) -> tuple[float, float]:
+    """``ggml_rope_yarn_corr_dims`` in float32: floor/ceil of ``d ln(L0 / (2 pi r)) / (2 ln base)``, clamped."""
+    def dim(r: float) -> np.float32:
+        denom = _f(_f(r) * _f(2)) * _f(math.pi)
+        num = _f(n_dims) * _cr32(math.log(float(_f(_f(n_ctx_orig) / denom))))
+        return _f(num / (_f(2) * _cr32(math.log(float(_f(base))))))
+
+    return float(max(_f(0), _f(math.floor(dim(beta_fast))))), float(min(_f(n_dims - 1), _f(math.ceil(dim(beta_slow)))))
+
+
+def _llama3_factors(s: RopeSchedule) -> F32:
+    """llama.cpp's ``rope_freqs`` for a llama3 schedule, as its converter computes them in torch float32.
+
+    convert_hf_to_gguf (``LlamaModel.generate_extra_tensors``): ``freq = 1 / base**(2i/d)``; ``wavelen =
+    2 pi / freq``; factor 1 below ``L0/high``, ``factor`` above ``L0/low``, else ``1 / ((1 - sm) / factor + sm)``
+    with ``sm = (L0 / wavelen - low) / (high - low)``; each operation rounded to float32 (pow correctly rounded).
+    """
+    d = s.rotary
+    expo = (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32)
+    powr = np.asarray(round_to(np.power(float(_f(s.base)), expo.astype(np.float64)), "float32"), dtype=np.float32)
+    freq = (_f(1) / powr).astype(np.float32)
+    wavelen = ((_f(1) / freq).astype(np.float32) * _f(2 * math.pi)).astype(np.float32)
+    L0, lo, factor = _f(s.original_max_position_embeddings), _f(s.low_freq_factor), _f(s.factor)
+    sm = (((L0 * (_f(1) / wavelen)).astype(np.float32) - lo) / _f(float(s.high_freq_factor - s.low_freq_factor)))
+    sm = sm.astype(np.float32)
+    mid = (_f(1) / ((((_f(1) - sm) / factor).astype(np.float32) + sm).astype(np.float32))).astype(np.float32)
+    out = np.where(wavelen < _f(float(s.original_max_position_embeddings / s.high_freq_factor)), _f(1),
+                   np.where(wavelen > _f(float(s.original_max_position_embeddings / s.low_freq_factor)), factor, mid))
+    return out.astype(np.float32)
+
+
+GGML_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "yarn", "llama3")
+
+
+def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
+    """ggml's angle computation (``how``: ``repeated-product`` or ``power-product``) for a schedule.
+
+    Refuses, naming the rope type, what ggml does not compute this way
+    (dynamic NTK, LongRoPE, proportional; YaRN without truncated ramp bounds).
+
+    >>> m = angle_maker("repeated-product", RopeSchedule(head_dim=4, base=10000.0))
+    >>> out = np.empty((1, 2)); m.angles_into(np.array([3.0]), out); out.tolist()  # 3 * fl32(1e4**-0.5)
+    [[3.0, 0.029999999329447746]]
+    """
+    if how not in ANGLE_HOWS[1:]:
+        raise ValueError(f"unknown ggml angle how {how!r}; valid: {', '.join(ANGLE_HOWS[1:])}")
+    s = schedule
+    if s.scaling not in GGML_ROPE_TYPES:
+        raise ValueError(f"llama.cpp (ggml) does not implement rope type {s.scaling!r}; "
+                         f"it implements {', '.join(GGML_ROPE_TYPES)}")
+    d = s.rotary
+    ts = _cr32(float(_f(s.base)) ** float(_f(-2.0) / _f(d)))
+    factors = _llama3_factors(s) if s.scaling == "llama3" else None
+    fs = _f(1.0 / s.factor) if s.scaling in ("linear", "yarn") else _f(1)
+    mix = None
+    if s.scaling == "yarn":
+        if not s.truncate:
+            raise ValueError("llama.cpp (ggml) rounds YaRN's ramp bounds (truncate=True); this schedule has "
+                             "truncate=False")
+        lo, hi = _corr_dims(d, s.original_max_position_embeddings, s.base, s.beta_fast, s.beta_slow)
+        i = np.arange(d // 2, dtype=np.float32)
+        y = ((i - _f(lo)) / _f(max(_f(0.001), _f(_f(hi) - _f(lo))))).astype(np.float32)
+        mix = (_f(1) - np.minimum(_f(1), np.maximum(_f(0), y))).astype(np.float32)
+    return AngleMaker(ts, d // 2, factors, fs, mix, how == "power-product")
