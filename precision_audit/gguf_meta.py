@@ -224,25 +224,59 @@ def _llama3_params(ff: Sequence[float], base: float, dim: int) -> dict[str, Any]
     return None
 
 
+def _yarn_hparams(f: _Fields) -> tuple[float | None, float, float, float]:
+    """(ext_factor or None, beta_fast, beta_slow, log_mul) as llama.cpp's per-architecture loaders read them.
+
+    Only grok (ext_factor, betas; beta_fast default 8), mistral3 (betas, log multiplier) and deepseek2 /
+    deepseek32 (log multiplier, stored times 0.1 by the converter, divided back) read these keys; other
+    architectures keep the defaults (ext_factor unset, betas 32 / 1, no log multiplier).
+    """
+    ext, fast, slow, log_mul = None, 32.0, 1.0, 0.0
+    if f.arch in ("grok", "mistral3"):
+        ext = f.get("{arch}.rope.scaling.yarn_ext_factor") if f.arch == "grok" else None
+        fast = float(_F32(f.get("{arch}.rope.scaling.yarn_beta_fast", 8.0 if f.arch == "grok" else 32.0)))
+        slow = float(_F32(f.get("{arch}.rope.scaling.yarn_beta_slow", 1.0)))
+    if f.arch == "mistral3":
+        log_mul = float(_F32(f.get("{arch}.rope.scaling.yarn_log_multiplier", 0.0)))
+    elif f.arch in ("deepseek2", "deepseek32"):
+        log_mul = float(_F32(_F32(f.get("{arch}.rope.scaling.yarn_log_multiplier", 0.0)) / _F32(0.1)))
+    return ext, fast, slow, log_mul
+
+
+def _get_mscale(scale: np.float32, mscale: np.float32) -> np.float32:
+    """llama_context's ``get_mscale``: ``scale <= 1 ? 1 : 0.1f * mscale * logf(scale) + 1``, float32."""
+    if scale <= 1:
+        return _F32(1)
+    return _F32(_F32(_F32(_F32(0.1) * mscale) * _logf(scale)) + _F32(1))
+
+
 def _kernel_args(f: _Fields, stype: str, factor: float | None, n_ctx: int, n_rot: int,
-                 layout: str | None) -> dict[str, Any]:
-    """The ``ggml_rope_ext`` arguments llama.cpp derives for this file with default context parameters."""
+                 layout: str | None, notes: list[str]) -> dict[str, Any]:
+    """The ``ggml_rope_ext`` arguments llama.cpp derives for this file with default context parameters.
+
+    ``llama_context::llama_context``: ``freq_scale = 1/factor`` (1 for type none); ``ext_factor`` 1 for
+    YaRN, else 0; with ``ext_factor != 0``, ``attn_factor = get_mscale(s, m) / get_mscale(s, log_mul)``
+    (or ``get_mscale(s, 1)`` without a log multiplier), divided by ``1 + 0.1 logf(s)`` (the kernel
+    multiplies that back); times ``rope.scaling.attn_factor``.  Every step in float32, ``logf`` modelled
+    correctly rounded.
+    """
     base = _F32(f.get("{arch}.rope.freq_base", 10000.0))
-    freq_scale = _F32(1) if not factor else _F32(_F32(1) / _F32(factor))
-    if stype == "none":
-        freq_scale = _F32(1)
-    ext = f.get("{arch}.rope.scaling.yarn_ext_factor") if f.arch == "grok" else None
+    freq_scale = _F32(1) if not factor or stype == "none" else _F32(_F32(1) / _F32(factor))
+    ext, beta_fast, beta_slow, log_mul = _yarn_hparams(f)
     ext = _F32(ext) if ext is not None and ext >= 0 else _F32(1 if stype == "yarn" else 0)
-    attn = _F32(1)
+    attn = _F32(f.get("{arch}.rope.scaling.yarn_attn_factor", 1.0)) if f.arch == "grok" else _F32(1)
     if ext != 0:
         scale = _F32(_F32(1) / freq_scale)
-        mscale = _F32(1) if scale <= 1 else _F32(_F32(_F32(0.1) * _logf(scale)) + _F32(1))
-        attn = _F32(mscale * _F32(_F32(1) / _F32(_F32(1) + _F32(_F32(0.1) * _logf(scale)))))
+        if log_mul:
+            m = _F32(log_mul) if f.arch == "deepseek2" and log_mul != 1 else _F32(1)
+            attn = _F32(_get_mscale(scale, m) / _get_mscale(scale, _F32(log_mul)))
+        else:
+            attn = _get_mscale(scale, _F32(1))
+        attn = _F32(attn * _F32(_F32(1) / _F32(_F32(1) + _F32(_F32(0.1) * _logf(scale)))))
     attn = _F32(attn * _F32(f.get("{arch}.rope.scaling.attn_factor", 1.0)))
-    beta_fast, beta_slow = 32.0, 1.0
-    if f.arch in ("grok", "mistral3"):  # the only loaders that read the yarn beta keys
-        beta_fast = float(f.get("{arch}.rope.scaling.yarn_beta_fast", 32.0))
-        beta_slow = float(f.get("{arch}.rope.scaling.yarn_beta_slow", 1.0))
+    if f.arch.startswith("deepseek"):
+        notes.append(f"{f.arch}: llama.cpp's model graph rescales attn_factor and kq_scale for YaRN itself; "
+                     "gguf.ggml_rope_ext.attn_factor is the context's value")
     return {"n_dims": n_rot, "mode": _GGML_MODE.get(layout or "", None), "n_ctx_orig": n_ctx,
             "freq_base": float(base), "freq_scale": float(freq_scale), "ext_factor": float(ext),
             "attn_factor": float(attn), "beta_fast": beta_fast, "beta_slow": beta_slow}
@@ -324,7 +358,7 @@ def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
         "freq_factors": f.tensor("rope_freqs.weight"),
     }
     # llama.cpp: a missing type means "linear" (with no factor: freq_scale 1, i.e. no scaling)
-    gg["ggml_rope_ext"] = _kernel_args(f, stype or "linear", factor, gg["n_ctx_orig"], n_rot, layout)
+    gg["ggml_rope_ext"] = _kernel_args(f, stype or "linear", factor, gg["n_ctx_orig"], n_rot, layout, notes)
     if gg["freq_factors"] is not None and len(gg["freq_factors"]) < n_rot // 2:
         raise ValueError(f"{p}: rope_freqs has {len(gg['freq_factors'])} values, n_rot {n_rot} needs {n_rot // 2}")
     hf["rope_scaling"] = _scaling(f, stype or "linear", factor, orig, hf, gg, notes)

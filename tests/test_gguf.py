@@ -143,6 +143,18 @@ def test_yarn_file(tmp_path: Path) -> None:
     assert load_config_dict(d).rope[0][1].scaling == "yarn"
 
 
+def test_yarn_keys_read_per_architecture(tmp_path: Path) -> None:
+    """grok's loader reads the yarn keys (beta_fast default 8); mistral3's reads the betas."""
+    kv = {"add_context_length": 8192, "add_embedding_length": 6144, "add_head_count": 48,
+          "add_rope_freq_base": 10000.0, "add_rope_scaling_type": gguf.RopeScalingType.YARN,
+          "add_rope_scaling_factor": 2.0, "add_rope_scaling_orig_ctx_len": 4096}
+    k = read_gguf_metadata(_write(tmp_path / "g.gguf", "grok", kv))["gguf"]["ggml_rope_ext"]
+    assert (k["beta_fast"], k["beta_slow"], k["ext_factor"]) == (8.0, 1.0, 1.0)
+    kv["add_rope_scaling_yarn_beta_fast"], kv["add_rope_scaling_yarn_beta_slow"] = 4.0, 0.5
+    d = read_gguf_metadata(_write(tmp_path / "m.gguf", "mistral3", kv))
+    assert (d["gguf"]["ggml_rope_ext"]["beta_fast"], d["rope_scaling"]["beta_slow"]) == (4.0, 0.5)
+
+
 def test_linear_and_partial_and_key_length(tmp_path: Path) -> None:
     kv = {"add_context_length": 16384, "add_embedding_length": 2560, "add_head_count": 32,
           "add_key_length": 80, "add_rope_dimension_count": 32, "add_rope_freq_base": 10000.0,
