@@ -14,14 +14,14 @@ from typing import Any
 
 import click
 
-from . import __version__
-from ._common import parse_length
-from .alibi import RECIPES as _ALIBI_RECIPES
-from .formats import format_names, get_format
-from .rope import PRESETS as _ROPE_PRESETS
-from .rope import SCALINGS as _ROPE_SCALINGS
-from .rope import STAGES as _ROPE_STAGES
-from .sinusoidal import RECIPES as _SIN_RECIPES
+from .. import __version__
+from .._common import parse_length
+from ..alibi import RECIPES as _ALIBI_RECIPES
+from ..formats import format_names, get_format
+from ..rope import PRESETS as _ROPE_PRESETS
+from ..rope import SCALINGS as _ROPE_SCALINGS
+from ..rope import STAGES as _ROPE_STAGES
+from ..sinusoidal import RECIPES as _SIN_RECIPES
 
 
 class LengthType(click.ParamType):
@@ -195,7 +195,7 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
 
     Example: precision-audit positions --length 8192 --dtype bfloat16
     """
-    from .positions import audit_positions, positions_to_scan
+    from ..positions import audit_positions, positions_to_scan
 
     lengths = lengths or (8192,)
     dtypes = dtypes or ("bfloat16",)
@@ -217,7 +217,7 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
 
 
 def _incident_names() -> list[str]:
-    from .incidents import incident_names
+    from ..incidents import incident_names
 
     return incident_names()
 
@@ -268,8 +268,8 @@ def reproduce(name: str | None, as_list: bool, as_json: bool) -> None:
 
     Example: precision-audit reproduce candle-3520
     """
-    from .incidents import CATALOG
-    from .incidents import reproduce as run_incident
+    from ..incidents import CATALOG
+    from ..incidents import reproduce as run_incident
 
     if as_list:
         if name is not None:
@@ -300,7 +300,7 @@ def _baichuan(as_json: bool, res: Any) -> None:
     float32 (the fix), for L = 1K .. 128K, each measured by rounding every
     position.
     """
-    from .positions import BAICHUAN_DTYPES, reproduce_baichuan
+    from ..positions import BAICHUAN_DTYPES, reproduce_baichuan
 
     rows = reproduce_baichuan()
     at = {(r.dtype, r.length): r for r in rows}
@@ -378,7 +378,7 @@ def sinusoidal_cmd(lengths: tuple[int, ...], dim: int, dtypes: tuple[str, ...], 
     nearest other position's row (exact vs stored); decay dev = largest change of
     the mean inner product PE(p).PE(p+k) over lags k.
     """
-    from .sinusoidal import audit_sinusoidal
+    from ..sinusoidal import audit_sinusoidal
 
     total = len(set(recipes)) * len(set(dtypes)) * max(lengths)
     with _progress_bar(total, "sinusoidal positions", enabled=total * dim >= 2**28) as bar:
@@ -412,7 +412,7 @@ def _rope_even(ctx: Any, param: Any, value: int | None) -> int | None:
 
 
 def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...]:
-    from .rope import parse_stages
+    from ..rope import parse_stages
 
     for text in value:
         try:
@@ -463,7 +463,7 @@ def _schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | 
     """The RopeSchedule the rope options describe (``--rope-parameters`` or the single options)."""
     from dataclasses import replace
 
-    from .schedules import RopeSchedule, schedule_from_rope_parameters
+    from ..schedules import RopeSchedule, schedule_from_rope_parameters
 
     if rope_parameters is not None:
         given = [k for k in _SCHEDULE_OPTIONS
@@ -566,8 +566,8 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
 
     Example: precision-audit rope --length 32K --dtype bfloat16 --recipe lowp --recipe fp32
     """
-    from .rope import audit, cache_rounding_bound, parse_stages, positions_to_scan, preset
-    from .schedules import ulp_distance
+    from ..rope import audit, cache_rounding_bound, parse_stages, positions_to_scan, preset
+    from ..schedules import ulp_distance
 
     lengths = lengths or _ROPE_DEFAULT_LENGTHS
     dtypes = dtypes or ("bfloat16",)
@@ -651,7 +651,7 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
 
     Example: precision-audit alibi --length 8K --heads 40 --dtype bfloat16 --recipe cast-output --recipe fp32
     """
-    from .alibi import audit_alibi
+    from ..alibi import audit_alibi
 
     lengths = lengths or (8192,)
     dtypes = tuple(dict.fromkeys(dtypes or ("bfloat16",)))
@@ -720,8 +720,8 @@ def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: 
 
     Example: precision-audit attention --length 128K --recipe lowp --recipe fp32
     """
-    from .attention import attention_errors
-    from .rope import RopeSchedule, preset
+    from ..attention import attention_errors
+    from ..rope import RopeSchedule, preset
 
     recs = [preset(r, dtype) for r in (recipes or _ROPE_PRESETS)]
     rows = attention_errors(RopeSchedule(head_dim=head_dim, base=base), recs, length, distances or None,
@@ -771,7 +771,7 @@ def report_cmd(config_path: str | None, model_type: str | None, dtypes: tuple[st
     """
     import sys
 
-    from .report.writer import output_dir, write_into
+    from ..report.writer import output_dir, write_into
 
     if config_path and model_type:
         raise click.UsageError("give --config or --model-type, not both")
@@ -785,16 +785,16 @@ def report_cmd(config_path: str | None, model_type: str | None, dtypes: tuple[st
 
     spec = None
     if config_path or model_type:
-        from .report._config import load_config, spec_for_model_type
+        from ..report._config import load_config, spec_for_model_type
 
         spec = load_config(config_path) if config_path else spec_for_model_type(str(model_type))
     with output_dir(out) as tmp:
         if spec is None:
-            from .report.headline import DEFAULT_MAX_LENGTH, headline_report
+            from ..report.headline import DEFAULT_MAX_LENGTH, headline_report
 
             rep = headline_report(max_length or DEFAULT_MAX_LENGTH, dtypes or None, progress)
         else:
-            from .report.model import model_report
+            from ..report.model import model_report
 
             rep = model_report(spec, dtypes or None, max_length, progress)
         paths = write_into(rep, tmp, progress)
@@ -811,7 +811,7 @@ CONFIG_VERDICT_HELP = (
 
 
 def _config_path(ctx: Any, param: Any, value: str) -> Any:
-    from .config import load_config
+    from ..config import load_config
 
     try:
         return load_config(value)
@@ -856,18 +856,18 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], re
 
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
-    from .config import audit_config, default_lengths, work_to_scan
+    from ..config import audit_config, default_lengths, work_to_scan
 
     lens = tuple(lengths) or default_lengths(model)
     dts = dtypes or ("bfloat16", "float16")
     try:  # before the bar: an oversized length fails at once
         if model.kind == "rope":
-            from .rope import check_rope_lengths
+            from ..rope import check_rope_lengths
 
             check_rope_lengths(lens)
         else:
-            from ._common import check_lengths
-            from .alibi import MAX_ALIBI_LENGTH
+            from .._common import check_lengths
+            from ..alibi import MAX_ALIBI_LENGTH
 
             check_lengths(lens, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
     except ValueError as e:
@@ -910,7 +910,7 @@ class _HfCommand(_Command):
     """A command that needs transformers: without it, exit 2 with the install hint."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from .hf import TransformersMissing
+        from ..hf import TransformersMissing
 
         try:
             return super().invoke(ctx)
@@ -960,7 +960,7 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
 
     Example: precision-audit hf-rope --model-type llama --length 32K --cast-module
     """
-    from .hf import audit_model_type
+    from ..hf import audit_model_type
 
     if model_type is None:
         if config is None or not isinstance(config.get("model_type"), str):
@@ -1013,7 +1013,7 @@ def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], fix: bool, a
     import sys
     from collections import Counter
 
-    from .hf import rotary_classes, scan
+    from ..hf import rotary_classes, scan
 
     found = rotary_classes(families or None)
     if families:
@@ -1067,7 +1067,7 @@ def hf_alibi_cmd(model_type: str, num_heads: int, length: int, dtype: str, as_js
 
     Example: precision-audit hf-alibi --model-type falcon --heads 32 --length 8K --dtype float16
     """
-    from .hf import audit_alibi_builder
+    from ..hf import audit_alibi_builder
 
     row = audit_alibi_builder(model_type, num_heads, length, dtype)
     d = row.to_dict()
