@@ -1,0 +1,403 @@
+"""Commands about a model: ``config``, ``report`` and the live transformers audits ``hf-rope``, ``hf-scan``,
+``hf-alibi`` (transformers imported lazily, only by these)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from ..alibi import RECIPES as _ALIBI_RECIPES
+from ..rope import PRESETS as _ROPE_PRESETS
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, echo_json, emit, pct, progress_bar,
+                      table)
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def _load_spec(config_path: str | None, model_type: str | None) -> Any:
+    """The model spec a --config or --model-type names (None: the headline report)."""
+    if not (config_path or model_type):
+        return None
+    from ..report._config import load_config, spec_for_model_type
+
+    return load_config(config_path) if config_path else spec_for_model_type(str(model_type))
+
+
+def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, out: str,
+                  progress: Callable[[str], None]) -> list[Any]:
+    """Build the headline (``spec`` None) or the model report and write its files into ``out``."""
+    from ..report.writer import output_dir, write_into
+
+    with output_dir(out) as tmp:
+        if spec is None:
+            from ..report.headline import DEFAULT_MAX_LENGTH, headline_report
+
+            rep = headline_report(max_length or DEFAULT_MAX_LENGTH, dtypes or None, progress)
+        else:
+            from ..report.model import model_report
+
+            rep = model_report(spec, dtypes or None, max_length, progress)
+        return write_into(rep, tmp, progress)
+
+
+@click.command("report", cls=AuditCommand)
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A Hugging Face config.json: write that model's report.")
+@click.option("--model-type", default=None, metavar="TYPE",
+              help="A transformers model type (llama, qwen2, bloom, ...): its default config (needs transformers; "
+                   "nothing is downloaded).")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True,
+              help=DTYPE_HELP + "  [default: headline: each section's own; model: the config's dtype, else "
+                   "bfloat16]")
+@click.option("--max-length", type=LENGTH, default=None, metavar="LENGTH",
+              help="Headline: the longest context audited [default: 1M]. Model: replaces its maximum context "
+                   "(the verdict checks it, 2x and 4x).")
+@click.option("--out", "out", type=click.Path(file_okay=False, writable=True), required=True, metavar="DIR",
+              help="Folder for report.md, report.html, results.json and the PNGs (created; files replaced).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
+def report_cmd(config_path: str | None, model_type: str | None, dtypes: tuple[str, ...], max_length: int | None,
+               out: str, quiet: bool) -> None:
+    """Write a report: report.md, a self-contained report.html, results.json and the figures.
+
+    Without --config/--model-type: the project's headline report (position ids,
+    RoPE recipes, attention logits, ALiBi, sinusoidal encodings); `--out figures/`
+    regenerates the committed figures.  With a model: a verdict per code path at
+    its maximum context and at 2x/4x, then its own figures.  Two runs write
+    byte-identical files.
+
+    Example: precision-audit report --config config.json --out report/
+    """
+    import sys
+
+    if config_path and model_type:
+        raise click.UsageError("give --config or --model-type, not both")
+    if max_length is not None and not 256 <= max_length <= 2**24:
+        raise click.BadParameter(f"{max_length} is not in 256 .. 16M (2**24)", param_hint="'--max-length'")
+    show = not quiet and sys.stderr.isatty()
+
+    def progress(text: str) -> None:
+        if show:
+            click.echo(f"report: {text}", err=True)
+
+    spec = _load_spec(config_path, model_type)
+    paths = _write_report(spec, dtypes, max_length, out, progress)
+    click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
+
+
+# --- config -----------------------------------------------------------------------------------
+
+CONFIG_VERDICT_HELP = (
+    "Verdict per row: broken = phase lost (max rotation error >= pi/2) or colliding positions > 0 (or an "
+    "ALiBi bias overflowed / swapped order); degraded = max rotation error above TOLERANCE x the cache "
+    "format's own rounding bound (ALiBi: a head's bias error above TOLERANCE half-ulps of its largest "
+    "bias); safe otherwise.")
+
+
+def _config_path(ctx: Any, param: Any, value: str) -> Any:
+    from ..config import load_config
+
+    try:
+        return load_config(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _check_config_lengths(model: Any, lens: tuple[int, ...], given: bool) -> None:
+    """Fail at once (before the bar) on a length the model's auditor cannot run; hint at --length if defaulted."""
+    try:
+        if model.kind == "rope":
+            from ..rope import check_rope_lengths
+
+            check_rope_lengths(lens)
+        else:
+            from .._common import check_lengths
+            from ..alibi import MAX_ALIBI_LENGTH
+
+            check_lengths(lens, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
+    except ValueError as e:
+        hint = "" if given else f"; the default lengths are the config's context {lens[0]}, 2x and 4x: give --length"
+        raise click.UsageError(f"{e}{hint}") from None
+
+
+def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]:
+    """The config table's columns: the layer column only when rows carry one, RoPE or ALiBi figures."""
+    cols: list[Column] = [("dtype", "dtype"), ("length", "length"), ("component", "component")]
+    if any(r["layer_type"] for r in dicts):
+        cols.append(("layer", "layer_type"))
+    cols.append(("recipe", "recipe"))
+    if model.kind == "rope":
+        cols += [("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
+                 ("x cache bound", lambda r: None if r["ratio"] is None else f"{r['ratio']:.3g}")]
+    else:
+        cols += [("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
+                 ("max dP", "max_prob_change")]
+    cols += [("max run", "max_run"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
+    return cols
+
+
+def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float) -> None:
+    """The model's description, the table and the verdict key."""
+    click.echo(model.describe() + "\n")
+    click.echo(table(dicts, _config_columns(model, dicts)))
+    click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
+               "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
+               "equals the previous one's; '-' = not measured for that component.")
+
+
+@click.command("config", cls=AuditCommand)
+@click.argument("model", metavar="PATH", callback=_config_path)
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
+              help="Context length (repeatable): 8192, 8k, 32K, 1M; RoPE at most 64M.  "
+                   "[default: the config's context, 2x and 4x]")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bf16, fp16]")
+@click.option("--recipe", "-r", "recipes", multiple=True, metavar="NAME",
+              help="Code path (repeatable): RoPE presets " + ", ".join(_ROPE_PRESETS) + "; ALiBi recipes "
+                   + ", ".join(_ALIBI_RECIPES) + ".  [default: all of the model's kind]")
+@click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
+              help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE and "
+                   "positions; ALiBi runs numpy).")
+@click.option("--tolerance", type=click.FloatRange(min=0.0, min_open=True), default=8.0, show_default=True,
+              help="degraded above TOLERANCE x the cache format's rounding bound.")
+@click.option("--no-positions", is_flag=True, help="Leave out the position-id rows.")
+@click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
+              help="Exit 1 when a row of the default code path (RoPE fp32 / ALiBi fp32) is this bad or worse; "
+                   "for CI.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"auditor": "config", "model": {...}, "results": [row, ...]} as JSON.')
+def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], recipes: tuple[str, ...],
+               engine: str, tolerance: float, no_positions: bool, fail_on: str, as_json: bool) -> None:
+    """Audit a model from its Hugging Face config.json with the tool's own schedules.
+
+    PATH is a config.json (or a directory holding one); it is parsed as JSON,
+    never executed.  RoPE models: every RoPE preset for each layer type's
+    schedule; ALiBi models: every ALiBi recipe with the model's head count;
+    plus the position ids cast to each dtype.  By default at the model's
+    context and 2x, 4x (context extension), in bfloat16 and float16.
+
+    Verdicts: broken = phase lost (max rotation error >= pi/2) or colliding
+    positions > 0; degraded = max rotation error above TOLERANCE (8) x the
+    cache format's own rounding bound, i.e. the code path, not the format,
+    sets the precision; safe otherwise.
+
+    Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
+    """
+    from ..config import audit_config, default_lengths, work_to_scan
+
+    lens = tuple(lengths) or default_lengths(model)
+    dts = dtypes or ("bfloat16", "float16")
+    _check_config_lengths(model, lens, bool(lengths))
+    total = work_to_scan(model, lens, dts, recipes or None)
+    with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
+        rows = audit_config(model, lens, dts, recipes=recipes or None, engine=engine, tolerance=tolerance,
+                            positions=not no_positions, progress=bar.update)
+    dicts = [r.to_dict() for r in rows]
+    if as_json:
+        echo_json({"auditor": "config", "model": model.to_dict(), "engine": engine, "tolerance": tolerance,
+                   "results": dicts})
+    else:
+        _print_config(model, dicts, tolerance)
+    worst = {"never": None, "broken": ("broken",), "degraded": ("broken", "degraded")}[fail_on]
+    if worst and any(r.verdict in worst and r.recipe == "fp32" for r in rows):
+        raise SystemExit(1)
+
+
+# --- live code: transformers' rotary modules and ALiBi builders (precision_audit.hf) ---------------
+
+
+class _HfCommand(AuditCommand):
+    """A command that needs transformers: without it, exit 2 with the install hint."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from ..hf import TransformersMissing
+
+        try:
+            return super().invoke(ctx)
+        except TransformersMissing as e:
+            raise click.UsageError(str(e), ctx) from None
+
+
+def _read_config(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        with open(value, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as e:
+        raise click.BadParameter(f"cannot read {value!r}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise click.BadParameter(f"{value!r} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{value!r} must hold a JSON object (a config.json)")
+    return data
+
+
+@click.command("hf-rope", cls=_HfCommand)
+@click.option("--model-type", "-m", default=None, metavar="TYPE",
+              help="transformers model type (llama, qwen2, gemma3_text, ...).  [default: the config's model_type]")
+@click.option("--config", "config", default=None, callback=_read_config, metavar="PATH",
+              help="A config.json (parsed, never executed).  [default: the model type's default config]")
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
+              help="Context length (repeatable): 8192, 8k, 32K.  [default: 8k]")
+@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True,
+              help="dtype of x, hence of the cos/sin the module returns (and of the cast).")
+@click.option("--cast-module", is_flag=True, help="Apply module.to(DTYPE) first, as model.to(DTYPE) does.")
+@click.option("--layer-type", default=None, metavar="NAME",
+              help="Layer type of a per-layer-type module (Gemma: full_attention, sliding_attention).  "
+                   "[default: every one]")
+@click.option("--class", "class_name", default=None, metavar="NAME",
+              help="Rotary class of the model type's modeling module.  [default: its first text *RotaryEmbedding]")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...], dtype: str,
+                cast_module: bool, layer_type: str | None, class_name: str | None, as_json: bool) -> None:
+    """Audit the rotary module transformers builds for a model type (no weights, no downloads).
+
+    Calls the module for positions 0..L-1 with x in DTYPE and measures its
+    cos/sin against the exact angles of the schedule its config declares;
+    "matches" names the rope recipe with the same figures (e.g. lowp-inv-freq:
+    the inv_freq buffer was cast to DTYPE).
+
+    Example: precision-audit hf-rope --model-type llama --length 32K --cast-module
+    """
+    from ..hf import audit_model_type
+
+    if model_type is None:
+        if config is None or not isinstance(config.get("model_type"), str):
+            raise click.UsageError("give --model-type (or a --config whose model_type names it)")
+        model_type = config["model_type"]
+    lengths = lengths or (8192,)
+    rows = audit_model_type(model_type, lengths, dtype=dtype, cast_module=cast_module, config=config,
+                            layer_type=layer_type, class_name=class_name)
+    cols: list[Column] = [
+        ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("dtype", "dtype"),
+        ("length", "length"), ("cast", "cast_module"), ("inv_freq in", "inv_freq_dtype"),
+        ("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
+        ("colliding", "colliding_positions"), ("matches", "matches_recipe"),
+    ]
+    schedules = "; ".join(dict.fromkeys(f"{r.layer_type + ': ' if r.layer_type else ''}{r.schedule}" for r in rows))
+    diagnoses = "; ".join(dict.fromkeys(f"{r.matches_recipe} = {r.diagnosis}" for r in rows))
+    emit("hf-rope", rows, as_json, cols,
+         footer=f"\nSchedule from the config: {schedules}.\nErrors in rad against the exact m*theta_i, wrapped to "
+                f"[-pi, pi]; matches = the rope preset with the closest max/mean error: {diagnoses}.")
+
+
+def _scan_note(r: dict[str, Any]) -> str:
+    if r["status"] == "audited":  # the cast match is its own column
+        return "phase lost" if "phase lost" in r["reason"] else ""
+    return r["reason"] if len(r["reason"]) <= 80 else r["reason"][:77] + "..."
+
+
+def _scan_summary(rows: Sequence[Any], fix: bool) -> dict[str, int]:
+    """Rows per verdict (skipped included) and, with ``fix``, how many cast-damaged ones the fix restored."""
+    from collections import Counter
+
+    counts = Counter(r.verdict or "skipped" for r in rows)
+    summary = {v: counts.get(v, 0) for v in ("safe", "damaged by the cast", "damaged as built", "skipped")}
+    if fix:
+        damaged = [r for r in rows if r.verdict == "damaged by the cast"]
+        summary["restored by the fix"] = sum(bool(r.fix_restored) for r in damaged)
+    return summary
+
+
+def _print_scan(rows: Sequence[Any], classes: int, summary: dict[str, int], length: int, dtype: str,
+                fix: bool) -> None:
+    """The scan table, the verdict counts and the column key."""
+    cols: list[Column] = [
+        ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("status", "status"),
+        ("built max", "built_max_rotation_error"), ("cast max", "cast_max_rotation_error"),
+        ("cast mean", "cast_mean_rotation_error"), ("threshold", "threshold"), ("cast matches", "cast_matches_recipe"),
+        ("verdict", "verdict"), ("note / reason skipped", _scan_note),
+    ]
+    if fix:
+        cols[-1:-1] = [("fixed max", "fix_max_rotation_error"),
+                       ("fix = built", lambda r: {True: "yes", False: "NO", None: "-"}[r["fix_restored"]])]
+    click.echo(table([r.to_dict() for r in rows], cols))
+    click.echo(f"\n{len(rows)} rows ({classes} classes; per-layer-type modules give one row per layer type) "
+               f"at length {length}, {dtype}: " + ", ".join(f"{n} {v}" for v, n in summary.items()) + ".")
+    click.echo("Errors in rad against the exact m*theta_i of the config's schedule; threshold = 2 x the fp32 recipe's "
+               "max + one float32 ulp of each frequency per position."
+               + ("  fixed = keep_rotary_fp32(module) before the cast; fix = built: its errors equal the as-built "
+                  "ones exactly." if fix else ""))
+
+
+@click.command("hf-scan", cls=_HfCommand)
+@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True,
+              help="Model dtype: x and cos/sin in it, and the cast module.to(DTYPE).")
+@click.option("--length", "-l", type=LENGTH, default="8K", show_default=True, help="Context length.")
+@click.option("--family", "families", multiple=True, metavar="PACKAGE",
+              help="Only these transformers.models packages (repeatable: llama, qwen2, gemma3, ...).  [default: all]")
+@click.option("--fix", is_flag=True,
+              help="Audit each class a third time with precision_audit.fix.keep_rotary_fp32 applied before the "
+                   "cast: the 'fixed' columns, and whether they equal the as-built errors.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], fix: bool, as_json: bool) -> None:
+    """Scan every *RotaryEmbedding class of the installed transformers.
+
+    Each class is built from its model's default config (no weights, no
+    downloads), audited as built and after .to(DTYPE), and given a verdict:
+    safe, damaged by the cast, or damaged as built (max rotation error above
+    2x the fp32 recipe's figure plus one float32 ulp of each frequency per
+    position).  Classes that cannot be audited are listed as skipped with
+    the reason.
+
+    Example: precision-audit hf-scan --length 8K --dtype bfloat16
+    """
+    import sys
+
+    from ..hf import rotary_classes, scan
+
+    found = rotary_classes(families or None)
+    if families:
+        missing = sorted(set(families) - {f.package for f in found})
+        if missing:
+            raise click.BadParameter(f"no *RotaryEmbedding class in {', '.join(missing)}", param_hint="'--family'")
+    with progress_bar(len(found), "rotary classes", enabled=sys.stderr.isatty()) as bar:
+        rows = scan(dtype=dtype, length=length, classes=found, progress=bar.update, fix=fix)
+    summary = _scan_summary(rows, fix)
+    if as_json:
+        echo_json({"auditor": "hf-scan", "dtype": dtype, "length": length, "summary": summary,
+                   "results": [r.to_dict() for r in rows]})
+        return
+    _print_scan(rows, len(found), summary, length, dtype, fix)
+
+
+@click.command("hf-alibi", cls=_HfCommand)
+@click.option("--model-type", "-m", type=click.Choice(["bloom", "falcon", "mpt"]), required=True,
+              help="Whose builder: Bloom's and Falcon's build_alibi_tensor, MPT's build_mpt_alibi_tensor.")
+@click.option("--heads", "num_heads", type=click.IntRange(1, 4096), default=8, show_default=True,
+              help="Number of attention heads.")
+@click.option("--length", "-l", type=LENGTH, default="8K", show_default=True, help="Context length.")
+@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True, help="Model dtype.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+def hf_alibi_cmd(model_type: str, num_heads: int, length: int, dtype: str, as_json: bool) -> None:
+    """Run transformers' ALiBi builder and audit its bias next to the matching alibi recipe.
+
+    The builder's bias for the last query of one sequence is measured with the
+    alibi auditor's metrics; each alibi preset is built too, and the one that
+    stores the same biases is audited alongside ("identical" = share of
+    heads x keys with equal stored bias).
+
+    Example: precision-audit hf-alibi --model-type falcon --heads 32 --length 8K --dtype float16
+    """
+    from ..hf import audit_alibi_builder
+
+    row = audit_alibi_builder(model_type, num_heads, length, dtype)
+    d = row.to_dict()
+    rec = d.pop("recipe")
+    rows = [{"source": f"{model_type} builder", **d},
+            {"source": f"recipe {row.matches_recipe} ({row.recipe_dtype})", "model_type": model_type, **rec}]
+    if as_json:
+        echo_json({"auditor": "hf-alibi", "results": rows})
+        return
+    cols: list[Column] = [
+        ("source", "source"), ("dtype", "dtype"), ("bias in", lambda r: r.get("value_format", r.get("bias_dtype"))),
+        ("form", "form"), ("length", "length"), ("heads", "num_heads"), ("min distinct", "min_distinct_biases"),
+        ("distinct %", pct("distinct_fraction")), ("max run", "max_run"), ("max |err|", "max_abs_error"),
+        ("inversions", "order_inversions"), ("non-finite", "nonfinite_biases"), ("max dP", "max_prob_change"),
+    ]
+    click.echo(table(rows, cols))
+    click.echo(f"\n{row.builder} returns {row.bias_dtype} holding {row.value_format} values; "
+               f"{100 * row.identical_fraction:.2f} % of its {num_heads} x {length} biases equal recipe "
+               f"{row.matches_recipe} in {row.recipe_dtype}.")
