@@ -1,0 +1,148 @@
+"""The bottom line: per code path and dtype, the verdict as the model runs and the longest safe context.
+
+A model audit (:func:`precision_audit.config.audit_config`, the report, a
+live module audit) yields one verdict per code path, dtype and context length.
+:func:`bottom_line` folds them into one :class:`Summary` per (path, dtype): the
+worst verdict, the longest audited length up to which every audited length is
+safe, the first degraded and first broken length, and the fix where one
+exists.  ``str(summary)`` is the sentence the CLI prints first.
+
+>>> rows = [dict(path="transformers", dtype="bfloat16", length=L, verdict=v)
+...         for L, v in ((131072, "safe"), (262144, "safe"), (524288, "degraded"))]
+>>> print(bottom_line(rows)[0])
+transformers as built, bfloat16: safe to 256K, degraded from 512K
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._common import Row
+
+__all__ = ["VERDICT_ORDER", "Summary", "bottom_line", "failing", "human_length"]
+
+VERDICT_ORDER: tuple[str, ...] = ("safe", "degraded", "broken")
+
+
+def human_length(n: int) -> str:
+    """Tokens as the CLI writes them: 512K, 1M, 8192 -> 8K; other values as they are.
+
+    >>> [human_length(n) for n in (4096, 131072, 2**20, 3 * 2**20, 1000)]
+    ['4K', '128K', '1M', '3M', '1000']
+    """
+    for unit, size in (("M", 2**20), ("K", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class Summary(Row):
+    """One code path at one dtype over the audited lengths.
+
+    ``verdict`` is the worst over the lengths; ``safe_to`` the longest
+    audited length L such that every audited length up to L is safe (None if
+    the shortest is not); ``degraded_from`` / ``broken_from`` the first length
+    with that verdict (None if none).  ``label`` names the path for people,
+    ``fix`` says what to do when it is not safe (None where no fix is known).
+    """
+
+    path: str
+    label: str
+    dtype: str
+    lengths: tuple[int, ...]
+    verdict: str
+    safe_to: int | None
+    degraded_from: int | None
+    broken_from: int | None
+    fix: str | None = None
+
+    def __str__(self) -> str:
+        parts = []
+        if self.safe_to is not None:
+            parts.append(f"safe to {human_length(self.safe_to)}")
+        if self.degraded_from is not None and (self.broken_from is None or self.degraded_from < self.broken_from):
+            parts.append(f"degraded from {human_length(self.degraded_from)}")
+        if self.broken_from is not None:
+            parts.append("broken at every length audited" if self.broken_from == self.lengths[0]
+                         else f"broken from {human_length(self.broken_from)}")
+        text = f"{self.label}, {self.dtype}: " + ", ".join(parts)
+        if self.verdict != "safe" and self.fix:
+            text += f" -> {self.fix}"
+        return text
+
+
+def _get(row: Any, key: str) -> Any:
+    return row[key] if isinstance(row, Mapping) else getattr(row, key)
+
+
+def _labels() -> dict[str, tuple[str, str | None]]:
+    from .rope.recipes import STACKS
+
+    out: dict[str, tuple[str, str | None]] = {n: (s.label, s.fix) for n, s in STACKS.items()}
+    out.update({
+        "lowp": ("positions and angles in the model dtype (lowp)",
+                 "build positions, inv_freq and angles in float32; cast only cos/sin"),
+        "lowp-inv-freq": ("inv_freq buffer downcast (lowp-inv-freq)",
+                          "call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"),
+        "fp32": ("float32 angles, cache in the dtype (fp32)", "compute the angle in float64 (see the fp64 recipe)"),
+        "fp64": ("float64 angles, cache in the dtype (fp64)", None),
+        "position ids": ("position ids in the dtype", "build position ids as int64/float32, never in the dtype"),
+    })
+    return out
+
+
+def bottom_line(rows: Iterable[Any], key: str = "path") -> list[Summary]:
+    """One :class:`Summary` per (code path, dtype) of ``rows``, in first-seen order.
+
+    Each row (a mapping or an object) gives ``key`` (the code path: a stack
+    or recipe name), ``dtype``, ``length`` and ``verdict``; rows of several
+    layer types at one length combine to their worst verdict.
+    """
+    groups: dict[tuple[str, str], dict[int, str]] = {}
+    for r in rows:
+        g = groups.setdefault((str(_get(r, key)), str(_get(r, "dtype"))), {})
+        L, v = int(_get(r, "length")), str(_get(r, "verdict"))
+        if v not in VERDICT_ORDER:
+            raise ValueError(f"verdict {v!r} must be one of {', '.join(VERDICT_ORDER)}")
+        g[L] = max(g.get(L, "safe"), v, key=VERDICT_ORDER.index)
+    labels = _labels()
+    out = []
+    for (path, dtype), by_len in groups.items():
+        lens = tuple(sorted(by_len))
+        verdicts = [by_len[L] for L in lens]
+        safe_to = None
+        for L, v in zip(lens, verdicts):
+            if v != "safe":
+                break
+            safe_to = L
+        first = {v: next((L for L, w in zip(lens, verdicts) if w == v), None) for v in VERDICT_ORDER[1:]}
+        label, fix = labels.get(path, (path, None))
+        out.append(Summary(path, label, dtype, lens, max(verdicts, key=VERDICT_ORDER.index), safe_to,
+                           first["degraded"], first["broken"], fix))
+    return out
+
+
+def failing(rows: Iterable[Any], threshold: str, key: str = "path",
+            paths: Sequence[str] | None = None) -> list[tuple[Any, str]]:
+    """The rows at or worse than ``threshold`` (``degraded`` or ``broken``), among ``paths`` if given, with why.
+
+    ``why`` is the row's verdict and its length, for the CLI's ``--fail-on``.
+
+    >>> rows = [dict(path="vllm", dtype="bfloat16", length=8192, verdict="broken")]
+    >>> failing(rows, "degraded")
+    [({'path': 'vllm', 'dtype': 'bfloat16', 'length': 8192, 'verdict': 'broken'}, 'broken at 8K in bfloat16')]
+    """
+    if threshold not in VERDICT_ORDER[1:]:
+        raise ValueError(f"threshold {threshold!r} must be degraded or broken")
+    level = VERDICT_ORDER.index(threshold)
+    out = []
+    for r in rows:
+        if paths is not None and str(_get(r, key)) not in paths:
+            continue
+        v = str(_get(r, "verdict"))
+        if VERDICT_ORDER.index(v) >= level:
+            out.append((r, f"{v} at {human_length(int(_get(r, 'length')))} in {_get(r, 'dtype')}"))
+    return out
