@@ -445,6 +445,220 @@ def _chunks(stop: int, width: int) -> Iterable[tuple[int, int]]:
         yield c0, min(c0 + width, stop)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What both passes share: the recipe, the lengths, the slopes and the chunking."""
+
+    recipe: Recipe
+    label: str
+    lengths: tuple[int, ...]
+    num_heads: int
+    s_used: npt.NDArray[np.float64]  # slopes the recipe multiplies with
+    s_exact: npt.NDArray[np.float64]  # reference slopes
+    sign: float  # logit = sign * magnitude: +1 key form, -1 relative form
+    width: int  # positions per chunk
+
+    def chunks(self) -> Iterable[tuple[int, int]]:
+        return _chunks(self.lengths[-1], self.width)
+
+    def stored(self, k: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return _magnitudes(self.recipe, self.s_used, k)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Pass 1's view of keys ``c0 .. c1-1``: stored and reference magnitudes, and each key's left neighbour."""
+
+    c0: int
+    ki: npt.NDArray[np.int64]  # the keys, as integers
+    mag: npt.NDArray[np.float64]  # stored |bias|, (heads, w)
+    ref: npt.NDArray[np.float64]  # reference |bias| = slope * k
+    before: npt.NDArray[np.float64]  # stored |bias| of key k - 1 (NaN before key 0)
+
+
+class _Tally:
+    """Per-head running totals: ``scan`` leaves in ``cum`` each total after every key of a chunk, (heads, w)."""
+
+    cum: dict[str, np.ndarray]
+
+    def at(self, col: int) -> dict[str, np.ndarray]:
+        return {name: c[:, col].copy() for name, c in self.cum.items()}  # copies: a view keeps the chunk alive
+
+
+class _NeighbourTally(_Tally):
+    """What rounding does to neighbouring keys: distinct stored values, the longest run of keys sharing
+    one value (NaNs equal) and order inversions (``m[k+1] < m[k]``)."""
+
+    def __init__(self, n: int) -> None:
+        self.distinct, self.run_start, self.run_max, self.inversions = (np.zeros(n, dtype=np.int64) for _ in range(4))
+
+    def scan(self, ch: _Chunk) -> None:
+        same = (ch.mag == ch.before) | (np.isnan(ch.mag) & np.isnan(ch.before))
+        if ch.c0 == 0:
+            same[:, 0] = False
+        new = ~same
+        starts = np.maximum.accumulate(np.where(new, ch.ki[None, :], -1), axis=1)
+        self.starts = np.where(starts < 0, self.run_start[:, None], starts)
+        run = np.maximum.accumulate(ch.ki[None, :] - self.starts + 1, axis=1)
+        self.cum = {
+            "distinct": self.distinct[:, None] + np.cumsum(new, axis=1),
+            "run": np.maximum(self.run_max[:, None], run),
+            "inversions": self.inversions[:, None] + np.cumsum(ch.mag < ch.before, axis=1),
+        }
+
+    def carry(self) -> None:
+        last = self.at(-1)
+        self.distinct, self.run_max, self.inversions = last["distinct"], last["run"], last["inversions"]
+        self.run_start = self.starts[:, -1].copy()
+
+
+class _ErrorExtrema(_Tally):
+    """Non-finite stored biases and the largest ``|stored - reference|`` (inf once one is non-finite)."""
+
+    def __init__(self, n: int) -> None:
+        self.nonfinite, self.err = np.zeros(n, dtype=np.int64), np.zeros(n)
+
+    def scan(self, ch: _Chunk) -> None:
+        bad = ~np.isfinite(ch.mag)
+        err = np.maximum.accumulate(np.where(bad, np.inf, np.abs(ch.mag - ch.ref)), axis=1)
+        self.cum = {
+            "nonfinite": self.nonfinite[:, None] + np.cumsum(bad, axis=1),
+            "err": np.maximum(self.err[:, None], err),
+        }
+
+    def carry(self) -> None:
+        last = self.at(-1)
+        self.nonfinite, self.err = last["nonfinite"], last["err"]
+
+
+class _SoftmaxNorms:
+    """Running log-sum-exps (``m + log(s)``) of the stored and the reference logits ``sign * magnitude``."""
+
+    def __init__(self, n: int, sign: float) -> None:
+        self.sign = sign
+        self.lse_p = (np.full(n, -np.inf), np.zeros(n))  # stored logits
+        self.lse_q = (np.full(n, -np.inf), np.zeros(n))  # reference logits
+
+    def scan(self, ch: _Chunk) -> None:
+        self.ch = ch
+
+    def at(self, col: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        return {"lse_p": _lse_merge(*self.lse_p, self.sign * self.ch.mag[:, : col + 1]),
+                "lse_q": _lse_merge(*self.lse_q, self.sign * self.ch.ref[:, : col + 1])}
+
+    def carry(self) -> None:
+        self.lse_p = _lse_merge(*self.lse_p, self.sign * self.ch.mag)
+        self.lse_q = _lse_merge(*self.lse_q, self.sign * self.ch.ref)
+
+
+@dataclass
+class _AtLength:
+    """Per-head totals over keys ``0 .. L-1``, shape (heads,); pass 2 fills ``dp``."""
+
+    distinct: np.ndarray
+    run: np.ndarray
+    inversions: np.ndarray
+    nonfinite: np.ndarray
+    err: np.ndarray
+    lse_p: tuple[np.ndarray, np.ndarray]  # log-sum-exp (m, s) = m + log(s) of the stored logits
+    lse_q: tuple[np.ndarray, np.ndarray]  # ... of the reference logits
+    dp: np.ndarray  # max_j |p_j - q_j|
+
+    def add_prob_change(self, l: np.ndarray, x: np.ndarray) -> None:
+        """Fold some keys' stored and reference logits ``l`` and ``x`` (heads, w) into ``dp``.
+
+        With t = (l_k - x_k) - (LSE_l - LSE_x), p_k - q_k equals q_k * expm1(t)
+        = -p_k * expm1(-t); the branch with t <= 0 keeps the factor in [-1, 0]
+        (no 0 * inf), and LSE_l - LSE_x = (M_l - M_x) + log(S_l / S_x) avoids
+        cancelling two large log-sum-exps.
+        """
+        (mp, sp), (mq, sq) = self.lse_p, self.lse_q
+        shift = (mp - mq) + np.log(sp / sq)
+        t = (l - x) - shift[:, None]
+        q = np.exp(x - mq[:, None]) / sq[:, None]
+        p = np.exp(l - mp[:, None]) / sp[:, None]
+        dp = np.where(t > 0, p * -np.expm1(-t), q * np.expm1(t))
+        dp = np.where(np.isnan(t) | np.isnan(p), np.nan, np.abs(dp)).max(axis=1)
+        self.dp = np.maximum(self.dp, dp)  # propagates NaN
+
+
+def _plan(lengths: int | Iterable[int], num_heads: int, recipe: str | Recipe, dtype: str | None,
+          slopes: npt.ArrayLike | None, chunk_elements: int) -> _Plan:
+    """Validate :func:`audit_alibi`'s arguments."""
+    r = get_recipe(recipe, dtype or "bfloat16")
+    label = get_format(dtype).name if dtype else r.bias_format if isinstance(recipe, Recipe) else "bfloat16"
+    lens = check_lengths(lengths, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
+    n = _check_heads(num_heads)
+    if chunk_elements < 1:
+        raise ValueError(f"chunk_elements {chunk_elements} must be at least 1")
+    s_used = _resolve_slopes(r, n, slopes)
+    s_exact = alibi_slopes(n) if slopes is None else np.asarray(slopes, dtype=np.float64).reshape(-1)
+    sign = 1.0 if r.form == "key" else -1.0
+    return _Plan(r, label, tuple(lens), n, s_used, s_exact, sign, max(1, chunk_elements // n))
+
+
+def _count_pass(plan: _Plan, progress: Callable[[int], None] | None) -> dict[int, _AtLength]:
+    """Pass 1: the per-head tallies, snapshot at every length (prefix reductions)."""
+    n = plan.num_heads
+    tallies = (_NeighbourTally(n), _ErrorExtrema(n), _SoftmaxNorms(n, plan.sign))
+    prev = np.full(n, np.nan)
+    found: dict[int, _AtLength] = {}
+    for c0, c1 in plan.chunks():
+        k = np.arange(c0, c1, dtype=np.float64)
+        mag = plan.stored(k)
+        before = np.concatenate([prev[:, None], mag[:, :-1]], axis=1)
+        ch = _Chunk(c0, np.arange(c0, c1, dtype=np.int64), mag, plan.s_exact[:, None] * k[None, :], before)
+        for t in tallies:
+            t.scan(ch)
+        for L in plan.lengths:
+            if c0 < L <= c1:
+                totals = {name: v for t in tallies for name, v in t.at(L - 1 - c0).items()}
+                found[L] = _AtLength(**totals, dp=np.zeros(n))
+        for t in tallies:
+            t.carry()
+        prev = mag[:, -1].copy()
+        if progress is not None:
+            progress(c1 - c0)
+    return found
+
+
+def _prob_change_pass(plan: _Plan, found: dict[int, _AtLength], progress: Callable[[int], None] | None) -> None:
+    """Pass 2: the largest attention-probability change, which needs each length's log-sum-exps from pass 1."""
+    for c0, c1 in plan.chunks():
+        k = np.arange(c0, c1, dtype=np.float64)
+        mag = plan.sign * plan.stored(k)
+        ref = plan.sign * plan.s_exact[:, None] * k[None, :]
+        for L in plan.lengths:
+            if L <= c0:
+                continue
+            w = min(c1, L) - c0
+            found[L].add_prob_change(mag[:, :w], ref[:, :w])
+        if progress is not None:
+            progress(c1 - c0)
+
+
+def _audit_row(plan: _Plan, L: int, f: _AtLength) -> AlibiAudit:
+    """One length's :class:`AlibiAudit` from its per-head totals."""
+    r = plan.recipe
+    heads = tuple(
+        HeadAudit(
+            head=h, slope=float(plan.s_exact[h]), stored_slope=float(plan.s_used[h]),
+            distinct_biases=int(f.distinct[h]), max_run=int(f.run[h]),
+            max_abs_error=float(f.err[h]), order_inversions=int(f.inversions[h]),
+            nonfinite_biases=int(f.nonfinite[h]), max_prob_change=float(f.dp[h]),
+        )
+        for h in range(plan.num_heads)
+    )
+    dmin = int(f.distinct.min())
+    return AlibiAudit(
+        recipe=r.name, dtype=plan.label, bias_dtype=r.bias_format, form=r.form,
+        length=L, num_heads=plan.num_heads, min_distinct_biases=dmin, distinct_fraction=dmin / L,
+        max_run=int(f.run.max()), max_abs_error=float(f.err.max()),
+        order_inversions=int(f.inversions.sum()), nonfinite_biases=int(f.nonfinite.sum()),
+        max_prob_change=float(np.max(f.dp)), heads=heads,
+    )
+
+
 def audit_alibi(
     lengths: int | Iterable[int],
     num_heads: int,
@@ -474,106 +688,8 @@ def audit_alibi(
     >>> rows[1].heads[0].max_prob_change < 1e-2
     True
     """
-    r = get_recipe(recipe, dtype or "bfloat16")
-    label = get_format(dtype).name if dtype else r.bias_format if isinstance(recipe, Recipe) else "bfloat16"
-    lens = check_lengths(lengths, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
-    n = _check_heads(num_heads)
-    if chunk_elements < 1:
-        raise ValueError(f"chunk_elements {chunk_elements} must be at least 1")
-    s_used = _resolve_slopes(r, n, slopes)
-    s_exact = alibi_slopes(n) if slopes is None else np.asarray(slopes, dtype=np.float64).reshape(-1)
-    sign = 1.0 if r.form == "key" else -1.0
-    width = max(1, chunk_elements // n)
-    total = lens[-1]
-
-    zi = np.zeros(n, dtype=np.int64)
-    distinct, run_start, run_max, inversions, nonfinite = zi.copy(), zi.copy(), zi.copy(), zi.copy(), zi.copy()
-    err = np.zeros(n)
-    prev = np.full(n, np.nan)
-    lse_p = (np.full(n, -np.inf), np.zeros(n))  # stored logits
-    lse_q = (np.full(n, -np.inf), np.zeros(n))  # reference logits
-    found: dict[int, dict[str, np.ndarray]] = {}
-
+    plan = _plan(lengths, num_heads, recipe, dtype, slopes, chunk_elements)
     with np.errstate(invalid="ignore", over="ignore"):
-        for c0, c1 in _chunks(total, width):
-            k = np.arange(c0, c1, dtype=np.float64)
-            ki = np.arange(c0, c1, dtype=np.int64)
-            mag = _magnitudes(r, s_used, k)
-            ref = s_exact[:, None] * k[None, :]
-            before = np.concatenate([prev[:, None], mag[:, :-1]], axis=1)
-            same = (mag == before) | (np.isnan(mag) & np.isnan(before))
-            if c0 == 0:
-                same[:, 0] = False
-            new = ~same
-            cum_distinct = distinct[:, None] + np.cumsum(new, axis=1)
-            starts = np.maximum.accumulate(np.where(new, ki[None, :], -1), axis=1)
-            starts = np.where(starts < 0, run_start[:, None], starts)
-            cum_run = np.maximum(run_max[:, None], np.maximum.accumulate(ki[None, :] - starts + 1, axis=1))
-            cum_inv = inversions[:, None] + np.cumsum(mag < before, axis=1)
-            bad = ~np.isfinite(mag)
-            cum_nonfinite = nonfinite[:, None] + np.cumsum(bad, axis=1)
-            cum_err = np.maximum(err[:, None], np.maximum.accumulate(np.where(bad, np.inf, np.abs(mag - ref)), axis=1))
-            for L in lens:
-                if c0 < L <= c1:
-                    col = L - 1 - c0
-                    mp, sp = _lse_merge(*lse_p, sign * mag[:, : col + 1])
-                    mq, sq = _lse_merge(*lse_q, sign * ref[:, : col + 1])
-                    found[L] = {  # copies: a view would keep the whole chunk alive
-                        "distinct": cum_distinct[:, col].copy(), "run": cum_run[:, col].copy(),
-                        "inv": cum_inv[:, col].copy(), "nonfinite": cum_nonfinite[:, col].copy(),
-                        "err": cum_err[:, col].copy(),
-                        "mp": mp, "sp": sp, "mq": mq, "sq": sq, "dp": np.zeros(n),
-                    }
-            distinct, run_start, run_max = cum_distinct[:, -1].copy(), starts[:, -1].copy(), cum_run[:, -1].copy()
-            inversions, nonfinite = cum_inv[:, -1].copy(), cum_nonfinite[:, -1].copy()
-            err, prev = cum_err[:, -1].copy(), mag[:, -1].copy()
-            lse_p, lse_q = _lse_merge(*lse_p, sign * mag), _lse_merge(*lse_q, sign * ref)
-            if progress is not None:
-                progress(c1 - c0)
-
-        # Pass 2: with t = (l_k - x_k) - (LSE_l - LSE_x), p_k - q_k equals
-        # q_k * expm1(t) = -p_k * expm1(-t); the branch with t <= 0 keeps the
-        # factor in [-1, 0] (no 0 * inf), and LSE_l - LSE_x = (M_l - M_x) +
-        # log(S_l / S_x) avoids cancelling two large log-sum-exps.
-        for c0, c1 in _chunks(total, width):
-            k = np.arange(c0, c1, dtype=np.float64)
-            mag = sign * _magnitudes(r, s_used, k)
-            ref = sign * s_exact[:, None] * k[None, :]
-            for L in lens:
-                if L <= c0:
-                    continue
-                f, w = found[L], min(c1, L) - c0
-                shift = (f["mp"] - f["mq"]) + np.log(f["sp"] / f["sq"])
-                x, l = ref[:, :w], mag[:, :w]
-                t = (l - x) - shift[:, None]
-                q = np.exp(x - f["mq"][:, None]) / f["sq"][:, None]
-                p = np.exp(l - f["mp"][:, None]) / f["sp"][:, None]
-                dp = np.where(t > 0, p * -np.expm1(-t), q * np.expm1(t))
-                dp = np.where(np.isnan(t) | np.isnan(p), np.nan, np.abs(dp)).max(axis=1)
-                f["dp"] = np.maximum(f["dp"], dp)  # propagates NaN
-            if progress is not None:
-                progress(c1 - c0)
-
-    out = []
-    for L in lens:
-        f = found[L]
-        heads = tuple(
-            HeadAudit(
-                head=h, slope=float(s_exact[h]), stored_slope=float(s_used[h]),
-                distinct_biases=int(f["distinct"][h]), max_run=int(f["run"][h]),
-                max_abs_error=float(f["err"][h]), order_inversions=int(f["inv"][h]),
-                nonfinite_biases=int(f["nonfinite"][h]), max_prob_change=float(f["dp"][h]),
-            )
-            for h in range(n)
-        )
-        dmin = int(f["distinct"].min())
-        out.append(
-            AlibiAudit(
-                recipe=r.name, dtype=label, bias_dtype=r.bias_format, form=r.form,
-                length=L, num_heads=n, min_distinct_biases=dmin, distinct_fraction=dmin / L,
-                max_run=int(f["run"].max()), max_abs_error=float(f["err"].max()),
-                order_inversions=int(f["inv"].sum()), nonfinite_biases=int(f["nonfinite"].sum()),
-                max_prob_change=float(np.max(f["dp"])), heads=heads,
-            )
-        )
-    return out
+        found = _count_pass(plan, progress)
+        _prob_change_pass(plan, found, progress)
+    return [_audit_row(plan, L, found[L]) for L in plan.lengths]

@@ -354,7 +354,7 @@ def test_far_nearest_neighbours_are_found(dim: int, dtype: str, monkeypatch: pyt
     assert r.min_nn_distance == pytest.approx(float(nn_s.min()), rel=1e-12)
     assert r.nn_shrink == pytest.approx(float(np.max(1 - nn_s / nn_e)), rel=1e-9, abs=1e-12)
     # without the far search the window result cannot be proven, and the CLI says so
-    monkeypatch.setattr("precision_audit.sinusoidal.FAR_SEARCH_BUDGET", 0)
+    monkeypatch.setattr("precision_audit.sinusoidal.neighbours.FAR_SEARCH_BUDGET", 0)
     (w,) = audit_sinusoidal(L, dim, [dtype], ["fp32"])
     assert not w.nn_certified and w.min_nn_distance >= r.min_nn_distance
     res = CliRunner().invoke(main, ["sinusoidal", "-l", str(L), "--dim", str(dim), "-d", dtype, "-r", "fp32"])
@@ -488,7 +488,7 @@ def test_decay_curve_matches_brute_force(recipe: str, dtype: str) -> None:
 def test_hash_collisions_are_verified(recipe: str, dtype: str, dim: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # with a hash that maps every row to one value, exactness rests on the element-wise verification
     # alone; the counts must still equal the np.unique brute force
-    monkeypatch.setattr("precision_audit.sinusoidal._row_hash", lambda bits: np.zeros(len(bits), dtype=np.uint64))
+    monkeypatch.setattr("precision_audit.sinusoidal.duplicates._row_hash", lambda bits: np.zeros(len(bits), dtype=np.uint64))
     lengths = (300, 1500)
     rows = audit_sinusoidal(lengths, dim, [dtype], [recipe], chunk=100)
     full = ref_torch_table(lengths[-1], dim, recipe, dtype)

@@ -12,12 +12,14 @@ a verdict per code path at its maximum context and at 2x / 4x, then its figures.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config as _config
 from ..alibi import AlibiAudit
 from ..positions import PositionAudit, audit_positions
 from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset
+from ..schedules import RopeSchedule
 from ._config import ModelSpec
 from ._plotting import length_label
 from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct
@@ -61,6 +63,27 @@ def alibi_verdict(r: AlibiAudit) -> str:
     return f"{v} ({100 * r.distinct_fraction:.1f} % distinct{extra})"
 
 
+@dataclass
+class _Context:
+    """What every step of a model report shares; each step appends its verdict rows to ``verdict``."""
+
+    spec: ModelSpec
+    dts: list[str]
+    ctx: int
+    progress: Progress
+    verdict: list[tuple[str, ...]] = field(default_factory=list)
+
+    @property
+    def checks(self) -> list[int]:
+        """The lengths every verdict is given at: the model's context, 2x and 4x."""
+        return [self.ctx, 2 * self.ctx, 4 * self.ctx]
+
+    @property
+    def marks(self) -> list[tuple[int, str]]:
+        """The same lengths as dotted lines on the figures."""
+        return [(self.ctx, "max context"), (2 * self.ctx, "2x"), (4 * self.ctx, "4x")]
+
+
 def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_context: int | None = None,
                  progress: Progress = None) -> Report:
     """Audit the model's code paths at its context (``max_context`` overrides the config's) and 2x, 4x."""
@@ -69,20 +92,29 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
         raise ValueError(f"the config of {spec.name!r} gives no maximum context; pass --max-length")
     if 4 * ctx > MAX_ROPE_LENGTH:
         raise ValueError(f"max context {ctx} x 4 exceeds the audits' limit {MAX_ROPE_LENGTH} (2**26)")
-    dts = list(dict.fromkeys(dtypes or [spec.dtype]))
-    checks = [ctx, 2 * ctx, 4 * ctx]
-    marks = [(ctx, "max context"), (2 * ctx, "2x"), (4 * ctx, "4x")]
-    verdict: list[tuple[str, ...]] = []
-    sections: list[Section] = []
+    c = _Context(spec, list(dict.fromkeys(dtypes or [spec.dtype])), ctx, progress)
+    sections = [_positions_section(c)]
+    if spec.rope is not None:
+        sections += _rope_sections(c, spec.rope)
+    if spec.alibi_heads is not None:
+        sections.append(_alibi_section(c, spec.alibi_heads))
+    model_section = Section("Model", [Table(("setting", "value"), tuple(
+        (k, str(v)) for k, v in _settings(spec, c.dts, ctx).items()))])
+    return Report(f"precision_audit: {spec.name}", "model", _settings(spec, c.dts, ctx),
+                  [_verdict_section(c), model_section, *sections])
 
-    # position ids
-    _say(progress, f"position ids in {', '.join(dts)} at {', '.join(length_label(n) for n in checks)}")
+
+def _positions_section(c: _Context) -> Section:
+    """Position ids built in each model dtype: verdicts at the checks, a table and the figure."""
+    checks, dts = c.checks, c.dts
+    _say(c.progress, f"position ids in {', '.join(dts)} at {', '.join(length_label(n) for n in checks)}")
     pos_check = audit_positions(checks, dts)
     for d in dts:
         by = {r.length: r for r in pos_check if r.dtype == d}
-        verdict.append((f"position ids built in {d}",) + tuple(position_verdict(by[n]) for n in checks))
-    grid_rows = position_rows(length_grid(16, max(4 * ctx, 2**12)), list(dict.fromkeys([*dts, "float32"])))
-    sections.append(Section("Position ids", [
+        c.verdict.append((f"position ids built in {d}",) + tuple(position_verdict(by[n]) for n in checks))
+    grid_rows = position_rows(length_grid(16, max(4 * c.ctx, 2**12)), list(dict.fromkeys([*dts, "float32"])))
+    marks = c.marks
+    return Section("Position ids", [
         Para("Position ids 0..L-1 built in the model dtype (`torch.arange(L, dtype=...)`, or `arange(..., "
              "dtype=inv_freq.dtype)` after `model.to(dtype)`) against float32."),
         Table(("dtype", "length", "exact", "distinct", "max run", "first inexact"),
@@ -90,88 +122,92 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
                      str(r.max_run), str(r.first_inexact)) for r in pos_check)),
         Figure("positions.png", "Position ids in the model dtype vs context length (dotted: its context, 2x, 4x)",
                lambda p: plot_positions(grid_rows, p, marks=marks, baichuan=False)),
-    ], {"position_check": [r.to_dict() for r in pos_check], "positions": [r.to_dict() for r in grid_rows]}))
+    ], {"position_check": [r.to_dict() for r in pos_check], "positions": [r.to_dict() for r in grid_rows]})
 
-    if spec.rope is not None:
-        sched = spec.rope
-        lengths = rope_lengths(4 * ctx, checks)
-        rope_blocks: list[Any] = [Para(
-            f"{sched.describe()}. Recipes: `lowp` every stage in the dtype; `lowp-inv-freq` the inv_freq buffer "
-            "downcast by `model.to(dtype)`; `fp32` the fix; `fp64` float64 angles. Cache in the dtype.")]
-        att_blocks: list[Any] = []
-        rope_rows: list[dict[str, Any]] = []
-        grids: list[dict[str, Any]] = []
-        att_rows: list[dict[str, Any]] = []
-        for d in dts:
-            _say(progress, f"RoPE, 4 recipes, cache in {d}, L = 256 .. {length_label(4 * ctx)}")
-            recs = [preset(n, d) for n in PRESETS]
-            rows = audit(sched, recs, lengths)
-            rope_rows += [r.to_dict() for r in rows]
-            at = {(r.recipe, r.length): r for r in rows}
-            for rec in recs:
-                verdict.append((f"RoPE {rec.name}, cache in {d}",)
-                               + tuple(rope_verdict(at[rec.name, n]) for n in checks))
-            _say(progress, f"RoPE position x frequency heatmap at {length_label(ctx)}, cache in {d}")
-            pair = [error_grid(sched, preset("lowp", d), ctx), error_grid(sched, preset("fp32", d), ctx)]
-            grids += [g.to_dict() for g in pair]
-            rope_blocks += [
-                Table(("cache", "length", "recipe", "max rot err (rad)", "x cache bound", "colliding positions"),
-                      tuple((d, length_label(n), r.recipe, fmt(r.max_rotation_error),
-                             f"{r.max_rotation_error / r.cache_bound:.3g}", str(r.colliding_positions))
-                            for n in checks for r in rows if r.length == n)),
-                Figure(f"rope_error_vs_length_{d}.png", f"Rotation error vs context length, cache in {d}",
-                       lambda p, rows=rows: plot_error_vs_length(rows, p, marks=marks)),
-                Figure(f"rope_error_per_frequency_{d}.png",
-                       f"Rotation error per frequency at {length_label(ctx)} and {length_label(4 * ctx)}, cache in {d}",
-                       lambda p, rows=rows: plot_error_per_frequency(rows, [ctx, 4 * ctx], p)),
-                Figure(f"rope_heatmap_{d}.png",
-                       f"Rotation error per position and frequency at {length_label(ctx)}: lowp against the fp32 "
-                       "fix, one colour scale", lambda p, pair=pair: plot_error_heatmap(pair, sched, p)),
-            ]
-            _say(progress, f"RoPE attention logits at {length_label(ctx)}, cache in {d}")
-            rows_att, blocks = attention_blocks(sched, recs, ctx, f"Cache in {d}", f"rope_attention_logit_error_{d}.png",
-                                                f"Attention-logit error vs offset at {length_label(ctx)}, cache in {d}")
-            att_rows += rows_att
-            att_blocks += blocks
-        sections.append(Section("RoPE", rope_blocks, {"rope": rope_rows, "rope_heatmap": grids}))
-        sections.append(Section("RoPE: attention logits", [Para(
-            f"Logits q_m . k_n of {HEADLINE['attention_pairs']} seeded random (q, k) pairs over query positions "
-            "spread along the context, against the exact logit; spread = how much one pair's logit moves when "
-            "both positions shift (exact RoPE: 0).")] + att_blocks, {"attention": att_rows}))
 
-    if spec.alibi_heads is not None:
-        heads = spec.alibi_heads
-        lengths = rope_lengths(4 * ctx, checks)
-        _say(progress, f"ALiBi, {heads} heads, 4 recipes, L = 256 .. {length_label(4 * ctx)}")
-        sweep = alibi_sweep(heads, dts, lengths, slopes=spec.alibi_slopes)
-        for (d, r), rows in sweep.items():
-            at_len = {x.length: x for x in rows}
-            verdict.append((f"ALiBi {r}, model dtype {d}",) + tuple(alibi_verdict(at_len[n]) for n in checks))
-        sections.append(Section("ALiBi", [
-            Para(f"{heads} heads, slopes: " + ("the model's own" if spec.alibi_slopes else "the ALiBi reference rule")
-                 + ". Last query of each context; dP = largest change of an attention probability from the bias "
-                   "rounding alone."),
-            Table(("model dtype", "recipe", "length", "distinct (worst head)", "max dP"),
-                  tuple((d, r, length_label(x.length), f"{100 * x.distinct_fraction:.2f} %", fmt(x.max_prob_change))
-                        for (d, r), rows in sweep.items() for x in rows if x.length in checks)),
-            Figure("alibi_distinct.png", "Distinct ALiBi biases (worst head) vs context length",
-                   lambda p: plot_alibi_distinct(sweep, p, marks=marks)),
-            Figure("alibi_attention.png", "Attention change from ALiBi bias rounding vs context length",
-                   lambda p: plot_alibi_attention(sweep, p, marks=marks)),
-        ], {"alibi": [x.to_dict() for rows in sweep.values() for x in rows]}))
+def _rope_sections(c: _Context, sched: RopeSchedule) -> list[Section]:
+    """RoPE per cache dtype: the four presets' verdicts, tables and figures; then the attention logits."""
+    ctx, checks, marks = c.ctx, c.checks, c.marks
+    lengths = rope_lengths(4 * ctx, checks)
+    rope_blocks: list[Any] = [Para(
+        f"{sched.describe()}. Recipes: `lowp` every stage in the dtype; `lowp-inv-freq` the inv_freq buffer "
+        "downcast by `model.to(dtype)`; `fp32` the fix; `fp64` float64 angles. Cache in the dtype.")]
+    att_blocks: list[Any] = []
+    rope_rows: list[dict[str, Any]] = []
+    grids: list[dict[str, Any]] = []
+    att_rows: list[dict[str, Any]] = []
+    for d in c.dts:
+        _say(c.progress, f"RoPE, 4 recipes, cache in {d}, L = 256 .. {length_label(4 * ctx)}")
+        recs = [preset(n, d) for n in PRESETS]
+        rows = audit(sched, recs, lengths)
+        rope_rows += [r.to_dict() for r in rows]
+        at = {(r.recipe, r.length): r for r in rows}
+        for rec in recs:
+            c.verdict.append((f"RoPE {rec.name}, cache in {d}",)
+                             + tuple(rope_verdict(at[rec.name, n]) for n in checks))
+        _say(c.progress, f"RoPE position x frequency heatmap at {length_label(ctx)}, cache in {d}")
+        pair = [error_grid(sched, preset("lowp", d), ctx), error_grid(sched, preset("fp32", d), ctx)]
+        grids += [g.to_dict() for g in pair]
+        rope_blocks += [
+            Table(("cache", "length", "recipe", "max rot err (rad)", "x cache bound", "colliding positions"),
+                  tuple((d, length_label(n), r.recipe, fmt(r.max_rotation_error),
+                         f"{r.max_rotation_error / r.cache_bound:.3g}", str(r.colliding_positions))
+                        for n in checks for r in rows if r.length == n)),
+            Figure(f"rope_error_vs_length_{d}.png", f"Rotation error vs context length, cache in {d}",
+                   lambda p, rows=rows: plot_error_vs_length(rows, p, marks=marks)),
+            Figure(f"rope_error_per_frequency_{d}.png",
+                   f"Rotation error per frequency at {length_label(ctx)} and {length_label(4 * ctx)}, cache in {d}",
+                   lambda p, rows=rows: plot_error_per_frequency(rows, [ctx, 4 * ctx], p)),
+            Figure(f"rope_heatmap_{d}.png",
+                   f"Rotation error per position and frequency at {length_label(ctx)}: lowp against the fp32 "
+                   "fix, one colour scale", lambda p, pair=pair: plot_error_heatmap(pair, sched, p)),
+        ]
+        _say(c.progress, f"RoPE attention logits at {length_label(ctx)}, cache in {d}")
+        rows_att, blocks = attention_blocks(sched, recs, ctx, f"Cache in {d}", f"rope_attention_logit_error_{d}.png",
+                                            f"Attention-logit error vs offset at {length_label(ctx)}, cache in {d}")
+        att_rows += rows_att
+        att_blocks += blocks
+    return [Section("RoPE", rope_blocks, {"rope": rope_rows, "rope_heatmap": grids}),
+            Section("RoPE: attention logits", [Para(
+                f"Logits q_m . k_n of {HEADLINE['attention_pairs']} seeded random (q, k) pairs over query positions "
+                "spread along the context, against the exact logit; spread = how much one pair's logit moves when "
+                "both positions shift (exact RoPE: 0).")] + att_blocks, {"attention": att_rows})]
 
+
+def _alibi_section(c: _Context, heads: int) -> Section:
+    """ALiBi in each model dtype: the four presets' verdicts, a table and two figures."""
+    spec, checks, marks = c.spec, c.checks, c.marks
+    lengths = rope_lengths(4 * c.ctx, checks)
+    _say(c.progress, f"ALiBi, {heads} heads, 4 recipes, L = 256 .. {length_label(4 * c.ctx)}")
+    sweep = alibi_sweep(heads, c.dts, lengths, slopes=spec.alibi_slopes)
+    for (d, r), rows in sweep.items():
+        at_len = {x.length: x for x in rows}
+        c.verdict.append((f"ALiBi {r}, model dtype {d}",) + tuple(alibi_verdict(at_len[n]) for n in checks))
+    return Section("ALiBi", [
+        Para(f"{heads} heads, slopes: " + ("the model's own" if spec.alibi_slopes else "the ALiBi reference rule")
+             + ". Last query of each context; dP = largest change of an attention probability from the bias "
+               "rounding alone."),
+        Table(("model dtype", "recipe", "length", "distinct (worst head)", "max dP"),
+              tuple((d, r, length_label(x.length), f"{100 * x.distinct_fraction:.2f} %", fmt(x.max_prob_change))
+                    for (d, r), rows in sweep.items() for x in rows if x.length in checks)),
+        Figure("alibi_distinct.png", "Distinct ALiBi biases (worst head) vs context length",
+               lambda p: plot_alibi_distinct(sweep, p, marks=marks)),
+        Figure("alibi_attention.png", "Attention change from ALiBi bias rounding vs context length",
+               lambda p: plot_alibi_attention(sweep, p, marks=marks)),
+    ], {"alibi": [x.to_dict() for rows in sweep.values() for x in rows]})
+
+
+def _verdict_section(c: _Context) -> Section:
+    """The bottom line: the safe code paths at the model's context, then every path's verdict at 1x, 2x, 4x."""
+    ctx, checks, verdict = c.ctx, c.checks, c.verdict
     header = ("code path",) + tuple(f"{length_label(n)}" + (" (max context)" if n == ctx else f" ({n // ctx}x)")
                                     for n in checks)
     safe_paths = [v[0] for v in verdict if v[1].startswith("safe")]
     summary = (f"At its maximum context {length_label(ctx)} the safe code paths are: "
                + (", ".join(safe_paths) if safe_paths else "none") + ".")
-    verdict_section = Section("Verdict", [Para(summary), Table(header, tuple(verdict)), Para(VERDICT_RULES)]
-                              + [Para(f"Note: {n}.") for n in spec.notes],
-                              {"verdict": [dict(zip(("code_path", *map(str, checks)), v)) for v in verdict]})
-    model_section = Section("Model", [Table(("setting", "value"), tuple(
-        (k, str(v)) for k, v in _settings(spec, dts, ctx).items()))])
-    return Report(f"precision_audit: {spec.name}", "model", _settings(spec, dts, ctx),
-                  [verdict_section, model_section, *sections])
+    return Section("Verdict", [Para(summary), Table(header, tuple(verdict)), Para(VERDICT_RULES)]
+                   + [Para(f"Note: {n}.") for n in c.spec.notes],
+                   {"verdict": [dict(zip(("code_path", *map(str, checks)), v)) for v in verdict]})
 
 
 def _settings(spec: ModelSpec, dts: Sequence[str], ctx: int) -> dict[str, Any]:
