@@ -153,3 +153,25 @@ class ProgressBar:
 def progress_bar(total: int, label: str, *, enabled: bool = True) -> ProgressBar:
     """A progress bar for a pass over ``total`` positions (off unless ``enabled``)."""
     return ProgressBar(total, label, enabled)
+
+
+# --- stacks -----------------------------------------------------------------------------------
+
+
+def stacks_for(names: Sequence[str], schedule: Any) -> tuple[list[str], list[str]]:
+    """The stacks asked for (``all`` expands to every stack) that run ``schedule``'s rope type, and the reasons
+    of those ``all`` left out.  A stack named explicitly that cannot run the schedule is a usage error."""
+    from ..rope import STACKS
+
+    out: list[str] = []
+    skipped: list[str] = []
+    for n in dict.fromkeys(n for name in names for n in (STACKS if name == "all" else [name])):
+        try:
+            STACKS[n].check(n, schedule.scaling)
+        except ValueError as e:
+            if "all" not in names or n in names:
+                raise click.BadParameter(str(e), param_hint="'--stack'") from None
+            skipped.append(str(e))
+            continue
+        out.append(n)
+    return out, skipped

@@ -16,9 +16,12 @@ from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..formats import get_format
 from ..rope import PRESETS as _ROPE_PRESETS
 from ..rope import SCALINGS as _ROPE_SCALINGS
+from ..rope import STACKS
 from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
-from ._shared import DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, emit, pct, progress_bar
+from ._shared import DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, emit, pct, progress_bar, stacks_for
+
+_STACK_NAMES = list(STACKS)
 
 # --- positions --------------------------------------------------------------------------------
 
@@ -246,6 +249,10 @@ def _schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | 
                    "inv_freq buffer downcast to DTYPE, used in fp32; fp32 = the fix (fp32 until the cache); "
                    "fp64 = float64 angle and cos/sin.  inv_freq is always the formula in fp32 (fp64 for fp64), "
                    "as model code computes it.  Cache in DTYPE.  [default: all four, unless --stages]")
+@click.option("--stack", "stacks", type=click.Choice(["all", *_STACK_NAMES]), multiple=True, metavar="NAME",
+              help="Inference stack (repeatable): the code path a stack runs, written from its source: "
+                   + ", ".join(_STACK_NAMES) + "; all = every stack that runs the schedule's rope type.  "
+                   "[default: none, unless no --recipe/--stages]")
 @click.option("--stages", "stages", multiple=True, callback=_rope_stages, metavar="STAGE=DTYPE,...",
               help="Custom recipe (repeatable), e.g. positions=bf16,inv_freq=fp32; stages: "
                    + ", ".join(_ROPE_STAGES) + "; stages not given keep the fp32 recipe's (cache: DTYPE).  "
@@ -295,7 +302,8 @@ def _schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | 
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int,
-             rotary_dim: int | None, base: float, recipes: tuple[str, ...], stages: tuple[str, ...],
+             rotary_dim: int | None, base: float, recipes: tuple[str, ...], stacks: tuple[str, ...],
+             stages: tuple[str, ...],
              rope_parameters: dict[str, Any] | None, max_pos: int | None, engine: str, budget: bool,
              as_json: bool, **schedule_opts: Any) -> None:
     """RoPE angles and rotations of each recipe against the exact m * theta_i.
@@ -310,12 +318,13 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
     """
     lengths = lengths or _ROPE_DEFAULT_LENGTHS
     dtypes = dtypes or ("bfloat16",)
-    if not recipes and not stages:
+    if not recipes and not stages and not stacks:
         recipes = tuple(_ROPE_PRESETS)
     schedule = _schedule_from_options(ctx, head_dim, rotary_dim, base, rope_parameters, max_pos, **schedule_opts)
-    by_dtype = _rope_recipes(recipes, stages, dtypes, engine)
+    stack_names, skipped = stacks_for(stacks, schedule)
+    by_dtype = _rope_recipes(recipes, stages, dtypes, engine, stack_names, schedule)
     rows = _rope_rows(schedule, by_dtype, lengths, budget, engine)
-    footer = _rope_footer(schedule, rows, budget)
+    footer = _rope_footer(schedule, rows, budget) + "".join(f"\nskipped: {why}" for why in skipped)
     extra: dict[str, Any] = {"schedule": schedule.describe(), "engine": engine}
     if engine == "torch":
         extra["inv_freq_ulps"], notes = _torch_inv_freq_ulps(schedule, by_dtype, max(lengths))
@@ -324,11 +333,16 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
 
 
 def _rope_recipes(recipes: Sequence[str], stages: Sequence[str], dtypes: Sequence[str],
-                  engine: str) -> dict[str, list[Any]]:
-    """Per cache dtype: the presets, then the --stages recipes (the torch engine needs a torch dtype per stage)."""
-    from ..rope import parse_stages, preset
+                  engine: str, stacks: Sequence[str] = (), schedule: Any = None) -> dict[str, list[Any]]:
+    """Per cache dtype: the presets, the stacks, then the --stages recipes (the torch engine needs a torch dtype
+    per stage and runs product recipes only)."""
+    from ..rope import parse_stages, preset, stack
 
-    by_dtype = {d: [preset(r, d) for r in recipes] + [parse_stages(s, d) for s in stages] for d in dtypes}
+    by_dtype = {d: [preset(r, d) for r in recipes] + [stack(n, d, schedule) for n in stacks]
+                + [parse_stages(s, d) for s in stages] for d in dtypes}
+    if engine == "torch" and stacks:
+        raise click.BadParameter("stacks run on the numpy engine only (their angles are not position * inv_freq)",
+                                 param_hint="'--engine'")
     if engine == "torch":
         bad = sorted({f for recs in by_dtype.values() for r in recs for f in r.stages.values()
                       if get_format(f).torch_dtype is None})

@@ -94,6 +94,7 @@ class RopeRow(Row):
     rotation_error_profile: tuple[float, ...] = field(repr=False)
     mean_rotation_error_profile: tuple[float, ...] = field(repr=False)
     error_budget: dict[str, float] | None = None
+    stack: str | None = None
 
     def __post_init__(self) -> None:
         if self.length < 1:
@@ -496,4 +497,5 @@ def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
         rotation_error_profile=tuple(acc.rot_max.tolist()),
         mean_rotation_error_profile=tuple((acc.rot_sum / L).tolist()),
         error_budget=budget,
+        stack=r.stack,
     )

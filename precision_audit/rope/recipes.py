@@ -96,6 +96,7 @@ class Recipe:
     apply: str | None = None
     apply_mode: str = "elementwise"
     angle_from: str = "product"
+    stack: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -336,7 +337,7 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
         row = STACKS[name]
     except KeyError:
         raise ValueError(f"unknown stack {name!r}; valid: {', '.join(STACKS)}") from None
-    recipe = row.preset.recipe(name, get_format(dtype).name)
+    recipe = replace(row.preset.recipe(name, get_format(dtype).name), stack=name)
     if schedule is not None:
         row.check(name, schedule.scaling)
         src = dict(row.inv_freq_by_type).get(schedule.scaling)
