@@ -423,7 +423,7 @@ ROW_KEYS = {
     "recipe", "dtype", "length", "head_dim", "base", "rotary_dim", "scaling", "stages", "how", "engine", "max_angle_error",
     "mean_angle_error", "max_rotation_error", "mean_rotation_error", "colliding_positions", "cache_bound",
     "angle_error_profile", "mean_angle_error_profile", "rotation_error_profile", "mean_rotation_error_profile",
-    "error_budget",
+    "error_budget", "stack",
 }
 
 
@@ -533,3 +533,19 @@ def test_progress_counts_the_scanned_positions(scaling):
     audit(sched, preset("fp32", "bf16"), lens, progress=seen.append)
     expected = 8192 if scaling == "none" else 2048 + 4096 + 8192
     assert sum(seen) == positions_to_scan(sched, lens) == expected
+
+
+def test_cli_stack_rows_carry_the_stack_and_refuse_unsupported_types():
+    """--stack: rows named and tagged by stack; a named stack that does not run the rope type exits 2 naming both;
+    --stack all lists the stacks it left out."""
+    res = run("-l", "2K", "--stack", "vllm", "--stack", "llama.cpp-cpu", "--json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)["results"]
+    assert [(r["recipe"], r["stack"]) for r in rows] == [("vllm", "vllm"), ("llama.cpp-cpu", "llama.cpp-cpu")]
+    bad = run("-l", "2K", "--stack", "mlx", "--scaling", "yarn", "--factor", "4")
+    assert bad.exit_code == 2
+    assert "stack 'mlx' does not run rope type 'yarn'" in bad.output
+    res = run("-l", "2K", "--stack", "all", "--scaling", "yarn", "--factor", "4")
+    assert res.exit_code == 0, res.output
+    assert "skipped: stack 'mlx' does not run rope type 'yarn'" in res.output
+    assert "skipped: stack 'vllm'" not in res.output
