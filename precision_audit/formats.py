@@ -24,6 +24,8 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from ._common import ArgumentTypeError, check_flag, check_int, check_number, describe
+
 __all__ = [
     "FORMATS",
     "Format",
@@ -59,18 +61,15 @@ class Format:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"name {self.name!r} must be a non-empty string")
+            raise ArgumentTypeError(f"name {describe(self.name)} must be a non-empty string")
         if self.torch_name is not None and not isinstance(self.torch_name, str):
-            raise TypeError(f"torch_name {self.torch_name!r} must be a string or None")
-        for field, lo, hi in (("significand_bits", 1, 53), ("min_exponent", -1022, 0)):
-            v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ValueError(f"{field} {v!r} must be an integer in {lo}..{hi}")
-        m = self.max_finite
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (math.isfinite(m) and m >= 1):
-            raise ValueError(f"max_finite {m!r} must be a finite number >= 1")
-        if self.overflow not in _OVERFLOWS:
-            raise ValueError(f"overflow {self.overflow!r} must be one of {', '.join(_OVERFLOWS)}")
+            raise ArgumentTypeError(f"torch_name {describe(self.torch_name)} must be a string or None")
+        check_int(self.significand_bits, "significand_bits", minimum=1, maximum=53)
+        check_int(self.min_exponent, "min_exponent", minimum=-1022, maximum=0)
+        if check_number(self.max_finite, "max_finite", positive=True) < 1:
+            raise ValueError(f"max_finite {self.max_finite!r} must be at least 1")
+        if not isinstance(self.overflow, str) or self.overflow not in _OVERFLOWS:
+            raise ValueError(f"overflow {describe(self.overflow)} must be one of {', '.join(_OVERFLOWS)}")
 
     @property
     def max_exact_integer(self) -> int:
@@ -178,7 +177,7 @@ def format_names(*, with_aliases: bool = False) -> list[str]:
     ['float64', 'float32', 'float16', 'bfloat16']
     """
     names = list(FORMATS)
-    return names + sorted(ALIASES) if with_aliases else names
+    return names + sorted(ALIASES) if check_flag(with_aliases, "with_aliases") else names
 
 
 def get_format(name: str | Format) -> Format:
@@ -435,7 +434,7 @@ def _objects_to_float64(a: npt.NDArray[Any], odd: bool, name: str) -> npt.NDArra
             flat[i] = _rational_to_float(int(r.numerator), int(r.denominator), odd)
         else:
             where = f" at index {np.unravel_index(i, a.shape) if a.ndim > 1 else i}" if a.ndim else ""
-            raise TypeError(f"{name} holds {v!r}{where}, which is not a real number")
+            raise ArgumentTypeError(f"{name} holds {v!r}{where}, which is not a real number")
     return out
 
 
@@ -455,11 +454,6 @@ def _ints_to_float64(a: npt.NDArray[Any], odd: bool) -> npt.NDArray[np.float64]:
     return np.asarray(s, dtype=np.float64)
 
 
-def _describe(x: Any) -> str:
-    text = repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _as_float64(x: npt.ArrayLike, odd: bool, name: str = "x") -> npt.NDArray[np.float64]:
     """``x`` as a float64 array; integers and fractions rounded once, as :func:`_rational_to_float` says.
 
@@ -469,7 +463,7 @@ def _as_float64(x: npt.ArrayLike, odd: bool, name: str = "x") -> npt.NDArray[np.
     if isinstance(x, np.ndarray) and x.dtype == np.float64:
         return x
     if isinstance(x, (str, bytes)):
-        raise TypeError(f"{name} {_describe(x)} is text, not a number or an array of numbers")
+        raise ArgumentTypeError(f"{name} {describe(x)} is text, not a number or an array of numbers")
     try:
         a = np.asarray(x)
         if a.dtype.kind == "f" and isinstance(x, (list, tuple)):  # Python ints beyond 2**53 among floats
@@ -477,7 +471,7 @@ def _as_float64(x: npt.ArrayLike, odd: bool, name: str = "x") -> npt.NDArray[np.
             if any(isinstance(v, int) and not -_EXACT_INT <= v <= _EXACT_INT for v in o.reshape(-1)):
                 a = o
     except (ValueError, TypeError) as e:  # ragged lists, objects numpy cannot hold
-        raise TypeError(f"{name} {_describe(x)} is not an array of numbers ({e})") from None
+        raise ArgumentTypeError(f"{name} {describe(x)} is not an array of numbers ({e})") from None
     kind = a.dtype.kind
     if kind in "iu":
         return _ints_to_float64(a, odd)
@@ -485,7 +479,7 @@ def _as_float64(x: npt.ArrayLike, odd: bool, name: str = "x") -> npt.NDArray[np.
         return _objects_to_float64(a, odd, name)
     if kind in "fb" or (kind == "V" and a.dtype.names is None and a.dtype.itemsize <= 2):  # ml_dtypes formats
         return a.astype(np.float64)
-    raise TypeError(f"{name} {_describe(x)} has dtype {a.dtype}, not real numbers")
+    raise ArgumentTypeError(f"{name} {describe(x)} has dtype {a.dtype}, not real numbers")
 
 
 def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
@@ -538,4 +532,4 @@ def spacing(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     _, e = np.frexp(a)  # a = m * 2**e with 0.5 <= m < 1, so the binade is 2**(e-1)
     e = np.where(a == 0, f.min_exponent, np.maximum(e - 1, f.min_exponent))
     out = np.ldexp(1.0, e - (f.significand_bits - 1))
-    return np.where(np.isfinite(a), out, a)  # inf -> inf, nan -> nan
+    return np.where(np.isfinite(a), out, np.where(np.isnan(a), np.nan, np.inf))  # a quiet nan, even from a signaling one
