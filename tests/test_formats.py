@@ -550,6 +550,9 @@ def test_spacing_of_integers_and_non_finite_values() -> None:
             assert float(spacing(np.array([n], dtype=object), name)[0]) == want
         assert spacing([math.inf, -math.inf], name).tolist() == [math.inf, math.inf]
         assert math.isnan(float(spacing(math.nan, name)))
+        snan = np.array([0x7FF0040000000000], dtype=np.uint64).view(np.float64)  # a signaling nan (float16's
+        with np.errstate(invalid="raise"):  # sNaN codes widen to these): the spacing is a quiet nan
+            assert np.isnan(spacing(snan, name) + 1.0).all()
     assert float(spacing(np.array([2**61 - 1], dtype=np.int64), "float64")[0]) == 2.0**8
 
 
