@@ -138,9 +138,7 @@ def _schedule_of(module: Any, config: Any, layer_type: str | None) -> RopeSchedu
     if isinstance(config, ModelConfig):
         return config.schedule_for(layer_type)
     if isinstance(config, (str, os.PathLike)):
-        if not str(config):
-            raise ValueError("config '' is an empty path")
-        return load_config(config).schedule_for(layer_type)
+        return load_config(_check_path(config, "config")).schedule_for(layer_type)
     if hasattr(config, "to_dict") and not isinstance(config, Mapping):
         # a transformers config object: read as transformers reads it (its to_dict() drops per-layer
         # attributes such as Gemma 4's global_head_dim)
@@ -151,6 +149,14 @@ def _schedule_of(module: Any, config: Any, layer_type: str | None) -> RopeSchedu
         return load_config_dict(config, name=type(module).__name__, source="config").schedule_for(layer_type)
     raise ArgumentTypeError(f"config {describe(config)} is not a RopeSchedule, ModelConfig, config dict or "
                             "config.json path")
+
+
+def _check_path(path: str | os.PathLike[str], name: str) -> str | os.PathLike[str]:
+    """A path the file system can be asked about: not empty, no NUL character."""
+    text = os.fspath(path)
+    if not text or "\0" in str(text):
+        raise ValueError(f"{name} {describe(path)} is not a usable path" + (" (empty)" if not text else " (NUL)"))
+    return path
 
 
 def _check_module(module: Any, layer_type: Any) -> None:
@@ -332,8 +338,8 @@ def assert_config(
         model = path
     elif isinstance(path, Mapping):
         model = load_config_dict(path)
-    elif isinstance(path, (str, os.PathLike)) and str(path):
-        model = load_config(path)
+    elif isinstance(path, (str, os.PathLike)):
+        model = load_config(_check_path(path, "path"))
     else:
         raise ArgumentTypeError(f"path {describe(path)} must be a config.json path, a config dict or a ModelConfig")
     if model.kind != "rope" and max_rotation_error is not None:
