@@ -1,12 +1,29 @@
-"""Small shared pieces: context-length parsing and validation, result rows."""
+"""Small shared pieces: context-length parsing and validation, argument validators, result rows.
+
+The ``check_*`` validators give every public function the same errors: a
+wrong type raises :class:`ArgumentTypeError` (a TypeError that is also a
+ValueError, so callers that turn bad input into usage errors by catching
+ValueError, as the CLI does, keep working), a wrong value raises ValueError;
+both messages name the argument and show the value.
+
+>>> check_int(0, "chunk", minimum=1)
+Traceback (most recent call last):
+...
+ValueError: chunk 0 must be at least 1
+>>> check_choice(["numpy"], "engine", ("numpy", "torch"))
+Traceback (most recent call last):
+...
+precision_audit._common.ArgumentTypeError: engine ['numpy'] must be a string, one of numpy, torch
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -81,6 +98,185 @@ def check_lengths(lengths: int | Iterable[int], *, limit: int = MAX_LENGTH, why:
     if out[-1] > limit:
         raise ValueError(f"length {out[-1]} exceeds 2**{limit.bit_length() - 1} = {limit}" + (f" ({why})" if why else ""))
     return tuple(out)
+
+
+# --------------------------------------------------------------------------- argument validators
+
+T = TypeVar("T")
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type.
+
+    A TypeError, and also a ValueError so that code catching bad input as
+    ValueError (the CLI turns it into a usage error) catches it too, as
+    ``numpy.exceptions.AxisError`` is both a ValueError and an IndexError.
+    """
+
+
+def describe(value: Any, width: int = 60) -> str:
+    """A short ``repr`` of a value for an error message.
+
+    >>> describe("x" * 80)
+    "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."
+    """
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer (not a bool) within ``minimum..maximum``, as a Python int.
+
+    >>> check_int(2.0, "chunk")
+    Traceback (most recent call last):
+    ...
+    precision_audit._common.ArgumentTypeError: chunk 2.0 must be an integer
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be an integer")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} {v} must be at least {minimum}")
+    if maximum is not None and v > maximum:
+        raise ValueError(f"{name} {v} must be at most {maximum}")
+    return v
+
+
+def check_number(value: Any, name: str, *, positive: bool = False, finite: bool = True) -> float:
+    """A real number (not a bool) as a float: never nan; finite unless ``finite=False``; > 0 if ``positive``.
+
+    >>> check_number(float("nan"), "tolerance", positive=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: tolerance nan must be a finite number > 0
+    >>> check_number(2**1100, "tolerance")
+    Traceback (most recent call last):
+    ...
+    ValueError: tolerance 2**1100 is beyond float64's range
+    """
+    want = ("a finite number" if finite else "a number") + (" > 0" if positive else "")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be {want}")
+    try:
+        v = float(value)
+    except OverflowError:
+        shown = f"2**{math.log2(value):g}" if value > 0 and int(value) & (int(value) - 1) == 0 else describe(value)
+        raise ValueError(f"{name} {shown} is beyond float64's range") from None
+    if math.isnan(v) or (finite and math.isinf(v)) or (positive and not v > 0):
+        raise ValueError(f"{name} {describe(value)} must be {want}")
+    return v
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """True or False (numpy's bool too), nothing merely truthy.
+
+    >>> check_flag("no", "exact")
+    Traceback (most recent call last):
+    ...
+    precision_audit._common.ArgumentTypeError: exact 'no' must be True or False
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be True or False")
+    return bool(value)
+
+
+def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+    """One of ``choices`` (a string).
+
+    >>> check_choice("cuda", "engine", ("numpy", "torch"))
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown engine 'cuda'; valid: numpy, torch
+    """
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be a string, one of {', '.join(choices)}")
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(choices)}")
+    return value
+
+
+def check_callable(value: Any, name: str) -> Callable[..., Any] | None:
+    """A callable or None (an optional callback such as ``progress``).
+
+    >>> check_callable(1, "progress")
+    Traceback (most recent call last):
+    ...
+    precision_audit._common.ArgumentTypeError: progress 1 must be callable (or None)
+    """
+    if value is not None and not callable(value):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be callable (or None)")
+    return value
+
+
+def check_instance(value: Any, cls: type[T], name: str, hint: str = "") -> T:
+    """``value`` if it is a ``cls``; else ArgumentTypeError naming ``name`` (and a ``hint``)."""
+    if not isinstance(value, cls):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be a {cls.__name__}, not {type(value).__name__}"
+                                + (f" ({hint})" if hint else ""))
+    return value
+
+
+def check_schedule(value: Any, name: str = "schedule") -> Any:
+    """A :class:`~precision_audit.schedules.RopeSchedule` (for the RoPE auditors' first argument).
+
+    >>> check_schedule(None)
+    Traceback (most recent call last):
+    ...
+    precision_audit._common.ArgumentTypeError: schedule None must be a RopeSchedule, not NoneType (e.g. RopeSchedule(head_dim=128, base=10000.0))
+    """
+    from .schedules import RopeSchedule
+
+    return check_instance(value, RopeSchedule, name, "e.g. RopeSchedule(head_dim=128, base=10000.0)")
+
+
+def check_recipes(value: Any, cls: type[T], name: str = "recipes", hint: str = "") -> list[T]:
+    """One ``cls`` or an iterable of them -> a non-empty list (text is not a recipe: ``hint`` says what is).
+
+    >>> class Recipe: pass
+    >>> check_recipes("fp32", Recipe, hint="preset('fp32', dtype) builds one")
+    Traceback (most recent call last):
+    ...
+    precision_audit._common.ArgumentTypeError: recipes 'fp32' is text, not a Recipe or an iterable of Recipe (preset('fp32', dtype) builds one)
+    >>> check_recipes([], Recipe)
+    Traceback (most recent call last):
+    ...
+    ValueError: no recipe given (recipes [] is empty)
+    """
+    more = f" ({hint})" if hint else ""
+    if isinstance(value, cls):
+        return [value]
+    what = f"a {cls.__name__} or an iterable of {cls.__name__}"
+    if isinstance(value, (str, bytes)):
+        raise ArgumentTypeError(f"{name} {describe(value)} is text, not {what}{more}")
+    if not isinstance(value, Iterable) or isinstance(value, dict):
+        raise ArgumentTypeError(f"{name} {describe(value)} is not {what}{more}")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, cls):
+            raise ArgumentTypeError(f"{name}[{i}] {describe(item)} is not a {cls.__name__}{more}")
+    if not items:
+        raise ValueError(f"no recipe given ({name} {describe(value)} is empty)")
+    return items
+
+
+def check_names(value: Any, name: str, what: str, cls: type | tuple[type, ...] = ()) -> list[Any]:
+    """One name (a string, or a ``cls``) or an iterable of them -> a non-empty list.
+
+    >>> check_names("bf16", "dtypes", "format name")
+    ['bf16']
+    >>> check_names(None, "dtypes", "format name")
+    Traceback (most recent call last):
+    ...
+    precision_audit._common.ArgumentTypeError: dtypes None must be a format name or an iterable of them
+    """
+    if isinstance(value, str) or (cls and isinstance(value, cls)):
+        return [value]
+    if isinstance(value, bytes) or not isinstance(value, Iterable) or isinstance(value, dict):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be a {what} or an iterable of them")
+    items = list(value)
+    if not items:
+        raise ValueError(f"no {what} given ({name} {describe(value)} is empty)")
+    return items
 
 
 def _plain(value: Any) -> Any:

@@ -66,6 +66,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._common import ArgumentTypeError, check_flag, describe
+
 __all__ = [
     "KINDS",
     "ProtectedBuffer",
@@ -91,6 +93,8 @@ def buffer_kind(name: str) -> str | None:
     ...                           "slopes", "weight", "slope_rate")]
     ['rotary', 'rotary', 'alibi', 'alibi', 'alibi', None, None]
     """
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"name {describe(name)} must be a string (a buffer name)")
     for kind, pattern in _PATTERNS.items():
         if pattern.search(name):
             return kind
@@ -128,6 +132,14 @@ class ProtectedBuffer:
     where: str = "buffer"
 
     def __post_init__(self) -> None:
+        for name in ("module", "name", "kind", "dtype", "where"):
+            if not isinstance(getattr(self, name), str):
+                raise ArgumentTypeError(f"{name} {describe(getattr(self, name))} must be a string")
+        check_flag(self.restored, "restored")
+        check_flag(self.rotary_protocol, "rotary_protocol")
+        if not isinstance(self.shape, tuple) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                                        for n in self.shape):
+            raise ArgumentTypeError(f"shape {describe(self.shape)} must be a tuple of sizes (integers >= 0)")
         if self.kind not in KINDS:
             raise ValueError(f"kind {self.kind!r} must be one of {', '.join(KINDS)}")
         if self.where not in _WHERE:
@@ -168,8 +180,8 @@ class ProtectionReport:
     _targets: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not all(isinstance(b, ProtectedBuffer) for b in self.buffers):
-            raise ValueError("buffers must be ProtectedBuffer rows")
+        if not isinstance(self.buffers, tuple) or not all(isinstance(b, ProtectedBuffer) for b in self.buffers):
+            raise ArgumentTypeError(f"buffers {describe(self.buffers)} must be a tuple of ProtectedBuffer rows")
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -352,10 +364,7 @@ def keep_rotary_fp32(model: Any) -> ProtectionReport:
     ...
     ValueError: Alibi: slopes already float16, and the module has no config to rebuild them from (rounded values are not upcast); call keep_rotary_fp32 before casting, or rebuild the model
     """
-    import torch
-
-    if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    _check_model(model)
     # plan everything first, so a module that cannot be restored leaves the whole model untouched
     plan = []
     for path, module in model.named_modules(remove_duplicate=True):
@@ -397,4 +406,12 @@ def release_rotary_fp32(model: Any) -> int:
     >>> release_rotary_fp32(torch.nn.Linear(2, 2))
     0
     """
+    _check_model(model)
     return sum(_release(m) for m in model.modules())
+
+
+def _check_model(model: Any) -> None:
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ArgumentTypeError(f"model {describe(model)} must be a torch.nn.Module, not {type(model).__name__}")

@@ -16,12 +16,15 @@ against ml_dtypes' casts in the tests); ml_dtypes supplies the format types.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import ml_dtypes
 import numpy as np
 import numpy.typing as npt
+
+from ._common import ArgumentTypeError, check_flag, check_int, check_number, describe
 
 __all__ = [
     "FORMATS",
@@ -33,6 +36,7 @@ __all__ = [
 ]
 
 Overflow = Literal["inf", "nan", "saturate"]
+_OVERFLOWS: tuple[str, ...] = ("inf", "nan", "saturate")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,18 @@ class Format:
     min_exponent: int
     max_finite: float
     overflow: Overflow
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ArgumentTypeError(f"name {describe(self.name)} must be a non-empty string")
+        if self.torch_name is not None and not isinstance(self.torch_name, str):
+            raise ArgumentTypeError(f"torch_name {describe(self.torch_name)} must be a string or None")
+        check_int(self.significand_bits, "significand_bits", minimum=1, maximum=53)
+        check_int(self.min_exponent, "min_exponent", minimum=-1022, maximum=0)
+        if check_number(self.max_finite, "max_finite", positive=True) < 1:
+            raise ValueError(f"max_finite {self.max_finite!r} must be at least 1")
+        if not isinstance(self.overflow, str) or self.overflow not in _OVERFLOWS:
+            raise ValueError(f"overflow {describe(self.overflow)} must be one of {', '.join(_OVERFLOWS)}")
 
     @property
     def max_exact_integer(self) -> int:
@@ -161,7 +177,7 @@ def format_names(*, with_aliases: bool = False) -> list[str]:
     ['float64', 'float32', 'float16', 'bfloat16']
     """
     names = list(FORMATS)
-    return names + sorted(ALIASES) if with_aliases else names
+    return names + sorted(ALIASES) if check_flag(with_aliases, "with_aliases") else names
 
 
 def get_format(name: str | Format) -> Format:
@@ -371,14 +387,112 @@ def _overflow_saturate(out: npt.NDArray[np.float64], big: npt.NDArray[np.bool_],
 _OVERFLOW: dict[str, Any] = {"inf": _overflow_inf, "nan": _overflow_nan, "saturate": _overflow_saturate}
 
 
+# --------------------------------------------------------------------------- inputs
+# Integers and other rationals are converted to float64 exactly rounded: to nearest even when float64 is
+# the target, else to odd (truncate and set the last bit if anything was dropped).  A round-to-odd float64
+# (53 bits) rounded again to nearest even with p <= 51 bits gives the value rounded once (Boldo and
+# Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to odd", IEEE
+# Trans. Computers 57(4), 2008), so 2**60 + 2**52 + 1 reaches bfloat16 as 2**60 + 2**53, not as the
+# float64 midpoint 2**60 + 2**52 that ties down to 2**60.  Truncation never leaves a binade, so the
+# round-to-odd value also gives ``spacing`` the binade of the exact value.
+
+_EXACT_INT = 2**53  # integers up to here are float64 values
+_RATIONALS = (int, np.integer, numbers.Rational)
+_FLOATS = (float, np.floating)
+
+
+def _rational_to_float(num: int, den: int, odd: bool) -> float:
+    """``num / den`` (den > 0) as float64, rounded to nearest even or (``odd``) to odd; inf beyond the range."""
+    if den == 1 and -_EXACT_INT <= num <= _EXACT_INT:
+        return float(num)
+    m = abs(num)
+    if not odd:
+        try:
+            v = m / den  # CPython's int true division is correctly rounded (to nearest even)
+        except OverflowError:
+            v = math.inf
+        return -v if num < 0 else v
+    k = max(m.bit_length() - den.bit_length() - 54, -1074)  # the quotient at 2**k gets 53..55 bits
+    q, rem = divmod(m, den << k) if k >= 0 else divmod(m << -k, den)
+    extra = max(q.bit_length() - 53, 0)
+    sticky = rem != 0 or q & ((1 << extra) - 1) != 0
+    q, k = q >> extra, k + extra
+    q |= sticky  # round to odd
+    v = math.inf if k + q.bit_length() > 1024 else math.ldexp(q, k)
+    return -v if num < 0 else v
+
+
+def _objects_to_float64(a: npt.NDArray[Any], odd: bool, name: str) -> npt.NDArray[np.float64]:
+    """An object array of numbers (Python ints of any size, fractions, floats) as float64, element by element."""
+    out = np.empty(a.shape, dtype=np.float64)
+    flat = out.reshape(-1)
+    for i, v in enumerate(a.reshape(-1)):
+        if isinstance(v, (bool, np.bool_)) or isinstance(v, _FLOATS):
+            flat[i] = float(v)
+        elif isinstance(v, _RATIONALS):
+            r = v if isinstance(v, numbers.Rational) else int(v)
+            flat[i] = _rational_to_float(int(r.numerator), int(r.denominator), odd)
+        else:
+            where = f" at index {np.unravel_index(i, a.shape) if a.ndim > 1 else i}" if a.ndim else ""
+            raise ArgumentTypeError(f"{name} holds {v!r}{where}, which is not a real number")
+    return out
+
+
+def _ints_to_float64(a: npt.NDArray[Any], odd: bool) -> npt.NDArray[np.float64]:
+    """An integer array as float64, each element rounded once (to nearest even, or to odd)."""
+    if a.dtype.itemsize <= 4 or not a.size or (a.min() >= -_EXACT_INT and a.max() <= _EXACT_INT):
+        return a.astype(np.float64)
+    # a = hi + lo with both parts exact in float64 and |hi| >= lo >= 0 (or hi = 0): their float64 sum is
+    # the integer rounded to nearest even, and (Fast2Sum) e = lo - (s - hi) is the exact remainder
+    hi = np.right_shift(a, a.dtype.type(32)).astype(np.float64) * 2.0**32
+    lo = np.bitwise_and(a, a.dtype.type(0xFFFFFFFF)).astype(np.float64)
+    s = hi + lo
+    if odd:
+        e = lo - (s - hi)
+        fix = (e != 0) & (s.view(np.int64) & 1 == 0)  # inexact and even: the other neighbour is odd
+        s = np.where(fix, np.nextafter(s, np.copysign(np.inf, e)), s)
+    return np.asarray(s, dtype=np.float64)
+
+
+def _as_float64(x: npt.ArrayLike, odd: bool, name: str = "x") -> npt.NDArray[np.float64]:
+    """``x`` as a float64 array; integers and fractions rounded once, as :func:`_rational_to_float` says.
+
+    Raises TypeError naming ``name`` for anything that is not an array of real numbers
+    (strings, complex numbers, None, dates).
+    """
+    if isinstance(x, np.ndarray) and x.dtype == np.float64:
+        return x
+    if isinstance(x, (str, bytes)):
+        raise ArgumentTypeError(f"{name} {describe(x)} is text, not a number or an array of numbers")
+    try:
+        a = np.asarray(x)
+        if a.dtype.kind == "f" and isinstance(x, (list, tuple)):  # Python ints beyond 2**53 among floats
+            o = np.asarray(x, dtype=object)
+            if any(isinstance(v, int) and not -_EXACT_INT <= v <= _EXACT_INT for v in o.reshape(-1)):
+                a = o
+    except (ValueError, TypeError) as e:  # ragged lists, objects numpy cannot hold
+        raise ArgumentTypeError(f"{name} {describe(x)} is not an array of numbers ({e})") from None
+    kind = a.dtype.kind
+    if kind in "iu":
+        return _ints_to_float64(a, odd)
+    if kind == "O":
+        return _objects_to_float64(a, odd, name)
+    if kind in "fb" or (kind == "V" and a.dtype.names is None and a.dtype.itemsize <= 2):  # ml_dtypes formats
+        return a.astype(np.float64)
+    raise ArgumentTypeError(f"{name} {describe(x)} has dtype {a.dtype}, not real numbers")
+
+
 def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     """Cast ``x`` to ``fmt`` (round to nearest, ties to even) and back to float64.
 
     The result is the exact value the format stores, rounded once from the
-    float64 input (as ml_dtypes casts a float32 value; ml_dtypes' and torch's
+    input (as ml_dtypes casts a float32 value; ml_dtypes' and torch's
     float64 -> bfloat16 casts go through float32 and can round twice above
-    2**24).  Overflow gives inf, nan or ``max_finite`` as the format does; a
-    nan input stays nan in every format.
+    2**24).  Integers of any size (integer arrays, Python ints, object arrays
+    of them) and fractions are rounded once from their exact value, not
+    through float64.  Overflow gives inf, nan or ``max_finite`` as the format
+    does (integers beyond float64's range too); a nan input stays nan in
+    every format.  Anything else (None, text, complex) raises TypeError.
 
     >>> round_to([2047.0, 2049.0, 65519.0, 65520.0], "float16").tolist()
     [2047.0, 2048.0, 65504.0, inf]
@@ -386,9 +500,13 @@ def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     [448.0, nan]
     >>> round_to([2**24 + 2**16 + 1.0], "bfloat16").tolist() == [2**24 + 2**17]
     True
+    >>> round_to(2**60 + 2**52 + 1, "bf16") == 2**60 + 2**53  # float(2**60 + 2**52 + 1) would tie down
+    np.True_
+    >>> round_to([2**1100, -2**1100], "fp16").tolist(), round_to(2**1100, "fp4").tolist()
+    ([inf, -inf], 6.0)
     """
     f = get_format(fmt)
-    a = np.asarray(x, dtype=np.float64)
+    a = _as_float64(x, odd=f.name != "float64")
     out = np.empty_like(a)
     return _round_into(a, f, out)
 
@@ -396,16 +514,22 @@ def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
 def spacing(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     """Distance from ``|x|`` to the next larger number of ``fmt`` (one ulp).
 
-    Uses the binade of ``|x|``; zero and subnormals share the smallest normal
-    binade's spacing (the smallest subnormal).
+    Uses the binade of ``|x|`` (with an unbounded exponent: beyond
+    ``max_finite`` the spacing keeps growing); zero and subnormals share the
+    smallest normal binade's spacing (the smallest subnormal).  Integers are
+    placed in their exact binade; inf (and integers beyond float64's range)
+    give inf, nan gives nan.
 
     >>> spacing([1.0, 256.0, 4096.0, 8191.0], "bfloat16").tolist()
     [0.0078125, 2.0, 32.0, 32.0]
     >>> spacing([0.0], "float16").tolist() == [2.0**-24]
     True
+    >>> spacing([2**61 - 1, float("inf")], "float64").tolist()  # float(2**61 - 1) would be 2**61
+    [256.0, inf]
     """
     f = get_format(fmt)
-    a = np.abs(np.asarray(x, dtype=np.float64))
+    a = np.abs(_as_float64(x, odd=True))
     _, e = np.frexp(a)  # a = m * 2**e with 0.5 <= m < 1, so the binade is 2**(e-1)
     e = np.where(a == 0, f.min_exponent, np.maximum(e - 1, f.min_exponent))
-    return np.ldexp(1.0, e - (f.significand_bits - 1))
+    out = np.ldexp(1.0, e - (f.significand_bits - 1))
+    return np.where(np.isfinite(a), out, np.where(np.isnan(a), np.nan, np.inf))  # a quiet nan, even from a signaling one

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._common import Row, check_lengths
+from ._common import Row, check_callable, check_choice, check_int, check_lengths, check_names, describe
 from .formats import Format, _round_into, get_format
 
 __all__ = [
@@ -149,7 +149,10 @@ def predict_positions(length: int, dtype: str | Format) -> PositionAudit:
     (16, 65520, 2049)
     """
     f = get_format(dtype)
-    (L,) = check_lengths(length)
+    lens = check_lengths(length)
+    if len(lens) != 1:
+        raise ValueError(f"length {describe(length)} must be one length (measure_positions takes several)")
+    (L,) = lens
     p, top = f.significand_bits, f.overflow_integer
     saturate = f.overflow == "saturate"
     n_last = min(L, top) - 1  # last position that rounds without overflow
@@ -420,10 +423,9 @@ def measure_positions(
     """
     f = get_format(dtype)
     lens = check_lengths(lengths, limit=MAX_MEASURED, why="rounding every position; the closed form answers any length")
-    if engine not in _ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(_ENGINES)}")
-    if chunk < 1:
-        raise ValueError(f"chunk {chunk} must be at least 1")
+    check_choice(engine, "engine", tuple(_ENGINES))
+    chunk = check_int(chunk, "chunk", minimum=1)
+    check_callable(progress, "progress")
     rounded = _ENGINES[engine](f, lens[-1])
     tally, out = _Tally(), []
     for target in lens:
@@ -438,8 +440,7 @@ def measure_positions(
 
 def _measured_lengths(lens: tuple[int, ...], method: Method) -> list[int]:
     """The lengths ``method`` measures (the rest are derived in closed form)."""
-    if method not in ("auto", "empirical", "closed-form"):
-        raise ValueError(f"unknown method {method!r}; valid: auto, empirical, closed-form")
+    check_choice(method, "method", ("auto", "empirical", "closed-form"))
     if method == "closed-form":
         return []
     return [n for n in lens if method == "empirical" or n <= EMPIRICAL_LIMIT]
@@ -472,12 +473,10 @@ def audit_positions(
     [('bfloat16', 4096, 768), ('bfloat16', 8192, 896), ('float16', 4096, 3072), ('float16', 8192, 4096)]
     """
     lens = check_lengths(lengths)
-    if isinstance(dtypes, (str, Format)):
-        dtypes = [dtypes]
-    fmts = list(dict.fromkeys(get_format(d) for d in dtypes))
-    if not fmts:
-        raise ValueError("no dtype given")
+    fmts = list(dict.fromkeys(get_format(d) for d in check_names(dtypes, "dtypes", "format name", Format)))
     measured = _measured_lengths(lens, method)
+    check_choice(engine, "engine", tuple(_ENGINES))
+    check_callable(progress, "progress")
     rows: list[PositionAudit] = []
     for f in fmts:
         by_len = {}

@@ -25,6 +25,21 @@ frequencies keep the full head_dim's exponents, the rest do not rotate).
 Their parameter names are those of transformers' ``rope_parameters``; tests
 compare every type with transformers' ``ROPE_INIT_FUNCTIONS``.
 
+Operation order.  A formula does not fix the order of its floating-point
+operations, and a float32 result is bit-exact only in the order the real code
+uses.  ``_llama3``, ``_yarn`` and ``_yarn_bounds`` therefore take theirs from
+transformers' ``src/transformers/modeling_rope_utils.py``
+(``_compute_llama3_parameters``; ``_compute_yarn_parameters`` with its
+``find_correction_range`` and ``linear_ramp_factor``; read at transformers
+5.23): Llama 3's wavelength ``2 pi / theta`` and blend
+``(1 - w) * scaled / factor + w * scaled``; YaRN's correction dims
+``d ln(L0 / (2 pi r)) / (2 ln base)``, the ``+ 0.001`` that widens a
+zero-width ramp, and the ramp complemented twice (the extrapolation weight
+``1 - ramp``, the blend ``interpolated * (1 - weight) + extrapolated *
+weight``).  No code is copied; the order of operations is credited to that
+file: Copyright 2024 The HuggingFace Team, licensed under the Apache License,
+Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).
+
 >>> RopeSchedule(head_dim=8, base=10000.0).inv_freq().tolist()
 [1.0, 0.1, 0.01, 0.001]
 >>> s = RopeSchedule(head_dim=128, base=500000.0, scaling="llama3", factor=8.0)
@@ -245,7 +260,11 @@ def _dynamic(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
 
 
 def _yarn_bounds(s: "RopeSchedule") -> tuple[float, float]:
-    """YaRN's ramp ends: the dims whose wavelength fits beta_fast / beta_slow rotations in L0."""
+    """YaRN's ramp ends: the dims whose wavelength fits beta_fast / beta_slow rotations in L0.
+
+    Operation order (and the ``+ 0.001``) from transformers' ``find_correction_range`` /
+    ``linear_ramp_factor`` (Apache-2.0; see the module docstring).
+    """
     d, L0 = s.rotary, s.original_max_position_embeddings
 
     def dim_for(rotations: float) -> float:  # d ln(L0 / (2 pi r)) / (2 ln base)
@@ -261,7 +280,11 @@ def _yarn_bounds(s: "RopeSchedule") -> tuple[float, float]:
 
 
 def _yarn(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
-    """YaRN: interpolate (theta / s) below the ramp, extrapolate (theta) above it, blend between."""
+    """YaRN: interpolate (theta / s) below the ramp, extrapolate (theta) above it, blend between.
+
+    Operation order (the ramp complemented twice) from transformers' ``_compute_yarn_parameters``
+    (Apache-2.0; see the module docstring): bit-exact in float32 only in that order.
+    """
     d = s.rotary
     powers = o.pow(s.base, o.div(o.arange(0, d, 2), d))
     extrapolated = o.div(1.0, powers)
@@ -286,6 +309,8 @@ def _llama3(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
     Bands by wavelength w = 2 pi / theta against L0 / high_freq_factor and
     L0 / low_freq_factor; in the band the weight is
     (L0 / w - low_freq_factor) / (high_freq_factor - low_freq_factor).
+    Operation order from transformers' ``_compute_llama3_parameters`` (Apache-2.0; see the module
+    docstring): bit-exact in float32 only in that order.
     """
     L0 = s.original_max_position_embeddings
     theta = _default(s, o, seq_len)

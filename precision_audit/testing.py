@@ -29,6 +29,7 @@ position ids 0..4095 in bfloat16 fail (want every position exact): 3327 position
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -36,7 +37,16 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from ._common import Row, check_length
+from ._common import (
+    ArgumentTypeError,
+    Row,
+    check_flag,
+    check_int,
+    check_length,
+    check_number,
+    check_schedule,
+    describe,
+)
 from .config import DEFAULT_TOLERANCE, PHASE_LOST, ModelConfig, load_config, load_config_dict, rope_verdict
 from .formats import get_format
 from .schedules import RopeSchedule
@@ -72,11 +82,17 @@ def _fails(max_err: float, colliding: int, bound: float, max_rotation_error: flo
     return rope_verdict(max_err, colliding, bound, tolerance) != "safe"
 
 
-def _check_limit(max_rotation_error: float | None) -> None:
-    if max_rotation_error is not None and (isinstance(max_rotation_error, bool) or
-                                           not isinstance(max_rotation_error, (int, float)) or
-                                           not max_rotation_error > 0):
-        raise ValueError(f"max_rotation_error {max_rotation_error!r} must be a number > 0 (rad)")
+def _check_limits(max_rotation_error: float | None, tolerance: float) -> tuple[float | None, float]:
+    """``max_rotation_error``: None or a number > 0 (rad; inf leaves only collisions and a lost phase);
+    ``tolerance``: a finite number > 0 (times the cache bound)."""
+    if max_rotation_error is not None:
+        max_rotation_error = check_number(max_rotation_error, "max_rotation_error", positive=True, finite=False)
+    return max_rotation_error, check_number(tolerance, "tolerance", positive=True)
+
+
+def _check_text(value: Any, name: str, *, optional: bool = False) -> None:
+    if not (isinstance(value, str) or (optional and value is None)):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be a string" + (" or None" if optional else ""))
 
 
 _ROPE_COLUMNS: list[tuple[str, Any]] = [
@@ -122,7 +138,7 @@ def _schedule_of(module: Any, config: Any, layer_type: str | None) -> RopeSchedu
     if isinstance(config, ModelConfig):
         return config.schedule_for(layer_type)
     if isinstance(config, (str, os.PathLike)):
-        return load_config(config).schedule_for(layer_type)
+        return load_config(_check_path(config, "config")).schedule_for(layer_type)
     if hasattr(config, "to_dict") and not isinstance(config, Mapping):
         # a transformers config object: read as transformers reads it (its to_dict() drops per-layer
         # attributes such as Gemma 4's global_head_dim)
@@ -131,7 +147,32 @@ def _schedule_of(module: Any, config: Any, layer_type: str | None) -> RopeSchedu
         return schedule_from_config(config, layer_type)
     if isinstance(config, Mapping):
         return load_config_dict(config, name=type(module).__name__, source="config").schedule_for(layer_type)
-    raise ValueError(f"config {config!r} is not a RopeSchedule, ModelConfig, config dict or config.json path")
+    raise ArgumentTypeError(f"config {describe(config)} is not a RopeSchedule, ModelConfig, config dict or "
+                            "config.json path")
+
+
+def _check_path(path: str | os.PathLike[str], name: str) -> str | os.PathLike[str]:
+    """A path the file system can be asked about: not empty, no NUL character."""
+    text = os.fspath(path)
+    if not text or "\0" in str(text):
+        raise ValueError(f"{name} {describe(path)} is not a usable path" + (" (empty)" if not text else " (NUL)"))
+    return path
+
+
+def _check_module(module: Any, layer_type: Any) -> None:
+    """A callable module; ``layer_type`` None, or a string its forward accepts as a keyword."""
+    if not callable(module):
+        raise ArgumentTypeError(f"module {describe(module)} is not callable: pass a rotary module "
+                                "(forward(x, position_ids) -> (cos, sin))")
+    _check_text(layer_type, "layer_type", optional=True)
+    if layer_type is None:
+        return
+    try:
+        params = inspect.signature(getattr(module, "forward", module)).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let the call tell
+        return
+    if not any(p.name == "layer_type" or p.kind is p.VAR_KEYWORD for p in params):
+        raise ValueError(f"layer_type {layer_type!r} given, but {type(module).__name__}.forward takes no layer_type")
 
 
 def audit_rope_module(
@@ -162,8 +203,9 @@ def audit_rope_module(
     fmt = get_format(dtype)
     if fmt.torch_dtype is None:
         raise ValueError(f"format {fmt.name!r} has no torch dtype")
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk {chunk!r} must be an integer >= 1")
+    chunk = check_int(chunk, "chunk", minimum=1)
+    _, tolerance = _check_limits(None, tolerance)
+    _check_module(module, layer_type)
     schedule = _schedule_of(module, config, layer_type)
     (row,) = _audit(module, schedule, length, dtype=fmt.name, layer_type=layer_type, match=False,
                     chunk_elems=chunk * schedule.n_freq)
@@ -207,7 +249,7 @@ def assert_rope_module(
     ...     print(str(e).splitlines()[0])
     rotary module Rotary fails at length 8192 in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)
     """
-    _check_limit(max_rotation_error)
+    max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
     a = audit_rope_module(module, length=length, dtype=dtype, config=config, layer_type=layer_type,
                           tolerance=tolerance)
     if _fails(a.max_rotation_error, a.colliding_positions, a.cache_bound, max_rotation_error, tolerance):
@@ -244,7 +286,10 @@ def assert_rope(
     """
     from .rope import Recipe, audit, preset
 
-    _check_limit(max_rotation_error)
+    max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
+    check_schedule(schedule)
+    if not isinstance(recipe, (str, Recipe)):
+        raise ArgumentTypeError(f"recipe {describe(recipe)} must be a preset name or a Recipe")
     rec = recipe if isinstance(recipe, Recipe) else preset(recipe, dtype)
     (r,) = audit(schedule, rec, [check_length(length)])
     if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound, max_rotation_error, tolerance):
@@ -285,13 +330,18 @@ def assert_config(
     from .config import audit_config
     from .rope import cache_rounding_bound
 
-    _check_limit(max_rotation_error)
+    max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
+    _check_text(recipe, "recipe")
+    if length is not None:
+        length = check_length(length)
     if isinstance(path, ModelConfig):
         model = path
     elif isinstance(path, Mapping):
         model = load_config_dict(path)
+    elif isinstance(path, (str, os.PathLike)):
+        model = load_config(_check_path(path, "path"))
     else:
-        model = load_config(path)
+        raise ArgumentTypeError(f"path {describe(path)} must be a config.json path, a config dict or a ModelConfig")
     if model.kind != "rope" and max_rotation_error is not None:
         raise ValueError(f"{model.name} uses {model.kind}: max_rotation_error applies to RoPE models only")
     lengths = None if length is None else [length]
@@ -319,28 +369,49 @@ def assert_positions(length: int, dtype: str, *, exact: bool = True, max_run: in
     """Fail unless position ids 0..length-1 survive a cast to ``dtype``.
 
     ``exact=True`` (default): every position keeps its value.  ``max_run=N``
-    instead: at most N neighbouring positions share one value.  Overflow to
-    inf always fails.
+    instead: at most N neighbouring positions share one value.
+    ``exact=False`` (and no ``max_run``): positions may round onto their
+    neighbours, but none may overflow.  Overflow always fails: a position
+    that rounds beyond the format's largest finite value becomes inf or nan,
+    or, in formats without either (float4, float6), saturates to that largest
+    value, which is as wrong (float4_e2m1fn stores 7..99 all as 6).
 
     >>> assert_positions(8192, "bfloat16", max_run=33)  # bf16 merges up to 33 neighbours at 8K
+    >>> try:
+    ...     assert_positions(100, "float4_e2m1fn", exact=False)
+    ... except AssertionError as e:
+    ...     print(str(e).splitlines()[0])
+    position ids 0..99 in float4_e2m1fn fail (want no overflow): 93 positions (7..99) overflow (saturate to 6)
     """
     from .positions import audit_positions
 
-    if max_run is not None and (isinstance(max_run, bool) or not isinstance(max_run, int) or max_run < 1):
-        raise ValueError(f"max_run {max_run!r} must be an integer >= 1")
-    (p,) = audit_positions([check_length(length)], [dtype])
-    colliding = p.length - p.distinct_values
+    exact = check_flag(exact, "exact")
     if max_run is not None:
-        failed, want = p.max_run > max_run or p.non_finite > 0, f"max run <= {max_run}, no overflow"
+        max_run = check_int(max_run, "max_run", minimum=1)
+    length = check_length(length)
+    f = get_format(dtype)
+    (p,) = audit_positions([length], [f])
+    colliding = p.length - p.distinct_values
+    overflowing = max(p.length - f.overflow_integer, 0)  # they round beyond max_finite: inf, nan or saturated
+    if max_run is not None:
+        failed, want = p.max_run > max_run or overflowing > 0, f"max run <= {max_run}, no overflow"
     elif exact:
         failed, want = p.exact_count < p.length, "every position exact"
     else:
-        failed, want = p.non_finite > 0, "no overflow"
+        failed, want = overflowing > 0, "no overflow"
     if failed:
-        row = {**p.to_dict(), "colliding": colliding}
+        reasons = []
+        if max_run is not None and p.max_run > max_run:
+            reasons.append(f"up to {p.max_run} neighbouring positions share one value")
+        elif max_run is None and exact and colliding:
+            reasons.append(f"{colliding} positions collide with their neighbour")
+        if overflowing:
+            to = {"inf": "inf", "nan": "nan", "saturate": f"saturate to {f.max_finite:g}"}[f.overflow]
+            reasons.append(f"{overflowing} positions ({f.overflow_integer}..{p.length - 1}) overflow ({to})")
+        row = {**p.to_dict(), "colliding": colliding, "overflowing": overflowing}
         raise AssertionError(
-            f"position ids 0..{p.length - 1} in {p.dtype} fail (want {want}): {colliding} positions collide with "
-            f"their neighbour\n\n" + _table([row], [
+            f"position ids 0..{p.length - 1} in {p.dtype} fail (want {want}): " + "; ".join(reasons) + "\n\n"
+            + _table([row], [
                 ("dtype", "dtype"), ("length", "length"), ("exact", "exact_count"), ("distinct", "distinct_values"),
                 ("max run", "max_run"), ("colliding", "colliding"), ("1st inexact", "first_inexact"),
-                ("non-finite", "non_finite")]))
+                ("overflowing", "overflowing")]))

@@ -10,13 +10,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from precision_audit._common import MAX_LENGTH, Row, check_length, check_lengths, parse_length
+from precision_audit._common import (
+    MAX_LENGTH,
+    ArgumentTypeError,
+    Row,
+    check_callable,
+    check_choice,
+    check_flag,
+    check_instance,
+    check_int,
+    check_length,
+    check_lengths,
+    check_names,
+    check_number,
+    check_recipes,
+    check_schedule,
+    parse_length,
+)
 
 
 # ---------------------------------------------------------------------------
@@ -130,6 +147,88 @@ def test_check_lengths_sorts_and_dedups(given_, want) -> None:
 def test_check_lengths_errors(bad) -> None:
     with pytest.raises(ValueError):
         check_lengths(bad)
+
+
+# ---------------------------------------------------------------------------
+# argument validators: a wrong type is an ArgumentTypeError (TypeError and ValueError), a wrong value a
+# ValueError; every message names the argument and shows the value
+# ---------------------------------------------------------------------------
+def test_argument_type_error_is_both() -> None:
+    assert issubclass(ArgumentTypeError, TypeError) and issubclass(ArgumentTypeError, ValueError)
+
+
+@pytest.mark.parametrize("fn, bad, error, match", [
+    (lambda v: check_int(v, "chunk", minimum=1), 0, ValueError, r"^chunk 0 must be at least 1$"),
+    (lambda v: check_int(v, "chunk", maximum=8), 9, ValueError, r"^chunk 9 must be at most 8$"),
+    (lambda v: check_int(v, "chunk"), True, ArgumentTypeError, r"^chunk True must be an integer$"),
+    (lambda v: check_int(v, "chunk"), 2.0, ArgumentTypeError, r"^chunk 2.0 must be an integer$"),
+    (lambda v: check_int(v, "chunk"), None, ArgumentTypeError, r"^chunk None must be an integer$"),
+    (lambda v: check_number(v, "tolerance", positive=True), math.nan, ValueError, r"^tolerance nan must be a finite"),
+    (lambda v: check_number(v, "tolerance", positive=True), 0, ValueError, r"^tolerance 0 must be a finite number > 0"),
+    (lambda v: check_number(v, "tolerance", positive=True), -1, ValueError, r"^tolerance -1 must"),
+    (lambda v: check_number(v, "tolerance"), math.inf, ValueError, r"^tolerance inf must be a finite number$"),
+    (lambda v: check_number(v, "tolerance"), 2**1100, ValueError, r"^tolerance 2\*\*1100 is beyond float64's range"),
+    (lambda v: check_number(v, "tolerance"), 3**700, ValueError, r"^tolerance \d+\.\.\. is beyond float64's range"),
+    (lambda v: check_number(v, "tolerance"), "8", ArgumentTypeError, r"^tolerance '8' must be a finite number$"),
+    (lambda v: check_number(v, "tolerance"), np.bool_(True), ArgumentTypeError, r"^tolerance np.True_ must"),
+    (lambda v: check_flag(v, "exact"), 1, ArgumentTypeError, r"^exact 1 must be True or False$"),
+    (lambda v: check_choice(v, "engine", ("numpy", "torch")), "jax", ValueError, r"^unknown engine 'jax'; valid: numpy"),
+    (lambda v: check_choice(v, "engine", ("numpy",)), ["numpy"], ArgumentTypeError, r"^engine \['numpy'\] must be a str"),
+    (lambda v: check_callable(v, "progress"), "print", ArgumentTypeError, r"^progress 'print' must be callable"),
+    (lambda v: check_instance(v, int, "n", "a count"), "3", ArgumentTypeError, r"^n '3' must be a int, not str \(a count\)$"),
+    (lambda v: check_names(v, "dtypes", "format name"), None, ArgumentTypeError, r"^dtypes None must be a format name"),
+    (lambda v: check_names(v, "dtypes", "format name"), b"bf16", ArgumentTypeError, r"^dtypes b'bf16' must be"),
+    (lambda v: check_names(v, "dtypes", "format name"), [], ValueError, r"^no format name given \(dtypes \[\] is empty\)$"),
+])
+def test_validators_reject_with_the_name_and_value(fn, bad, error, match: str) -> None:
+    with pytest.raises(error, match=match):
+        fn(bad)
+
+
+def test_validators_pass_good_values_through() -> None:
+    assert check_int(np.int16(3), "n") == 3 and type(check_int(np.int16(3), "n")) is int
+    assert check_number(np.float32(0.5), "x", positive=True) == 0.5 and check_number(2**60, "x") == 2.0**60
+    assert check_number(math.inf, "x", finite=False) == math.inf
+    assert check_flag(np.bool_(False), "f") is False
+    assert check_choice("torch", "engine", ("numpy", "torch")) == "torch"
+    assert check_callable(None, "progress") is None and check_callable(print, "progress") is print
+    assert check_names("bf16", "dtypes", "format name") == ["bf16"]
+    assert check_names(("bf16", "fp16"), "dtypes", "format name") == ["bf16", "fp16"]
+    assert check_names(3, "dtypes", "format name", int) == [3]
+
+
+class _Recipe:
+    """Stands in for a recipe class: the validators take the class as an argument."""
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    ("fp32", ArgumentTypeError, r"^recipes 'fp32' is text, not a _Recipe or an iterable of _Recipe \(use preset"),
+    (None, ArgumentTypeError, r"^recipes None is not a _Recipe or an iterable of _Recipe"),
+    (8, ArgumentTypeError, r"^recipes 8 is not a _Recipe"),
+    ({"fp32": 1}, ArgumentTypeError, r"^recipes \{'fp32': 1\} is not a _Recipe"),
+    (["fp32"], ArgumentTypeError, r"^recipes\[0\] 'fp32' is not a _Recipe"),
+    ([_Recipe(), None], ArgumentTypeError, r"^recipes\[1\] None is not a _Recipe"),
+    ([], ValueError, r"^no recipe given \(recipes \[\] is empty\)$"),
+    (iter([]), ValueError, r"^no recipe given"),
+])
+def test_check_recipes(bad, error, match: str) -> None:
+    with pytest.raises(error, match=match):
+        check_recipes(bad, _Recipe, hint="use preset(name, dtype)")
+
+
+def test_check_recipes_and_schedule_pass_good_values_through() -> None:
+    from precision_audit.schedules import RopeSchedule
+
+    r = _Recipe()
+    assert check_recipes(r, _Recipe) == [r] and check_recipes((r, r), _Recipe) == [r, r]
+    assert check_recipes(iter([r]), _Recipe) == [r]
+    s = RopeSchedule(head_dim=8)
+    assert check_schedule(s) is s
+    for bad in (None, "llama", {"head_dim": 8}, 8):
+        with pytest.raises(TypeError, match=rf"^schedule {re.escape(repr(bad))} must be a RopeSchedule, not "):
+            check_schedule(bad)
+    with pytest.raises(ValueError, match="^sched None must be a RopeSchedule"):
+        check_schedule(None, "sched")
 
 
 # ---------------------------------------------------------------------------

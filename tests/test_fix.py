@@ -12,6 +12,7 @@ import copy
 import functools
 import io
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from precision_audit.fix import (  # noqa: E402
+    ProtectedBuffer,
     ProtectionReport,
     buffer_kind,
     keep_rotary_fp32,
@@ -438,7 +440,19 @@ def test_refuses_a_module_without_config_and_leaves_model_untouched():
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="model must be a torch.nn.Module, not dict"):
-        keep_rotary_fp32({})
-    with pytest.raises(ValueError, match="must be ProtectedBuffer rows"):
+    # a wrong type is a TypeError naming the argument and showing the value (also a ValueError, which the
+    # CLI turns into a usage error)
+    for fn in (keep_rotary_fp32, release_rotary_fp32):
+        for bad, shown in (({}, "{}"), (None, "None"), ("model.safetensors", "'model.safetensors'")):
+            with pytest.raises(TypeError, match=rf"^model {re.escape(shown)} must be a torch.nn.Module, not "):
+                fn(bad)
+    with pytest.raises(ValueError, match="model None must be a torch.nn.Module"):
+        release_rotary_fp32(None)
+    with pytest.raises(TypeError, match="must be a tuple of ProtectedBuffer rows"):
         ProtectionReport(("inv_freq",))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^name None must be a string"):
+        buffer_kind(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^restored 'yes' must be True or False"):
+        ProtectedBuffer("", "inv_freq", "rotary", "float32", "yes", True, (4,))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^shape \[4\] must be a tuple"):
+        ProtectedBuffer("", "inv_freq", "rotary", "float32", False, True, [4])  # type: ignore[arg-type]

@@ -441,6 +441,122 @@ def test_bfloat16_float32_path_fixes_double_rounding() -> None:
 
 
 # ---------------------------------------------------------------------------
+# Integers of any size and fractions: rounded once from the exact value
+# (oracle: ref_round in Fraction arithmetic; float64 from IEEE 754 binary64)
+# ---------------------------------------------------------------------------
+WIDE = {**SPEC, "float64": (53, -1022, _h("0x1.fffffffffffffp1023"), "inf", True)}
+
+
+def wide_oracle(name: str):
+    p, emin, mx, ovf, sz = WIDE[name]
+    return lambda x: ref_round(x, p, emin, mx, ovf, sz)
+
+
+@st.composite
+def _trap_ints(draw: st.DrawFn, p: int, top: int = 1100) -> int:
+    """Integers at, or a little off, the p-bit midpoints of a binade 2**k (k <= top): float(n) rounds
+    many of them onto a midpoint (the double-rounding trap), and k > 1023 overflows float64."""
+    k = draw(st.integers(p, top), label="binade")
+    j = draw(st.integers(0, 2 ** (p - 1) - 1), label="significand")
+    mid = 2**k + (2 * j + 1) * 2 ** (k - p)
+    d = draw(st.sampled_from([0, 1, -1, 2, 2 ** max(k - 54, 0), -(2 ** max(k - 54, 0))]), label="offset")
+    return draw(st.sampled_from([1, -1]), label="sign") * (mid + d)
+
+
+def _same(got: float, want: float) -> bool:
+    return (math.isnan(got) and math.isnan(want)) or (got == want and math.copysign(1, got) == math.copysign(1, want))
+
+
+@pytest.mark.parametrize("name", list(WIDE))
+@HYP
+@given(data=st.data())
+def test_round_to_python_ints_rounded_once(name: str, data: st.DataObject) -> None:
+    ns = data.draw(st.lists(_trap_ints(WIDE[name][0]) | st.integers(-(2**70), 2**70), min_size=1, max_size=8))
+    want = [wide_oracle(name)(n) for n in ns]
+    for form in (lambda: ns, lambda: np.array(ns, dtype=object), lambda: ns + [0.5]):  # list, object array,
+        got = round_to(form(), name)[: len(ns)].tolist()  # and ints among floats (numpy would make float64)
+        assert all(_same(g, w) for g, w in zip(got, want)), (name, ns, got, want)
+    assert _same(float(round_to(ns[0], name)), want[0])  # a bare Python int
+
+
+def test_round_to_the_issue_case() -> None:
+    n = 2**60 + 2**52 + 1  # float(n) = 2**60 + 2**52, a bf16 midpoint that ties down to 2**60
+    assert float(round_to(n, "bf16")) == 2**60 + 2**53 == wide_oracle("bfloat16")(n)
+    assert round_to(np.array([n, -n], dtype=np.int64), "bf16").tolist() == [2**60 + 2**53, -(2**60 + 2**53)]
+    assert round_to(np.array([n], dtype=np.uint64), "bf16").tolist() == [2**60 + 2**53]
+
+
+@pytest.mark.parametrize("name", list(WIDE))
+def test_round_to_int64_and_uint64_arrays_rounded_once(name: str) -> None:
+    # every format's midpoint traps across int64 and uint64, vectorised, against the scalar oracle
+    p = WIDE[name][0]
+    rng = np.random.default_rng(21)
+    k = rng.integers(p, 63, 500)
+    j = rng.integers(0, 2 ** (p - 1), 500)
+    mids = [2 ** int(a) + (2 * int(b) + 1) * 2 ** int(a - p) for a, b in zip(k, j)]
+    ints = [m + d for m in mids for d in (-1, 0, 1)] + [2**63 - 1, 2**62 + 1, 2**53 + 1, 0, 1]
+    ints += [int(v) for v in rng.integers(-(2**63), 2**63 - 1, 500, dtype=np.int64)]
+    signed = np.array([v for v in ints if -(2**63) <= v < 2**63] + [-(2**63)], dtype=np.int64)
+    unsigned = np.array([v for v in ints if v >= 0] + [2**64 - 1, 2**63 + 2**52 + 1], dtype=np.uint64)
+    for a in (signed, unsigned, signed.reshape(-1, 1)):
+        want = np.array([wide_oracle(name)(int(v)) for v in a.ravel()]).reshape(a.shape)
+        assert same_bits(round_to(a, name), want).all(), name
+    small = np.arange(-300, 300)
+    for dt in (np.int8, np.uint8, np.int16, np.int32, np.uint32):
+        v = small[(small >= np.iinfo(dt).min) & (small <= np.iinfo(dt).max)].astype(dt)
+        np.testing.assert_array_equal(round_to(v, name), round_to(v.astype(np.float64), name))
+
+
+@pytest.mark.parametrize("name", list(WIDE))
+def test_round_to_integers_beyond_float64_overflow_as_the_format_does(name: str) -> None:
+    # 2**1024 - 2**970 is float64's overflow threshold (the midpoint above its max): it and everything
+    # above overflows in every format, as a float overflow does (inf, nan, or max_finite when saturating)
+    big = [2**1100, -(2**1100), 2**1024 - 2**970, 2**1024 - 2**970 - 1, 10**400]
+    want = [wide_oracle(name)(n) for n in big]
+    got = round_to(np.array(big, dtype=object), name).tolist()
+    assert all(_same(g, w) for g, w in zip(got, want)), (got, want)
+    assert _same(float(round_to(2**1100, name)), float(round_to(math.inf, name)))
+
+
+def test_round_to_fractions_rounded_once() -> None:
+    xs = [Fraction(1, 3), Fraction(-2**70 - 1, 3), Fraction(2**60 + 2**52 + 1, 2**80), Fraction(1, 2**1100)]
+    for name in WIDE:
+        got = round_to(np.array(xs, dtype=object), name).tolist()
+        want = [wide_oracle(name)(x) for x in xs]
+        assert all(_same(g, w) for g, w in zip(got, want)), (name, got, want)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.array([1.0, None], dtype=object), r"x holds None at index 1"),
+    ([2**70, None], r"x holds None at index 1"),
+    ("257", r"x '257' is text"),
+    (["1", "2"], r"x \['1', '2'\] has dtype <U1"),
+    ([1j], r"x \[1j\] has dtype complex128"),
+    ([[1, 2], [3]], r"x \[\[1, 2\], \[3\]\] is not an array of numbers"),
+    (np.array(["2024-01-01"], dtype="datetime64[D]"), r"has dtype datetime64\[D\]"),
+])
+def test_round_to_rejects_what_is_not_a_number(bad, match: str) -> None:
+    for fn in (round_to, spacing):
+        with pytest.raises(TypeError, match=match):
+            fn(bad, "bf16")
+
+
+def test_spacing_of_integers_and_non_finite_values() -> None:
+    # the binade of an integer is 2**(bit_length - 1), exactly (float(2**61 - 1) would be 2**61)
+    for name, (p, emin, _, _, _) in WIDE.items():
+        for n in (2**61 - 1, 2**61, 2**63 + 1, 2**200 - 1, 3):
+            want = math.ldexp(1.0, max(n.bit_length() - 1, emin) - p + 1)
+            assert float(spacing(n, name)) == want, (name, n)
+            assert float(spacing(np.array([n], dtype=object), name)[0]) == want
+        assert spacing([math.inf, -math.inf], name).tolist() == [math.inf, math.inf]
+        assert math.isnan(float(spacing(math.nan, name)))
+        snan = np.array([0x7FF0040000000000], dtype=np.uint64).view(np.float64)  # a signaling nan (float16's
+        with np.errstate(invalid="raise"):  # sNaN codes widen to these): the spacing is a quiet nan
+            assert np.isnan(spacing(snan, name) + 1.0).all()
+    assert float(spacing(np.array([2**61 - 1], dtype=np.int64), "float64")[0]) == 2.0**8
+
+
+# ---------------------------------------------------------------------------
 # Special values
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("name", NARROW)

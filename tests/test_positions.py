@@ -273,6 +273,28 @@ def test_bad_method_and_engine():
         measure_positions(8, "bf16", engine="jax")  # type: ignore[arg-type]
 
 
+def test_bad_argument_types_name_the_argument():
+    # TypeError (also a ValueError, for callers catching bad input as ValueError) naming argument and value
+    cases = [
+        (lambda: audit_positions(8, None), r"^dtypes None must be a format name or an iterable of them"),
+        (lambda: audit_positions(8, 16), r"^dtypes 16 must be a format name"),
+        (lambda: audit_positions(8, "bf16", engine=None), r"^engine None must be a string, one of numpy, torch"),
+        (lambda: audit_positions(8, "bf16", method=["auto"]), r"^method \['auto'\] must be a string"),
+        (lambda: audit_positions(8, "bf16", progress="yes"), r"^progress 'yes' must be callable"),
+        (lambda: measure_positions(8, "bf16", chunk=None), r"^chunk None must be an integer"),
+        (lambda: measure_positions(8, "bf16", chunk=2.5), r"^chunk 2.5 must be an integer"),
+        (lambda: measure_positions(8, "bf16", progress=1), r"^progress 1 must be callable"),
+    ]
+    for call, match in cases:
+        with pytest.raises(TypeError, match=match):
+            call()
+    with pytest.raises(ValueError, match=r"^no format name given \(dtypes \[\] is empty\)"):
+        audit_positions(8, [])
+    with pytest.raises(ValueError, match=r"^length \[8, 16\] must be one length"):
+        predict_positions([8, 16], "bf16")  # type: ignore[arg-type]
+    assert predict_positions([16], "bf16") == predict_positions(16, "bf16")  # one length in a list: as before
+
+
 def test_progress_reports_every_position_once():
     seen: list[int] = []
     measure_positions([100, 5000], "bf16", chunk=777, progress=seen.append)

@@ -7,7 +7,11 @@ module as built runs the fp32 path, after .to(bfloat16) the lowp-inv-freq
 path. torch's cos/sin are faithful, not correctly rounded, so a bf16 cache
 value can round the other way than the auditor's near a midpoint: that moves
 one rotation by at most 2 cache bounds (each of cos, sin by one bf16 ulp), the
-tolerance on the max; the mean over 8K x 64 values moves far less.
+tolerance on the max; the mean over 8K x 64 values moves far less.  That
+tolerance hides the fp32 angle's own error (2.4e-4 rad at 8K against 2.8e-3 for
+the bf16 cache); a float32 cache shows it, and
+``test_fp32_path_told_from_fp64_path_in_a_float32_cache`` tells the two paths
+apart there with bounds derived from float32's spacing.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import pytest
 import torch
 
 from precision_audit.config import load_config
-from precision_audit.rope import audit, cache_rounding_bound, preset
+from precision_audit.rope import audit, cache_rounding_bound, preset, stored_inv_freq
 from precision_audit.schedules import RopeSchedule
 from precision_audit.testing import (
     assert_config,
@@ -120,6 +124,101 @@ def test_explicit_limit_replaces_the_verdict():
         assert_rope_module(Rotary(), length=4096, config=sched, max_rotation_error=a.max_rotation_error / 2)
 
 
+def _fp32_angle_error(t32: np.ndarray, theta: np.ndarray, length: int) -> float:
+    """max |m * t - m * theta| over positions m < length, the product m * t rounded to float32.
+
+    numpy's float32 multiply is IEEE (correctly rounded), as torch's is: no transcendental kernel, no
+    machine-specific bits.  The reference m * theta is float64 (error <= 2**-41 at m * theta < 8192).
+    """
+    m = np.arange(length, dtype=np.float32)
+    prod = (m[:, None] * np.asarray(t32, dtype=np.float32)[None, :]).astype(np.float64)
+    return float(np.abs(prod - m.astype(np.float64)[:, None] * theta[None, :]).max())
+
+
+def test_fp32_path_told_from_fp64_path_in_a_float32_cache():
+    # In a bf16 cache both paths are within 2 cache bounds of each other (the bf16 rounding, 2.8e-3 rad,
+    # hides an angle error of 2.4e-4), so the comparisons above cannot tell an fp32 angle from a float64
+    # one.  In a float32 cache they differ by three orders of magnitude; the bounds, derived:
+    #   * fp32 path: the angle m * t_i is a float32 product of exact position m and the float32 frequency
+    #     t_i.  Its error is (product rounding) + m * (t_i - theta_i).  The largest angle (L-1) * theta_0 =
+    #     8191 lies in [4096, 8192), where float32's spacing is 2**-11: the product rounding is at most
+    #     half of that, 2**-12 = 2.4e-4 rad, plus (L-1) * max|t_i - theta_i| from the frequencies.  D, the
+    #     max of that angle error over positions and pairs, is computed here with IEEE float32 products.
+    #   * cos/sin of the float32 angle stored in float32 move a rotation by at most b32 =
+    #     cache_rounding_bound("float32") (8.4e-8 rad) when correctly rounded (the auditor), 2 * b32 when
+    #     faithful (torch's kernels: < 1 ulp per component).  So the fp32 row's max error is D +- b32, the
+    #     module's D_module +- 2 * b32, and the fp64 path's (angle exact to ~1e-12) at most b32.
+    L, sched = 8192, RopeSchedule(head_dim=128, base=10000.0)
+    b32, slack = cache_rounding_bound("float32"), 1e-9  # slack: float64 reference angles, ~1e-12
+    theta = sched.inv_freq()
+    t_recipe = stored_inv_freq(preset("fp32", "float32"), sched)
+    D = _fp32_angle_error(t_recipe, theta, L)
+    assert D <= 2.0**-12 + (L - 1) * float(np.abs(t_recipe - theta).max()) + slack
+    assert D > 1000 * b32  # where the two paths differ: the angle error dwarfs the cache's rounding
+    fp32, fp64 = audit(sched, [preset("fp32", "float32"), preset("fp64", "float32")], [L])
+    assert abs(fp32.max_rotation_error - D) <= b32 + slack
+    assert fp64.max_rotation_error <= b32 + slack
+    module = _llama()  # real third-party code, as built: float32 inv_freq buffer, float32 product
+    got = audit_rope_module(module, length=L, dtype="float32", config=sched)
+    D_module = _fp32_angle_error(module.inv_freq.numpy(), theta, L)  # its own buffer (torch's pow)
+    assert abs(got.max_rotation_error - D_module) <= 2 * b32 + slack
+    assert got.max_rotation_error > 1000 * b32 and got.colliding_positions == 0
+
+
+def test_bad_arguments_name_the_argument():
+    s, r = RopeSchedule(head_dim=64), Rotary()
+    cases = [  # (call, error, message): a wrong type is a TypeError (also a ValueError), a wrong value a ValueError
+        (lambda: assert_rope(s, "fp32", 64, tolerance=math.nan), ValueError, r"^tolerance nan must be a finite number > 0"),
+        (lambda: assert_rope(s, "fp32", 64, tolerance=-1), ValueError, r"^tolerance -1 must be a finite number > 0"),
+        (lambda: assert_rope(s, "fp32", 64, tolerance=0), ValueError, r"^tolerance 0 must be a finite number > 0"),
+        (lambda: assert_rope(s, "fp32", 64, tolerance="8"), TypeError, r"^tolerance '8' must be a finite number"),
+        (lambda: assert_rope(s, "fp32", 64, max_rotation_error=math.nan), ValueError, r"^max_rotation_error nan must"),
+        (lambda: assert_rope(None, "fp32", 64), TypeError, r"^schedule None must be a RopeSchedule"),
+        (lambda: assert_rope(s, ["fp32"], 64), TypeError, r"^recipe \['fp32'\] must be a preset name or a Recipe"),
+        (lambda: assert_rope_module(r, length=64, config=s, tolerance=math.inf), ValueError, r"^tolerance inf must"),
+        (lambda: audit_rope_module(None, length=64, config=s), TypeError, r"^module None is not callable"),
+        (lambda: audit_rope_module(r, length=64, config=s, layer_type=3), TypeError, r"^layer_type 3 must be a string"),
+        (lambda: audit_rope_module(r, length=64, config=s, layer_type="full_attention"), ValueError,
+         r"^layer_type 'full_attention' given, but Rotary.forward takes no layer_type"),
+        (lambda: audit_rope_module(r, length=64, config=s, chunk=0), ValueError, r"^chunk 0 must be at least 1"),
+        (lambda: audit_rope_module(r, length=64, config=""), ValueError, r"^config '' is not a usable path \(empty\)"),
+        (lambda: audit_rope_module(r, length=64, config=8), TypeError, r"^config 8 is not a RopeSchedule"),
+        (lambda: audit_rope_module(r, length=64, config="a\0b"), ValueError, r"^config 'a\\x00b' is not a usable path"),
+        (lambda: assert_config(""), ValueError, r"^path '' is not a usable path \(empty\)"),
+        (lambda: assert_config(None), TypeError, r"^path None must be a config.json path, a config dict"),
+        (lambda: assert_config(DATA / "llama-2-7b-hf.json", recipe=None), TypeError, r"^recipe None must be a string"),
+        (lambda: assert_config(DATA / "llama-2-7b-hf.json", tolerance=-1), ValueError, r"^tolerance -1 must"),
+        (lambda: assert_config(DATA / "llama-2-7b-hf.json", length=0), ValueError, r"^length 0 must be at least 1"),
+        (lambda: assert_positions(8, "fp16", exact="no"), TypeError, r"^exact 'no' must be True or False"),
+        (lambda: assert_positions(8, "fp16", max_run=1.5), TypeError, r"^max_run 1.5 must be an integer"),
+    ]
+    for call, error, match in cases:
+        with pytest.raises(error, match=match):
+            call()
+
+
+@pytest.mark.parametrize("dtype, length, first, to", [
+    # the first integer that rounds above the largest finite value (unbounded exponent, ties to even), from
+    # each spec: OCP MX FP4 E2M1 max 6 = 1.1b * 2**2, next 8: 7 is the tie and goes to the even 8; FP6 E2M3
+    # max 7.5, next 8; FP6 E3M2 max 28 = 1.11b * 2**4, next 32: the tie 30 goes to 32; IEEE binary16 max
+    # 65504, next 65536: the tie 65520 goes up; OFP8 E4M3 max 448, next 480: the tie 464 goes to 448, 465 up
+    ("float4_e2m1fn", 100, 7, "saturate to 6"),
+    ("float6_e2m3fn", 64, 8, "saturate to 7.5"),
+    ("float6_e3m2fn", 64, 30, "saturate to 28"),
+    ("float16", 65536, 65520, "inf"),
+    ("float8_e4m3fn", 1024, 465, "nan"),
+])
+def test_overflow_fails_whether_inf_nan_or_saturation(dtype, length, first, to):
+    # exact=False allows collisions (positions rounding onto each other), never overflow: a saturated
+    # position (float4: 7..99 all stored as 6) is as wrong as inf
+    for kw in ({"exact": False}, {"max_run": length}):
+        with pytest.raises(AssertionError) as e:
+            assert_positions(length, dtype, **kw)
+        head = str(e.value).splitlines()[0]
+        assert head.endswith(f"{length - first} positions ({first}..{length - 1}) overflow ({to})"), head
+    assert_positions(first, dtype, exact=False)  # 0..first-1: collisions at most, no overflow
+
+
 # --------------------------------------------------------------------------- the README example
 
 
@@ -196,7 +295,8 @@ def test_assert_positions():
     assert_positions(8192, "bfloat16", max_run=33)
     with pytest.raises(AssertionError, match=r"want max run <= 32"):
         assert_positions(8192, "bfloat16", max_run=32)
-    assert_positions(65504, "float16", exact=False)
+    assert_positions(65504, "float16", exact=False)  # collisions allowed
+    assert_positions(65520, "float16", exact=False)  # 65519 still rounds to 65504
     with pytest.raises(AssertionError, match="want no overflow"):
         assert_positions(65536, "float16", exact=False)  # 65520 and up round to inf
     with pytest.raises(ValueError, match="max_run 0"):

@@ -1,0 +1,258 @@
+"""The public API under bad arguments: a clear ValueError/TypeError or a right answer, nothing else.
+
+Every callable of ``precision_audit.__all__``, ``precision_audit.testing`` and
+``precision_audit.fix`` is called with small valid arguments, one of them
+replaced by a bad type or value (None, text, nan, negative and huge numbers,
+wrong array dtypes, empty and odd lists).  Allowed outcomes:
+
+* a return value (the bad value was a valid spelling, e.g. ``8.0`` for a length);
+* ValueError or TypeError whose message names the argument or shows the value
+  and is not one of Python's own messages about an operation on the wrong
+  type (which name neither, e.g. "'NoneType' object is not iterable");
+* AssertionError from the ``assert_*`` helpers (their way of failing a check).
+
+Anything else (AttributeError, OverflowError, IndexError, ZeroDivisionError,
+KeyError, a call running longer than :data:`TIMEOUT`) fails.  Each argument
+meets a fixed pool of values (every one, deterministically) and hypothesis
+draws more (text, small and huge integers, floats, short lists).  Sizes stay
+tiny (lengths <= 64) and draws avoid mid-sized integers, so every valid call
+is fast.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import signal
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import precision_audit as pa
+from precision_audit import fix, testing
+from precision_audit.rope import preset
+from precision_audit.schedules import RopeSchedule
+
+TIMEOUT = 20  # seconds; a valid call here takes milliseconds
+
+ROPE_REASON = "validator wired in after the rope/ split"
+
+
+class Rotary(torch.nn.Module):
+    """The rotary protocol (transformers' shape), float32 inv_freq buffer."""
+
+    def __init__(self, dim: int = 8, base: float = 10000.0):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, dim, 2).float() / dim))
+
+    def forward(self, x, position_ids):
+        f = position_ids[..., None].float() * self.inv_freq.float()
+        emb = torch.cat((f, f), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8, "max_position_embeddings": 64}
+
+# name -> (callable, factory of valid keyword arguments); every argument is perturbed in turn
+CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
+    "round_to": (pa.round_to, lambda: dict(x=[1.0, 257.0], fmt="bf16")),
+    "spacing": (pa.spacing, lambda: dict(x=[1.0, 257.0], fmt="bf16")),
+    "get_format": (pa.get_format, lambda: dict(name="bf16")),
+    "format_names": (pa.format_names, lambda: dict(with_aliases=True)),
+    "Format": (pa.Format, lambda: dict(name="f", numpy_type=np.float16, torch_name=None, significand_bits=11,
+                                       min_exponent=-14, max_finite=65504.0, overflow="inf")),
+    "PositionAudit": (pa.PositionAudit, lambda: pa.predict_positions(64, "bf16").__dict__.copy()),
+    "predict_positions": (pa.predict_positions, lambda: dict(length=64, dtype="bf16")),
+    "measure_positions": (pa.measure_positions, lambda: dict(lengths=[32, 64], dtype="bf16", engine="numpy",
+                                                             chunk=16, progress=None)),
+    "audit_positions": (pa.audit_positions, lambda: dict(lengths=[32, 64], dtypes=["bf16", "fp16"], method="auto",
+                                                         engine="numpy", progress=None)),
+    "alibi_slopes": (pa.alibi_slopes, lambda: dict(num_heads=4)),
+    "audit_alibi": (pa.audit_alibi, lambda: dict(lengths=[32, 64], num_heads=4, recipe="cast-output", dtype="bf16",
+                                                 slopes=None, chunk_elements=64, progress=None)),
+    "RopeSchedule": (pa.RopeSchedule, lambda: dict(head_dim=8, base=10000.0, rotary_dim=None, scaling="yarn",
+                                                   factor=2.0, original_max_position_embeddings=32,
+                                                   low_freq_factor=1.0, high_freq_factor=4.0, beta_fast=32.0,
+                                                   beta_slow=1.0, mscale=None, mscale_all_dim=None,
+                                                   attention_factor=None, truncate=True, short_factor=None,
+                                                   long_factor=None)),
+    "rope_preset": (pa.rope_preset, lambda: dict(name="fp32", dtype="bf16")),
+    "audit_rope": (pa.audit_rope, lambda: dict(schedule=RopeSchedule(head_dim=8), recipes=[preset("fp32", "bf16")],
+                                               lengths=[32, 64], budget=False, chunk_elems=64, progress=None,
+                                               engine="numpy", workers=1)),
+    "attention_errors": (pa.attention_errors, lambda: dict(schedule=RopeSchedule(head_dim=8),
+                                                           recipes=[preset("fp32", "bf16")], length=64,
+                                                           distances=None, pairs=2, shifts=4, seed=0, apply=None,
+                                                           mode=None)),
+    "audit_sinusoidal": (pa.audit_sinusoidal, lambda: dict(lengths=[16, 32], dim=8, dtypes=["bf16"], recipes=["fp32"],
+                                                           base=10000.0, nn_window=2, max_lag=2, chunk=16,
+                                                           progress=None)),
+    "keep_rotary_fp32": (pa.keep_rotary_fp32, lambda: dict(model=torch.nn.Sequential(torch.nn.Linear(2, 2),
+                                                                                        Rotary()))),
+    "release_rotary_fp32": (pa.release_rotary_fp32, lambda: dict(model=torch.nn.Sequential(Rotary()))),
+    "testing.assert_positions": (testing.assert_positions, lambda: dict(length=64, dtype="fp16", exact=True,
+                                                                        max_run=None)),
+    "testing.assert_rope": (testing.assert_rope, lambda: dict(schedule=RopeSchedule(head_dim=8), recipe="fp32",
+                                                              length=64, dtype="bf16", max_rotation_error=None,
+                                                              tolerance=8.0)),
+    "testing.assert_config": (testing.assert_config, lambda: dict(path=dict(LLAMA), length=64, dtype="bf16",
+                                                                  recipe="fp32", max_rotation_error=None,
+                                                                  tolerance=8.0)),
+    "testing.assert_rope_module": (testing.assert_rope_module, lambda: dict(
+        module=Rotary(), length=64, dtype="bf16", max_rotation_error=None, config=RopeSchedule(head_dim=8),
+        layer_type=None, tolerance=8.0)),
+    "testing.audit_rope_module": (testing.audit_rope_module, lambda: dict(
+        module=Rotary(), length=64, dtype="bf16", config=RopeSchedule(head_dim=8), layer_type=None, tolerance=8.0,
+        chunk=16)),
+    "testing.ModuleAudit": (testing.ModuleAudit, lambda: testing.audit_rope_module(
+        Rotary(), length=64, config=RopeSchedule(head_dim=8)).__dict__.copy()),
+    "fix.buffer_kind": (fix.buffer_kind, lambda: dict(name="inv_freq")),
+    "fix.ProtectedBuffer": (fix.ProtectedBuffer, lambda: dict(module="m", name="inv_freq", kind="rotary",
+                                                              dtype="float32", restored=False, rotary_protocol=True,
+                                                              shape=(4,), where="buffer")),
+    "fix.ProtectionReport": (fix.ProtectionReport, lambda: dict(buffers=())),
+}
+
+# (case, argument) pairs whose bad values reach modules outside this change (rope, alibi and sinusoidal are
+# being split into packages; attention and schedules are not edited here): they get the _common.check_*
+# validators after the split, and stay visible here as xfail until then
+_LATER = {
+    "audit_rope": (ROPE_REASON, ("schedule", "recipes", "budget", "chunk_elems", "progress", "engine")),
+    "rope_preset": (ROPE_REASON, ("name",)),
+    "audit_alibi": ("validator wired in after the alibi/ split",
+                    ("recipe", "dtype", "slopes", "chunk_elements", "progress")),
+    "audit_sinusoidal": ("validator wired in after the sinusoidal/ split",
+                         ("dtypes", "recipes", "base", "chunk", "progress")),
+    "attention_errors": ("attention.py is outside this change (needs _common.check_schedule/check_recipes/check_int)",
+                         ("schedule", "recipes", "length", "distances", "pairs", "shifts", "mode")),
+    "RopeSchedule": ("schedules.py: docstrings only in this change (huge ints in float fields need "
+                     "_common.check_number)", ("base", "factor", "low_freq_factor", "high_freq_factor", "beta_fast",
+                                               "beta_slow", "mscale", "mscale_all_dim", "attention_factor")),
+}
+KNOWN: dict[tuple[str, str], str] = {(case, arg): why for case, (why, args) in _LATER.items() for arg in args}
+
+# other words a message may use for an argument: a config dict's own errors speak of the config
+SYNONYMS: dict[tuple[str, str], tuple[str, ...]] = {("testing.assert_config", "path"): ("config",)}
+
+
+def test_every_public_callable_is_covered():
+    public = {n for n in pa.__all__ if callable(getattr(pa, n))} - {"reproduce_baichuan"}  # takes no argument
+    public |= {f"testing.{n}" for n in testing.__all__} | {f"fix.{n}" for n in fix.__all__ if n != "KINDS"}
+    covered = set(CASES) | {"fix.keep_rotary_fp32", "fix.release_rotary_fp32"}  # fix's are the package's
+    assert public <= covered, sorted(public - covered)
+
+
+class _Timeout(BaseException):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: int):
+    def on_alarm(signum, frame):
+        raise _Timeout(f"call ran longer than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# Python's own messages for an operation on the wrong type: they name neither the argument nor its role
+_INTERNAL = re.compile(
+    r"object is not (iterable|callable|subscriptable)|not supported between instances|unsupported operand"
+    r"|has no len\(\)|cannot be interpreted as an integer|unhashable type|object has no attribute"
+    r"|argument must be a string or a (real )?number|could not convert string to float|invalid literal for int"
+    r"|takes \d+ positional argument|unexpected keyword argument|bad operand type|ufunc '|truth value of an"
+    r"|too many values to unpack|not enough values to unpack|cannot compute length|did not contain a loop")
+
+
+def _shown(value: Any) -> set[str]:
+    """How a message may show a value: repr or str, of the value or (for a container) of an element."""
+    items = list(value)[:8] if isinstance(value, (list, tuple, dict, np.ndarray)) else []
+    return {t[:24] for v in [value, *items] for t in (repr(v), str(v))} - {""}
+
+
+def _names(message: str, arg: str, value: Any, synonyms: tuple[str, ...] = ()) -> bool:
+    """The message names the argument (or one of its elements: ``length`` for ``lengths``) or shows the value."""
+    for word in {arg, arg.removesuffix("s"), *synonyms}:
+        if re.search(rf"(?<![\w.]){re.escape(word)}(?!\w)", message):
+            return True
+    return any(re.search(rf"(?<!\w){re.escape(s)}", message) for s in _shown(value))
+
+
+def _outcome(case: str, arg: str, value: Any) -> str | None:
+    """Call ``case`` with ``arg=value``; None if the outcome is allowed, else what went wrong."""
+    fn, valid = CASES[case]
+    kwargs = valid()
+    kwargs[arg] = value
+    try:
+        with np.errstate(all="ignore"), _time_limit(TIMEOUT):
+            fn(**kwargs)
+    except (ValueError, TypeError) as e:
+        msg = str(e)
+        if _INTERNAL.search(msg) or not _names(msg, arg, value, SYNONYMS.get((case, arg), ())):
+            return f"{type(e).__name__} that does not name {arg}={value!r}: {msg[:200]}"
+    except AssertionError:
+        if not case.startswith("testing.assert_"):
+            return "AssertionError"
+    except _Timeout as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - the point of the test
+        return f"{type(e).__name__}: {str(e)[:200]}"
+    return None
+
+
+class _Object:
+    def __repr__(self) -> str:
+        return "<an object>"
+
+
+POOL: list[Any] = [
+    None, "", "zz", "fp32", "bf16", b"x", math.nan, math.inf, -math.inf, -1, 0, 1, 1.5, -0.5, 2**70, -(2**70),
+    2**1100, True, [], [None], ["zz"], [math.nan], [-1], [0, 1.5], (), {}, {"a": 1}, _Object(), print,
+    np.float32(math.nan), np.int64(-3), np.array([], dtype=np.float64), np.array(["a"]), np.array([1 + 1j]),
+    np.array([1.0, 2.0]), np.array([[1, 2], [3, 4]]), np.array([None], dtype=object),
+]
+
+# hypothesis draws: nothing between 100 and 2**60 in magnitude, so no valid length is large
+_ints = st.integers(-100, 100) | st.integers(2**60, 2**1100) | st.integers(-(2**1100), -(2**60))
+_floats = st.floats(-1e3, 1e3) | st.sampled_from([math.nan, math.inf, -math.inf, 1e300, -1e300, 5e-324])
+_atoms = _ints | _floats | st.text(max_size=6) | st.none() | st.booleans()
+VALUES = _atoms | st.lists(_atoms, max_size=3) | st.tuples(_atoms) | st.dictionaries(st.text(max_size=3), _atoms,
+                                                                                      max_size=2)
+
+PAIRS = [
+    pytest.param(case, arg, id=f"{case}-{arg}",
+                 marks=[pytest.mark.xfail(reason=KNOWN[(case, arg)], strict=False)] if (case, arg) in KNOWN else [])
+    for case, (_, valid) in CASES.items() for arg in valid()
+]
+
+
+@pytest.mark.parametrize("case, arg", PAIRS)
+def test_fixed_pool_of_bad_values(case: str, arg: str) -> None:
+    bad = [f"{v!r}: {o}" for v in POOL if (o := _outcome(case, arg, v)) is not None]
+    assert not bad, f"{case}({arg}=...):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("case, arg", [p for p in PAIRS if tuple(p.values) not in KNOWN])  # KNOWN: fixed pool only
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=VALUES)
+def test_drawn_bad_values(case: str, arg: str, value: Any) -> None:
+    problem = _outcome(case, arg, value)
+    assert problem is None, f"{case}({arg}={value!r}): {problem}"
+
+
+def test_the_valid_calls_pass() -> None:
+    # the base arguments themselves are valid: every perturbation above changes exactly one of them
+    for case, (fn, valid) in CASES.items():
+        with np.errstate(all="ignore"):
+            fn(**valid())
