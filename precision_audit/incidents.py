@@ -580,9 +580,11 @@ CATALOG: dict[str, Incident] = {
             reference="ml-explore/mlx-lm#1076",
             year=2026,
             what="fp32 angles, rotation applied to fp16 q/k (Qwen3-Next / Qwen3.5)",
-            code_path="nn.RoPE -> mx.fast.rope on fp16 q/k: angle = position * inv_freq in fp32, cos/sin in fp32, "
-                      "x1*cos - x2*sin in fp32 inside the kernel, result cast to fp16 once (fp32-then-cast). The PR "
-                      "models it as an fp16 rotation (elementwise) and casts q/k to fp32 around rope",
+            code_path="nn.RoPE -> mx.fast.rope on fp16 q/k: angle = position * inv_freq in fp32, cos/sin in fp32; "
+                      "the Metal and CUDA kernels rotate x1*cos - x2*sin in fp32 and cast the result to fp16 once "
+                      "(fp32-then-cast: the kernel_* figures), while MLX's CPU path casts cos/sin to fp16 and "
+                      "rotates op by op in fp16 (elementwise, as the PR models it: the eager_* figures). The PR "
+                      "casts q/k to fp32 around rope",
             recipe={**_stages(preset("fp32", "fp32")), "apply": "float16 (fp32-then-cast)"},
             settings={"head_dim": 256, "rotary_dim": 64, "base": 10000000.0, "bands": [0, *_MLX_BANDS]},
             published={"fp16_epsilon": 6e-8, "adjacent_identical_beyond_262144": "adjacent token positions become "

@@ -2,25 +2,27 @@
 
 Expected values are the ones written, llama.cpp's documented rules (notes/stacks-llamacpp.md), and for the
 Llama-3.1 file the ``rope_freqs`` factors that llama.cpp's converter computes from tests/data/llama-3.1-8b.json:
-``LlamaModel.generate_extra_tensors`` (llama.cpp@0c1e57098 ``conversion/llama.py``), re-stated below in the
-same float32 torch operations, with a float64 evaluation of the same formula as an independent check.
+``LlamaModel.generate_extra_tensors`` (llama.cpp@0c1e57098 ``conversion/llama.py``), re-stated in the same
+float32 torch operations (``tests/referees/_ggml_model.py``), with a float64 evaluation of the same formula as an
+independent check.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from referees import need  # tests/ helper: the referees' third-party packages and models
+from referees._ggml_model import converter_llama3_factors
 
-gguf = pytest.importorskip("gguf") if not os.environ.get("CI") else __import__("gguf")
+from precision_audit.config import load_config, load_config_dict
+from precision_audit.gguf_meta import pair_layout, read_gguf_metadata
 
-from precision_audit.config import load_config, load_config_dict  # noqa: E402
-from precision_audit.gguf_meta import pair_layout, read_gguf_metadata  # noqa: E402
+gguf = need("gguf")
 
 DATA = Path(__file__).parent / "data"
 
@@ -37,32 +39,6 @@ def _write(path: Path, arch: str, kv: dict[str, Any], tensors: dict[str, np.ndar
     w.write_tensors_to_file()
     w.close()
     return path
-
-
-def converter_llama3_factors(cfg: dict[str, Any]) -> np.ndarray:
-    """rope_freqs as llama.cpp's converter computes them, every operation in torch float32 as there.
-
-    freqs = 1 / base ** (arange(0, d, 2) / d); per pair, wavelen = 2 pi / freq (a float32 reciprocal
-    times 2 pi rounded to float32); 1 below old_len / high, factor above old_len / low, else
-    1 / ((1 - s) / factor + s) with s = (old_len / wavelen - low) / (high - low); stored as float32.
-    """
-    torch = pytest.importorskip("torch")
-    rs = cfg["rope_scaling"]
-    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
-    old_len = rs["original_max_position_embeddings"]
-    freqs = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    out: list[Any] = []
-    for freq in freqs:
-        wavelen = 2 * math.pi / freq
-        if wavelen < old_len / high:
-            out.append(1)
-        elif wavelen > old_len / low:
-            out.append(factor)
-        else:
-            s = (old_len / wavelen - low) / (high - low)
-            out.append(1 / ((1 - s) / factor + s))
-    return torch.tensor(out, dtype=torch.float32).numpy()
 
 
 def _float64_factors(cfg: dict[str, Any]) -> np.ndarray:

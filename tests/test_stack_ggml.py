@@ -1,33 +1,28 @@
 """ggml's real rope op (llama.cpp's CPU kernel, via ggml-python) as the referee for the llama.cpp stack.
 
 (a) the kernel at small positions against cos/sin of the exact (float64) angle, within a bound derived from
-    its float32 arithmetic; (b) the numpy model (precision_audit/stacks_ref/_ggml_model.py) against the kernel
+    its float32 arithmetic; (b) the numpy model (tests/referees/_ggml_model.py) against the kernel
     at 32K positions: angles bit for bit (shown through the outputs, and directly through the C library's own
     cosf/sinf), outputs within one float32 ulp (the model's cos/sin are correctly rounded, the C library's are
     faithful), within one float16 ulp for float16 data.  Figures measured on this machine are in
-    notes/stacks-llamacpp.md.  ggml-python missing: skipped with a reason, except in CI, which installs it.
+    notes/stacks-llamacpp.md.  The package's own stack (precision_audit.rope.stack("llama.cpp-cpu")) is refereed
+    against the same kernel in tests/test_stacks.py.  ggml-python missing: skipped with a reason, except in CI,
+    which installs it (referees.need).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import math
-import os
 from typing import Any
 
 import numpy as np
 import pytest
+from referees import _ggml_model as model  # tests/ helper: the referees (kernels and models)
+from referees import need
+from referees._ggml import ggml_rope_angles, libm_cosf_sinf
 
 from precision_audit.schedules import RopeSchedule
-from precision_audit.stacks_ref import _ggml_model as model
-from precision_audit.stacks_ref._ggml import available, ggml_rope_angles
 
-if not available():
-    if os.environ.get("CI"):
-        raise ImportError("CI must install ggml-python (pip install ggml-python): the llama.cpp referee")
-    pytest.skip("ggml-python is not installed (pip install ggml-python): no llama.cpp kernel to referee against",
-                allow_module_level=True)
+need("ggml")
 
 U32 = 2.0**-24  # float32 unit roundoff
 L = 32768
@@ -41,17 +36,11 @@ def _llama3_factors(base: float, d: int) -> np.ndarray:
     return np.where(wl < 2048, 1.0, np.where(wl > 8192, 8.0, 1 / ((1 - s) / 8 + s))).astype(np.float32)
 
 
-def _libm() -> tuple[Any, Any]:
-    name = ctypes.util.find_library("m")
-    if name is None:
-        pytest.skip("no C math library to call")
-    lib = ctypes.CDLL(name)
-    out = []
-    for fn in ("cosf", "sinf"):
-        f = getattr(lib, fn)
-        f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
-        out.append(np.frompyfunc(lambda x, f=f: f(float(x)), 1, 1))
-    return out[0], out[1]
+def _libm() -> tuple[Any, ...]:
+    try:
+        return libm_cosf_sinf()
+    except OSError as e:
+        pytest.skip(f"no C math library to call: {e}")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
@@ -107,21 +96,14 @@ def test_angles_bit_for_bit_through_libm(base: float) -> None:
     ff = _llama3_factors(base, D)
     kc, ks = ggml_rope_angles(pos, D, base, freq_factors=ff)
     _, _, theta = model.cpu_rope_cache(pos, D, base, freq_factors=ff)
-    assert (cosf(theta).astype(np.float32) == kc).all()
-    assert (sinf(theta).astype(np.float32) == ks).all()
+    assert (cosf(theta) == kc).all()
+    assert (sinf(theta) == ks).all()
 
 
 YARN = [  # (base, factor, n_ctx_orig, head dim): Qwen2.5-style and gpt-oss-style YaRN
     (1e6, 4.0, 32768, 128),
     (150000.0, 32.0, 4096, 64),
 ]
-
-
-def _llama_cpp_attn_factor(factor: float) -> float:
-    """llama_context's attn_factor for YaRN: get_mscale(s) / (1 + 0.1 logf(s)), float32 (log modelled CR)."""
-    f32 = np.float32
-    g = f32(f32(0.1) * f32(math.log(float(f32(factor))))) + f32(1)
-    return float(f32(f32(g) * f32(f32(1) / f32(g))))
 
 
 @pytest.mark.parametrize(("base", "factor", "orig", "d"), YARN)
@@ -131,7 +113,7 @@ def test_yarn_model_reproduces_kernel(base: float, factor: float, orig: int, d: 
     2 ulps (cosf's 1 ulp times an mscale in [1, 2), rounded), and through libm bit for bit."""
     pos = np.arange(0, 4 * L, 7)
     fs = float(np.float32(1) / np.float32(factor))
-    kw: dict[str, Any] = dict(freq_scale=fs, ext_factor=1.0, attn_factor=_llama_cpp_attn_factor(factor),
+    kw: dict[str, Any] = dict(freq_scale=fs, ext_factor=1.0, attn_factor=model.llama_cpp_attn_factor(factor),
                               n_ctx_orig=orig)
     kc, ks = ggml_rope_angles(pos, d, base, **kw)
     best = []
@@ -144,7 +126,7 @@ def test_yarn_model_reproduces_kernel(base: float, factor: float, orig: int, d: 
     sub = slice(None, None, 37)
     theta, mscale = model.yarn(model.theta_cpu(pos[sub], d, base), fs,
                                model.corr_dims(d, orig, base, 32.0, 1.0), 1.0, kw["attn_factor"], fma=fma)
-    assert ((cosf(theta).astype(np.float32) * mscale).astype(np.float32) == kc[sub]).all()
+    assert ((cosf(theta) * mscale).astype(np.float32) == kc[sub]).all()
 
 
 def test_kernel_with_converter_factors_follows_llama3_schedule() -> None:

@@ -1,23 +1,25 @@
 """MLX's ``mx.fast.rope`` as the referee: the real kernel against a numpy model of its arithmetic.
 
-The kernel runs on (1, 0) pairs (``precision_audit.stacks_ref._mlx``), so each output is the
-kernel's stored (cos, sin) in the input dtype.  The model (``precision_audit.stacks_ref._mlx_model``)
+The kernel runs on (1, 0) pairs (``tests/referees/_mlx.py``), so each output is the
+kernel's stored (cos, sin) in the input dtype.  The model (``tests/referees/_mlx_model.py``)
 repeats, with correctly rounded float32 operations and an exact fma, every step of MLX's CPU path
 as read in ml-explore/mlx (``fast::rope`` in mlx/fast.cpp; ``exp``, ``sin``, ``cos`` in
 mlx/backend/cpu/simd/math.h).  On x86-64 MLX's CPU backend runs those steps as scalar float
 operations with ``std::fma``, so the model must give the kernel's bits exactly.  Frequencies
 passed with ``freqs=`` are built as mlx-lm builds them (ml-explore/mlx-lm,
 mlx_lm/models/rope_utils.py: ``Llama3RoPE``, ``YarnRoPE``, ``SuScaledRoPE``), once with MLX ops
-(the real arithmetic) and once by the model.
+(the real arithmetic) and once by the model.  The default frequencies (the exp path) come from
+the kernel's own exp (``fallback_inv_freq``); the package's model of them (``how_inv_freq("exp-log")``)
+is refereed against it in tests/test_stacks.py, with the package's stack rows.
 
-Independent checks of the model itself: ``fma32`` against exact rational arithmetic, and the
-model's exp / sin / cos against float64 values within a few float32 ulps.
+Independent checks of the model itself: ``fma32`` against exact rational arithmetic and against the
+package's independently written ``fma32``, and the model's sin / cos against float64 values within a
+few float32 ulps.  mlx missing: skipped with a reason, except in CI (``referees.need``).
 """
 
 from __future__ import annotations
 
 import math
-import platform
 from fractions import Fraction
 from typing import Any
 
@@ -26,8 +28,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from referees import _mlx_model as model  # tests/ helper: the referees (kernels and models)
+from referees import need
+from referees._mlx import BIT_EXACT, fallback_inv_freq, mlx_rope_pairs
 
-from precision_audit.stacks_ref import _mlx_model as model
+from precision_audit.rope import RopeSchedule
+from precision_audit.rope.hows import fma32 as package_fma32
+from precision_audit.rope.hows import how_inv_freq
 
 L = 32768  # positions 0..L-1
 D = 128
@@ -35,12 +42,11 @@ BASES = (10000.0, 500000.0)
 DTYPES = ("float32", "float16", "bfloat16")
 # Llama-3.1's rope_scaling (config.json of meta-llama/Llama-3.1-8B): factor 8, low 1, high 4, 8192
 LLAMA31 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, old_context_len=8192)
-EXACT_ARCH = platform.machine().lower() in ("x86_64", "amd64")  # scalar float ops, no fp contraction
+EXACT_ARCH = BIT_EXACT  # scalar float ops, no fp contraction
 
 
 def _mx() -> Any:
-    return pytest.importorskip("mlx.core", reason="mlx is not installed: pip install 'mlx[cpu]' (Linux CPU wheel)",
-                               exc_type=ImportError)
+    return need("mlx.core")
 
 
 def _ulps(a: np.ndarray, b: np.ndarray, dtype: str) -> int:
@@ -84,6 +90,7 @@ def test_fma32_is_one_rounding(a: float, b: float, c: float) -> None:
     if exact != 0 and abs(exact) < 2.0**-100:
         return
     assert float(model.fma32(np.float32(a), np.float32(b), np.float32(c))) == _round24(exact)
+    assert float(package_fma32(np.float32(a), np.float32(b), np.float32(c))) == _round24(exact)
 
 
 def test_fma32_halfway_cases() -> None:
@@ -96,34 +103,22 @@ def test_fma32_halfway_cases() -> None:
     a, b, one = np.float32(2.0**-24 * (1 + 2.0**-12)), np.float32(1 - 2.0**-12 + 2.0**-24), np.float32(1.0)
     assert Fraction(float(a)) * Fraction(float(b)) == Fraction(2) ** -24 + Fraction(2) ** -60
     assert float(np.float32(np.float64(a) * np.float64(b) + 1.0)) == 1.0  # the double rounding
-    assert float(model.fma32(a, b, one)) == 1 + 2.0**-23
-    assert float(model.fma32(np.float32(2.0**-24), one, one)) == 1.0  # exactly halfway: ties to even
+    for fma in (model.fma32, package_fma32):  # two independent implementations (TwoSum fix; round to odd)
+        assert float(fma(a, b, one)) == 1 + 2.0**-23
+        assert float(fma(np.float32(2.0**-24), one, one)) == 1.0  # exactly halfway: ties to even
 
 
 @pytest.mark.parametrize("base", [10000.0, 500000.0, 10000000.0])
-def test_exp32_and_sincos32_within_a_few_ulps(base: float) -> None:
-    """Cephes float32 exp / sin / cos stay close to the float64 functions (a sanity bound, not the claim)."""
-    x = -np.arange(64, dtype=np.float32) * np.float32(model.logf(base) / np.float32(64))
-    assert _ulps(model.exp32(x), np.exp(x.astype(np.float64)).astype(np.float32), "float32") <= 16
-    theta = model.angles(np.arange(0, 1 << 15, 7), model.default_inv_freq(D, base))
+def test_sincos32_within_a_few_ulps(base: float) -> None:
+    """Cephes float32 sin / cos stay close to the float64 functions (a sanity bound, not the claim)."""
+    inv = how_inv_freq("exp-log", RopeSchedule(head_dim=D, base=base))  # sample angles: any float32 values do
+    theta = model.angles(np.arange(0, 1 << 15, 7), inv)
     s, c = model.sincos32(theta)
     t64 = theta.astype(np.float64)
     assert np.abs(s - np.sin(t64)).max() <= 2.0**-23 and np.abs(c - np.cos(t64)).max() <= 2.0**-23
 
 
-# ---- the frequencies: MLX ops against the model, bit for bit
-
-
-@pytest.mark.parametrize("base", [10000.0, 500000.0, 10000000.0])
-@pytest.mark.parametrize("dims", [64, 128])
-def test_default_frequencies_bit_for_bit(base: float, dims: int) -> None:
-    """``fast::rope``'s fallback: exp(arange(0, -d/2, -1) * float(logf(base) / (d/2))) as MLX ops."""
-    mx = _mx()
-    half = dims // 2
-    with mx.stream(mx.cpu):
-        step = mx.array(np.float32(math.log(np.float32(base))) / np.float32(half))
-        ref = np.array(mx.exp(mx.arange(0, -half, -1, dtype=mx.float32) * step))
-    assert np.array_equal(ref.view(np.uint32), model.default_inv_freq(dims, base).view(np.uint32))
+# ---- the frequencies mlx-lm passes: MLX ops against the model, bit for bit
 
 
 def _mlx_lm_llama3_freqs(mx: Any, base: float) -> np.ndarray:
@@ -176,7 +171,7 @@ def model_f32() -> dict[tuple[str, float], tuple[np.ndarray, np.ndarray]]:
     pos = np.arange(L)
     for base in BASES:
         for src in ("default", "llama3"):
-            inv = model.default_inv_freq(D, base) if src == "default" else \
+            inv = fallback_inv_freq(D, base) if src == "default" else \
                 model.freqs_inv_freq(model.llama3_freqs(D, base, **LLAMA31))
             s, c = model.sincos32(model.angles(pos, inv))
             out[src, base] = (c, s)
@@ -190,8 +185,6 @@ def model_f32() -> dict[tuple[str, float], tuple[np.ndarray, np.ndarray]]:
 def test_kernel_equals_model(base: float, src: str, dtype: str, model_f32: dict) -> None:
     """mx.fast.rope's (cos, sin) at positions 0..32767 equal the model's bits: 0 ulps in every dtype."""
     _mx()
-    from precision_audit.stacks_ref._mlx import mlx_rope_pairs
-
     freqs = None if src == "default" else model.llama3_freqs(D, base, **LLAMA31)
     kc, ks = mlx_rope_pairs(np.arange(L), D, None if freqs is not None else base, freqs=freqs, dtype=dtype)
     c, s = model_f32[src, base]
@@ -202,11 +195,9 @@ def test_kernel_equals_model(base: float, src: str, dtype: str, model_f32: dict)
 def test_kernel_layouts_and_scale(traditional: bool) -> None:
     """Both pair layouts, a position scale and a vector of offsets give the same (cos, sin) as the model."""
     _mx()
-    from precision_audit.stacks_ref._mlx import mlx_rope_pairs
-
     pos = np.array([0, 1, 7, 4095, 65537, 393215])
     kc, ks = mlx_rope_pairs(pos, 64, 10000.0, scale=0.25, traditional=traditional, dtype="float32")
-    c, s = model.rope_pairs(pos, 64, 10000.0, scale=0.25)
+    c, s = model.rope_pairs(pos, fallback_inv_freq(64, 10000.0), scale=0.25)
     if EXACT_ARCH:
         assert np.array_equal(kc, c) and np.array_equal(ks, s)
     else:  # angles are the same floats; the polynomials may be contracted differently: 2**-23 absolute
@@ -221,7 +212,7 @@ def test_mx_fast_rope_rotation_on_cpu_is_elementwise_in_the_dtype() -> None:
     """
     mx = _mx()
     a, b, pos = np.float16(0.9053), np.float16(0.4463), 2
-    c, s = model.rope_pairs([pos], 2, 10000.0)
+    c, s = model.rope_pairs([pos], fallback_inv_freq(2, 10000.0))
     c32, s32 = np.float32(c[0, 0]), np.float32(s[0, 0])
     c16, s16 = np.float16(c32), np.float16(s32)
     x = mx.array(np.array([a, b], dtype=np.float16).reshape(1, 1, 1, 2))

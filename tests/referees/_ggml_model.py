@@ -21,21 +21,28 @@ math is on by default): :func:`theta_cuda` (``p * powf(theta_scale, i)``,
 ``src/ggml-cuda/rope.cu``) and :func:`theta_metal` (``p * pow(freq_base,
 (-1/n_dims) * 2i)``, ``src/ggml-metal/ggml-metal.metal``).
 
-Used by the tests only (``tests/test_stack_ggml.py``).
+How llama.cpp feeds the op is modelled here too: :func:`converter_llama3_factors` (the ``rope_freqs``
+tensor of a Llama 3 GGUF, computed with torch as llama.cpp's converter computes it) and
+:func:`llama_cpp_attn_factor` (the context's ``attn_factor`` for YaRN).
+
+Used by the tests only (``tests/test_stack_ggml.py``, ``tests/test_stacks.py``, ``tests/test_gguf.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
     "F32",
+    "converter_llama3_factors",
     "corr_dims",
     "cpu_rope_cache",
+    "llama_cpp_attn_factor",
     "powf",
     "theta_cpu",
     "theta_cuda",
@@ -185,3 +192,40 @@ def ulp_diff(a: npt.ArrayLike, b: npt.ArrayLike, dtype: str = "f32") -> npt.NDAr
         return np.where(v < 0, -(v & ((1 << (bits - 1)) - 1)) - 1, v)
 
     return np.abs(line(a) - line(b))
+
+
+def llama_cpp_attn_factor(factor: float) -> float:
+    """llama_context's ``attn_factor`` for YaRN without a log multiplier: ``get_mscale(s) / (1 + 0.1 logf(s))``
+    in float32 (``logf`` modelled correctly rounded), ``get_mscale(s) = 0.1f * logf(s) + 1``: the kernel
+    multiplies its own ``1 + 0.1 logf(1/freq_scale)`` back, so cos/sin carry YaRN's ``0.1 ln s + 1``."""
+    g = F32(F32(F32(0.1) * _logf(F32(factor))) + F32(1))
+    return float(F32(g * F32(F32(1) / g)))
+
+
+def converter_llama3_factors(cfg: Mapping[str, Any]) -> npt.NDArray[np.float32]:
+    """``rope_freqs`` as llama.cpp's converter computes them from a config.json dict, in torch float32 as there.
+
+    llama.cpp@0c1e57098 ``conversion/llama.py`` ``LlamaModel.generate_extra_tensors``, re-stated with the
+    same torch operations: ``freqs = 1 / base ** (arange(0, d, 2) / d)``; per pair, ``wavelen = 2 pi / freq``
+    (a float32 reciprocal times 2 pi rounded to float32); 1 below ``old_len / high``, ``factor`` above
+    ``old_len / low``, else ``1 / ((1 - s) / factor + s)`` with ``s = (old_len / wavelen - low) / (high -
+    low)``; stored as float32.  torch is imported here (callers skip without it).
+    """
+    import torch
+
+    rs = cfg["rope_scaling"]
+    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old_len = rs["original_max_position_embeddings"]
+    freqs = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    out: list[Any] = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_len / high:
+            out.append(1)
+        elif wavelen > old_len / low:
+            out.append(factor)
+        else:
+            s = (old_len / wavelen - low) / (high - low)
+            out.append(1 / ((1 - s) / factor + s))
+    return torch.tensor(out, dtype=torch.float32).numpy()

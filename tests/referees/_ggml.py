@@ -15,33 +15,44 @@ neighbours ``2i, 2i + 1`` (GGML_ROPE_TYPE_NORMAL = 0: Llama, Mistral, DeepSeek,
 as llama.cpp's converter permutes their q/k weights).  Either way, pair ``i``
 uses frequency ``theta_i`` and ``freq_factors[i]``.
 
-Used by the tests only (``tests/test_stack_ggml.py``); ``ggml`` is imported
-lazily so importing this module never needs it.
+Used by the tests only (``tests/test_stack_ggml.py``, ``tests/test_stacks.py``); ``ggml`` is
+imported lazily so importing this module never needs it (the tests get it through
+:func:`referees.need`).
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+import ctypes.util
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MODES", "available", "ggml_rope_angles"]
+__all__ = ["MODES", "ggml_rope_angles", "libm_cosf_sinf"]
 
 MODES: dict[str, int] = {"normal": 0, "neox": 2}  # GGML_ROPE_TYPE_NORMAL, GGML_ROPE_TYPE_NEOX (ggml.h)
 _DTYPES: dict[str, tuple[str, Any]] = {"f32": ("GGML_TYPE_F32", np.float32), "f16": ("GGML_TYPE_F16", np.float16)}
 _CHUNK = 1 << 15  # positions per graph: bounds the context's memory (32K x 128 x 4 bytes = 16 MiB)
 
 
-def available() -> bool:
-    """True when the ``ggml`` module of ``ggml-python`` imports (its shared libraries load)."""
-    try:
-        import ggml  # noqa: F401
-    except (ImportError, OSError):
-        return False
-    return True
+def libm_cosf_sinf() -> tuple[Callable[[npt.ArrayLike], npt.NDArray[np.float32]], ...]:
+    """The C library's own ``cosf`` and ``sinf`` (the functions ggml's CPU kernel calls), elementwise on float32.
+
+    Raises OSError when no C math library can be found.
+    """
+    name = ctypes.util.find_library("m")
+    if name is None:
+        raise OSError("no C math library (libm) found")
+    lib = ctypes.CDLL(name)
+    out = []
+    for fn in ("cosf", "sinf"):
+        f = getattr(lib, fn)
+        f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+        scalar = np.frompyfunc(lambda x, f=f: f(float(x)), 1, 1)
+        out.append(lambda x, g=scalar: np.asarray(g(np.asarray(x, dtype=np.float32)), dtype=np.float32))
+    return tuple(out)
 
 
 def _check(positions: npt.NDArray[np.int64], n_dims: int, mode: str, dtype: str,

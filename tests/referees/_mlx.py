@@ -4,22 +4,51 @@ A pair (x1, x2) = (1, 0) rotated by angle a comes out as (cos a, sin a), each va
 stores it in the input dtype.  On a CPU stream ``mx.fast.rope`` runs the fallback composed of MLX
 ops (ml-explore/mlx, mlx/fast.cpp, ``fast::rope``; ``RoPE::use_fallback`` in
 mlx/backend/metal/rope.cpp returns true for the CPU), which is what the Linux wheel ``mlx[cpu]``
-runs.  ``mlx`` is imported lazily; callers skip when it is missing.
+runs.  ``mlx`` is imported lazily; callers get it through :func:`referees.need`.
 """
 
 from __future__ import annotations
 
+import math
+import platform
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DTYPES", "mlx_rope_pairs"]
+__all__ = ["BIT_EXACT", "DTYPES", "fallback_inv_freq", "mlx_exp", "mlx_rope_pairs"]
 
 F64 = npt.NDArray[np.float64]
 DTYPES = ("float32", "float16", "bfloat16")
+# x86-64: MLX's CPU backend runs scalar float ops with std::fma (simd::max_size 1), so its exp / sin / cos
+# are determined bit for bit by the source; elsewhere (NEON) the compiler may contract differently
+BIT_EXACT = platform.machine().lower() in ("x86_64", "amd64")
 _CHUNK = 1 << 15  # positions per kernel call: bounds memory at long contexts
+
+
+def fallback_inv_freq(dims: int, base: float) -> npt.NDArray[np.float32]:
+    """The inverse frequencies of ``fast::rope``'s fallback without ``freqs``, computed by MLX's own ops on a
+    CPU stream as mlx/fast.cpp composes them: ``exp(arange(0, -d/2, -1, float32) * float32(logf(base) / (d/2)))``.
+
+    ``base`` is a C++ ``float`` there and ``std::log(float)`` is logf: the step is the float32 quotient of
+    logf(base) (correctly rounded here, as glibc's logf is for these bases) by d/2.  The exp is MLX's CPU
+    kernel (``simd::exp``), the one the rope fallback runs.
+    """
+    import mlx.core as mx
+
+    half = dims // 2
+    step = np.float32(math.log(np.float32(base))) / np.float32(half)
+    with mx.stream(mx.cpu):
+        return np.array(mx.exp(mx.arange(0, -half, -1, dtype=mx.float32) * mx.array(step)))
+
+
+def mlx_exp(x: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """MLX's float32 ``exp`` (the CPU kernel ``simd::exp``) of float32 values."""
+    import mlx.core as mx
+
+    with mx.stream(mx.cpu):
+        return np.array(mx.exp(mx.array(np.asarray(x, dtype=np.float32))))
 
 
 def _pairs(n: int, dims: int, traditional: bool, dtype: Any) -> Any:

@@ -16,9 +16,15 @@ the wheel tested is 0.32.4):
   every ``fma`` is ``std::fma`` (one rounding).
 
 The model below repeats these steps with numpy float32 operations (correctly rounded, as IEEE
-float ops are) and an exact float32 fma; its values are therefore this code's bits on any
+float ops are) and an exact float32 fma (:func:`fma32`, written independently of the package's
+round-to-odd ``precision_audit.rope.hows.fma32``); its values are therefore this code's bits on any
 IEEE machine, not one machine's.  (1, 0) pairs come out as (cos, sin) cast to the dtype: the
 products 1*c, 0*s and the sums c - 0, s + 0 are exact in any format.
+
+The default inverse frequencies (the exp path) are not modelled here: the package's
+``precision_audit.rope.hows.how_inv_freq("exp-log", ...)`` models them, and the tests compare it
+with the kernel's own exp (``referees._mlx.fallback_inv_freq``) bit for bit instead of keeping a
+second copy of the same Cephes polynomial.
 """
 
 from __future__ import annotations
@@ -33,12 +39,9 @@ import numpy.typing as npt
 __all__ = [
     "angles",
     "cast",
-    "default_inv_freq",
-    "exp32",
     "fma32",
     "freqs_inv_freq",
     "llama3_freqs",
-    "logf",
     "rope_pairs",
     "sincos32",
     "su_freqs",
@@ -73,29 +76,6 @@ def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> F32:
     g = np.nextafter(r, toward)
     mid = (d != 0) & (2 * s == r.astype(np.float64) + g.astype(np.float64))
     return np.where(mid & (err * d > 0), g, r).astype(np.float32)
-
-
-def exp32(x: npt.ArrayLike) -> F32:
-    """MLX CPU ``exp`` on float32 (``simd::exp``: 2**y = 2**round(y) * polynomial(frac), y = x * 1.442695f).
-
-    >>> float(exp32(np.float32(0.0)))
-    1.0
-    """
-    x0 = np.asarray(x, dtype=np.float32)
-    y = x0 * _f(1.442695)
-    ipart = np.floor(y.astype(np.float64) + 0.5).astype(np.float32)  # float + 0.5 (a double) in double
-    fpart = y - ipart
-    p = _f(1.535336188319500e-4)
-    for c in (1.339887440266574e-3, 9.618437357674640e-3, 5.550332471162809e-2, 2.402264791363012e-1,
-              6.931472028550421e-1, 1.0):
-        p = fma32(p, fpart, _f(c))
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        bits = (np.nan_to_num(ipart).astype(np.int64) + 127) << 23  # 2**ipart built from its exponent bits
-        two = (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
-        out = (two * p).astype(np.float32)
-    out = np.where(np.isnan(x0), x0, out)
-    out = np.where(x0 > 88.0, np.float32(np.inf), out)
-    return np.where(x0 < -88.0, np.float32(0.0), out).astype(np.float32)
 
 
 def sincos32(x: npt.ArrayLike) -> tuple[F32, F32]:
@@ -137,29 +117,6 @@ def sincos32(x: npt.ArrayLike) -> tuple[F32, F32]:
     return s.astype(np.float32), c.astype(np.float32)
 
 
-def logf(v: float) -> np.float32:
-    """``std::log(float)`` correctly rounded to float32 (glibc's logf is correctly rounded for the
-    bases used here; the float64 log is far closer to the true value than half a float32 ulp).
-
-    >>> float(logf(10000.0))
-    9.21034049987793
-    """
-    return np.float32(math.log(float(np.float32(v))))
-
-
-def default_inv_freq(dims: int, base: float) -> F32:
-    """Frequencies without ``freqs``: ``exp(-i * float32(logf(base) / (dims/2)))`` for i < dims/2.
-
-    ``base`` is a C++ ``float`` (``fast::rope``'s argument), so it is rounded to float32 first.
-
-    >>> default_inv_freq(4, 10000.0).tolist()  # float32(0.01) is 0.009999999776...: one ulp below
-    [1.0, 0.010000000707805157]
-    """
-    half = dims // 2
-    step = np.float32(logf(base) / np.float32(half))
-    return exp32(-np.arange(half, dtype=np.float32) * step)
-
-
 def freqs_inv_freq(freqs: npt.ArrayLike) -> F32:
     """Frequencies from ``freqs`` (periods): ``1.0f / freqs`` in float32."""
     return (np.float32(1.0) / np.asarray(freqs, dtype=np.float32)).astype(np.float32)
@@ -177,17 +134,11 @@ def cast(x: npt.ArrayLike, dtype: str) -> F64:
     return np.asarray(x, dtype=np.float32).astype(types[dtype]).astype(np.float64)
 
 
-def rope_pairs(
-    positions: npt.ArrayLike,
-    dims: int,
-    base: float | None,
-    scale: float = 1.0,
-    freqs: npt.ArrayLike | None = None,
-    dtype: str = "float32",
-) -> tuple[F64, F64]:
-    """The model's (cos-like, sin-like) for (1, 0) pairs, as ``mlx_rope_pairs`` returns them."""
-    inv = default_inv_freq(dims, base) if freqs is None else freqs_inv_freq(freqs)  # type: ignore[arg-type]
-    s, c = sincos32(angles(positions, inv, scale))
+def rope_pairs(positions: npt.ArrayLike, inv_freq: npt.ArrayLike, scale: float = 1.0,
+               dtype: str = "float32") -> tuple[F64, F64]:
+    """The model's (cos-like, sin-like) for (1, 0) pairs, as ``mlx_rope_pairs`` returns them, from float32
+    inverse frequencies (the kernel's: ``fallback_inv_freq``, or :func:`freqs_inv_freq` of mlx-lm's ``freqs``)."""
+    s, c = sincos32(angles(positions, inv_freq, scale))
     return cast(c, dtype), cast(s, dtype)
 
 
