@@ -1,4 +1,4 @@
-"""Small shared pieces: context-length parsing and validation, argument validators, result rows.
+"""Small shared pieces: context-length parsing and validation, argument validators, unknown-name messages, result rows.
 
 The ``check_*`` validators give every public function the same errors: a
 wrong type raises :class:`ArgumentTypeError` (a TypeError that is also a
@@ -277,6 +277,28 @@ def check_names(value: Any, name: str, what: str, cls: type | tuple[type, ...] =
     if not items:
         raise ValueError(f"no {what} given ({name} {describe(value)} is empty)")
     return items
+
+
+def unknown_name(what: str, value: str, names: Iterable[str], *, where: str = "", hint: str = "") -> str:
+    """A short error message for a name not in ``names``: close matches (difflib), the count, a hint.
+
+    Long lists (804 transformers model types) are never printed whole; ``where``
+    follows the value (e.g. "for transformers 5.23"), ``hint`` says where to
+    see the names.
+
+    >>> unknown_name("model type", "lama", ["llama", "gemma", "bert"], hint="see --list")
+    "unknown model type 'lama'; did you mean: llama? (3 model types; see --list)"
+    >>> unknown_name("package", "zzz", ["llama", "gemma"], where="in transformers.models")
+    "unknown package 'zzz' in transformers.models (2 packages)"
+    """
+    import difflib
+
+    pool = sorted(set(names))
+    near = difflib.get_close_matches(value, pool, n=3)
+    msg = f"unknown {what} {value!r}" + (f" {where}" if where else "")
+    if near:
+        msg += f"; did you mean: {', '.join(near)}?"
+    return msg + f" ({len(pool)} {what}s" + (f"; {hint}" if hint else "") + ")"
 
 
 def _plain(value: Any) -> Any:

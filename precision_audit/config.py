@@ -65,6 +65,7 @@ __all__ = [
     "ModelConfig",
     "alibi_verdict",
     "audit_config",
+    "default_dtype",
     "default_lengths",
     "load_config",
     "load_config_dict",
@@ -504,6 +505,24 @@ def default_lengths(model: ModelConfig) -> tuple[int, ...]:
         raise ValueError(f"{model.source or model.name}: the config declares no context length "
                          f"({', '.join(CONTEXT_KEYS)}); give the lengths to audit (--length)")
     return (L, 2 * L, 4 * L)
+
+
+def default_dtype(model: ModelConfig) -> str:
+    """The dtype the model runs in: its config's ``torch_dtype`` (canonical name), bfloat16 when it names none.
+
+    >>> default_dtype(load_config_dict({"model_type": "llama", "head_dim": 64, "torch_dtype": "float16"}))
+    'float16'
+    >>> default_dtype(load_config_dict({"model_type": "llama", "head_dim": 64}))
+    'bfloat16'
+    """
+    from .formats import get_format
+
+    name = str(model.torch_dtype or "bfloat16").replace("torch.", "")
+    try:
+        return get_format(name).name
+    except ValueError:
+        raise ValueError(f"{model.source or model.name}: torch_dtype {model.torch_dtype!r} is not a number format; "
+                         "give the dtype to audit (--dtype)") from None
 
 
 def _recipe_names(kind: str, recipes: Sequence[str] | None) -> list[str]:

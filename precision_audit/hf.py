@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._common import Row
+from ._common import Row, unknown_name
 from .formats import get_format, round_to, spacing
 from .rope import audit, check_rope_lengths, exact_angles, preset, wrap
 from .schedules import RopeSchedule, schedule_from_rope_parameters
@@ -70,6 +70,7 @@ __all__ = [
     "rotary_classes",
     "scan",
     "schedule_from_config",
+    "unknown_model_type",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -678,16 +679,24 @@ def _layer_types(module: Any, config: Any) -> list[str | None]:
     return [None]
 
 
-def _model_type_module(model_type: str) -> Any:
+MODEL_TYPES_HINT = "`precision-audit hf-scan --list` lists those with a rotary class"
+
+
+def unknown_model_type(model_type: str) -> str:
+    """The error for a model type transformers does not know: close matches, the count, where to look."""
     transformers = require_transformers()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return unknown_name("model type", model_type, CONFIG_MAPPING.keys(),
+                        where=f"for transformers {transformers.__version__}", hint=MODEL_TYPES_HINT)
+
+
+def _model_type_module(model_type: str) -> Any:
+    require_transformers()
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
 
     if model_type not in CONFIG_MAPPING:
-        import difflib
-
-        near = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=3)
-        hint = f"; did you mean {', '.join(near)}?" if near else ""
-        raise ValueError(f"unknown model type {model_type!r} for transformers {transformers.__version__}{hint}")
+        raise ValueError(unknown_model_type(model_type))
     pkg = model_type_to_module_name(model_type)
     try:
         with _quiet():

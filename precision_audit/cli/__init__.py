@@ -4,8 +4,12 @@ Every command validates its input in click parameter types (bad input exits 2
 with a usage message), calls the library and prints a table or, with
 ``--json``, ``{"auditor": NAME, "results": [row, ...]}``.
 
-Modules: ``_shared`` (parameter types, table/JSON output, progress bars, error
-handling), ``auditors`` (positions, sinusoidal, rope, alibi, attention),
+Tables are the plain text of ``table`` when stdout is not a terminal, and a
+rich table fitted to the terminal (``--wide``: full width) when it is; progress
+bars appear only when stderr is a terminal.
+
+Modules: ``_shared`` (parameter types, the RoPE schedule options, table/JSON
+output, progress bars, error handling), ``auditors`` (positions, sinusoidal, rope, alibi, attention),
 ``models`` (config, report, hf-rope, hf-scan, hf-alibi), ``incidents``
 (reproduce).
 """

@@ -1,14 +1,19 @@
-"""What every command module shares: parameter types, help strings, output and error handling.
+"""What every command module shares: parameter types, options, output and error handling.
 
 Parameter types validate input so bad values exit 2 with a usage message;
-``table`` and ``emit`` print result rows as an aligned table or as JSON;
-``progress_bar`` draws a stderr bar for long passes; ``AuditCommand`` turns
+``schedule_options`` / ``schedule_from_options`` are the RoPE schedule options
+of ``rope`` and ``attention``; ``emit`` and ``echo_table`` print result rows as
+JSON or as a table: rich, fitted to the terminal (``--wide``: full width) when
+stdout is a terminal, else the plain text of ``table``; ``progress_bar`` draws
+a stderr bar for long passes when stderr is a terminal; ``AuditCommand`` turns
 the library's ValueErrors into usage errors.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +24,8 @@ from ..formats import format_names, get_format
 
 __all__ = [
     "DTYPE", "DTYPE_HELP", "JSON_HELP", "LENGTH", "AuditCommand", "AuditGroup", "DtypeType", "LengthType",
-    "ProgressBar", "emit", "echo_json", "pct", "progress_bar", "table",
+    "ProgressBar", "echo_json", "echo_table", "emit", "one_value", "pct", "progress_bar", "rope_even",
+    "schedule_from_options", "schedule_options", "stderr_is_tty", "stdout_is_tty", "table", "wide_option",
 ]
 
 
@@ -94,7 +100,7 @@ def emit(auditor: str, rows: Sequence[Any], as_json: bool, columns: Sequence[Col
     if as_json:
         echo_json({"auditor": auditor, **(extra or {}), "results": dicts})
         return
-    click.echo(table(dicts, columns))
+    echo_table(dicts, columns)
     if footer:
         click.echo(footer)
 
@@ -125,11 +131,13 @@ class ProgressBar:
     """A stderr progress bar that appears with the first finished chunk.
 
     Input the library rejects fails before any work, so no bar is drawn
-    before the error; click hides the bar when stderr is not a tty.
+    before the error.  Only on a terminal: when stderr is not one (a pipe, a
+    file, CI logs) nothing is printed, not even the label.
     """
 
     def __init__(self, total: int, label: str, enabled: bool) -> None:
-        self.total, self.label, self.enabled = total, label, enabled and total > 0
+        self.total, self.label = total, label
+        self.enabled = enabled and total > 0 and stderr_is_tty()
         self.bar: Any = None
 
     def __enter__(self) -> "ProgressBar":
@@ -144,8 +152,6 @@ class ProgressBar:
         if not self.enabled:
             return
         if self.bar is None:
-            import sys
-
             self.bar = click.progressbar(length=self.total, label=self.label, file=sys.stderr).__enter__()
         self.bar.update(n)
 
@@ -153,6 +159,276 @@ class ProgressBar:
 def progress_bar(total: int, label: str, *, enabled: bool = True) -> ProgressBar:
     """A progress bar for a pass over ``total`` positions (off unless ``enabled``)."""
     return ProgressBar(total, label, enabled)
+
+
+def stderr_is_tty() -> bool:
+    """Whether stderr is a terminal (progress is drawn only then)."""
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def stdout_is_tty() -> bool:
+    """Whether stdout is a terminal (tables are rich and fitted to it only then)."""
+    return bool(getattr(sys.stdout, "isatty", lambda: False)())
+
+
+def one_value(ctx: Any, param: click.Parameter, value: tuple[Any, ...]) -> Any:
+    """Callback of an option declared ``multiple=True`` that takes one value: a repeat exits 2.
+
+    (click keeps the last of repeated single options silently; this refuses instead.)
+    """
+    if len(value) > 1:
+        raise click.BadParameter(f"given {len(value)} times ({', '.join(map(str, value))}); it takes one value: "
+                                 "run the command once per value")
+    return value[0] if value else None
+
+
+# --- tables on a terminal: rich, fitted to its width; plain text otherwise ----------------------
+
+_WIDE = "precision_audit.wide"
+VERDICT_STYLES = {"safe": "green", "degraded": "yellow", "broken": "bold red", "damaged by the cast": "red",
+                  "damaged as built": "bold red"}
+"""Colours of the cells of a "verdict" column (on a terminal only; NO_COLOR turns them off)."""
+
+
+def _set_wide(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[_WIDE] = True
+    return value
+
+
+wide_option = click.option(
+    "--wide", is_flag=True, expose_value=False, callback=_set_wide,
+    help="On a terminal, print every table column at full width (lines may exceed the terminal; try less -S).  "
+         "[default: tables fit the terminal, long cells wrapped]  Output that is not a terminal is always the "
+         "plain, full-width table.")
+
+
+_NUMBER = re.compile(r"^(-|[-+]?(\d[\d.]*(e[-+]?\d+)?|inf|nan)%?)$")
+
+
+def _shrink(widths: list[int], floors: Sequence[int], room: int) -> None:
+    """Narrow the widest column above its floor by one until the widths fit ``room`` (in place)."""
+    while sum(widths) > room:
+        i = max((j for j in range(len(widths)) if widths[j] > floors[j]), key=widths.__getitem__, default=None)
+        if i is None:
+            return
+        widths[i] -= 1
+
+
+def _column_widths(cells: Sequence[Sequence[str]], width: int) -> tuple[list[int], int]:
+    """Column widths and gap (2 or 1 spaces) that fit ``width``, giving up as little as possible.
+
+    ``cells[0]`` holds the titles.  The widest columns narrow first, in steps that each cost more:
+    titles wrap at spaces; text cells wrap to 8 characters; titles fold inside words; text to 4
+    characters; numbers are cut only as the last resort (every column 4 characters); a table that is
+    still too wide overflows.
+    """
+    n = len(cells[0])
+    natural = [max(len(row[i]) for row in cells) for i in range(n)]
+    numeric = [all(_NUMBER.match(row[i]) for row in cells[1:]) for i in range(n)]
+    body = [max([len(row[i]) for row in cells[1:]], default=1) for i in range(n)]
+    word = [max(len(w) for w in cells[0][i].split() or [""]) for i in range(n)]  # the title's longest word
+    text = [body[i] if numeric[i] else min(body[i], 8) for i in range(n)]
+    levels = [[max(body[i], word[i]) for i in range(n)],                       # titles wrap
+              [min(natural[i], max(text[i], word[i])) for i in range(n)],      # text cells wrap
+              text,                                                            # titles fold
+              [body[i] if numeric[i] else min(natural[i], 4) for i in range(n)],  # text to 4
+              [min(natural[i], 4) for i in range(n)]]                          # numbers fold
+    widths = natural
+    for gap, steps in ((2, levels[:2]), (1, levels)):
+        room, widths = width - gap * (n - 1), list(natural)
+        for floors in steps:
+            _shrink(widths, floors, room)
+            if sum(widths) <= room:
+                return widths, gap
+    return widths, 1
+
+
+def _rich_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], width: int | None) -> Any:
+    """The rows as a rich Table: the plain renderer's cells (numbers right, text left), verdicts coloured.
+
+    ``width``: fit the table to it (:func:`_column_widths`); None: every column at full width.
+    """
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    cells = [[t for t, _ in columns]] + [[_cell(k(r) if callable(k) else r.get(k)) for _, k in columns] for r in rows]
+    if width is None:
+        widths, gap = [max(len(row[i]) for row in cells) for i in range(len(columns))], 2
+    else:
+        widths, gap = _column_widths(cells, width)
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold",
+              padding=(0, gap - 1, 0, 0))
+    for i, (title, w) in enumerate(zip(cells[0], widths)):
+        numbers = all(_NUMBER.match(row[i]) for row in cells[1:])
+        t.add_column(Text(title), justify="right" if numbers else "left", overflow="fold", width=w)
+    for row in cells[1:]:
+        t.add_row(*(Text(c, style=VERDICT_STYLES.get(c, "") if title == "verdict" else "")
+                    for title, c in zip(cells[0], row)))
+    return t
+
+
+def terminal_console() -> Any:
+    """A rich Console on stdout when stdout is a terminal, else None."""
+    if not stdout_is_tty():
+        return None
+    from rich.console import Console
+
+    return Console(file=sys.stdout, force_terminal=True, highlight=False)
+
+
+def _wide() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_WIDE))
+
+
+def echo_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> None:
+    """Print rows as a table: rich on a terminal, else exactly :func:`table`'s plain text.
+
+    On a terminal the table fits its width (``--wide``: every column at full width) and verdict
+    cells are coloured (NO_COLOR turns colour off); pipes, files and tests get the plain text.
+    """
+    console = terminal_console()
+    if console is None:
+        click.echo(table(rows, columns))
+        return
+    t = _rich_table(rows, columns, None if _wide() else console.width)
+    console.width = 2**16  # the table sets its own widths: never re-fit or crop it (--wide: longer lines)
+    console.print(t, crop=False)
+
+
+# --- the RoPE schedule options, shared by rope and attention ---------------------------------
+
+def rope_even(ctx: Any, param: Any, value: int | None) -> int | None:
+    """Callback: a head or rotary dimension must be even (RoPE rotates pairs)."""
+    if value is not None and value % 2:
+        raise click.BadParameter(f"{value} must be a positive even integer (RoPE rotates pairs of dims)")
+    return value
+
+
+def _factor_list(ctx: Any, param: Any, value: str | None) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    try:
+        out = tuple(float(x) for x in value.replace("[", "").replace("]", "").split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of numbers") from None
+    if not out:
+        raise click.BadParameter(f"{value!r} holds no number")
+    return out
+
+
+def _rope_parameters(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        try:
+            with open(value[1:], encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise click.BadParameter(f"cannot read {value[1:]!r}: {e.strerror}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise click.BadParameter("must be a JSON object, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4.0}'")
+    return obj
+
+
+def _schedule_option_list() -> list[Callable[[Any], Any]]:
+    """The options, in help order: --rotary-dim, --scaling, --rope-parameters, ..., --long-factor."""
+    from ..rope import SCALINGS
+
+    pos = dict(min=0.0, min_open=True)
+    return [
+        click.option("--rotary-dim", type=click.IntRange(2, 8192), default=None, callback=rope_even,
+                     help="Rotated dims for partial rotary (even, <= head-dim; int(head_dim * "
+                          "partial_rotary_factor)).  [default: head-dim]"),
+        click.option("--scaling", type=click.Choice(["none", *SCALINGS]), default="none", show_default=True,
+                     help="rope_type: the frequency schedule (none = default RoPE)."),
+        click.option("--rope-parameters", type=str, default=None, callback=_rope_parameters, metavar="JSON",
+                     help="A config's rope_parameters / rope_scaling object as is (or @FILE holding it), e.g. "
+                          "'{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                          "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, "
+                          "\"rope_theta\": 500000.0}'; replaces --scaling and its parameters."),
+        click.option("--max-position-embeddings", "max_pos", type=click.IntRange(min=1), default=None,
+                     help="The config's max_position_embeddings: dynamic grows the base above it; yarn/longrope "
+                          "without a factor use max_position_embeddings / original_max_position_embeddings."),
+        click.option("--factor", type=click.FloatRange(**pos), default=1.0, show_default=True,
+                     help="Scaling factor (> 0)."),
+        click.option("--original-max-position-embeddings", "orig_max_pos", type=click.IntRange(min=1),
+                     default=8192, show_default=True,
+                     help="Pretraining context L0 for yarn/llama3/longrope (for dynamic: max_position_embeddings)."),
+        click.option("--low-freq-factor", type=click.FloatRange(**pos), default=1.0, show_default=True,
+                     help="llama3 low_freq_factor."),
+        click.option("--high-freq-factor", type=click.FloatRange(**pos), default=4.0, show_default=True,
+                     help="llama3 high_freq_factor."),
+        click.option("--beta-fast", type=click.FloatRange(**pos), default=32.0, show_default=True,
+                     help="yarn beta_fast."),
+        click.option("--beta-slow", type=click.FloatRange(**pos), default=1.0, show_default=True,
+                     help="yarn beta_slow."),
+        click.option("--truncate/--no-truncate", default=True, show_default=True,
+                     help="yarn truncate: round the ramp ends to whole dims (gpt-oss sets false)."),
+        click.option("--mscale", type=click.FloatRange(**pos), default=None,
+                     help="yarn mscale (with --mscale-all-dim: attention factor = m(s, mscale) / "
+                          "m(s, mscale_all_dim))."),
+        click.option("--mscale-all-dim", type=click.FloatRange(**pos), default=None, help="yarn mscale_all_dim."),
+        click.option("--attention-factor", type=click.FloatRange(**pos), default=None,
+                     help="yarn/longrope attention_factor on cos/sin.  [default: from the factor]"),
+        click.option("--short-factor", type=str, default=None, callback=_factor_list, metavar="LIST",
+                     help="longrope short_factor: rotary_dim/2 comma-separated numbers."),
+        click.option("--long-factor", type=str, default=None, callback=_factor_list, metavar="LIST",
+                     help="longrope long_factor (used above original_max_position_embeddings)."),
+    ]
+
+
+def schedule_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: the RoPE schedule options (one definition for ``rope`` and ``attention``).
+
+    The command receives ``rotary_dim``, ``scaling``, ``rope_parameters``, ``max_pos``, ``factor``,
+    ``orig_max_pos`` and the scaling parameters; :func:`schedule_from_options` turns them into a schedule.
+    """
+    for option in reversed(_schedule_option_list()):
+        f = option(f)
+    return f
+
+
+_SCHEDULE_OPTIONS = ("scaling", "factor", "orig_max_pos", "low_freq_factor", "high_freq_factor", "beta_fast",
+                     "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate", "short_factor",
+                     "long_factor")
+
+
+def schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | None, base: float,
+                          rope_parameters: dict[str, Any] | None, max_pos: int | None, **opts: Any) -> Any:
+    """The RopeSchedule the :func:`schedule_options` describe (``--rope-parameters`` or the single options)."""
+    from dataclasses import replace
+
+    from ..schedules import RopeSchedule, schedule_from_rope_parameters
+
+    if rope_parameters is not None:
+        given = [k for k in _SCHEDULE_OPTIONS
+                 if ctx.get_parameter_source(k) not in (None, click.core.ParameterSource.DEFAULT)]
+        if given:
+            names = ", ".join("--" + k.replace("_", "-").replace("orig-max-pos", "original-max-position-embeddings")
+                              for k in given)
+            raise click.UsageError(f"--rope-parameters already gives the schedule; drop {names}", ctx)
+        base_given = ctx.get_parameter_source("base") != click.core.ParameterSource.DEFAULT
+        s = schedule_from_rope_parameters(rope_parameters, head_dim=head_dim,
+                                          base=base if base_given or "rope_theta" not in rope_parameters else None,
+                                          max_position_embeddings=max_pos)
+        return s if rotary_dim is None else replace(s, rotary_dim=rotary_dim)
+    kw = {k: opts[k] for k in _SCHEDULE_OPTIONS if k != "orig_max_pos"}
+    L0 = opts["orig_max_pos"]
+    if kw["scaling"] == "dynamic" and max_pos is not None:
+        L0 = max_pos  # dynamic grows the base above max_position_embeddings
+    elif kw["scaling"] in ("yarn", "longrope") and ctx.get_parameter_source("factor") == \
+            click.core.ParameterSource.DEFAULT and max_pos is not None:
+        kw["factor"] = max_pos / L0  # transformers: factor = max_position_embeddings / L0
+    return RopeSchedule(head_dim=head_dim, base=base, rotary_dim=rotary_dim,
+                        original_max_position_embeddings=L0, **kw)
 
 
 # --- stacks -----------------------------------------------------------------------------------

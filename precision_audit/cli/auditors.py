@@ -6,7 +6,6 @@ table or, with ``--json``, ``{"auditor": NAME, "results": [row, ...]}``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,11 +14,11 @@ import click
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..formats import get_format
 from ..rope import PRESETS as _ROPE_PRESETS
-from ..rope import SCALINGS as _ROPE_SCALINGS
 from ..rope import STACKS
 from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
-from ._shared import DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, emit, pct, progress_bar, stacks_for
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, emit, one_value, pct, progress_bar,
+                      rope_even, schedule_from_options, schedule_options, stacks_for, wide_option)
 
 _STACK_NAMES = list(STACKS)
 
@@ -54,6 +53,7 @@ POSITION_COLUMNS: list[Column] = [
                    "(torch.arange(L, dtype=...) as this CPU's torch kernel computes it: its values depend on "
                    "the CPU's vector width and, above 32768 positions (torch's parallel grain), on the thread "
                    "count, which is printed in a 'threads' column; set it with OMP_NUM_THREADS).")
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, engine: str, as_json: bool) -> None:
     """Audit position ids 0..L-1 cast to a number format.
@@ -112,6 +112,7 @@ def _even_dim(ctx: Any, param: Any, value: int) -> int:
                    "is small enough to matter (\"NN exact?\" = yes when proven global).")
 @click.option("--max-lag", type=click.IntRange(0, 4096), default=32, show_default=True,
               help="Decay curve mean_p PE(p).PE(p+k) compared for k = 0..MAX_LAG.")
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def sinusoidal_cmd(lengths: tuple[int, ...], dim: int, dtypes: tuple[str, ...], recipes: tuple[str, ...],
                    base: float, nn_window: int, max_lag: int, as_json: bool) -> None:
@@ -150,12 +151,6 @@ def sinusoidal_cmd(lengths: tuple[int, ...], dim: int, dtypes: tuple[str, ...], 
 _ROPE_DEFAULT_LENGTHS = (2048, 8192, 32768, 131072, 2**20)
 
 
-def _rope_even(ctx: Any, param: Any, value: int | None) -> int | None:
-    if value is not None and value % 2:
-        raise click.BadParameter(f"{value} must be a positive even integer (RoPE rotates pairs of dims)")
-    return value
-
-
 def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...]:
     from ..rope import parse_stages
 
@@ -167,81 +162,12 @@ def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...
     return value
 
 
-def _factor_list(ctx: Any, param: Any, value: str | None) -> tuple[float, ...] | None:
-    if value is None:
-        return None
-    try:
-        out = tuple(float(x) for x in value.replace("[", "").replace("]", "").split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of numbers") from None
-    if not out:
-        raise click.BadParameter(f"{value!r} holds no number")
-    return out
-
-
-def _rope_parameters(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    text = value
-    if value.startswith("@"):
-        try:
-            with open(value[1:], encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise click.BadParameter(f"cannot read {value[1:]!r}: {e.strerror}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise click.BadParameter(f"not valid JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise click.BadParameter("must be a JSON object, e.g. '{\"rope_type\": \"yarn\", \"factor\": 4.0}'")
-    return obj
-
-
-_SCHEDULE_OPTIONS = ("scaling", "factor", "orig_max_pos", "low_freq_factor", "high_freq_factor", "beta_fast",
-                     "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate", "short_factor",
-                     "long_factor")
-
-
-def _schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | None, base: float,
-                           rope_parameters: dict[str, Any] | None, max_pos: int | None, **opts: Any) -> Any:
-    """The RopeSchedule the rope options describe (``--rope-parameters`` or the single options)."""
-    from dataclasses import replace
-
-    from ..schedules import RopeSchedule, schedule_from_rope_parameters
-
-    if rope_parameters is not None:
-        given = [k for k in _SCHEDULE_OPTIONS
-                 if ctx.get_parameter_source(k) not in (None, click.core.ParameterSource.DEFAULT)]
-        if given:
-            names = ", ".join("--" + k.replace("_", "-").replace("orig-max-pos", "original-max-position-embeddings")
-                              for k in given)
-            raise click.UsageError(f"--rope-parameters already gives the schedule; drop {names}", ctx)
-        base_given = ctx.get_parameter_source("base") != click.core.ParameterSource.DEFAULT
-        s = schedule_from_rope_parameters(rope_parameters, head_dim=head_dim,
-                                          base=base if base_given or "rope_theta" not in rope_parameters else None,
-                                          max_position_embeddings=max_pos)
-        return s if rotary_dim is None else replace(s, rotary_dim=rotary_dim)
-    kw = {k: opts[k] for k in _SCHEDULE_OPTIONS if k != "orig_max_pos"}
-    L0 = opts["orig_max_pos"]
-    if kw["scaling"] == "dynamic" and max_pos is not None:
-        L0 = max_pos  # dynamic grows the base above max_position_embeddings
-    elif kw["scaling"] in ("yarn", "longrope") and ctx.get_parameter_source("factor") == \
-            click.core.ParameterSource.DEFAULT and max_pos is not None:
-        kw["factor"] = max_pos / L0  # transformers: factor = max_position_embeddings / L0
-    return RopeSchedule(head_dim=head_dim, base=base, rotary_dim=rotary_dim,
-                        original_max_position_embeddings=L0, **kw)
-
-
 @click.command("rope", cls=AuditCommand)
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K, 1M; at most 64M.  [default: 2K 8K 32K 128K 1M]")
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bfloat16]")
-@click.option("--head-dim", type=click.IntRange(2, 8192), default=128, show_default=True, callback=_rope_even,
+@click.option("--head-dim", type=click.IntRange(2, 8192), default=128, show_default=True, callback=rope_even,
               help="Head dimension d (positive, even).")
-@click.option("--rotary-dim", type=click.IntRange(2, 8192), default=None, callback=_rope_even,
-              help="Rotated dims for partial rotary (even, <= head-dim; int(head_dim * partial_rotary_factor)).  "
-                   "[default: head-dim]")
 @click.option("--base", type=click.FloatRange(min=1.0, min_open=True), default=10000.0, show_default=True,
               help="rope_theta: theta_i = base ** (-2i / rotary_dim).")
 @click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ROPE_PRESETS)), multiple=True,
@@ -258,47 +184,14 @@ def _schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | 
                    + ", ".join(_ROPE_STAGES) + "; stages not given keep the fp32 recipe's (cache: DTYPE).  "
                    "inv_freq=F@G: the formula evaluated in G, stored in F; inv_freq=F@exact: the exact value "
                    "rounded once to F.")
-@click.option("--scaling", type=click.Choice(["none", *_ROPE_SCALINGS]), default="none", show_default=True,
-              help="rope_type: the frequency schedule (none = default RoPE).")
-@click.option("--rope-parameters", type=str, default=None, callback=_rope_parameters, metavar="JSON",
-              help="A config's rope_parameters / rope_scaling object as is (or @FILE holding it), e.g. "
-                   "'{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
-                   "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, "
-                   "\"rope_theta\": 500000.0}'; replaces --scaling and its parameters.")
-@click.option("--max-position-embeddings", "max_pos", type=click.IntRange(min=1), default=None,
-              help="The config's max_position_embeddings: dynamic grows the base above it; yarn/longrope without "
-                   "a factor use max_position_embeddings / original_max_position_embeddings.")
-@click.option("--factor", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
-              help="Scaling factor (> 0).")
-@click.option("--original-max-position-embeddings", "orig_max_pos", type=click.IntRange(min=1), default=8192,
-              show_default=True,
-              help="Pretraining context L0 for yarn/llama3/longrope (for dynamic: max_position_embeddings).")
-@click.option("--low-freq-factor", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
-              help="llama3 low_freq_factor.")
-@click.option("--high-freq-factor", type=click.FloatRange(min=0.0, min_open=True), default=4.0, show_default=True,
-              help="llama3 high_freq_factor.")
-@click.option("--beta-fast", type=click.FloatRange(min=0.0, min_open=True), default=32.0, show_default=True,
-              help="yarn beta_fast.")
-@click.option("--beta-slow", type=click.FloatRange(min=0.0, min_open=True), default=1.0, show_default=True,
-              help="yarn beta_slow.")
-@click.option("--truncate/--no-truncate", default=True, show_default=True,
-              help="yarn truncate: round the ramp ends to whole dims (gpt-oss sets false).")
-@click.option("--mscale", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="yarn mscale (with --mscale-all-dim: attention factor = m(s, mscale) / m(s, mscale_all_dim)).")
-@click.option("--mscale-all-dim", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="yarn mscale_all_dim.")
-@click.option("--attention-factor", type=click.FloatRange(min=0.0, min_open=True), default=None,
-              help="yarn/longrope attention_factor on cos/sin.  [default: from the factor]")
-@click.option("--short-factor", type=str, default=None, callback=_factor_list, metavar="LIST",
-              help="longrope short_factor: rotary_dim/2 comma-separated numbers.")
-@click.option("--long-factor", type=str, default=None, callback=_factor_list, metavar="LIST",
-              help="longrope long_factor (used above original_max_position_embeddings).")
+@schedule_options
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (pow, cos, "
                    "sin are faithful, not correctly rounded, and differ between CPUs).")
 @click.option("--budget", is_flag=True,
               help="Also compute the error budget: max rotation error with each stage alone made exact "
                    "(runs each recipe six times).")
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ...], head_dim: int,
@@ -320,7 +213,7 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
     dtypes = dtypes or ("bfloat16",)
     if not recipes and not stages and not stacks:
         recipes = tuple(_ROPE_PRESETS)
-    schedule = _schedule_from_options(ctx, head_dim, rotary_dim, base, rope_parameters, max_pos, **schedule_opts)
+    schedule = schedule_from_options(ctx, head_dim, rotary_dim, base, rope_parameters, max_pos, **schedule_opts)
     stack_names, skipped = stacks_for(stacks, schedule)
     by_dtype = _rope_recipes(recipes, stages, dtypes, engine, stack_names, schedule)
     rows = _rope_rows(schedule, by_dtype, lengths, budget, engine)
@@ -436,6 +329,7 @@ def _alibi_rows_sorted(rows: list[Any], dtypes: Sequence[str], recipes: Sequence
                    "float32 slope*key_position, cast to DTYPE), relative-cast (float32 slope*(i-j), cast), "
                    "fp32 (the fix: float32 bias).  [default: all four]")
 @click.option("--per-head", is_flag=True, help="List every head instead of one summary row per recipe and length.")
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...], recipes: tuple[str, ...],
               per_head: bool, as_json: bool) -> None:
@@ -485,11 +379,12 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
 @click.command("attention", cls=AuditCommand)
 @click.option("--length", "-l", type=LENGTH, default="32K", show_default=True,
               help="Context length: query positions are spread over 0..L-1.")
-@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True, help="Cache format (one).")
-@click.option("--head-dim", type=click.IntRange(2, 8192), default=128, show_default=True, callback=_rope_even,
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bfloat16]")
+@click.option("--head-dim", type=click.IntRange(2, 8192), default=128, show_default=True, callback=rope_even,
               help="Head dimension d (positive, even).")
 @click.option("--base", type=click.FloatRange(min=1.0, min_open=True), default=10000.0, show_default=True,
               help="rope_theta.")
+@schedule_options
 @click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ROPE_PRESETS)), multiple=True,
               help="RoPE preset (repeatable), as in `precision-audit rope`.  [default: all four]")
 @click.option("--distance", "distances", type=click.IntRange(min=0), multiple=True,
@@ -499,42 +394,52 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
 @click.option("--shifts", type=click.IntRange(1, 4096), default=1024, show_default=True,
               help="Query positions per offset, evenly spread along the context.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the (q, k) pairs.")
-@click.option("--apply", "apply_dtype", type=DTYPE, default=None,
+@click.option("--apply", "apply_dtype", type=DTYPE, multiple=True, callback=one_value,
               help="Store q/k in this format and rotate them in it (q*cos + rotate_half(q)*sin), as a "
-                   "model in that dtype does; float64 leaves the cache's error alone.  [default: each "
-                   "recipe's apply stage: the cache format, DTYPE]")
+                   "model in that dtype does; float64 leaves the cache's error alone (one format: a repeat "
+                   "exits 2).  [default: each recipe's apply stage: the cache format, DTYPE]")
 @click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast"]), default=None,
               help="Each product and sum rounded to the apply format (elementwise, as eager bf16/fp16 code "
                    "runs it), or the rotation computed in float32 and the result cast (fp32-then-cast, fused "
                    "kernels).  [default: elementwise]")
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def attention_cmd(length: int, dtype: str, head_dim: int, base: float, recipes: tuple[str, ...],
-                  distances: tuple[int, ...], pairs: int, shifts: int, seed: int, apply_dtype: str | None,
-                  apply_mode: str, as_json: bool) -> None:
+@click.pass_context
+def attention_cmd(ctx: click.Context, length: int, dtypes: tuple[str, ...], head_dim: int, base: float,
+                  rotary_dim: int | None, rope_parameters: dict[str, Any] | None, max_pos: int | None,
+                  recipes: tuple[str, ...], distances: tuple[int, ...], pairs: int, shifts: int, seed: int,
+                  apply_dtype: str | None, apply_mode: str, as_json: bool, **schedule_opts: Any) -> None:
     """RoPE attention logits q_m . k_n per offset: error and shift invariance.
 
     For seeded random (q, k) pairs, the logit each recipe's rotation gives at
     offset m - n, against the exact one, over query positions spread along
     the context; `spread` is how much one pair's logit varies when both
-    positions shift (exact RoPE: 0, it depends on m - n only).
+    positions shift (exact RoPE: 0, it depends on m - n only).  The schedule
+    options are those of `precision-audit rope` (llama3, YaRN, ...).
 
     Example: precision-audit attention --length 128K --recipe lowp --recipe fp32
     """
     from ..attention import attention_errors
     from ..rope import RopeSchedule, preset
 
-    recs = [preset(r, dtype) for r in (recipes or _ROPE_PRESETS)]
-    rows = attention_errors(RopeSchedule(head_dim=head_dim, base=base), recs, length, distances or None,
-                            pairs=pairs, shifts=shifts, seed=seed, apply=apply_dtype, mode=apply_mode)
-    rank = {r.name: i for i, r in enumerate(recs)}
-    rows = sorted(rows, key=lambda r: (r.distance, rank[r.recipe]))
+    dtypes = tuple(dict.fromkeys(dtypes or ("bfloat16",)))
+    schedule = schedule_from_options(ctx, head_dim, rotary_dim, base, rope_parameters, max_pos, **schedule_opts)
+    rows: list[Any] = []
+    for dtype in dtypes:  # per dtype: offsets ascending, the recipes of one offset side by side
+        recs = [preset(r, dtype) for r in (recipes or _ROPE_PRESETS)]
+        rank = {r.name: i for i, r in enumerate(recs)}
+        rows += sorted(attention_errors(schedule, recs, length, distances or None, pairs=pairs, shifts=shifts,
+                                        seed=seed, apply=apply_dtype, mode=apply_mode),
+                       key=lambda r: (r.distance, rank[r.recipe]))
+    described = (f"head_dim={head_dim}, base={base:g}" if schedule == RopeSchedule(head_dim=head_dim, base=base)
+                 else schedule.describe())
     cols: list[Column] = [
         ("dtype", "dtype"), ("length", "length"), ("distance", "distance"), ("recipe", "recipe"),
         ("max logit err", "max_logit_error"), ("mean logit err", "mean_logit_error"),
         ("spread", "score_spread"), ("logit rms", "logit_rms"),
     ]
-    emit("attention", rows, as_json, cols,
-         footer=f"\nhead_dim={head_dim}, base={base:g}, {pairs} (q, k) pairs, up to {shifts} shifts per offset, "
+    emit("attention", rows, as_json, cols, extra={"schedule": schedule.describe()},
+         footer=f"\n{described}, {pairs} (q, k) pairs, up to {shifts} shifts per offset, "
                 "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0)."
-                + f"\nq/k stored and rotated in {apply_dtype or dtype} ({apply_mode or 'elementwise'}); the exact "
-                  "logit uses the same stored q/k.")
+                + f"\nq/k stored and rotated in {apply_dtype or ', '.join(dtypes)} ({apply_mode or 'elementwise'}); "
+                  "the exact logit uses the same stored q/k.")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ._shared import AuditCommand, Column, echo_json, table
+from ._shared import AuditCommand, Column, echo_json, echo_table, wide_option
 
 
 def _incident_names() -> list[str]:
@@ -27,8 +27,8 @@ def _fig(value: Any) -> str:
     return str(value)
 
 
-def _verdict_text(res: Any) -> str:
-    """Published next to measured figures, the verdict and its reasons, the explanation."""
+def _echo_verdict(res: Any) -> None:
+    """Published next to measured figures (a table), the verdict and its reasons, the explanation."""
     keys = list(res.published) + [k for k in res.measured if k not in res.published]
     rows = [{"figure": k, "published": _fig(res.published[k]) if k in res.published else "-",
              "measured": _fig(res.measured[k]) if k in res.measured else "-"} for k in keys]
@@ -37,12 +37,12 @@ def _verdict_text(res: Any) -> str:
              f"recipe: {', '.join(f'{k}={v}' for k, v in res.recipe.items())}",
              f"settings: {', '.join(f'{k}={_fig(v)}' for k, v in res.settings.items())}",
              f"published figures from: {res.published_source}", ""]
-    lines.append(table(rows, [("figure", "figure"),
-                              ("published", lambda r: r["published"].ljust(width)[:80]),
-                              ("measured", "measured")]))
-    lines += ["", f"verdict: {res.verdict}"] + [f"  - {r}" for r in res.reasons]
+    click.echo("\n".join(lines))
+    echo_table(rows, [("figure", "figure"), ("published", lambda r: r["published"].ljust(width)[:80]),
+                      ("measured", "measured")])
+    lines = ["", f"verdict: {res.verdict}"] + [f"  - {r}" for r in res.reasons]
     lines += ["", res.explanation]
-    return "\n".join(lines)
+    click.echo("\n".join(lines))
 
 
 def _list_catalog(as_json: bool) -> None:
@@ -53,8 +53,7 @@ def _list_catalog(as_json: bool) -> None:
     if as_json:
         echo_json({"auditor": "reproduce", "results": rows})
     else:
-        click.echo(table(rows, [("name", "name"), ("reference", "reference"), ("year", "year"),
-                                ("what", "what")]))
+        echo_table(rows, [("name", "name"), ("reference", "reference"), ("year", "year"), ("what", "what")])
 
 
 @click.command("reproduce", cls=AuditCommand)
@@ -63,6 +62,7 @@ def _list_catalog(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "reproduce", "results": [row]} (row: name, reference, published, measured, '
                    'verdict, explanation, ...) as JSON instead of text.')
+@wide_option
 def reproduce(name: str | None, as_list: bool, as_json: bool) -> None:
     """Reproduce a published incident: its figures next to the tool's, with a verdict.
 
@@ -91,7 +91,7 @@ def reproduce(name: str | None, as_list: bool, as_json: bool) -> None:
     if as_json:
         echo_json({"auditor": "reproduce", "results": [res.to_dict()]})
         return
-    click.echo(_verdict_text(res))
+    _echo_verdict(res)
 
 
 def _baichuan_summary(at: dict[tuple[str, int], Any], longest: int) -> str:
@@ -105,8 +105,8 @@ def _baichuan_summary(at: dict[tuple[str, int], Any], longest: int) -> str:
     )
 
 
-def _baichuan_table(at: dict[tuple[str, int], Any], lengths: list[int], dtypes: tuple[str, ...]) -> str:
-    """One row per length, each dtype's exact %, distinct values and longest run side by side."""
+def _baichuan_table(at: dict[tuple[str, int], Any], lengths: list[int], dtypes: tuple[str, ...]) -> None:
+    """Print one row per length, each dtype's exact %, distinct values and longest run side by side."""
     wide = []
     for n in lengths:
         row: dict[str, Any] = {"length": n}
@@ -121,7 +121,7 @@ def _baichuan_table(at: dict[tuple[str, int], Any], lengths: list[int], dtypes: 
     for d in dtypes:
         cols += [(f"{short[d]} exact", f"{d} exact"), (f"{short[d]} distinct", f"{d} distinct"),
                  (f"{short[d]} max run", f"{d} run")]
-    return table(wide, cols)
+    echo_table(wide, cols)
 
 
 def _baichuan(as_json: bool, res: Any) -> None:
@@ -142,7 +142,7 @@ def _baichuan(as_json: bool, res: Any) -> None:
         return
     click.echo("Position ids 0..L-1 cast to each format (exact = positions that survive; "
                "max run = most neighbouring tokens sharing one position)\n")
-    click.echo(_baichuan_table(at, sorted({r.length for r in rows}), BAICHUAN_DTYPES))
+    _baichuan_table(at, sorted({r.length for r in rows}), BAICHUAN_DTYPES)
     click.echo("\n" + summary)
     click.echo(f"\npublished: {res.published}  ({res.published_source})\nmeasured:  {res.measured}\n"
                f"verdict: {res.verdict}" + "".join(f"\n  - {r}" for r in res.reasons))

@@ -11,8 +11,8 @@ import click
 
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
-from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, echo_json, emit, pct, progress_bar,
-                      table)
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, echo_json, echo_table, emit, pct,
+                      progress_bar, wide_option)
 
 # --- report -----------------------------------------------------------------------------------
 
@@ -141,7 +141,7 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
 def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float) -> None:
     """The model's description, the table and the verdict key."""
     click.echo(model.describe() + "\n")
-    click.echo(table(dicts, _config_columns(model, dicts)))
+    echo_table(dicts, _config_columns(model, dicts))
     click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
                "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
                "equals the previous one's; '-' = not measured for that component.")
@@ -152,7 +152,8 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float)
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K, 1M; RoPE at most 64M.  "
                    "[default: the config's context, 2x and 4x]")
-@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bf16, fp16]")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True,
+              help=DTYPE_HELP + "  [default: the config's torch_dtype, bfloat16 if it names none]")
 @click.option("--recipe", "-r", "recipes", multiple=True, metavar="NAME",
               help="Code path (repeatable): RoPE presets " + ", ".join(_ROPE_PRESETS) + "; ALiBi recipes "
                    + ", ".join(_ALIBI_RECIPES) + ".  [default: all of the model's kind]")
@@ -165,6 +166,7 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float)
 @click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
               help="Exit 1 when a row of the default code path (RoPE fp32 / ALiBi fp32) is this bad or worse; "
                    "for CI.")
+@wide_option
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "config", "model": {...}, "results": [row, ...]} as JSON.')
 def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], recipes: tuple[str, ...],
@@ -175,7 +177,8 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], re
     never executed.  RoPE models: every RoPE preset for each layer type's
     schedule; ALiBi models: every ALiBi recipe with the model's head count;
     plus the position ids cast to each dtype.  By default at the model's
-    context and 2x, 4x (context extension), in bfloat16 and float16.
+    context and 2x, 4x (context extension), in the dtype the config was
+    saved in (torch_dtype; bfloat16 if it names none), as `report` does.
 
     Verdicts: broken = phase lost (max rotation error >= pi/2) or colliding
     positions > 0; degraded = max rotation error above TOLERANCE (8) x the
@@ -184,10 +187,10 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], re
 
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
-    from ..config import audit_config, default_lengths, work_to_scan
+    from ..config import audit_config, default_dtype, default_lengths, work_to_scan
 
     lens = tuple(lengths) or default_lengths(model)
-    dts = dtypes or ("bfloat16", "float16")
+    dts = dtypes or (default_dtype(model),)
     _check_config_lengths(model, lens, bool(lengths))
     total = work_to_scan(model, lens, dts, recipes or None)
     with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
@@ -241,17 +244,19 @@ def _read_config(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | No
               help="A config.json (parsed, never executed).  [default: the model type's default config]")
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K.  [default: 8k]")
-@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True,
-              help="dtype of x, hence of the cos/sin the module returns (and of the cast).")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, default=("bfloat16",), show_default=True,
+              help="dtype of x, hence of the cos/sin the module returns (and of the cast); repeatable.")
 @click.option("--cast-module", is_flag=True, help="Apply module.to(DTYPE) first, as model.to(DTYPE) does.")
 @click.option("--layer-type", default=None, metavar="NAME",
               help="Layer type of a per-layer-type module (Gemma: full_attention, sliding_attention).  "
                    "[default: every one]")
 @click.option("--class", "class_name", default=None, metavar="NAME",
               help="Rotary class of the model type's modeling module.  [default: its first text *RotaryEmbedding]")
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...], dtype: str,
-                cast_module: bool, layer_type: str | None, class_name: str | None, as_json: bool) -> None:
+def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...],
+                dtypes: tuple[str, ...], cast_module: bool, layer_type: str | None, class_name: str | None,
+                as_json: bool) -> None:
     """Audit the rotary module transformers builds for a model type (no weights, no downloads).
 
     Calls the module for positions 0..L-1 with x in DTYPE and measures its
@@ -268,8 +273,9 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
             raise click.UsageError("give --model-type (or a --config whose model_type names it)")
         model_type = config["model_type"]
     lengths = lengths or (8192,)
-    rows = audit_model_type(model_type, lengths, dtype=dtype, cast_module=cast_module, config=config,
-                            layer_type=layer_type, class_name=class_name)
+    rows = [row for dtype in dict.fromkeys(dtypes)
+            for row in audit_model_type(model_type, lengths, dtype=dtype, cast_module=cast_module, config=config,
+                                        layer_type=layer_type, class_name=class_name)]
     cols: list[Column] = [
         ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("dtype", "dtype"),
         ("length", "length"), ("cast", "cast_module"), ("inv_freq in", "inv_freq_dtype"),
@@ -301,9 +307,8 @@ def _scan_summary(rows: Sequence[Any], fix: bool) -> dict[str, int]:
     return summary
 
 
-def _print_scan(rows: Sequence[Any], classes: int, summary: dict[str, int], length: int, dtype: str,
-                fix: bool) -> None:
-    """The scan table, the verdict counts and the column key."""
+def _print_scan(blocks: Sequence[tuple[str, int, Sequence[Any]]], classes: int, fix: bool) -> None:
+    """Per (dtype, length) block the scan table and its verdict counts; then the column key."""
     cols: list[Column] = [
         ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("status", "status"),
         ("built max", "built_max_rotation_error"), ("cast max", "cast_max_rotation_error"),
@@ -313,26 +318,67 @@ def _print_scan(rows: Sequence[Any], classes: int, summary: dict[str, int], leng
     if fix:
         cols[-1:-1] = [("fixed max", "fix_max_rotation_error"),
                        ("fix = built", lambda r: {True: "yes", False: "NO", None: "-"}[r["fix_restored"]])]
-    click.echo(table([r.to_dict() for r in rows], cols))
-    click.echo(f"\n{len(rows)} rows ({classes} classes; per-layer-type modules give one row per layer type) "
-               f"at length {length}, {dtype}: " + ", ".join(f"{n} {v}" for v, n in summary.items()) + ".")
+    for i, (dtype, length, rows) in enumerate(blocks):
+        if i:
+            click.echo("")
+        echo_table([r.to_dict() for r in rows], cols)
+        summary = _scan_summary(rows, fix)
+        click.echo(f"\n{len(rows)} rows ({classes} classes; per-layer-type modules give one row per layer type) "
+                   f"at length {length}, {dtype}: " + ", ".join(f"{n} {v}" for v, n in summary.items()) + ".")
     click.echo("Errors in rad against the exact m*theta_i of the config's schedule; threshold = 2 x the fp32 recipe's "
                "max + one float32 ulp of each frequency per position."
                + ("  fixed = keep_rotary_fp32(module) before the cast; fix = built: its errors equal the as-built "
                   "ones exactly." if fix else ""))
 
 
+def _check_families(families: Sequence[str], found: Sequence[Any]) -> None:
+    """Exit 2 naming a --family that is no transformers.models package (close matches) or has no rotary class."""
+    import pkgutil
+
+    import transformers.models
+
+    from .._common import unknown_name
+    from ..hf import MODEL_TYPES_HINT
+
+    packages = [i.name for i in pkgutil.iter_modules(transformers.models.__path__) if i.ispkg]
+    for f in families:
+        if f not in packages:
+            raise click.BadParameter(unknown_name("package", f, packages, where="in transformers.models",
+                                                  hint=MODEL_TYPES_HINT), param_hint="'--family'")
+    missing = sorted(set(families) - {f.package for f in found})
+    if missing:
+        raise click.BadParameter(f"no *RotaryEmbedding class in {', '.join(missing)}", param_hint="'--family'")
+
+
+def _list_classes(found: Sequence[Any], as_json: bool) -> None:
+    """``hf-scan --list``: the rotary classes a scan would audit (package, class, module), without auditing."""
+    rows = [{"package": f.package, "class": f.name, "module": f.module, "error": f.error} for f in found]
+    if as_json:
+        echo_json({"auditor": "hf-scan", "results": rows})
+        return
+    echo_table(rows, [("package", "package"), ("class", "class"), ("module", "module")])
+    click.echo(f"\n{len(rows)} classes in {len({f.package for f in found})} packages of transformers.models; "
+               "a package's model type is its name for most models (see --model-type of hf-rope and report).")
+
+
 @click.command("hf-scan", cls=_HfCommand)
-@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True,
-              help="Model dtype: x and cos/sin in it, and the cast module.to(DTYPE).")
-@click.option("--length", "-l", type=LENGTH, default="8K", show_default=True, help="Context length.")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, default=("bfloat16",), show_default=True,
+              help="Model dtype (repeatable): x and cos/sin in it, and the cast module.to(DTYPE).")
+@click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, default=("8K",), show_default=True,
+              help="Context length (repeatable): one block of rows per dtype and length.")
 @click.option("--family", "families", multiple=True, metavar="PACKAGE",
               help="Only these transformers.models packages (repeatable: llama, qwen2, gemma3, ...).  [default: all]")
 @click.option("--fix", is_flag=True,
               help="Audit each class a third time with precision_audit.fix.keep_rotary_fp32 applied before the "
                    "cast: the 'fixed' columns, and whether they equal the as-built errors.")
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], fix: bool, as_json: bool) -> None:
+@click.option("--list", "as_list", is_flag=True,
+              help="Only list the *RotaryEmbedding classes a scan audits (package, class, module).")
+@wide_option
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"auditor": "hf-scan", "dtype": ..., "length": ..., "summary": {...}, "results": [row, '
+                   '...]} as JSON (dtype and length: lists when several are given).')
+def hf_scan_cmd(dtypes: tuple[str, ...], lengths: tuple[int, ...], families: tuple[str, ...], fix: bool,
+                as_list: bool, as_json: bool) -> None:
     """Scan every *RotaryEmbedding class of the installed transformers.
 
     Each class is built from its model's default config (no weights, no
@@ -342,25 +388,30 @@ def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], fix: bool, a
     position).  Classes that cannot be audited are listed as skipped with
     the reason.
 
-    Example: precision-audit hf-scan --length 8K --dtype bfloat16
+    Example: precision-audit hf-scan --length 8K --length 32K --dtype bfloat16
     """
-    import sys
-
     from ..hf import rotary_classes, scan
 
     found = rotary_classes(families or None)
     if families:
-        missing = sorted(set(families) - {f.package for f in found})
-        if missing:
-            raise click.BadParameter(f"no *RotaryEmbedding class in {', '.join(missing)}", param_hint="'--family'")
-    with progress_bar(len(found), "rotary classes", enabled=sys.stderr.isatty()) as bar:
-        rows = scan(dtype=dtype, length=length, classes=found, progress=bar.update, fix=fix)
-    summary = _scan_summary(rows, fix)
-    if as_json:
-        echo_json({"auditor": "hf-scan", "dtype": dtype, "length": length, "summary": summary,
-                   "results": [r.to_dict() for r in rows]})
+        _check_families(families, found)
+    if as_list:
+        _list_classes(found, as_json)
         return
-    _print_scan(rows, len(found), summary, length, dtype, fix)
+    dtypes, lengths = tuple(dict.fromkeys(dtypes)), tuple(dict.fromkeys(lengths))
+    blocks = []
+    with progress_bar(len(found) * len(dtypes) * len(lengths), "rotary classes", enabled=True) as bar:
+        for dtype in dtypes:
+            for length in lengths:
+                blocks.append((dtype, length, scan(dtype=dtype, length=length, classes=found, progress=bar.update,
+                                                   fix=fix)))
+    if as_json:
+        rows = [r for _, _, b in blocks for r in b]
+        echo_json({"auditor": "hf-scan", "dtype": dtypes[0] if len(dtypes) == 1 else list(dtypes),
+                   "length": lengths[0] if len(lengths) == 1 else list(lengths),
+                   "summary": _scan_summary(rows, fix), "results": [r.to_dict() for r in rows]})
+        return
+    _print_scan(blocks, len(found), fix)
 
 
 @click.command("hf-alibi", cls=_HfCommand)
@@ -369,9 +420,11 @@ def hf_scan_cmd(dtype: str, length: int, families: tuple[str, ...], fix: bool, a
 @click.option("--heads", "num_heads", type=click.IntRange(1, 4096), default=8, show_default=True,
               help="Number of attention heads.")
 @click.option("--length", "-l", type=LENGTH, default="8K", show_default=True, help="Context length.")
-@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True, help="Model dtype.")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, default=("bfloat16",), show_default=True,
+              help="Model dtype (repeatable).")
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def hf_alibi_cmd(model_type: str, num_heads: int, length: int, dtype: str, as_json: bool) -> None:
+def hf_alibi_cmd(model_type: str, num_heads: int, length: int, dtypes: tuple[str, ...], as_json: bool) -> None:
     """Run transformers' ALiBi builder and audit its bias next to the matching alibi recipe.
 
     The builder's bias for the last query of one sequence is measured with the
@@ -383,11 +436,17 @@ def hf_alibi_cmd(model_type: str, num_heads: int, length: int, dtype: str, as_js
     """
     from ..hf import audit_alibi_builder
 
-    row = audit_alibi_builder(model_type, num_heads, length, dtype)
-    d = row.to_dict()
-    rec = d.pop("recipe")
-    rows = [{"source": f"{model_type} builder", **d},
-            {"source": f"recipe {row.matches_recipe} ({row.recipe_dtype})", "model_type": model_type, **rec}]
+    rows: list[dict[str, Any]] = []
+    notes = []
+    for dtype in dict.fromkeys(dtypes):  # per dtype: the builder's row, then the matching recipe's
+        row = audit_alibi_builder(model_type, num_heads, length, dtype)
+        d = row.to_dict()
+        rec = d.pop("recipe")
+        rows += [{"source": f"{model_type} builder", **d},
+                 {"source": f"recipe {row.matches_recipe} ({row.recipe_dtype})", "model_type": model_type, **rec}]
+        notes.append(f"{row.builder} returns {row.bias_dtype} holding {row.value_format} values; "
+                     f"{100 * row.identical_fraction:.2f} % of its {num_heads} x {length} biases equal recipe "
+                     f"{row.matches_recipe} in {row.recipe_dtype}.")
     if as_json:
         echo_json({"auditor": "hf-alibi", "results": rows})
         return
@@ -397,7 +456,5 @@ def hf_alibi_cmd(model_type: str, num_heads: int, length: int, dtype: str, as_js
         ("distinct %", pct("distinct_fraction")), ("max run", "max_run"), ("max |err|", "max_abs_error"),
         ("inversions", "order_inversions"), ("non-finite", "nonfinite_biases"), ("max dP", "max_prob_change"),
     ]
-    click.echo(table(rows, cols))
-    click.echo(f"\n{row.builder} returns {row.bias_dtype} holding {row.value_format} values; "
-               f"{100 * row.identical_fraction:.2f} % of its {num_heads} x {length} biases equal recipe "
-               f"{row.matches_recipe} in {row.recipe_dtype}.")
+    echo_table(rows, cols)
+    click.echo("\n" + "\n".join(notes))

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig, load_config_dict
+from ..config import ModelConfig, default_dtype, load_config_dict
 from ..config import load_config as _load
-from ..formats import get_format
 from ..schedules import RopeSchedule
 
 __all__ = ["ModelSpec", "load_config", "model_spec", "mpt_slopes", "spec_for_model_type"]
@@ -62,7 +61,7 @@ def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> tuple[float, ...]
 
 
 def _spec(mc: ModelConfig, raw: dict[str, Any]) -> ModelSpec:
-    dtype = get_format(str(mc.torch_dtype or "bfloat16").replace("torch.", "")).name
+    dtype = default_dtype(mc)  # the config's torch_dtype, else bfloat16 (as `config` defaults)
     notes = list(mc.notes)
     if mc.kind == "alibi":
         slopes = None
@@ -103,8 +102,15 @@ def spec_for_model_type(model_type: str) -> ModelSpec:
     except ImportError:
         raise ValueError("--model-type needs transformers (pip install 'precision-audit[hf]' or transformers)") \
             from None
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from ..hf import unknown_model_type
+
+    if model_type not in CONFIG_MAPPING:
+        raise ValueError(unknown_model_type(model_type))
     try:
         cfg = AutoConfig.for_model(model_type).to_dict()
     except (ValueError, KeyError) as e:
-        raise ValueError(f"unknown model type {model_type!r} for transformers: {e}") from None
+        raise ValueError(f"model type {model_type!r}: transformers cannot build its default config "
+                         f"({str(e)[:200]})") from None
     return model_spec(cfg, f"{model_type} (transformers default config)")
