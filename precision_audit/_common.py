@@ -167,6 +167,36 @@ def check_number(value: Any, name: str, *, positive: bool = False, finite: bool 
     return v
 
 
+def check_above(value: Any, name: str, low: float, *, want: str = "") -> float:
+    """A finite number > ``low`` as a float, for fields whose errors say so in one wording.
+
+    Every failure reads ``"{name} {value} must be {want}"`` (default ``a finite number > {low}``), a
+    non-number as :class:`ArgumentTypeError`; only an integer beyond float64's range keeps
+    :func:`check_number`'s message.
+
+    >>> check_above(1, "base", 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: base 1 must be a finite number > 1
+    >>> check_above(2**1100, "factor", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: factor 2**1100 is beyond float64's range
+    """
+    bad = f"{name} {describe(value)} must be {want or f'a finite number > {low:g}'}"
+    try:
+        v = check_number(value, name)
+    except ArgumentTypeError:
+        raise ArgumentTypeError(bad) from None
+    except ValueError:
+        if isinstance(value, numbers.Integral):  # beyond float64's range: say so
+            raise
+        raise ValueError(bad) from None
+    if not v > low:
+        raise ValueError(bad)
+    return v
+
+
 def check_flag(value: Any, name: str) -> bool:
     """True or False (numpy's bool too), nothing merely truthy.
 

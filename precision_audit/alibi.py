@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._common import Row, check_length, check_lengths
-from .formats import get_format, round_to
+from ._common import ArgumentTypeError, Row, check_callable, check_int, check_length, check_lengths, describe
+from .formats import _as_float64, get_format, round_to
 
 MAX_HEADS = 4096  # Bloom-176B has 112
 MAX_ALIBI_LENGTH = 2**26  # 2**26 tokens x 64 heads already take minutes
@@ -237,6 +237,8 @@ def get_recipe(name: str | Recipe, dtype: str = "bfloat16") -> Recipe:
     """
     if isinstance(name, Recipe):
         return name
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"ALiBi recipe {describe(name)} must be a name ({', '.join(RECIPES)}) or a Recipe")
     try:
         build = RECIPES[name]
     except KeyError:
@@ -268,7 +270,7 @@ def _magnitudes(recipe: Recipe, slopes: npt.NDArray[np.float64], k: npt.NDArray[
 def _resolve_slopes(recipe: Recipe, num_heads: int, slopes: npt.ArrayLike | None) -> npt.NDArray[np.float64]:
     if slopes is None:
         return stored_slopes(recipe, num_heads)
-    s = np.asarray(slopes, dtype=np.float64).reshape(-1)
+    s = _as_float64(slopes, odd=False, name="slopes").reshape(-1)  # round_to(slopes, "float64"), errors naming slopes
     if s.shape != (num_heads,):
         raise ValueError(f"slopes has {s.size} values for num_heads={num_heads}")
     if not (np.isfinite(s) & (s > 0)).all():
@@ -585,14 +587,13 @@ class _AtLength:
 def _plan(lengths: int | Iterable[int], num_heads: int, recipe: str | Recipe, dtype: str | None,
           slopes: npt.ArrayLike | None, chunk_elements: int) -> _Plan:
     """Validate :func:`audit_alibi`'s arguments."""
-    r = get_recipe(recipe, dtype or "bfloat16")
-    label = get_format(dtype).name if dtype else r.bias_format if isinstance(recipe, Recipe) else "bfloat16"
+    r = get_recipe(recipe, "bfloat16" if dtype is None else dtype)
+    label = get_format(dtype).name if dtype is not None else r.bias_format if isinstance(recipe, Recipe) else "bfloat16"
     lens = check_lengths(lengths, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
     n = _check_heads(num_heads)
-    if chunk_elements < 1:
-        raise ValueError(f"chunk_elements {chunk_elements} must be at least 1")
+    chunk_elements = check_int(chunk_elements, "chunk_elements", minimum=1)
     s_used = _resolve_slopes(r, n, slopes)
-    s_exact = alibi_slopes(n) if slopes is None else np.asarray(slopes, dtype=np.float64).reshape(-1)
+    s_exact = alibi_slopes(n) if slopes is None else _as_float64(slopes, odd=False, name="slopes").reshape(-1)
     sign = 1.0 if r.form == "key" else -1.0
     return _Plan(r, label, tuple(lens), n, s_used, s_exact, sign, max(1, chunk_elements // n))
 
@@ -688,6 +689,7 @@ def audit_alibi(
     >>> rows[1].heads[0].max_prob_change < 1e-2
     True
     """
+    check_callable(progress, "progress")
     plan = _plan(lengths, num_heads, recipe, dtype, slopes, chunk_elements)
     with np.errstate(invalid="ignore", over="ignore"):
         found = _count_pass(plan, progress)

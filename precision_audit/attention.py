@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ._common import Row, check_length
+from ._common import (ArgumentTypeError, Row, check_choice, check_int, check_length, check_recipes, check_schedule,
+                      describe)
 from .formats import get_format, round_to
 from .rope import APPLY_MODES, Recipe, RopeSchedule, check_rope_lengths, exact_angles, run_recipe
 
@@ -97,9 +98,20 @@ def _rotate(x1: F64, x2: F64, c: F64, s: F64) -> tuple[F64, F64]:
 
 
 def _check_mode(mode: str) -> str:
-    if mode not in APPLY_MODES:
-        raise ValueError(f"unknown apply mode {mode!r}; valid: {', '.join(APPLY_MODES)}")
-    return mode
+    return check_choice(mode, "apply mode", APPLY_MODES)
+
+
+def _check_distances(distances: Iterable[int] | None, length: int) -> list[int]:
+    """The distinct distances, sorted: integers in [0, length - 1] (default :func:`default_distances`)."""
+    if distances is None:
+        return default_distances(length)
+    if isinstance(distances, (str, bytes, dict)) or not isinstance(distances, Iterable):
+        raise ArgumentTypeError(f"distances {describe(distances)} must be an iterable of integers")
+    dists = sorted({check_int(d, "distance") for d in distances})
+    for d in dists:
+        if not 0 <= d < length:
+            raise ValueError(f"distance {d} not in [0, length {length})")
+    return dists
 
 
 def apply_rotation(
@@ -171,16 +183,12 @@ def attention_errors(
     >>> rows[0].max_logit_error < 1e-12 and rows[0].score_spread < 1e-12
     True
     """
-    recs = [recipes] if isinstance(recipes, Recipe) else list(recipes)
-    if not recs:
-        raise ValueError("no recipe given")
-    (L,) = check_rope_lengths(length)
-    dists = default_distances(L) if distances is None else sorted({int(d) for d in distances})
-    for d in dists:
-        if not 0 <= d < L:
-            raise ValueError(f"distance {d} not in [0, length {L})")
-    if pairs < 1 or shifts < 1:
-        raise ValueError(f"pairs {pairs!r} and shifts {shifts!r} must be >= 1")
+    check_schedule(schedule)
+    recs = check_recipes(recipes, Recipe, hint="build one with preset(name, dtype) or parse_stages(text, dtype)")
+    (L,) = check_rope_lengths(check_length(length))
+    dists = _check_distances(distances, L)
+    pairs = check_int(pairs, "pairs", minimum=1, maximum=2**16)
+    shifts = check_int(shifts, "shifts", minimum=1, maximum=2**16)
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed {seed!r} must be a non-negative integer")
     if mode is not None:

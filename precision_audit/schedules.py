@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._common import check_above
 from .formats import Format, get_format, round_to
 
 __all__ = [
@@ -350,11 +351,7 @@ _TYPE_ALIASES = {"none": "default", "su": "longrope"}  # "su": LongRoPE's name i
 
 
 def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} {value!r} must be a number")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} {value!r} must be a finite number > 0")
-    return float(value)
+    return check_above(value, name, 0.0)
 
 
 def _even_dim(name: str, value: Any) -> int:
@@ -411,10 +408,7 @@ class RopeSchedule:
 
     def __post_init__(self) -> None:
         d = _even_dim("head_dim", self.head_dim)
-        base = self.base
-        if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)) \
-                or not (math.isfinite(base) and base > 1):
-            raise ValueError(f"base {base!r} must be a finite number > 1")
+        base = check_above(self.base, "base", 1.0)
         r = _even_dim("rotary_dim", d if self.rotary_dim is None else self.rotary_dim)
         if r > d:
             raise ValueError(f"rotary_dim {r} is larger than head_dim {d}")
@@ -454,7 +448,7 @@ class RopeSchedule:
             elif v is not None:
                 raise ValueError(f"{name} applies to longrope only, not {kind!r}")
         object.__setattr__(self, "scaling", kind)
-        object.__setattr__(self, "base", float(base))
+        object.__setattr__(self, "base", base)
         object.__setattr__(self, "factor", factor)
         object.__setattr__(self, "rotary_dim", r)
         object.__setattr__(self, "head_dim", d)

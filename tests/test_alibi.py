@@ -296,9 +296,14 @@ def test_recipe_validation(kwargs, message):
         (lambda: audit_alibi(8, 2, slopes=[0.5]), "slopes has 1 values for num_heads=2"),
         (lambda: audit_alibi(8, 2, chunk_elements=0), "chunk_elements 0"),
         (lambda: audit_alibi(8, 2, slopes=[0.5, -1.0]), "slopes must be positive and finite, got -1.0"),
+        (lambda: audit_alibi(8, 2, slopes=[0.5, 2**1100]), "slopes must be positive and finite, got inf"),
+        (lambda: audit_alibi(8, 2, slopes="0.5"), "slopes '0.5' is text"),
+        (lambda: audit_alibi(8, 2, ["lowp"]), r"ALiBi recipe \['lowp'\] must be a name"),
+        (lambda: audit_alibi(8, 2, chunk_elements=2.0), "chunk_elements 2.0 must be an integer"),
         (lambda: alibi_slopes(-1), "num_heads -1"),
     ],
-    ids=["heads0", "heads-float", "length0", "recipe", "dtype", "slopes", "chunk", "slope-value", "heads-neg"],
+    ids=["heads0", "heads-float", "length0", "recipe", "dtype", "slopes", "chunk", "slope-value", "slope-huge",
+         "slopes-text", "recipe-list", "chunk-float", "heads-neg"],
 )
 def test_bad_input_raises(call, message):
     with pytest.raises(ValueError, match=message):

@@ -41,8 +41,6 @@ from precision_audit.schedules import RopeSchedule
 
 TIMEOUT = 20  # seconds; a valid call here takes milliseconds
 
-ROPE_REASON = "validator wired in after the rope/ split"
-
 
 class Rotary(torch.nn.Module):
     """The rotary protocol (transformers' shape), float32 inv_freq buffer."""
@@ -118,24 +116,6 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
                                                               shape=(4,), where="buffer")),
     "fix.ProtectionReport": (fix.ProtectionReport, lambda: dict(buffers=())),
 }
-
-# (case, argument) pairs whose bad values reach modules outside this change (rope, alibi and sinusoidal are
-# being split into packages; attention and schedules are not edited here): they get the _common.check_*
-# validators after the split, and stay visible here as xfail until then
-_LATER = {
-    "audit_rope": (ROPE_REASON, ("schedule", "recipes", "budget", "chunk_elems", "progress", "engine")),
-    "rope_preset": (ROPE_REASON, ("name",)),
-    "audit_alibi": ("validator wired in after the alibi/ split",
-                    ("recipe", "dtype", "slopes", "chunk_elements", "progress")),
-    "audit_sinusoidal": ("validator wired in after the sinusoidal/ split",
-                         ("dtypes", "recipes", "base", "chunk", "progress")),
-    "attention_errors": ("attention.py is outside this change (needs _common.check_schedule/check_recipes/check_int)",
-                         ("schedule", "recipes", "length", "distances", "pairs", "shifts", "mode")),
-    "RopeSchedule": ("schedules.py: docstrings only in this change (huge ints in float fields need "
-                     "_common.check_number)", ("base", "factor", "low_freq_factor", "high_freq_factor", "beta_fast",
-                                               "beta_slow", "mscale", "mscale_all_dim", "attention_factor")),
-}
-KNOWN: dict[tuple[str, str], str] = {(case, arg): why for case, (why, args) in _LATER.items() for arg in args}
 
 # other words a message may use for an argument: a config dict's own errors speak of the config
 SYNONYMS: dict[tuple[str, str], tuple[str, ...]] = {("testing.assert_config", "path"): ("config",)}
@@ -230,11 +210,7 @@ _atoms = _ints | _floats | st.text(max_size=6) | st.none() | st.booleans()
 VALUES = _atoms | st.lists(_atoms, max_size=3) | st.tuples(_atoms) | st.dictionaries(st.text(max_size=3), _atoms,
                                                                                       max_size=2)
 
-PAIRS = [
-    pytest.param(case, arg, id=f"{case}-{arg}",
-                 marks=[pytest.mark.xfail(reason=KNOWN[(case, arg)], strict=False)] if (case, arg) in KNOWN else [])
-    for case, (_, valid) in CASES.items() for arg in valid()
-]
+PAIRS = [pytest.param(case, arg, id=f"{case}-{arg}") for case, (_, valid) in CASES.items() for arg in valid()]
 
 
 @pytest.mark.parametrize("case, arg", PAIRS)
@@ -243,7 +219,7 @@ def test_fixed_pool_of_bad_values(case: str, arg: str) -> None:
     assert not bad, f"{case}({arg}=...):\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("case, arg", [p for p in PAIRS if tuple(p.values) not in KNOWN])  # KNOWN: fixed pool only
+@pytest.mark.parametrize("case, arg", PAIRS)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=VALUES)
 def test_drawn_bad_values(case: str, arg: str, value: Any) -> None:

@@ -142,6 +142,12 @@ def test_default_distances_and_errors():
         attention_errors(s, preset("fp32"), 10, [1], seed=-1)
     with pytest.raises(ValueError, match="no recipe given"):
         attention_errors(s, [], 10)
+    with pytest.raises(TypeError, match="distances 'zz' must be an iterable of integers"):
+        attention_errors(s, preset("fp32"), 10, "zz")
+    with pytest.raises(TypeError, match="distance 1.5 must be an integer"):
+        attention_errors(s, preset("fp32"), 10, [1.5])
+    with pytest.raises(ValueError, match="shifts 65537 must be at most 65536"):
+        attention_errors(s, preset("fp32"), 10, [1], shifts=2**16 + 1)
     with pytest.raises(ValueError, match="distance 5"):
         AttentionRow("r", "bfloat16", 5, 8, 5, 1, 1, 0.0, 0.0, 0.0, 1.0)
 

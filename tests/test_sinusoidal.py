@@ -400,12 +400,22 @@ def test_length_one_has_no_neighbours() -> None:
     ({"nn_window": 0}, "nn_window 0 must be a positive integer"),
     ({"max_lag": -1}, "max_lag -1 must be a non-negative integer"),
     ({"base": 1.0}, "base 1.0 must be a finite number greater than 1"),
+    ({"base": 2**1100}, r"base 2\*\*1100 is beyond float64's range"),
+    ({"dtypes": 16}, "dtypes 16 must be a format name or an iterable of them"),
+    ({"recipes": []}, r"no sinusoidal recipe given \(recipes \[\] is empty\)"),
+    ({"chunk": 0}, "chunk 0 must be at least 1"),
     ({"lengths": 0}, "length 0 must be at least 1"),
 ])
 def test_bad_arguments_raise(kwargs: dict, message: str) -> None:
     args = {"lengths": 8, "dim": 4, **kwargs}
     with pytest.raises(ValueError, match=message):
         audit_sinusoidal(**args)
+
+
+def test_a_bare_name_is_one_name() -> None:
+    # "float16" is one dtype (as audit_positions takes it), not the letters f, l, o, ...
+    one = audit_sinusoidal(8, 4, "float16", "fp32")
+    assert [r.to_dict() for r in one] == [r.to_dict() for r in audit_sinusoidal(8, 4, ["float16"], ["fp32"])]
 
 
 def test_recipe_and_row_validation() -> None:

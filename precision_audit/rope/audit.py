@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .._common import Row, check_lengths
+from .._common import (Row, check_callable, check_choice, check_flag, check_int, check_lengths, check_recipes,
+                       check_schedule)
 from ..formats import Format, get_format, round_to, spacing
 from ..schedules import RopeSchedule
 from .engine import ENGINES, _angle_into, _Rows, _run_recipe, _Work
@@ -422,14 +423,15 @@ def audit(
     >>> row.max_rotation_error <= fp32_angle + row.cache_bound + cache_rounding_bound("fp32")
     True
     """
-    recs = [recipes] if isinstance(recipes, Recipe) else list(recipes)
-    if not recs:
-        raise ValueError("no recipe given")
+    check_schedule(schedule)
+    recs = check_recipes(recipes, Recipe, hint="build one with preset(name, dtype) or parse_stages(text, dtype)")
+    budget = check_flag(budget, "budget")
+    chunk_elems = check_int(chunk_elems, "chunk_elems", minimum=1, maximum=2**26)
+    check_callable(progress, "progress")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1):
         raise ValueError(f"workers {workers!r} must be a positive integer")
     lens = check_rope_lengths(lengths)
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    check_choice(engine, "engine", ENGINES)
     variants: list[Recipe] = []
     for r in recs:
         variants.append(r)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._common import check_choice, check_schedule
 from ..formats import Format, get_format, round_to
 from ..schedules import ROPE_TYPES, RopeSchedule
 from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq
@@ -228,10 +229,7 @@ def preset(name: str, dtype: str | Format = "bfloat16") -> Recipe:
     ...
     ValueError: unknown recipe 'fp16x'; valid: lowp, lowp-inv-freq, fp32, fp64
     """
-    try:
-        row = PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown recipe {name!r}; valid: {', '.join(PRESETS)}") from None
+    row = PRESETS[check_choice(name, "recipe", tuple(PRESETS))]
     return row.recipe(name, get_format(dtype).name)
 
 
@@ -333,10 +331,9 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
     ...
     ValueError: stack 'vllm' does not run rope type 'dynamic': vLLM fixes one NTK base for L0*factor at every length (it runs default, linear, yarn, llama3)
     """
-    try:
-        row = STACKS[name]
-    except KeyError:
-        raise ValueError(f"unknown stack {name!r}; valid: {', '.join(STACKS)}") from None
+    row = STACKS[check_choice(name, "stack", tuple(STACKS))]
+    if schedule is not None:
+        check_schedule(schedule)
     recipe = replace(row.preset.recipe(name, get_format(dtype).name), stack=name)
     if schedule is not None:
         row.check(name, schedule.scaling)

@@ -4,12 +4,12 @@ reductions), then each length's row: duplicates, errors, nearest neighbours and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._common import Row, check_lengths
+from .._common import Row, check_callable, check_int, check_lengths, check_names
 from ..formats import Format, get_format, round_to
 from .duplicates import _duplicate_activation, _RowHashes
 from .neighbours import _NeighbourSearch, _WindowNeighbours
@@ -223,8 +223,8 @@ def _audit_one(
 def audit_sinusoidal(
     lengths: int | Iterable[int],
     dim: int = 512,
-    dtypes: Sequence[str | Format] = ("bfloat16", "float16"),
-    recipes: Sequence[str | Recipe] = ("lowp", "fp32"),
+    dtypes: str | Format | Iterable[str | Format] = ("bfloat16", "float16"),
+    recipes: str | Recipe | Iterable[str | Recipe] = ("lowp", "fp32"),
     *,
     base: float = DEFAULT_BASE,
     nn_window: int = 4,
@@ -239,7 +239,8 @@ def audit_sinusoidal(
     ``O(chunk * dim + length)``.  ``progress`` is called after each chunk with
     the number of positions it held (``len(recipes) * len(dtypes) * max(lengths)``
     in all).  Rows come ordered by dtype, then length, then
-    recipe, so the recipes of one context sit side by side.
+    recipe, so the recipes of one context sit side by side.  A bare name
+    (``dtypes="float16"``) is one name, as in :func:`~precision_audit.positions.audit_positions`.
 
     >>> r = audit_sinusoidal(4096, dim=128, dtypes=["float16"], recipes=["lowp", "fp32"])
     >>> [(x.recipe, x.duplicate_rows) for x in r]  # fp16: {2048, 2049}, then 511 triples {4m-1, 4m, 4m+1}
@@ -247,10 +248,9 @@ def audit_sinusoidal(
     """
     lens = check_lengths(lengths, limit=MAX_SINUSOIDAL_LENGTH, why="the sinusoidal audit keeps O(L) state")
     dim, base = _check_dim(dim), _check_base(base)
-    recs = [get_recipe(r) for r in recipes]
-    fmts = [get_format(d).name for d in dtypes]
-    if not recs or not fmts:
-        raise ValueError("give at least one recipe and one dtype")
+    recs = [get_recipe(r) for r in check_names(recipes, "recipes", "sinusoidal recipe", Recipe)]
+    fmts = [get_format(d).name for d in check_names(dtypes, "dtypes", "format name", Format)]
+    check_callable(progress, "progress")
     if isinstance(nn_window, bool) or not isinstance(nn_window, (int, np.integer)) or nn_window < 1:
         raise ValueError(f"nn_window {nn_window!r} must be a positive integer")
     if isinstance(max_lag, bool) or not isinstance(max_lag, (int, np.integer)) or max_lag < 0:
@@ -258,10 +258,7 @@ def audit_sinusoidal(
     for name, value in (("nn_window", nn_window), ("max_lag", max_lag)):
         if value > MAX_LAG:  # the work grows as L * lags * dim
             raise ValueError(f"{name} {value} exceeds {MAX_LAG}")
-    if chunk is None:
-        chunk = max(256, 2**19 // dim)
-    if chunk < 1:
-        raise ValueError(f"chunk {chunk!r} must be positive")
+    chunk = max(256, 2**19 // dim) if chunk is None else check_int(chunk, "chunk", minimum=1)
     st = _Settings(tuple(lens), dim, base, int(nn_window), int(max_lag), int(chunk))
     results: dict[tuple[str, int, str], SinusoidalRow] = {}
     for rec in recs:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from .._common import check_above
 from ..formats import Format, get_format
 
 MAX_DIM = 65536  # model widths in use stay below 2**15
@@ -103,10 +103,7 @@ def _check_dim(dim: Any) -> int:
 
 
 def _check_base(base: Any) -> float:
-    b = float(base)
-    if not (math.isfinite(b) and b > 1.0):
-        raise ValueError(f"base {base!r} must be a finite number greater than 1")
-    return b
+    return check_above(base, "base", 1.0, want="a finite number greater than 1")
 
 
 def frequencies(dim: int, base: float = DEFAULT_BASE) -> Array:
