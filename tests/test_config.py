@@ -105,7 +105,16 @@ def _deepseek():
                         mscale_all_dim=1.0, original_max_position_embeddings=4096, cos_sin_scale=1.0)}, 163840
 
 
+def _qwen25_yarn():
+    j = js("qwen2.5-coder-32b-instruct-yarn.json")
+    rs = j["rope_scaling"]
+    return {"all": dict(head_dim=5120 // 40, base=1000000.0, scaling="yarn", factor=rs["factor"], truncate=True,
+                        beta_fast=32.0, beta_slow=1.0, original_max_position_embeddings=32768,
+                        cos_sin_scale=0.1 * math.log(4.0) + 1)}, j["max_position_embeddings"]
+
+
 EXPECTED = {
+    "qwen2.5-coder-32b-instruct-yarn.json": ("rope", _qwen25_yarn),
     "llama-2-7b-hf.json": ("rope", _llama2),
     "llama-3.1-8b.json": ("rope", _llama31),
     "qwen2-7b.json": ("rope", _qwen2),
