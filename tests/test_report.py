@@ -3,13 +3,15 @@
 Expected numbers come from the auditors themselves, called here with the
 report's settings (the report must show exactly what they compute), from
 transformers' MPT code (ALiBi slopes), and from the files on disk (every
-reference in report.md/html resolves, every PNG decodes).
+reference in report.md/html resolves, every PNG decodes).  Verdict rules in
+the text and on the figures come from precision_audit.config's constants.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import re
 import subprocess
@@ -23,7 +25,10 @@ from click.testing import CliRunner
 from precision_audit.alibi import audit_alibi
 from precision_audit.attention import attention_errors
 from precision_audit.cli import main
+from precision_audit.config import DEFAULT_TOLERANCE, PHASE_LOST
 from precision_audit.positions import predict_positions, reproduce_baichuan
+from precision_audit.report._config import load_config
+from precision_audit.report._plotting import fmt, length_label, pyplot
 from precision_audit.rope import PRESETS, RopeSchedule, audit, preset
 from precision_audit.sinusoidal import audit_sinusoidal
 
@@ -33,6 +38,8 @@ HEADLINE_FILES = {
     "alibi_distinct.png", "alibi_attention.png", "sinusoidal_duplicates.png", "sinusoidal_decay.png",
     "report.md", "report.html", "results.json",
 }
+LLAMA31 = Path(__file__).parent / "data" / "llama-3.1-8b.json"
+LLAMA31_CTX = 8192  # --max-length of its report: 8K is enough to tell the fp32 recipe from inv_freq rounded once
 LLAMA_LIKE = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "rope_theta": 500000.0,
               "max_position_embeddings": 1024, "torch_dtype": "bfloat16"}
 
@@ -249,3 +256,139 @@ def test_import_keeps_matplotlib_out() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ the text and the figures agree (issue 19)
+
+@pytest.fixture(scope="module")
+def llama31(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
+    """Llama-3.1's report at 8K, and the axes titles of every figure as drawn (file name -> titles)."""
+    import precision_audit.report._plotting as plotting
+    from precision_audit.report import attention as att_mod
+    from precision_audit.report import rope as rope_mod
+
+    titles: dict[str, list[str]] = {}
+    real = plotting.save_figure
+
+    def grab(fig, path, *a, **k):
+        titles[Path(path).name] = [ax.get_title() for ax in fig.axes]
+        return real(fig, path, *a, **k)
+
+    out = tmp_path_factory.mktemp("l31") / "report"
+    with pytest.MonkeyPatch.context() as mp:
+        for mod in (rope_mod, att_mod):
+            mp.setattr(mod, "save_figure", grab)
+        res = run("report", "--config", str(LLAMA31), "--max-length", str(LLAMA31_CTX), "--out", str(out), "-q")
+    assert res.exit_code == 0, res.output
+    return out, titles
+
+
+def test_heatmap_shows_the_recipe_of_the_table(llama31) -> None:
+    # the "fp32 (the fix)" panel once showed inv_freq rounded once from the exact value (0.00285 rad at 8K, 0.00842
+    # at 128K) while the table showed the fp32 recipe (inv_freq evaluated in float32: 0.003099, 0.01121)
+    out, titles = llama31
+    spec = load_config(LLAMA31)
+    rows = {r.recipe: r for r in audit(spec.rope, [preset(n, "bfloat16") for n in ("fp32", "lowp")], LLAMA31_CTX)}
+    doc = json.loads((out / "results.json").read_text())
+    grids = {g["recipe"]: g for g in doc["results"]["rope_heatmap"]}
+    assert set(grids) == {"lowp", "fp32"}
+    md = (out / "report.md").read_text()
+    panels = titles["rope_heatmap_bfloat16.png"]
+    for name, row in rows.items():
+        worst = float(np.max(grids[name]["max_rotation_error"]))
+        assert worst == row.max_rotation_error  # the grid is the audit's recipe: the same number, to the bit
+        assert np.max(np.array(grids[name]["max_rotation_error"]), axis=0).tolist() == list(row.rotation_error_profile)
+        assert f"| bfloat16 | 8K | {name} | {fmt(row.max_rotation_error)} |" in md  # the table's cell
+        (panel,) = [t for t in panels if t.startswith(name + " (")]
+        assert panel.endswith(f"worst: {fmt(row.max_rotation_error)} rad")  # the panel prints the same
+    assert fmt(rows["fp32"].max_rotation_error) == "0.003099"
+
+
+def test_attention_text_quotes_what_the_figure_shows(llama31, headline: Path) -> None:
+    out, _ = llama31
+    for folder, png in ((out, "rope_attention_logit_error_bfloat16.png"), (headline, "rope_attention_logit_error.png")):
+        doc = json.loads((folder / "results.json").read_text())
+        rows = doc["results"]["attention"]
+        # the figure draws offsets > 0 with at least two shifts; the farthest offset, length - 1, has one
+        drawn = [r for r in rows if r["distance"] > 0 and r["shifts"] > 1]
+        far = max(r["distance"] for r in drawn)
+        assert far < max(r["distance"] for r in rows)
+        rms = sum(r["logit_rms"] for r in drawn) / len(drawn)
+        md = (folder / "report.md").read_text()
+        (para,) = [ln for ln in md.splitlines() if "the farthest the figure shows" in ln]
+        assert f"at offset {length_label(far)}, the farthest the figure shows" in para
+        for r in drawn:
+            if r["distance"] == far:
+                assert f"{fmt(r['max_logit_error'])} ({r['recipe']})" in para
+        assert para.endswith(f"typical |logit| of {fmt(rms)}.")
+        assert str(max(r["distance"] for r in rows)) not in md  # 8191 / 1023: not drawn, not quoted
+        assert png in md
+
+
+def test_rope_plots_draw_the_verdict_thresholds(tmp_path: Path) -> None:
+    # the lines are the verdict's: DEFAULT_TOLERANCE x the cache bound (degraded) and PHASE_LOST (broken), named
+    from precision_audit.report import rope as rope_mod
+
+    sched = RopeSchedule(head_dim=16)
+    rows = audit(sched, [preset(n, "bfloat16") for n in PRESETS], [256, 512])
+    bound = rows[0].cache_bound
+    drawn: dict[str, tuple[list[float], set[str]]] = {}
+
+    def grab(fig, path, *a, **k):
+        fig.canvas.draw()
+        axes = [*fig.axes, *(c for ax in fig.axes for c in ax.child_axes)]
+        ys = [float(ln.get_ydata()[0]) for ax in axes for ln in ax.get_lines() if list(ln.get_xdata()) == [0, 1]]
+        names = {t.get_text() for ax in axes for t in ax.yaxis.get_ticklabels()}
+        drawn[Path(path).name] = (ys, names)
+        pyplot().close(fig)
+        return Path(path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rope_mod, "save_figure", grab)
+        rope_mod.plot_error_vs_length(rows, tmp_path / "a.png")
+        rope_mod.plot_error_per_frequency(rows, [512], tmp_path / "b.png")
+        rope_mod.plot_error_heatmap([rope_mod.error_grid(sched, preset("fp32", "bfloat16"), 512)], sched,
+                                    tmp_path / "c.png")
+    for name, (ys, names) in drawn.items():
+        for want in (bound, DEFAULT_TOLERANCE * bound, PHASE_LOST):
+            assert any(y == pytest.approx(want, rel=1e-12) for y in ys), (name, want, ys)
+        assert not any(y == pytest.approx(math.pi) for y in ys), name  # pi was never the verdict's rule
+        assert {"8x bound: degraded", "pi/2: broken", "cache bound 0.00277"} <= names, (name, names)
+
+
+def test_report_md_states_each_caption_once(llama31, headline: Path) -> None:
+    out, _ = llama31
+    for folder in (out, headline):
+        md = (folder / "report.md").read_text()
+        captions = re.findall(r"^\*([^*].*)\*$", md, flags=re.M)
+        assert len(captions) == len(list(folder.glob("*.png"))) > 0
+        for c in captions:
+            assert md.count(c) == 1, c
+        html = (folder / "report.html").read_text()
+        assert html.count("<figcaption>") == len(captions)
+
+
+def test_model_settings_read_as_prose(llama31) -> None:
+    out, _ = llama31
+    md = (out / "report.md").read_text()
+    assert "| dtype | bfloat16 |" in md and "[" not in md.split("## Model")[1].split("##")[0]
+    res = run("report", "--config", str(LLAMA31), "--max-length", "256", "-d", "bf16", "-d", "fp16",
+              "--out", str(out.parent / "two"), "-q")
+    assert res.exit_code == 0, res.output
+    two = (out.parent / "two" / "report.md").read_text()
+    assert "| dtypes | bfloat16, float16 |" in two
+    assert json.loads((out.parent / "two" / "results.json").read_text())["settings"]["dtypes"] == [
+        "bfloat16", "float16"]  # the data stays a list
+
+
+def test_verdict_rules_in_the_text_are_the_code_s(llama31, headline: Path) -> None:
+    out, _ = llama31
+    tol = f"{DEFAULT_TOLERANCE:g}x"
+    assert PHASE_LOST == math.pi / 2  # the text names it pi/2
+    for folder in (out, headline):
+        for name in ("report.md", "report.html"):
+            text = (folder / name).read_text()
+            assert "pi means the phase is lost" not in text and "0.5 rad" not in text
+            assert f"{tol} the cache format" in text and "pi/2" in text, (folder, name)
+            for other in ("2x the cache", "4x the cache", "16x the cache"):
+                assert other not in text

@@ -7,6 +7,7 @@ PNG writer, the colour-blind-safe palette and the RoPE recipe styles.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,19 @@ ROPE_LABEL = {
 def recipes_in(rows: Sequence[Any]) -> list[str]:
     """The distinct ``recipe`` fields of result rows, in first-seen order."""
     return list(dict.fromkeys(r.recipe for r in rows))
+
+
+def fmt(x: float | None) -> str:
+    """A number for a table cell: 4 significant digits, or - for undefined.
+
+    >>> fmt(0.000123456), fmt(3.14159), fmt(None), fmt(float("nan"))
+    ('1.235e-04', '3.142', '-', '-')
+    """
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if isinstance(x, int):
+        return str(x)
+    return f"{x:.3e}" if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5) else f"{x:.4g}"
 
 
 def length_label(n: int) -> str:

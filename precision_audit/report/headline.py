@@ -12,7 +12,6 @@ figures/`` writes the committed figures this way.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,11 @@ from ..attention import attention_errors
 from ..positions import reproduce_baichuan
 from ..rope import PRESETS, RopeSchedule, audit, preset
 from ..sinusoidal import audit_sinusoidal
-from ._plotting import length_label
+from ._plotting import fmt, length_label
 from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct
-from .attention import plot_attention
+from .attention import plot_attention, plotted, typical_logit
 from .positions import POSITION_FORMATS, length_grid, plot_positions, position_rows
-from .rope import plot_error_per_frequency, plot_error_vs_length, rope_lengths
+from .rope import ROTATION_RULE, plot_error_per_frequency, plot_error_vs_length, rope_lengths
 from .sinusoidal import decay_curves, plot_decay, plot_duplicates
 from .writer import Figure, Para, Report, Section, Table
 
@@ -42,19 +41,6 @@ HEADLINE: dict[str, Any] = {
 Progress = Callable[[str], None] | None
 
 
-def fmt(x: float | None) -> str:
-    """A number for a table cell: 4 significant digits, or - for undefined.
-
-    >>> fmt(0.000123456), fmt(3.14159), fmt(None), fmt(float("nan"))
-    ('1.235e-04', '3.142', '-', '-')
-    """
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    if isinstance(x, int):
-        return str(x)
-    return f"{x:.3e}" if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5) else f"{x:.4g}"
-
-
 def _say(progress: Progress, text: str) -> None:
     if progress:
         progress(text)
@@ -63,14 +49,15 @@ def _say(progress: Progress, text: str) -> None:
 def attention_blocks(sched: Any, recs: Sequence[Any], length: int, where: str, png: str,
                      caption: str) -> tuple[list[dict[str, Any]], list[Any]]:
     """The attention-logit audit at ``length`` (the headline's pairs, shifts and seed): its rows, and the
-    report blocks (the largest error at the farthest offset, the figure)."""
+    report blocks (the largest error at the farthest offset the figure shows, the figure)."""
     att = attention_errors(sched, recs, length, pairs=HEADLINE["attention_pairs"],
                            shifts=HEADLINE["attention_shifts"], seed=HEADLINE["attention_seed"])
-    far = max(r.distance for r in att)
+    shown = plotted(att) or att
+    far = max(r.distance for r in shown)
     return [r.to_dict() for r in att], [
-        Para(f"{where}: at offset {far} the largest logit error is "
-             + ", ".join(f"{fmt(r.max_logit_error)} ({r.recipe})" for r in att if r.distance == far)
-             + f" against a typical |logit| of {fmt(att[0].logit_rms)}."),
+        Para(f"{where}: at offset {length_label(far)}, the farthest the figure shows, the largest logit error is "
+             + ", ".join(f"{fmt(r.max_logit_error)} ({r.recipe})" for r in shown if r.distance == far)
+             + f" against a typical |logit| of {fmt(typical_logit(att))}."),
         Figure(png, caption, lambda p: plot_attention(att, p)),
     ]
 
@@ -138,7 +125,7 @@ def rope_sections(max_length: int, dtypes: Sequence[str], progress: Progress = N
         f"RoPE angles m * theta_i for head_dim {sched.head_dim}, base {sched.base:g}, built by four recipes "
         "(`lowp`: every stage in the dtype; `lowp-inv-freq`: the inv_freq buffer downcast by `model.to(dtype)`; "
         "`fp32`: the fix, float32 until the cos/sin cache; `fp64`: float64 angles), each cache stored in the "
-        "dtype. Rotation error = |atan2(sin, cos) - m theta_i| wrapped to [-pi, pi]; pi means the phase is lost.")]
+        "dtype. Rotation error = |atan2(sin, cos) - m theta_i| wrapped to [-pi, pi]. " + ROTATION_RULE)]
     att_blocks: list[Any] = []
     all_rows: list[dict[str, Any]] = []
     all_att: list[dict[str, Any]] = []

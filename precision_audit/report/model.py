@@ -98,8 +98,7 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
         sections += _rope_sections(c, spec.rope)
     if spec.alibi_heads is not None:
         sections.append(_alibi_section(c, spec.alibi_heads))
-    model_section = Section("Model", [Table(("setting", "value"), tuple(
-        (k, str(v)) for k, v in _settings(spec, c.dts, ctx).items()))])
+    model_section = Section("Model", [Table(("setting", "value"), _settings_rows(_settings(spec, c.dts, ctx)))])
     return Report(f"precision_audit: {spec.name}", "model", _settings(spec, c.dts, ctx),
                   [_verdict_section(c), model_section, *sections])
 
@@ -208,6 +207,23 @@ def _verdict_section(c: _Context) -> Section:
     return Section("Verdict", [Para(summary), Table(header, tuple(verdict)), Para(VERDICT_RULES)]
                    + [Para(f"Note: {n}.") for n in c.spec.notes],
                    {"verdict": [dict(zip(("code_path", *map(str, checks)), v)) for v in verdict]})
+
+
+def _settings_rows(settings: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The settings as table rows of prose: a list as ``a, b`` (its key singular for one item), None as -.
+
+    >>> _settings_rows({"dtypes": ["bfloat16"], "max_context": 8192, "config_max_context": None})
+    (('dtype', 'bfloat16'), ('max_context', '8192'), ('config_max_context', '-'))
+    >>> _settings_rows({"dtypes": ["bfloat16", "float16"]})
+    (('dtypes', 'bfloat16, float16'),)
+    """
+    rows = []
+    for k, v in settings.items():
+        if isinstance(v, (list, tuple)):
+            k = k[:-1] if len(v) == 1 and k.endswith("s") else k
+            v = ", ".join(map(str, v))
+        rows.append((k, "-" if v is None else str(v)))
+    return tuple(rows)
 
 
 def _settings(spec: ModelSpec, dts: Sequence[str], ctx: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._common import Row
 from ..attention import attention_errors
+from ..config import DEFAULT_TOLERANCE, PHASE_LOST
 from ..rope import (
     PRESETS,
     Recipe,
@@ -30,17 +31,19 @@ from ..rope import (
     check_rope_lengths,
     exact_angles,
     preset,
-    recipe_stages,
+    run_recipe,
     wrap,
 )
 from ._plotting import ROPE_LABEL as _LABEL
 from ._plotting import ROPE_STYLE as _STYLE
+from ._plotting import fmt
 from ._plotting import length_label as _length_label
 from ._plotting import mark_lengths, pyplot, save_figure, tokens_formatter
 from ._plotting import recipes_in as _recipes
 from .attention import plot_attention
 
 __all__ = [
+    "ROTATION_RULE",
     "ErrorGrid",
     "error_grid",
     "plot_attention",
@@ -49,6 +52,7 @@ __all__ = [
     "plot_error_vs_length",
     "rope_figures",
     "rope_lengths",
+    "verdict_thresholds",
 ]
 
 
@@ -62,31 +66,74 @@ def rope_lengths(max_length: int, extra: Sequence[int] = ()) -> list[int]:
     return sorted(out | {int(n) for n in extra} | ({int(max_length)} if max_length < 256 else set()))
 
 
+def _angle_text(x: float) -> str:
+    """pi/2 for math.pi / 2 (a fraction pi/k as text), else the number.
+
+    >>> _angle_text(math.pi / 2), _angle_text(1.0)
+    ('pi/2', '1')
+    """
+    k = math.pi / x
+    return f"pi/{k:g}" if k == round(k) and k > 1 else "pi" if k == 1 else f"{x:g}"
+
+
+def verdict_thresholds(bound: float) -> list[tuple[float, str, dict[str, Any]]]:
+    """The lines a RoPE error plot draws, from the verdict's own rule (:func:`precision_audit.config.rope_verdict`):
+    the cache rounding bound, ``DEFAULT_TOLERANCE`` x it (degraded above) and ``PHASE_LOST`` (broken at or above);
+    each as (value in rad, short label, line style).
+
+    >>> [(round(v, 5), text) for v, text, _ in verdict_thresholds(0.00277)]
+    [(0.00277, 'cache bound 0.00277'), (0.02216, '8x bound: degraded'), (1.5708, 'pi/2: broken')]
+    """
+    return [
+        (bound, f"cache bound {fmt(bound)}", dict(color="gray", ls="--", lw=1)),
+        (DEFAULT_TOLERANCE * bound, f"{DEFAULT_TOLERANCE:g}x bound: degraded", dict(color="0.15", ls="-.", lw=1)),
+        (PHASE_LOST, f"{_angle_text(PHASE_LOST)}: broken", dict(color="k", ls=":", lw=1.2)),
+    ]
+
+
+ROTATION_RULE = (
+    f"The verdict (`precision_audit.config.rope_verdict`): broken once the max rotation error reaches "
+    f"{_angle_text(PHASE_LOST)} (the phase is lost) or neighbouring positions share a cos/sin row; degraded above "
+    f"{DEFAULT_TOLERANCE:g}x the cache format's own rounding bound; safe otherwise."
+)
+
+
+def _draw_thresholds(ax: Any, bound: float, verdict: bool = True, label: bool = True) -> None:
+    """Horizontal lines at :func:`verdict_thresholds` (only the bound when ``verdict`` is False), named on a
+    right-hand axis (``label``) so that no name covers the data.  Call it after the y scale is set (setting
+    the scale resets the names to numbers)."""
+    lines = verdict_thresholds(bound) if verdict else verdict_thresholds(bound)[:1]
+    for y, _, style in lines:
+        ax.axhline(y, **style)
+    if label:
+        right = ax.secondary_yaxis("right")
+        right.set_yticks([y for y, _, _ in lines], labels=[text for _, text, _ in lines], fontsize=8)
+        right.minorticks_off()
+
+
 def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path, *,
                          marks: Sequence[tuple[int, str]] = ()) -> Path:
     """Max and mean rotation error vs context length per recipe (log-log), with the cache bound."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
     r0 = rows[0]
     bound = r0.cache_bound
     lengths = sorted({r.length for r in rows})
     ticks = [n for n in lengths if n & (n - 1) == 0] or lengths
     ticks = ticks[::2] if len(ticks) > 8 else ticks
-    for ax, key, title in ((axes[0], "max_rotation_error", "max over positions and frequencies"),
-                           (axes[1], "mean_rotation_error", "mean over positions and frequencies")):
+    panels = (("max_rotation_error", "max over positions and frequencies (what the verdict judges)"),
+              ("mean_rotation_error", "mean over positions and frequencies"))
+    for ax, (key, title) in zip(axes, panels):
         for name in _recipes(rows):
             rs = sorted((r for r in rows if r.recipe == name), key=lambda r: r.length)
             ys = [max(getattr(r, key), 1e-16) for r in rs]
             ax.plot([r.length for r in rs], ys, label=_LABEL.get(name, name), lw=1.8, ms=4,
                     **_STYLE.get(name, {}))
-        ax.axhline(math.pi, color="k", ls=":", lw=1)
-        ax.text(lengths[0], math.pi * 1.25, "pi: phase lost", fontsize=8, va="bottom")
-        ax.axhline(bound, color="gray", ls="--", lw=1)
-        ax.text(lengths[0], bound * 1.25, f"{r0.dtype} cache rounding bound ({bound:.2e} rad)", fontsize=8,
-                va="bottom", color="dimgray")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_ylim(min(bound / 2, *(max(r.mean_rotation_error, 1e-16) / 2 for r in rows)), 20)
+        # the verdict judges the max: its thresholds on that panel; the mean panel keeps the bound for scale
+        _draw_thresholds(ax, bound, verdict=key == "max_rotation_error")
         ax.set_xticks(ticks)
         ax.set_xticklabels([_length_label(n) for n in ticks])
         ax.set_xlabel("context length L (tokens, positions 0..L-1)")
@@ -94,40 +141,36 @@ def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path, *,
         ax.grid(True, which="major", alpha=0.3)
         mark_lengths(ax, marks)
     axes[0].set_ylabel("rotation error |atan2(sin, cos) - m theta_i| (rad)")
-    axes[0].legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 0.3))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9)
     fig.suptitle(f"RoPE rotation error per recipe, cache in {r0.dtype} "
                  f"(head_dim {r0.head_dim}, rotary_dim {r0.rotary_dim}, base {r0.base:g}, scaling {r0.scaling})")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return save_figure(fig, path)
 
 
 def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], path: str | Path) -> Path:
     """Max rotation error per frequency index i at the given lengths (one panel each, log y)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(lengths), figsize=(max(8, 6 * len(lengths)), 4.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(lengths), figsize=(max(8, 6.5 * len(lengths)), 4.8), sharey=True, squeeze=False)
     r0 = rows[0]
     bound = r0.cache_bound
-    nf = len(r0.rotation_error_profile)  # proportional RoPE: head_dim // 2 pairs
     for ax, L in zip(axes[0], lengths):
         for name in _recipes(rows):
             (r,) = [r for r in rows if r.recipe == name and r.length == L]
             ys = [max(v, 1e-16) for v in r.rotation_error_profile]
             ax.plot(range(len(ys)), ys, label=_LABEL.get(name, name), lw=1.5, ms=3, **_STYLE.get(name, {}))
-        ax.axhline(math.pi, color="k", ls=":", lw=1)
-        ax.text(nf - 1, math.pi * 1.2, "pi: phase lost", fontsize=8, ha="right")
-        ax.axhline(bound, color="gray", ls="--", lw=1)
-        ax.text(nf - 1, bound * 0.8, f"{r0.dtype} cache rounding bound", fontsize=8,
-                color="dimgray", ha="right", va="top")
         ax.set_yscale("log")
         ax.set_ylim(bound / 3, 12)
+        _draw_thresholds(ax, bound, label=ax is axes[0][-1])
         ax.set_xlabel(f"frequency index i (theta_i = base^(-2i/{r0.rotary_dim}); high frequency on the left)")
         ax.set_title(f"context length {_length_label(L)}", fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("max rotation error over positions (rad)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2 if len(lengths) == 1 else 4), fontsize=9)
-    fig.suptitle(f"RoPE rotation error per frequency, cache in {r0.dtype} "
-                 f"(head_dim {r0.head_dim}, base {r0.base:g}, scaling {r0.scaling})")
+    fig.suptitle(f"RoPE rotation error per frequency, cache in {r0.dtype}" + ("\n" if len(lengths) == 1 else " ")
+                 + f"(head_dim {r0.head_dim}, base {r0.base:g}, scaling {r0.scaling})")
     fig.tight_layout(rect=(0, 0.07 if len(lengths) > 1 else 0.12, 1, 1))
     return save_figure(fig, path)
 
@@ -138,7 +181,8 @@ class ErrorGrid(Row):
 
     Bin ``b`` holds positions ``bin_edges[b] .. bin_edges[b+1]-1``; the max over
     all bins of a column equals the auditor's ``rotation_error_profile`` at
-    ``length`` (same stages, same exact reference).
+    ``length`` (same stages, each value made as the recipe says, same exact
+    reference), so :attr:`worst` is the audit's ``max_rotation_error``.
     """
 
     recipe: str
@@ -151,10 +195,19 @@ class ErrorGrid(Row):
         if len(self.bin_edges) != len(self.max_rotation_error) + 1:
             raise ValueError(f"{len(self.bin_edges)} bin edges for {len(self.max_rotation_error)} bins")
 
+    @property
+    def worst(self) -> float:
+        """The largest error in the grid: the recipe's max rotation error at ``length``."""
+        return float(np.max(self.max_rotation_error))
+
 
 def error_grid(schedule: RopeSchedule, recipe: Recipe, length: int, bins: int = 256,
                chunk_elems: int = 2**19) -> ErrorGrid:
     """Rotation error of ``recipe`` for positions 0..length-1 and every frequency, max-pooled into bins.
+
+    The recipe runs as :func:`~precision_audit.rope.audit` runs it (:func:`~precision_audit.rope.run_recipe`:
+    its inverse frequencies made as its ``how`` says, e.g. the formula evaluated in float32, not the exact
+    value rounded once), so the grid agrees with the audit's row for the same recipe and length.
 
     >>> g = error_grid(RopeSchedule(head_dim=8), preset("fp64", "float64"), 100, bins=4)
     >>> g.bin_edges, max(max(r) for r in g.max_rotation_error) < 1e-12
@@ -165,12 +218,12 @@ def error_grid(schedule: RopeSchedule, recipe: Recipe, length: int, bins: int = 
         raise ValueError(f"bins {bins!r} must be a positive integer")
     width = -(-L // min(bins, L))
     edges = list(range(0, L, width)) + [L]
-    theta = schedule.inv_freq(L)
+    theta = schedule.inv_freq(schedule.frequency_key(L))  # the oracle's frequencies, as the audit's
     grid = np.zeros((len(edges) - 1, theta.size))
     step = max(width, (chunk_elems // max(theta.size, 1)) // width * width)
     for start in range(0, L, step):
         m = np.arange(start, min(L, start + step), dtype=np.float64)
-        st = recipe_stages(recipe, theta, m, schedule.cos_sin_scale)
+        st = run_recipe(recipe, schedule, m, seq_len=L)  # the recipe's own inv_freq, how and attention factor
         with np.errstate(invalid="ignore", over="ignore"):
             rot = np.abs(wrap(np.arctan2(st["sin"], st["cos"]) - exact_angles(m, theta)))
         rot[~np.isfinite(rot)] = math.pi
@@ -181,31 +234,40 @@ def error_grid(schedule: RopeSchedule, recipe: Recipe, length: int, bins: int = 
 
 
 def plot_error_heatmap(grids: Sequence[ErrorGrid], schedule: RopeSchedule, path: str | Path) -> Path:
-    """One panel per recipe: max rotation error over position bins x frequency, ONE shared log colour scale."""
+    """One panel per recipe: max rotation error over position bins x frequency, ONE shared log colour scale.
+
+    Each panel's title gives its worst error (:attr:`ErrorGrid.worst`, the audit's max rotation error, printed
+    as the report's tables print it); the colour scale marks the verdict's thresholds (:func:`verdict_thresholds`).
+    """
     plt = pyplot()
     from matplotlib.colors import LogNorm
 
     g0 = grids[0]
-    bound = cache_rounding_bound(g0.dtype)
+    bound = cache_rounding_bound(g0.dtype, schedule.cos_sin_scale)
     vmin, vmax = bound / 10, math.pi
-    fig, axes = plt.subplots(1, len(grids), figsize=(6 * len(grids), 5.0), sharey=True, squeeze=False,
+    fig, axes = plt.subplots(1, len(grids), figsize=(6 * len(grids) + 1, 5.0), sharey=True, squeeze=False,
                              constrained_layout=True)
     image: Any = None
     for ax, g in zip(axes[0], grids):
         z = np.clip(np.asarray(g.max_rotation_error), vmin, vmax)
         image = ax.pcolormesh(np.arange(z.shape[1] + 1) - 0.5, np.asarray(g.bin_edges), z,
                               norm=LogNorm(vmin=vmin, vmax=vmax), cmap="viridis", shading="flat")
-        ax.set_title(f"{_LABEL.get(g.recipe, g.recipe)}\nworst: {np.max(g.max_rotation_error):.3g} rad", fontsize=10)
+        ax.set_title(f"{_LABEL.get(g.recipe, g.recipe)}\nworst: {fmt(g.worst)} rad", fontsize=10)
         ax.set_xlabel("frequency index i (high frequency on the left)")
         ax.set_yticks([g.length * k // 8 for k in range(9)])
         ax.yaxis.set_major_formatter(tokens_formatter())
     axes[0][0].set_ylabel("position m (tokens)")
     cb = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9)
     cb.set_label(f"max rotation error in the bin (rad, log; clipped to [{vmin:.1e}, pi])")
-    cb.ax.axhline(bound, color="white", lw=1.5)
+    lines = verdict_thresholds(bound)
+    for y, _, style in lines:
+        cb.ax.axhline(y, color="white", ls=style["ls"], lw=1.5)
+    left = cb.ax.secondary_yaxis("left")  # the verdict's thresholds, named on the left of the scale
+    left.set_yticks([y for y, _, _ in lines], labels=[text for _, text, _ in lines], fontsize=8)
+    left.minorticks_off()
     fig.suptitle(f"RoPE rotation error per position and frequency at L = {_length_label(g0.length)}, cache in "
-                 f"{g0.dtype} (head_dim {schedule.head_dim}, base {schedule.base:g}; white tick on the scale: "
-                 "cache rounding bound)", fontsize=10)
+                 f"{g0.dtype} (head_dim {schedule.head_dim}, base {schedule.base:g}, scaling {schedule.scaling})",
+                 fontsize=10)
     return save_figure(fig, path)
 
 

@@ -115,7 +115,7 @@ def _md_block(b: Block) -> str:
         return b.text
     if isinstance(b, Table):
         return _md_table(b)
-    return f"![{b.caption}]({b.file})\n\n*{b.caption}*"
+    return f"![]({b.file})\n\n*{b.caption}*"  # the caption once, under the image (alt text would repeat it)
 
 
 def render_markdown(rep: Report) -> str:
