@@ -45,10 +45,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._common import Row
-from .formats import get_format, round_to, spacing
-from .rope import audit, check_rope_lengths, exact_angles, preset, wrap
-from .schedules import RopeSchedule, schedule_from_rope_parameters
+from .._common import Row
+from ..formats import get_format, round_to, spacing
+from ..rope import audit, check_rope_lengths, exact_angles, preset, wrap
+from ..schedules import RopeSchedule, schedule_from_rope_parameters
 
 __all__ = [
     "ALIBI_BUILDERS",
@@ -888,7 +888,7 @@ def _scan_class(found: _Found, length: int, dtype: str, fix: bool = False) -> li
                 notes.append("phase lost")
             fixed: dict[str, Any] = {}
             if fix:
-                from .fix import keep_rotary_fp32
+                from ..fix import keep_rotary_fp32
 
                 fix_mod, _ = build_rotary_module(cls, cfg)
                 keep_rotary_fp32(fix_mod)
@@ -1089,8 +1089,8 @@ def audit_alibi_builder(model_type: str, num_heads: int, length: int, dtype: Any
     ``audit_alibi_builder("bloom", 12, 4096)`` matches ``cast-output`` with
     ``identical_fraction`` 1.0 (tests/test_hf.py runs it).
     """
-    from .alibi import RECIPES, _check_heads, alibi_bias, alibi_slopes, audit_alibi
-    from .alibi import get_recipe as alibi_recipe
+    from ..alibi import RECIPES, _check_heads, alibi_bias, alibi_slopes, audit_alibi
+    from ..alibi import get_recipe as alibi_recipe
 
     if model_type not in ALIBI_BUILDERS:
         raise ValueError(f"unknown ALiBi model type {model_type!r}; valid: {', '.join(ALIBI_BUILDERS)}")

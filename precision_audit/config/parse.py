@@ -52,9 +52,9 @@ from typing import Any
 
 import numpy as np
 
-from ._common import Row, check_lengths
-from .formats import get_format, spacing
-from .schedules import RopeSchedule, schedule_from_rope_parameters
+from .._common import Row, check_lengths
+from ..formats import get_format, spacing
+from ..schedules import RopeSchedule, schedule_from_rope_parameters
 
 __all__ = [
     "CONTEXT_KEYS",
@@ -181,7 +181,7 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (schedules as their fields plus ``describe``)."""
-        from ._common import _plain
+        from .._common import _plain
 
         rope = []
         for t, s in self.rope:
@@ -508,8 +508,8 @@ def default_lengths(model: ModelConfig) -> tuple[int, ...]:
 
 def _recipe_names(kind: str, recipes: Sequence[str] | None) -> list[str]:
     """The RoPE presets or ALiBi recipes asked for (default: all), validated."""
-    from .alibi import RECIPES
-    from .rope import PRESETS
+    from ..alibi import RECIPES
+    from ..rope import PRESETS
 
     table, what = (PRESETS, "RoPE") if kind == "rope" else (RECIPES, "ALiBi")
     names = list(recipes) if recipes else list(table)
@@ -531,7 +531,7 @@ def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[st
     n = len(dict.fromkeys(get_format(d).name for d in dtypes))
     if model.kind == "alibi":
         return 2 * lens[-1] * n * len(_recipe_names("alibi", recipes))
-    from .rope import positions_to_scan
+    from ..rope import positions_to_scan
 
     return sum(positions_to_scan(s, lens) for _, s in model.rope) * n
 
@@ -566,7 +566,7 @@ def audit_config(
         raise ValueError("no dtype given")
     rows: list[ConfigRow] = []
     if model.kind == "rope":
-        from .rope import audit, check_rope_lengths, preset
+        from ..rope import audit, check_rope_lengths, preset
 
         check_rope_lengths(lens)
         names = _recipe_names("rope", recipes)
@@ -581,7 +581,7 @@ def audit_config(
                         colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
                         ratio=r.max_rotation_error / r.cache_bound))
     else:
-        from .alibi import audit_alibi
+        from ..alibi import audit_alibi
 
         names = _recipe_names("alibi", recipes)
         for d in fmts:
@@ -594,7 +594,7 @@ def audit_config(
                         max_abs_error=a.max_abs_error, max_prob_change=a.max_prob_change,
                         non_finite=a.nonfinite_biases))
     if positions:
-        from .positions import audit_positions
+        from ..positions import audit_positions
 
         for p in audit_positions(lens, fmts, engine="torch" if engine == "torch" else "numpy"):
             colliding = p.length - p.distinct_values
