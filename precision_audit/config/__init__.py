@@ -1,12 +1,16 @@
 """Model configs: read a Hugging Face ``config.json`` and audit the model it describes.
 
-Reading is in :mod:`~precision_audit.config.parse`, verdicts and the audit in
-:mod:`~precision_audit.config.audit`.  :func:`load_config` parses the JSON text only (nothing is imported or
-executed: no remote code, no transformers) into a :class:`ModelConfig`: the
-position encoding (``kind``: ``"rope"`` or ``"alibi"``), the RoPE schedule of
-each attention layer type (a :class:`~precision_audit.schedules.RopeSchedule`,
-built by :func:`~precision_audit.schedules.schedule_from_rope_parameters`) or
-the ALiBi head count, and the context length.  :func:`audit_config` runs the
+This package is the one reader of model configs (:mod:`~precision_audit.config.parse`;
+:mod:`~precision_audit.config.audit` holds the verdicts and the audit).  :func:`load_config` parses
+the JSON text only (nothing is imported or executed: no remote code, no
+transformers) into a :class:`ModelConfig`: the position encoding (``kind``:
+``"rope"`` or ``"alibi"``), the RoPE schedule of each attention layer type (a
+:class:`~precision_audit.schedules.RopeSchedule`, built by
+:func:`~precision_audit.schedules.schedule_from_rope_parameters`) or the ALiBi
+head count, and the context length.  :func:`load_config_dict` takes the dict,
+or a transformers config object (read by attribute, as transformers reads
+it); :func:`schedule_from_config` gives the schedule of one rotary module's
+config with the same rules.  :func:`audit_config` runs the
 tool's own auditors on it: every RoPE preset (or ALiBi recipe) and the
 position ids, per dtype and context length, each row with a verdict.
 
@@ -62,6 +66,8 @@ from .parse import (
     ModelConfig,
     load_config,
     load_config_dict,
+    rope_layer_types,
+    schedule_from_config,
 )
 
 __all__ = [
@@ -77,5 +83,7 @@ __all__ = [
     "load_config",
     "load_config_dict",
     "positions_verdict",
+    "rope_layer_types",
     "rope_verdict",
+    "schedule_from_config",
 ]

@@ -1,4 +1,4 @@
-"""Audit the code a model really runs: live rotary modules, every rotary class of transformers, ALiBi builders.
+"""Live rotary modules: any module that follows the rotary protocol, and a model type's transformers class.
 
 The rope auditor models recipes; this module runs the real thing and holds it
 against the same oracle.
@@ -8,24 +8,16 @@ against the same oracle.
   ``forward(x, position_ids, layer_type)``) is called for positions
   ``0..L-1`` in chunks with ``x`` in a dtype; its cos/sin are measured against
   the exact float64 angles of the schedule it is *meant* to implement (from
-  its config, :func:`schedule_from_config`, not from its possibly downcast
-  buffer), and the rope auditor's presets for the same schedule, dtype and
-  length say which code path its numbers match (``matches_recipe``).
+  its config, :func:`~precision_audit.config.schedule_from_config`, not from
+  its possibly downcast buffer), and the rope auditor's presets for the same
+  schedule, dtype and length say which code path its numbers match
+  (``matches_recipe``).
 * :func:`build_rotary_module` / :func:`audit_model_type`: a model type's
   rotary class built from its default config (or a ``config.json``), no
   weights, optionally ``.to(dtype)`` as ``model.to(dtype)`` does.
-* :func:`scan`: every ``*RotaryEmbedding`` class of the installed
-  transformers, as built and after the cast, with a verdict per class.
-* :func:`audit_alibi_builder`: Bloom's, Falcon's and MPT's ALiBi builders,
-  side by side with the alibi auditor's recipe that matches them.
 
-transformers is an optional dependency (``pip install 'precision-audit[hf]'``),
-imported only when a function needs it; a live module needs torch only.
-
->>> s = schedule_from_config({"hidden_size": 4096, "num_attention_heads": 32,
-...                           "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})
->>> s.head_dim, s.base
-(128, 500000.0)
+A live module needs torch only; transformers is imported when a function
+needs it (:func:`~precision_audit.hf._transformers.require_transformers`).
 """
 
 from __future__ import annotations
@@ -35,45 +27,31 @@ import functools
 import importlib
 import inspect
 import math
-import os
-import pkgutil
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .._common import Row
-from ..formats import get_format, round_to, spacing
+from ..config import rope_layer_types, schedule_from_config
+from ..formats import get_format, spacing
 from ..rope import audit, check_rope_lengths, exact_angles, preset, wrap
-from ..schedules import RopeSchedule, schedule_from_rope_parameters
+from ..schedules import RopeSchedule
+from ._transformers import _quiet, require_transformers
 
 __all__ = [
-    "ALIBI_BUILDERS",
     "DIAGNOSES",
-    "HF_INSTALL",
-    "VERDICTS",
-    "AlibiBuilderRow",
     "ModuleRow",
-    "ScanRow",
-    "TransformersMissing",
-    "audit_alibi_builder",
     "audit_model_type",
     "audit_rope_module",
     "build_rotary_module",
-    "damage_threshold",
     "find_rotary_classes",
     "match_recipe",
-    "require_transformers",
-    "rotary_classes",
-    "scan",
-    "schedule_from_config",
 ]
 
 F64 = npt.NDArray[np.float64]
-HF_INSTALL = "pip install 'precision-audit[hf]'"
 
 # The order breaks ties between presets with equal figures: the benign explanation first.
 _MATCH_ORDER = ("fp32", "lowp-inv-freq", "lowp", "fp64")
@@ -83,132 +61,6 @@ DIAGNOSES: dict[str, str] = {
     "lowp": "positions, inv_freq and angles in {dtype} (lowp)",
     "fp64": "float64 angles, cos/sin cast to {dtype} (fp64)",
 }
-VERDICTS: tuple[str, ...] = ("safe", "damaged by the cast", "damaged as built")
-
-
-class TransformersMissing(ImportError):
-    """transformers is not installed (it is the optional extra ``[hf]``)."""
-
-
-def require_transformers() -> Any:
-    """Import transformers, or raise :class:`TransformersMissing` saying how to install it."""
-    try:
-        import transformers
-    except ImportError:
-        raise TransformersMissing(f"this command needs transformers: {HF_INSTALL}") from None
-    return transformers
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence warnings and transformers' logger while building configs and modules."""
-    tf_logging = None
-    with contextlib.suppress(ImportError):
-        from transformers.utils import logging as tf_logging  # type: ignore[no-redef]
-    level = tf_logging.get_verbosity() if tf_logging else None
-    if tf_logging:
-        tf_logging.set_verbosity_error()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        if tf_logging and level is not None:
-            tf_logging.set_verbosity(level)
-
-
-# --------------------------------------------------------------------------- config -> schedule
-
-
-def _get(config: Any, key: str) -> Any:
-    if isinstance(config, Mapping):
-        return config.get(key)
-    return getattr(config, key, None)
-
-
-def _is_per_layer(params: Mapping[str, Any]) -> bool:
-    return bool(params) and all(v is None or isinstance(v, Mapping) for v in params.values())
-
-
-_NOT_ROTARY = ("llama_4_scaling_beta", "max_position_embeddings")
-_SCHEDULE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
-                  "original_max_position_embeddings",
-                  "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                  "attention_factor", "truncate", "short_factor", "long_factor"}
-
-
-def schedule_from_config(config: Any, layer_type: str | None = None) -> RopeSchedule:
-    """The RoPE schedule a model config declares (a transformers config object or a ``config.json`` dict).
-
-    head_dim: ``qk_rope_head_dim`` (DeepSeek's rotated part), else
-    ``head_dim``, else ``hidden_size // num_attention_heads``; with a partial
-    rotary factor, ``head_dim`` first (the factor applies to it) (for a
-    per-layer-type config, the layer type's own config, e.g. Gemma 4's
-    ``global_head_dim``); rope parameters: ``rope_parameters`` (transformers 5
-    folds ``rope_theta``, ``rope_scaling`` and ``partial_rotary_factor`` into
-    it), else the legacy ``rope_scaling`` with ``rope_theta`` (default 10000,
-    transformers' default); per-layer-type parameters (Gemma) need
-    ``layer_type``.  ``partial_rotary_factor`` (or legacy ``rotary_pct``),
-    ``max_position_embeddings`` and ``original_max_position_embeddings`` are
-    passed to :func:`~precision_audit.schedules.schedule_from_rope_parameters`.
-
-    >>> cfg = {"head_dim": 256, "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
-    ...        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
-    >>> schedule_from_config(cfg, "sliding_attention").base
-    10000.0
-    >>> schedule_from_config(cfg)
-    Traceback (most recent call last):
-    ...
-    ValueError: the config has rope parameters per layer type (full_attention, sliding_attention); pass a layer type
-    """
-    params = _get(config, "rope_parameters")
-    if params is None:
-        params = _get(config, "rope_scaling")
-    if params is not None and not isinstance(params, Mapping):
-        raise ValueError(f"rope parameters {params!r} must be a mapping")
-    params = dict(params or {})
-    sub = config
-    if _is_per_layer(params):
-        if layer_type is None:
-            raise ValueError(f"the config has rope parameters per layer type ({', '.join(params)}); pass a layer type")
-        if layer_type not in params:
-            raise ValueError(f"unknown layer type {layer_type!r}; the config has {', '.join(params)}")
-        if params[layer_type] is None:
-            raise ValueError(f"layer type {layer_type!r} has no rope parameters (no rotary embedding)")
-        params = dict(params[layer_type])
-        per_layer = _get(config, "per_layer_config")
-        if per_layer is not None:
-            with contextlib.suppress(KeyError, TypeError):
-                sub = per_layer[layer_type]
-    elif layer_type is not None:
-        raise ValueError(f"layer type {layer_type!r} given, but the config has one set of rope parameters")
-    if "mrope_section" in params:
-        raise ValueError("multimodal rope (mrope_section): 3-D position ids, not the 1-D rotary protocol")
-    if params.get("rope_type", params.get("type")) == "axial":
-        raise ValueError("axial (2-D vision) rope: positions are (row, column) pairs, not the 1-D rotary protocol")
-    # keys transformers itself declares as not part of the rotary frequencies (ignored at rope validation),
-    # e.g. Ministral 3's llama_4_scaling_beta (a query scale in attention); a copy of max_position_embeddings
-    ignored = (set(_get(config, "ignore_keys_at_rope_validation") or ()) | set(_NOT_ROTARY)) - _SCHEDULE_KEYS
-    max_pos = _get(config, "max_position_embeddings") or params.get("max_position_embeddings")
-    params = {k: v for k, v in params.items() if k not in ignored}
-    prf = params.get("partial_rotary_factor") or _get(config, "partial_rotary_factor") or _get(config, "rotary_pct")
-    # a partial rotary factor applies to head_dim (transformers' rule: Mistral 4 rotates 0.5 x 128 = its
-    # qk_rope_head_dim); without one, DeepSeek's qk_rope_head_dim is the rotated part of a wider head
-    head_dim = _get(sub, "head_dim") if prf else (_get(sub, "qk_rope_head_dim") or _get(sub, "head_dim"))
-    if not head_dim:
-        hidden, heads = _get(sub, "hidden_size"), _get(sub, "num_attention_heads")
-        if not hidden or not heads:
-            raise ValueError("the config gives no head_dim and no hidden_size / num_attention_heads")
-        head_dim = hidden // heads
-    base = _get(config, "rope_theta")
-    return schedule_from_rope_parameters(
-        params,
-        head_dim=head_dim,
-        base=10000.0 if base is None else base,
-        max_position_embeddings=max_pos,
-        original_max_position_embeddings=_get(config, "original_max_position_embeddings"),
-        partial_rotary_factor=prf,
-    )
 
 
 # --------------------------------------------------------------------------- live modules
@@ -511,38 +363,10 @@ def audit_rope_module(
     return rows
 
 
+
 # --------------------------------------------------------------------------- transformers' rotary classes
 
 _NON_TEXT = ("vision", "visual", "audio", "image", "video", "patch", "speech", "2d", "3d", "pixel", "encoder")
-
-
-def _modeling_files(pkg_dir: str) -> list[str]:
-    try:
-        names = sorted(os.listdir(pkg_dir))
-    except OSError:
-        return []
-    return [f[:-3] for f in names if f.startswith("modeling_") and f.endswith(".py")
-            and not f.startswith(("modeling_tf_", "modeling_flax_"))]
-
-
-def _mentions_rotary(path: str) -> bool:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return "RotaryEmbedding" in fh.read()
-    except OSError:
-        return False
-
-
-@dataclass(frozen=True)
-class _Found:
-    package: str
-    module: str
-    cls: Any  # the class, or None when the module did not import
-    error: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.cls.__name__ if self.cls is not None else f"{self.module} (import failed)"
 
 
 def _text_first(name: str) -> tuple[int, str]:
@@ -553,37 +377,6 @@ def _classes_in(module: Any) -> list[Any]:
     found = [obj for n, obj in vars(module).items()
              if n.endswith("RotaryEmbedding") and inspect.isclass(obj) and obj.__module__ == module.__name__]
     return sorted(found, key=lambda c: _text_first(c.__name__))
-
-
-def rotary_classes(families: Iterable[str] | None = None) -> list[_Found]:
-    """Every ``*RotaryEmbedding`` class in the installed transformers (text classes first per package).
-
-    Walks the subpackages of ``transformers.models`` (``families``: only
-    these package names, e.g. ``llama``, ``gemma3``) and imports each
-    ``modeling_*.py`` whose source mentions ``RotaryEmbedding``; a module
-    that fails to import is listed with its error (``cls=None``).
-    """
-    require_transformers()
-    import transformers.models as models
-
-    wanted = None if families is None else set(families)
-    out: list[_Found] = []
-    for info in sorted(pkgutil.iter_modules(models.__path__), key=lambda i: i.name):
-        if not info.ispkg or (wanted is not None and info.name not in wanted):
-            continue
-        pkg_dir = os.path.join(models.__path__[0], info.name)
-        for mod_name in _modeling_files(pkg_dir):
-            if not _mentions_rotary(os.path.join(pkg_dir, mod_name + ".py")):
-                continue
-            full = f"transformers.models.{info.name}.{mod_name}"
-            try:
-                with _quiet():
-                    mod = importlib.import_module(full)
-            except Exception as e:  # a broken optional dependency must not stop the scan
-                out.append(_Found(info.name, full, None, f"import failed: {e!r}"))
-                continue
-            out.extend(_Found(info.name, full, c) for c in _classes_in(mod))
-    return out
 
 
 def _config_classes(cls: Any) -> list[Any]:
@@ -670,12 +463,17 @@ def build_rotary_module(cls: Any, config: Any | None = None) -> tuple[Any, Any]:
 
 
 def _layer_types(module: Any, config: Any) -> list[str | None]:
-    """The layer types to audit: those with rope parameters of their own (per-layer-type configs), else [None]."""
-    params = _get(config, "rope_parameters")
-    if isinstance(params, Mapping) and _is_per_layer(params):
-        lts = getattr(module, "layer_types", None) or list(params)
-        return [lt for lt in sorted(set(lts)) if params.get(lt) is not None]
-    return [None]
+    """The layer types to audit: those with rope parameters of their own (per-layer-type configs), else [None].
+
+    The module's ``layer_types`` (else the config's) in sorted order, each
+    kept when :func:`~precision_audit.config.rope_layer_types` says the
+    config gives it rope parameters.
+    """
+    with_params = rope_layer_types(config)
+    if with_params is None:
+        return [None]
+    lts = getattr(module, "layer_types", None) or with_params
+    return [lt for lt in sorted(set(lts)) if lt in with_params]
 
 
 def _model_type_module(model_type: str) -> Any:
@@ -769,370 +567,3 @@ def audit_model_type(
     return rows
 
 
-# --------------------------------------------------------------------------- the scan
-
-
-def damage_threshold(schedule: RopeSchedule, dtype: str, length: int) -> tuple[float, float]:
-    """``(threshold, fp32 figure)``: a module is *damaged* when its max rotation error exceeds the threshold.
-
-    The fp32 preset (float32 until cos/sin, cast to ``dtype``: the fix) is
-    what correct code reaches; its max rotation error ``R`` is dominated by
-    the cache rounding (bf16: ~2.8e-3 rad) plus float32 angle rounding.
-    Real code differs from the correctly rounded model only by its faithful
-    (not correctly rounded) kernels: a float32 ``pow`` one ulp off moves the
-    angle by at most ``(L-1) * ulp(theta_i)``, and a faithful cos/sin by one
-    ulp of the cache format, both well inside ``R`` itself.  So the threshold
-    is ``2 R + (L-1) * max_i ulp_f32(theta_i)``: correct code stays below it
-    on any CPU, while each damaged code path measured lies far above it (a
-    bfloat16 ``inv_freq`` buffer moves ``theta_i`` by up to ``2**-9``
-    relative: at 8K the angles of the fast frequencies are off by radians).
-
-    >>> t, r = damage_threshold(RopeSchedule(head_dim=128), "bfloat16", 8192)
-    >>> r < t < 0.01
-    True
-    """
-    figures = _preset_figures(schedule, get_format(dtype).name, (int(length),))
-    r = figures["fp32"][length][0]
-    theta = schedule.inv_freq(schedule.frequency_key(length))
-    ulp = float(spacing(theta, "float32").max()) if theta.size else 0.0
-    return 2 * r + (length - 1) * ulp, r
-
-
-@dataclass(frozen=True)
-class ScanRow(Row):
-    """One rotary class (and layer type) of the scan: as built, after ``.to(dtype)``, and the verdict.
-
-    ``status`` is ``audited`` or ``skipped`` (``reason`` says why).  Verdict
-    (audited rows): ``damaged as built`` when the built module's max rotation
-    error exceeds :func:`damage_threshold`, else ``damaged by the cast`` when
-    the cast module's does, else ``safe``.  ``fp32_max_rotation_error`` is the
-    fp32 preset's figure the threshold derives from; ``cast_matches_recipe``
-    the rope preset the cast module's figures match.  With the fix pass
-    (:func:`precision_audit.fix.keep_rotary_fp32` applied before the cast):
-    ``fix_*_rotation_error`` and ``fix_restored`` (the fixed, cast module's
-    errors equal the as-built ones exactly).  ``to_dict()`` names
-    ``module_class`` ``class``.
-    """
-
-    model_type: str | None
-    module_class: str
-    layer_type: str | None
-    status: str
-    reason: str
-    dtype: str
-    length: int
-    schedule: str | None = None
-    built_max_rotation_error: float | None = None
-    built_mean_rotation_error: float | None = None
-    cast_max_rotation_error: float | None = None
-    cast_mean_rotation_error: float | None = None
-    fp32_max_rotation_error: float | None = None
-    threshold: float | None = None
-    cast_matches_recipe: str | None = None
-    verdict: str | None = None
-    fix_max_rotation_error: float | None = None
-    fix_mean_rotation_error: float | None = None
-    fix_restored: bool | None = None
-
-    def __post_init__(self) -> None:
-        if self.status not in ("audited", "skipped"):
-            raise ValueError(f"status {self.status!r} must be audited or skipped")
-        if self.verdict is not None and self.verdict not in VERDICTS:
-            raise ValueError(f"verdict {self.verdict!r} is not one of {', '.join(VERDICTS)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        return {("class" if k == "module_class" else k): v for k, v in d.items()}
-
-
-def _scan_class(found: _Found, length: int, dtype: str, fix: bool = False) -> list[ScanRow]:
-    """Audit one class (every layer type); any failure becomes a skipped row with its reason."""
-    import torch
-
-    base = dict(module_class=found.name, dtype=dtype, length=length)
-    if found.cls is None:
-        return [ScanRow(model_type=found.package, layer_type=None, status="skipped",
-                        reason=found.error or "import failed", **base)]  # type: ignore[arg-type]
-    cls = found.cls
-    model_type = found.package
-    try:
-        if not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module)):
-            raise ValueError("not a torch.nn.Module")
-        kind = _forward_kind(cls)
-        module, cfg = build_rotary_module(cls)
-        model_type = getattr(cfg, "model_type", None) or model_type
-        lts = _layer_types(module, cfg) if kind == "layer_type" else [None]
-        if not lts:
-            raise ValueError("no layer type of the config has rope parameters")
-    except Exception as e:
-        return [ScanRow(model_type=model_type, layer_type=None, status="skipped", reason=_reason(e),
-                        **base)]  # type: ignore[arg-type]
-    rows = []
-    _, tdt = _torch_dtype(dtype)
-    for lt in lts:
-        try:
-            sched = schedule_from_config(cfg, lt)
-            (built,) = audit_rope_module(module, sched, length, dtype=dtype, layer_type=lt, match=False)
-            cast_mod, _ = build_rotary_module(cls, cfg)
-            (cast,) = audit_rope_module(cast_mod.to(tdt), sched, length, dtype=dtype, layer_type=lt, match=False)
-            thr, r = damage_threshold(sched, dtype, length)
-            m = match_recipe(sched, dtype, length, cast.max_rotation_error, cast.mean_rotation_error)
-            if built.max_rotation_error > thr:
-                verdict = "damaged as built"
-            elif cast.max_rotation_error > thr:
-                verdict = "damaged by the cast"
-            else:
-                verdict = "safe"
-            notes = [f"cast matches {m[1]}"]
-            if cast.max_rotation_error > math.pi / 2 or built.max_rotation_error > math.pi / 2:
-                notes.append("phase lost")
-            fixed: dict[str, Any] = {}
-            if fix:
-                from ..fix import keep_rotary_fp32
-
-                fix_mod, _ = build_rotary_module(cls, cfg)
-                keep_rotary_fp32(fix_mod)
-                (fx,) = audit_rope_module(fix_mod.to(tdt), sched, length, dtype=dtype, layer_type=lt, match=False)
-                fixed = dict(fix_max_rotation_error=fx.max_rotation_error,
-                             fix_mean_rotation_error=fx.mean_rotation_error,
-                             fix_restored=(fx.max_rotation_error, fx.mean_rotation_error)
-                             == (built.max_rotation_error, built.mean_rotation_error))
-            rows.append(ScanRow(
-                model_type=model_type, layer_type=lt, status="audited", reason="; ".join(notes),
-                schedule=sched.describe(), built_max_rotation_error=built.max_rotation_error,
-                built_mean_rotation_error=built.mean_rotation_error, cast_max_rotation_error=cast.max_rotation_error,
-                cast_mean_rotation_error=cast.mean_rotation_error, fp32_max_rotation_error=r, threshold=thr,
-                cast_matches_recipe=m[0], verdict=verdict, **fixed, **base))  # type: ignore[arg-type]
-        except Exception as e:
-            rows.append(ScanRow(model_type=model_type, layer_type=lt, status="skipped", reason=_reason(e),
-                                **base))  # type: ignore[arg-type]
-    return rows
-
-
-def _reason(e: BaseException) -> str:
-    text = str(e) if isinstance(e, ValueError) else repr(e)
-    text = " ".join(text.split())
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def scan(
-    *,
-    dtype: Any = "bfloat16",
-    length: int = 8192,
-    families: Iterable[str] | None = None,
-    progress: Callable[[int], None] | None = None,
-    classes: Sequence[_Found] | None = None,
-    fix: bool = False,
-) -> list[ScanRow]:
-    """Every ``*RotaryEmbedding`` class of the installed transformers, built and cast, with a verdict.
-
-    Each class is built from its model's default config (no weights, no
-    downloads: ``HF_HUB_OFFLINE=1`` is set for the scan), audited as built
-    and after ``.to(dtype)`` at one ``length``; see :class:`ScanRow` for the
-    verdict.  A class that cannot be audited (vision 2-D rotary, another
-    forward signature, a default config that does not build, multimodal
-    mrope, a module whose frequencies are not its config's schedule) is a
-    skipped row with its reason; one bad class never stops the scan.
-    ``families`` restricts it to these ``transformers.models`` packages;
-    ``progress`` is called with 1 after each class (``classes``: a list from
-    :func:`rotary_classes`, to count them first).  ``fix=True`` audits each
-    class a third time with :func:`precision_audit.fix.keep_rotary_fp32`
-    applied before the cast.
-    """
-    name, _ = _torch_dtype(dtype)
-    (length,) = check_rope_lengths(length)
-    old = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        found = rotary_classes(families) if classes is None else list(classes)
-        rows: list[ScanRow] = []
-        for f in found:
-            rows += _scan_class(f, length, name, fix)
-            if progress is not None:
-                progress(1)
-    finally:
-        if old is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = old
-    return rows
-
-
-# --------------------------------------------------------------------------- ALiBi builders
-
-MAX_ALIBI_ELEMENTS = 2**24  # heads x length held at once (the builders materialise the whole tensor)
-
-
-def _bloom(num_heads: int, length: int, tdt: Any) -> Any:
-    import torch
-    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
-
-    return build_alibi_tensor(torch.ones(1, length, dtype=torch.int64), num_heads, tdt)
-
-
-def _falcon(num_heads: int, length: int, tdt: Any) -> Any:
-    import torch
-    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
-
-    return build_alibi_tensor(torch.ones(1, length, dtype=torch.int64), num_heads, tdt)
-
-
-def _mpt(num_heads: int, length: int, tdt: Any) -> Any:
-    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
-
-    return build_mpt_alibi_tensor(num_heads, length)  # float32; MptAttention adds it to the scores as is
-
-
-# model type -> (builder, qualified name, form: "key" = slope * j, "relative" = slope * (j - (L-1)))
-ALIBI_BUILDERS: dict[str, tuple[Callable[[int, int, Any], Any], str, str]] = {
-    "bloom": (_bloom, "transformers.models.bloom.modeling_bloom.build_alibi_tensor", "key"),
-    "falcon": (_falcon, "transformers.models.falcon.modeling_falcon.build_alibi_tensor", "key"),
-    "mpt": (_mpt, "transformers.models.mpt.modeling_mpt.build_mpt_alibi_tensor", "relative"),
-}
-
-
-def _alibi_metrics(mag: F64, ref: F64, sign: float) -> dict[str, Any]:
-    """The alibi auditor's metrics of stored magnitudes ``mag`` (heads, L) against the exact ``ref``.
-
-    Same definitions as :class:`~precision_audit.alibi.HeadAudit`, on the
-    whole array: distinct values along k, longest run of equal neighbours,
-    largest |error| (inf if non-finite), inversions ``m[k+1] < m[k]``,
-    non-finite count, and the largest change of the softmax over logits
-    ``sign * bias`` (float64).
-    """
-    with np.errstate(invalid="ignore", over="ignore"):
-        same = (mag[:, 1:] == mag[:, :-1]) | (np.isnan(mag[:, 1:]) & np.isnan(mag[:, :-1]))
-        distinct = 1 + (~same).sum(axis=1)
-        runs = []
-        for h in range(mag.shape[0]):
-            breaks = np.flatnonzero(~same[h])
-            edges = np.concatenate([[-1], breaks, [mag.shape[1] - 1]])
-            runs.append(int(np.diff(edges).max()))
-        bad = ~np.isfinite(mag)
-        err = np.where(bad, np.inf, np.abs(mag - ref)).max(axis=1)
-        inversions = int((mag[:, 1:] < mag[:, :-1]).sum())
-
-        def softmax(z: F64) -> F64:
-            e = np.exp(z - z.max(axis=1, keepdims=True))
-            return e / e.sum(axis=1, keepdims=True)
-
-        dp = np.abs(softmax(sign * mag) - softmax(sign * ref)).max(axis=1)
-    L = mag.shape[1]
-    return dict(min_distinct_biases=int(distinct.min()), distinct_fraction=int(distinct.min()) / L,
-                max_run=max(runs), max_abs_error=float(err.max()), order_inversions=inversions,
-                nonfinite_biases=int(bad.sum()), max_prob_change=float(np.max(dp)))
-
-
-@dataclass(frozen=True)
-class AlibiBuilderRow(Row):
-    """A transformers ALiBi builder's bias for the last query, with the alibi auditor's metrics.
-
-    Metrics as :class:`~precision_audit.alibi.AlibiAudit` (summaries over
-    heads), measured on the builder's real tensor against the exact float64
-    bias ``slope_h * k`` (reference slopes).  ``bias_dtype`` is the dtype
-    the builder returns; ``value_format`` the narrowest registry format that
-    holds every value it returned (Falcon returns bfloat16 values whatever
-    the model dtype).  ``matches_recipe`` / ``recipe_dtype``: the alibi
-    preset whose stored biases equal the builder's most often
-    (``identical_fraction`` of heads x length); ``recipe`` holds that
-    preset's own audit, side by side.
-    """
-
-    model_type: str
-    builder: str
-    dtype: str
-    bias_dtype: str
-    value_format: str
-    form: str
-    length: int
-    num_heads: int
-    min_distinct_biases: int
-    distinct_fraction: float
-    max_run: int
-    max_abs_error: float
-    order_inversions: int
-    nonfinite_biases: int
-    max_prob_change: float
-    matches_recipe: str
-    recipe_dtype: str
-    identical_fraction: float
-    recipe: Any = field(repr=False, default=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        rec = d.pop("recipe", None)
-        if isinstance(rec, dict):
-            rec.pop("heads", None)
-            d["recipe"] = rec
-        return d
-
-
-def _value_format(a: F64) -> str:
-    finite = a[np.isfinite(a)]
-    for f in ("bfloat16", "float16", "float32"):
-        if np.array_equal(round_to(finite, f), finite):
-            return f
-    return "float64"
-
-
-def audit_alibi_builder(model_type: str, num_heads: int, length: int, dtype: Any = "bfloat16") -> AlibiBuilderRow:
-    """Run transformers' ALiBi builder of ``bloom``, ``falcon`` or ``mpt`` and audit its bias.
-
-    The builder is called for one sequence of ``length`` tokens (all
-    attended); the row of the last query (key form: ``slope * j``, as the
-    model adds it; relative form: ``-slope * (L-1-j)``) is measured, and each
-    alibi preset (at ``dtype``, and at bfloat16) is run with
-    :func:`~precision_audit.alibi.alibi_bias` to find the one that stores the
-    same biases; its :func:`~precision_audit.alibi.audit_alibi` row, in the
-    builder's form (the attention effect depends on it: Falcon stores the
-    ``lowp`` magnitudes in key form), is attached.  E.g.
-    ``audit_alibi_builder("bloom", 12, 4096)`` matches ``cast-output`` with
-    ``identical_fraction`` 1.0 (tests/test_hf.py runs it).
-    """
-    from ..alibi import RECIPES, _check_heads, alibi_bias, alibi_slopes, audit_alibi
-    from ..alibi import get_recipe as alibi_recipe
-
-    if model_type not in ALIBI_BUILDERS:
-        raise ValueError(f"unknown ALiBi model type {model_type!r}; valid: {', '.join(ALIBI_BUILDERS)}")
-    n = _check_heads(num_heads)
-    (L,) = check_rope_lengths(length)
-    if n * L > MAX_ALIBI_ELEMENTS:
-        raise ValueError(f"heads x length = {n * L} exceeds {MAX_ALIBI_ELEMENTS} (the builders hold the whole tensor)")
-    name, tdt = _torch_dtype(dtype)
-    require_transformers()
-    import torch
-
-    build, qual, form = ALIBI_BUILDERS[model_type]
-    with _quiet():
-        t = build(n, L, tdt)
-    bias_dtype = str(t.dtype).removeprefix("torch.")
-    b = t.to(torch.float64).reshape(n, -1)[:, -L:].numpy()  # (heads, keys)
-    mag = b if form == "key" else -b[:, ::-1]  # magnitudes by key position / distance k
-    mag = mag + 0.0  # -0.0 -> 0.0
-    k = np.arange(L, dtype=np.float64)
-    ref = alibi_slopes(n)[:, None] * k[None, :]
-    sign = 1.0 if form == "key" else -1.0
-    metrics = _alibi_metrics(mag, ref, sign)
-    best: tuple[float, bool, bool, int, str, str] | None = None
-    for d in dict.fromkeys([name, "bfloat16"]):
-        for i, rname in enumerate(RECIPES):
-            r = alibi_recipe(rname, d)
-            with np.errstate(over="ignore", invalid="ignore"):
-                theirs = alibi_bias(r, n, L, d)
-            tm = theirs if r.form == "key" else 0.0 - theirs[:, ::-1]
-            frac = float(np.mean((tm == mag) | (np.isnan(tm) & np.isnan(mag))))
-            # ties (power-of-two head counts: exact slopes make lowp and cast-output store the same biases)
-            # go to the builder's form, then the model dtype, then the preset order
-            cand = (frac, r.form == form, d == name, -i, rname, d)
-            if best is None or cand[:4] > best[:4]:
-                best = cand
-    assert best is not None
-    frac, _, _, _, rname, rdt = best
-    rec = alibi_recipe(rname, rdt)
-    if rec.form != form:  # same stored magnitudes; the attention effect depends on the form
-        rec = replace(rec, form=form)
-    (rec_row,) = audit_alibi(L, n, rec, rdt)
-    return AlibiBuilderRow(
-        model_type=model_type, builder=qual, dtype=name, bias_dtype=bias_dtype, value_format=_value_format(mag),
-        form=form, length=L, num_heads=n, matches_recipe=rname, recipe_dtype=rdt, identical_fraction=frac,
-        recipe=rec_row, **metrics)
