@@ -102,6 +102,13 @@ def _gpt_oss():
                         cos_sin_scale=0.1 * math.log(32.0) + 1)}, 131072
 
 
+def _qwen25_coder_yarn():
+    # YaRN as Qwen's model card tells users to add it: legacy "type", factor 4 over L0 32768
+    return {"all": dict(head_dim=5120 // 40, base=1000000.0, scaling="yarn", factor=4.0, beta_fast=32.0,
+                        beta_slow=1.0, original_max_position_embeddings=32768,
+                        cos_sin_scale=0.1 * math.log(4.0) + 1)}, 32768
+
+
 def _deepseek():
     j = js("deepseek-v3.json")
     return {"all": dict(head_dim=j["qk_rope_head_dim"], base=10000.0, scaling="yarn", factor=40.0, mscale=1.0,
@@ -117,6 +124,7 @@ EXPECTED = {
     "gemma-4-31b-it.json": ("rope", _gemma4),
     "gpt-oss-20b.json": ("rope", _gpt_oss),
     "deepseek-v3.json": ("rope", _deepseek),
+    "qwen2.5-coder-32b-instruct-yarn.json": ("rope", _qwen25_coder_yarn),
     "bloom-7b1.json": ("alibi", lambda: (js("bloom-7b1.json")["n_head"], None)),
     "baichuan2-13b-base.json": ("alibi", lambda: (js("baichuan2-13b-base.json")["num_attention_heads"], 4096)),
 }
@@ -160,6 +168,7 @@ TRANSFORMERS_MODULES = {  # file -> (transformers model_type of the rotary modul
     "phi-3.5-mini-instruct.json": ("phi3", lambda j: j),
     "gpt-oss-20b.json": ("gpt_oss", lambda j: j),
     "deepseek-v3.json": ("deepseek_v3", lambda j: j),
+    "qwen2.5-coder-32b-instruct-yarn.json": ("qwen2", lambda j: j),
     "gemma-4-31b-it.json": ("gemma4", lambda j: j["text_config"]),
 }
 
