@@ -695,3 +695,50 @@ def audit_alibi(
         found = _count_pass(plan, progress)
         _prob_change_pass(plan, found, progress)
     return [_audit_row(plan, L, found[L]) for L in plan.lengths]
+
+
+# --------------------------------------------------------------------------
+# Metrics of a bias array already in memory
+
+
+def stored_bias_metrics(stored: npt.ArrayLike, slopes: npt.ArrayLike | None = None,
+                        form: str = "key") -> dict[str, Any]:
+    """The :class:`AlibiAudit` summary metrics of stored bias magnitudes held in memory, shape (heads, L).
+
+    ``stored[h, k]`` is head ``h``'s stored magnitude at ``k = 0..L-1`` (key
+    form: the bias of key ``k``; relative form: the penalty for distance
+    ``k``), measured against the exact ``slope_h * k`` (``slopes``: float64,
+    one per head; default :func:`alibi_slopes`).  The array is one chunk for
+    :func:`audit_alibi`'s own tallies, so the definitions are the auditor's:
+    for a tensor other code built (transformers' builders,
+    :mod:`precision_audit.hf.alibi`).  Returns ``min_distinct_biases``,
+    ``distinct_fraction``, ``max_run``, ``max_abs_error``,
+    ``order_inversions``, ``nonfinite_biases``, ``max_prob_change``.
+
+    >>> m = stored_bias_metrics(alibi_bias("cast-output", 8, 8192, "bf16"))
+    >>> m["min_distinct_biases"], m["max_run"], m["order_inversions"]
+    (897, 33, 0)
+    """
+    mag = np.asarray(stored, dtype=np.float64)
+    if mag.ndim != 2 or mag.size == 0:
+        raise ValueError(f"stored biases of shape {mag.shape} must be (heads, length) with both >= 1")
+    if form not in FORMS:
+        raise ValueError(f"form {form!r} is not one of {', '.join(FORMS)}")
+    n, L = mag.shape
+    s = alibi_slopes(n) if slopes is None else np.asarray(slopes, dtype=np.float64).reshape(-1)
+    if s.shape != (n,):
+        raise ValueError(f"{s.size} slopes given for {n} heads")
+    sign = 1.0 if form == "key" else -1.0
+    k = np.arange(L, dtype=np.float64)
+    before = np.concatenate([np.full((n, 1), np.nan), mag[:, :-1]], axis=1)
+    ch = _Chunk(0, np.arange(L, dtype=np.int64), mag, s[:, None] * k[None, :], before)
+    tallies = (_NeighbourTally(n), _ErrorExtrema(n), _SoftmaxNorms(n, sign))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for t in tallies:
+            t.scan(ch)
+        f = _AtLength(**{name: v for t in tallies for name, v in t.at(L - 1).items()}, dp=np.zeros(n))
+        f.add_prob_change(sign * ch.mag, sign * ch.ref)
+    dmin = int(f.distinct.min())
+    return dict(min_distinct_biases=dmin, distinct_fraction=dmin / L, max_run=int(f.run.max()),
+                max_abs_error=float(f.err.max()), order_inversions=int(f.inversions.sum()),
+                nonfinite_biases=int(f.nonfinite.sum()), max_prob_change=float(np.max(f.dp)))

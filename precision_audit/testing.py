@@ -47,7 +47,8 @@ from ._common import (
     check_schedule,
     describe,
 )
-from .config import DEFAULT_TOLERANCE, PHASE_LOST, ModelConfig, load_config, load_config_dict, rope_verdict
+from .config import (DEFAULT_TOLERANCE, PHASE_LOST, ModelConfig, load_config, load_config_dict, rope_verdict,
+                     schedule_from_config)
 from .formats import get_format
 from .schedules import RopeSchedule
 
@@ -140,10 +141,8 @@ def _schedule_of(module: Any, config: Any, layer_type: str | None) -> RopeSchedu
     if isinstance(config, (str, os.PathLike)):
         return load_config(_check_path(config, "config")).schedule_for(layer_type)
     if hasattr(config, "to_dict") and not isinstance(config, Mapping):
-        # a transformers config object: read as transformers reads it (its to_dict() drops per-layer
-        # attributes such as Gemma 4's global_head_dim)
-        from .hf import schedule_from_config
-
+        # a transformers config object: the module's own config, read by attribute as transformers reads it
+        # (its to_dict() drops per-layer attributes such as Gemma 4's global_head_dim)
         return schedule_from_config(config, layer_type)
     if isinstance(config, Mapping):
         return load_config_dict(config, name=type(module).__name__, source="config").schedule_for(layer_type)

@@ -606,3 +606,36 @@ def test_progress_reports_both_passes():
     seen: list[int] = []
     audit_alibi([100, 3000], 4, "lowp", "bf16", chunk_elements=4 * 256, progress=seen.append)
     assert sum(seen) == 2 * 3000 and max(seen) <= 256
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", recipe_names())
+def test_stored_bias_metrics_agree_with_the_streaming_auditor(name, dtype):
+    # The whole array as one chunk of the auditor's tallies (for tensors other code built, e.g. transformers'
+    # builders) against audit_alibi's many small chunks, on the recipe's own biases (12 heads: not a power of
+    # two, so the slopes are inexact); distinct values and the largest error also against plain numpy
+    from precision_audit.alibi import alibi_bias, get_recipe, stored_bias_metrics
+
+    r = get_recipe(name, dtype)
+    b = alibi_bias(r, 12, 8192, dtype)
+    mag = b if r.form == "key" else 0.0 - b[:, ::-1]
+    got = stored_bias_metrics(mag, form=r.form)
+    (row,) = audit_alibi(8192, 12, name, dtype, chunk_elements=12 * 1000)
+    for k in ("min_distinct_biases", "distinct_fraction", "max_run", "max_abs_error", "order_inversions",
+              "nonfinite_biases"):
+        assert got[k] == getattr(row, k), k
+    assert got["max_prob_change"] == pytest.approx(row.max_prob_change, rel=1e-9, abs=1e-15, nan_ok=True)
+    ref = alibi_slopes(12)[:, None] * np.arange(8192)[None, :]
+    assert got["min_distinct_biases"] == min(len(np.unique(m)) for m in mag)  # monotone rows
+    assert got["max_abs_error"] == np.abs(mag - ref).max()
+
+
+def test_stored_bias_metrics_errors():
+    from precision_audit.alibi import stored_bias_metrics
+
+    with pytest.raises(ValueError, match=r"shape \(3,\) must be \(heads, length\)"):
+        stored_bias_metrics(np.zeros(3))
+    with pytest.raises(ValueError, match="form 'absolute'"):
+        stored_bias_metrics(np.zeros((2, 3)), form="absolute")
+    with pytest.raises(ValueError, match="3 slopes given for 2 heads"):
+        stored_bias_metrics(np.zeros((2, 3)), slopes=[1.0, 0.5, 0.25])

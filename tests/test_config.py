@@ -30,9 +30,12 @@ from precision_audit.config import (
     default_lengths,
     load_config,
     load_config_dict,
+    rope_layer_types,
     rope_verdict,
+    schedule_from_config,
 )
 from precision_audit.rope import cache_rounding_bound
+from precision_audit.schedules import RopeSchedule
 
 DATA = Path(__file__).resolve().parent / "data"
 CONFIGS = sorted(p.name for p in DATA.glob("*.json"))
@@ -99,6 +102,13 @@ def _gpt_oss():
                         cos_sin_scale=0.1 * math.log(32.0) + 1)}, 131072
 
 
+def _qwen25_coder_yarn():
+    # YaRN as Qwen's model card tells users to add it: legacy "type", factor 4 over L0 32768
+    return {"all": dict(head_dim=5120 // 40, base=1000000.0, scaling="yarn", factor=4.0, beta_fast=32.0,
+                        beta_slow=1.0, original_max_position_embeddings=32768,
+                        cos_sin_scale=0.1 * math.log(4.0) + 1)}, 32768
+
+
 def _deepseek():
     j = js("deepseek-v3.json")
     return {"all": dict(head_dim=j["qk_rope_head_dim"], base=10000.0, scaling="yarn", factor=40.0, mscale=1.0,
@@ -123,6 +133,7 @@ EXPECTED = {
     "gemma-4-31b-it.json": ("rope", _gemma4),
     "gpt-oss-20b.json": ("rope", _gpt_oss),
     "deepseek-v3.json": ("rope", _deepseek),
+    "qwen2.5-coder-32b-instruct-yarn.json": ("rope", _qwen25_coder_yarn),
     "bloom-7b1.json": ("alibi", lambda: (js("bloom-7b1.json")["n_head"], None)),
     "baichuan2-13b-base.json": ("alibi", lambda: (js("baichuan2-13b-base.json")["num_attention_heads"], 4096)),
 }
@@ -166,11 +177,13 @@ TRANSFORMERS_MODULES = {  # file -> (transformers model_type of the rotary modul
     "phi-3.5-mini-instruct.json": ("phi3", lambda j: j),
     "gpt-oss-20b.json": ("gpt_oss", lambda j: j),
     "deepseek-v3.json": ("deepseek_v3", lambda j: j),
+    "qwen2.5-coder-32b-instruct-yarn.json": ("qwen2", lambda j: j),
     "gemma-4-31b-it.json": ("gemma4", lambda j: j["text_config"]),
 }
 
 
 def _rotary(model_type: str, cfg_json: dict):
+    """transformers' rotary module built from the JSON, and the config object it was built from."""
     from transformers import CONFIG_MAPPING
 
     mt = "gemma4_text" if model_type == "gemma4" else model_type
@@ -179,22 +192,58 @@ def _rotary(model_type: str, cfg_json: dict):
         cfg = CONFIG_MAPPING[mt](**{k: v for k, v in cfg_json.items() if k != "model_type"})
     mod = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     (cls,) = [getattr(mod, n) for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n]
-    return cls(cfg)
+    return cls(cfg), cfg
 
 
 @pytest.mark.parametrize("name", sorted(TRANSFORMERS_MODULES))
 def test_schedule_is_what_transformers_builds(name):
     # transformers parses the same JSON and builds its rotary module; our torch engine evaluates the
     # schedule's float32 formula with the same torch ops, so every inverse frequency agrees bit for bit.
+    # The one parser must give that schedule from every form of the config: the JSON file, the config
+    # object the module was built from (read by attribute), that object's to_dict() (Gemma 4's full-attention
+    # head_dim 512 survives there only in per_layer_config) and, for the module, schedule_from_config.
     model_type, pick = TRANSFORMERS_MODULES[name]
-    mod = _rotary(model_type, pick(js(name)))
+    mod, cfg = _rotary(model_type, pick(js(name)))
     m = load_config(DATA / name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        as_dict = cfg.to_dict()
+    forms = {"object": dict(load_config_dict(cfg).rope), "to_dict": dict(load_config_dict(as_dict).rope)}
+    for form, parsed in forms.items():
+        assert list(parsed) == [t for t, _ in m.rope], form
     for layer_type, s in m.rope:
         prefix = "" if layer_type == "all" else f"{layer_type}_"
         theirs = getattr(mod, f"{prefix}inv_freq").double().numpy()
-        np.testing.assert_array_equal(s.inv_freq_in("float32", engine="torch"), theirs, err_msg=f"{name} {layer_type}")
         scale = getattr(mod, f"{prefix}attention_scaling")
-        assert s.cos_sin_scale == pytest.approx(scale, rel=1e-15)
+        module = schedule_from_config(cfg, None if layer_type == "all" else layer_type)
+        for form, sched in [("json", s), *((f, p[layer_type]) for f, p in forms.items()), ("module", module)]:
+            np.testing.assert_array_equal(sched.inv_freq_in("float32", engine="torch"), theirs,
+                                          err_msg=f"{name} {layer_type} {form}")
+            assert sched.cos_sin_scale == pytest.approx(scale, rel=1e-15), form
+
+
+def test_config_objects_are_read_by_attribute():
+    # transformers' default config objects (expected values read off the objects themselves, and the rotary
+    # module transformers builds from the text config): a multimodal config's text_config object is entered;
+    # MPT's attn_config object says ALiBi and its alibi_bias_max
+    pytest.importorskip("transformers")
+    from transformers import AutoConfig
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gemma3, mpt = AutoConfig.for_model("gemma3"), AutoConfig.for_model("mpt")
+        mod = Gemma3RotaryEmbedding(gemma3.text_config)
+    m = load_config_dict(gemma3)
+    assert "read text_config (multimodal config)" in m.notes
+    assert (m.model_type, m.max_position_embeddings) == (gemma3.text_config.model_type,
+                                                        gemma3.text_config.max_position_embeddings)
+    for layer_type, s in m.rope:
+        theirs = getattr(mod, f"{layer_type}_inv_freq").double().numpy()
+        np.testing.assert_array_equal(s.inv_freq_in("float32", engine="torch"), theirs, err_msg=layer_type)
+    a = load_config_dict(mpt)
+    assert (a.kind, a.num_heads, a.max_position_embeddings, a.alibi_bias_max) == (
+        "alibi", mpt.n_heads, mpt.max_seq_len, mpt.attn_config.alibi_bias_max)
 
 
 # --------------------------------------------------------------------------- parsing rules
@@ -222,6 +271,65 @@ def test_multimodal_rope_keys_are_dropped_with_a_note():
                           "rope_scaling": {"type": "default", "mrope_section": [16, 24, 24]}})
     assert m.schedule.scaling == "default"
     assert any("mrope_section" in n for n in m.notes)
+
+
+def test_a_layer_type_without_rope_parameters_parses_alike_in_both_entry_points(tmp_path):
+    # transformers 5 maps a layer type with no rotary embedding to null: both readers skip it and agree on the
+    # other; expected schedule by hand: head_dim 128, theta 1e6, no scaling (load_config_dict used to fail on
+    # "unknown rope parameter 'full_attention'", treating the mapping as one set of parameters)
+    cfg = {"model_type": "x", "head_dim": 128, "max_position_embeddings": 8192,
+           "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                               "sliding_attention": None}}
+    m = load_config_dict(cfg)
+    assert [t for t, _ in m.rope] == ["full_attention"] and m.schedule == m.schedule_for("full_attention")
+    assert "sliding_attention: no rope parameters (no rotary embedding)" in m.notes
+    want = RopeSchedule(head_dim=128, base=1e6)
+    assert schedule_from_config(cfg, "full_attention") == m.schedule_for("full_attention") == want
+    assert rope_layer_types(cfg) == ("full_attention",)
+    with pytest.raises(ValueError, match="'sliding_attention' has no rope parameters"):
+        schedule_from_config(cfg, "sliding_attention")
+    with pytest.raises(ValueError, match="no layer type has rope parameters"):
+        load_config_dict({**cfg, "rope_parameters": {"full_attention": None, "sliding_attention": None}})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    res = run("config", str(tmp_path), "-l", "256", "-d", "bf16", "-r", "fp32", "--json")
+    assert res.exit_code == 0, res.output
+    assert {r["layer_type"] for r in json.loads(res.output)["results"] if r["component"] == "rope"} == {
+        "full_attention"}
+
+
+def test_module_reading_differs_only_where_the_module_code_decides():
+    # schedule_from_config reads one rotary module's config as transformers' rotary code does: no text_config,
+    # no rotary_dim (GPT-J's rotated dims: the modules rotate head_dim x partial factor), hidden // heads
+    # floored, mrope refused; load_config_dict describes the model
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64}
+    assert (load_config_dict(gptj).schedule.rotary_dim, schedule_from_config(gptj).rotary_dim) == (64, 256)
+    odd = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 96}
+    assert schedule_from_config(odd).head_dim == 42  # 4096 // 96, as transformers computes it
+    with pytest.raises(ValueError, match="not divisible"):
+        load_config_dict(odd)
+    mrope = {"model_type": "qwen2_vl", "head_dim": 128, "rope_scaling": {"type": "default", "mrope_section": [1]}}
+    assert load_config_dict(mrope).schedule.scaling == "default"
+    with pytest.raises(ValueError, match="multimodal rope"):
+        schedule_from_config(mrope)
+    nested = {"model_type": "llava", "text_config": {"model_type": "llama", "head_dim": 64}}
+    assert load_config_dict(nested).schedule.head_dim == 64
+    with pytest.raises(ValueError, match="no head_dim"):
+        schedule_from_config(nested)
+
+
+def test_per_layer_config_overrides_in_the_json_form():
+    # transformers' to_dict() keeps Gemma 4's full-attention head_dim only as per_layer_config (layer index ->
+    # overrides); the overrides of a layer type must agree (transformers' own rule for per_layer_config[type])
+    cfg = {"model_type": "gemma4_text", "head_dim": 256, "layer_types": ["sliding_attention", "full_attention"] * 2,
+           "per_layer_config": {"01": {"head_dim": 512}, "03": {"head_dim": 512}},
+           "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+    m = load_config_dict(cfg)
+    assert (m.schedule_for("full_attention").head_dim, m.schedule_for("sliding_attention").head_dim) == (512, 256)
+    assert "head_dim 512 from per_layer_config (head_dim)" in m.notes
+    assert schedule_from_config(cfg, "full_attention") == m.schedule_for("full_attention")
+    with pytest.raises(ValueError, match="the full_attention layers differ"):
+        load_config_dict({**cfg, "per_layer_config": {"01": {"head_dim": 512}}})
 
 
 @pytest.mark.parametrize("cfg, kind", [

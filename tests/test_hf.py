@@ -362,18 +362,22 @@ def test_fixed_module_audits_clean_after_the_cast(model_type):
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral", "mistral4", "phi3", "gpt_oss", "deepseek_v3",
-                                        "gemma3_text"])
+                                        "gemma3_text", "gemma4_text"])
 def test_config_parser_agrees_with_transformers_rule(model_type):
-    # precision_audit.config (JSON only, no transformers) and hf.schedule_from_config (checked against each
-    # module's own inv_freq buffer in the scan) must read a config's JSON form alike; Mistral 4 is the case
-    # where a partial rotary factor applies to head_dim, not to qk_rope_head_dim
+    # precision_audit.config reads a config's JSON form (to_dict()) and the config object alike, and as
+    # hf.schedule_from_config (its reading of one module's config, checked against each module's own inv_freq
+    # buffer in the scan); Mistral 4 is the case where a partial rotary factor applies to head_dim, not to
+    # qk_rope_head_dim; Gemma 4's JSON form keeps the full-attention head_dim only in per_layer_config
     _tf()
     from transformers import AutoConfig
 
-    from precision_audit.config import load_config_dict
+    from precision_audit import config
 
+    assert hf.schedule_from_config is config.schedule_from_config  # one parser
     with hf._quiet():
         cfg = AutoConfig.for_model(model_type)
-    parsed = dict(load_config_dict(cfg.to_dict()).rope)
+        as_dict = cfg.to_dict()
+    parsed = dict(config.load_config_dict(as_dict).rope)
+    assert dict(config.load_config_dict(cfg).rope) == parsed
     for layer_type, sched in parsed.items():
         assert hf.schedule_from_config(cfg, None if layer_type == "all" else layer_type) == sched, layer_type

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _thirdparty  # tests/ helper: third-party references, imported and run
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -174,6 +175,20 @@ def test_alibi_model_uses_mpt_slopes(tmp_path: Path) -> None:
         [x for r in ("lowp", "cast-output", "relative-cast", "fp32")
          for x in audit_alibi([256, 512, 1024], 12, r, "bfloat16", slopes=spec.alibi_slopes)])
     assert (tmp_path / "r" / "alibi_distinct.png").is_file()
+
+
+def test_model_type_config_read_as_transformers_reads_it() -> None:
+    # the report reads transformers' default config object by attribute: Gemma 4's full-attention layers (the
+    # ones it draws) use head_dim 512, which the object's to_dict() keeps only in per_layer_config; referee:
+    # the rotary module transformers builds from the same config
+    cls = _thirdparty.private("transformers.models.gemma4.modeling_gemma4", "Gemma4TextRotaryEmbedding")
+    cfg = _thirdparty.private("transformers", "Gemma4TextConfig")()
+    from precision_audit.report._config import spec_for_model_type
+
+    spec = spec_for_model_type("gemma4_text")
+    theirs = cls(cfg).full_attention_inv_freq.double().numpy()
+    assert spec.rope is not None and spec.rope.head_dim == 512
+    np.testing.assert_array_equal(spec.rope.inv_freq_in("float32", engine="torch"), theirs)
 
 
 def test_model_type_without_download() -> None:

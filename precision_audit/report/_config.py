@@ -60,14 +60,14 @@ def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> tuple[float, ...]
     return tuple(s)
 
 
-def _spec(mc: ModelConfig, raw: dict[str, Any]) -> ModelSpec:
+def _spec(mc: ModelConfig) -> ModelSpec:
     dtype = default_dtype(mc)  # the config's torch_dtype, else bfloat16 (as `config` defaults)
     notes = list(mc.notes)
     if mc.kind == "alibi":
         slopes = None
-        ac = raw.get("attn_config") if isinstance(raw.get("attn_config"), dict) else {}
         if mc.model_type == "mpt":
-            slopes = mpt_slopes(int(mc.num_heads or 1), float(ac.get("alibi_bias_max", 8)))
+            bias_max = 8.0 if mc.alibi_bias_max is None else float(mc.alibi_bias_max)
+            slopes = mpt_slopes(int(mc.num_heads or 1), bias_max)
         return ModelSpec(mc.name, mc.model_type, dtype, mc.max_position_embeddings, None, mc.num_heads, slopes,
                          tuple(notes))
     by_type = dict(mc.rope)
@@ -78,21 +78,14 @@ def _spec(mc: ModelConfig, raw: dict[str, Any]) -> ModelSpec:
                      tuple(notes))
 
 
-def model_spec(cfg: dict[str, Any], name: str = "model") -> ModelSpec:
-    """The :class:`ModelSpec` of a config dict (a config.json's content)."""
-    return _spec(load_config_dict(cfg, name=name), cfg if isinstance(cfg, dict) else {})
+def model_spec(cfg: Any, name: str = "model") -> ModelSpec:
+    """The :class:`ModelSpec` of a config dict (a config.json's content) or a transformers config object."""
+    return _spec(load_config_dict(cfg, name=name))
 
 
 def load_config(path: str | Path) -> ModelSpec:
     """Read a config.json file (see :func:`precision_audit.config.load_config`)."""
-    import json
-
-    mc = _load(path)
-    try:
-        raw = json.loads(Path(mc.source).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raw = {}
-    return _spec(mc, raw if isinstance(raw, dict) else {})
+    return _spec(_load(path))
 
 
 def spec_for_model_type(model_type: str) -> ModelSpec:
@@ -109,7 +102,7 @@ def spec_for_model_type(model_type: str) -> ModelSpec:
     if model_type not in CONFIG_MAPPING:
         raise ValueError(unknown_model_type(model_type))
     try:
-        cfg = AutoConfig.for_model(model_type).to_dict()
+        cfg = AutoConfig.for_model(model_type)  # read by attribute: to_dict() drops e.g. Gemma 4's head dims
     except (ValueError, KeyError) as e:
         raise ValueError(f"model type {model_type!r}: transformers cannot build its default config "
                          f"({str(e)[:200]})") from None

@@ -1,0 +1,91 @@
+"""Model configs: read a Hugging Face ``config.json`` and audit the model it describes.
+
+This package is the one reader of model configs (:mod:`~precision_audit.config.parse`;
+:mod:`~precision_audit.config.audit` holds the verdicts and the audit).  :func:`load_config` parses
+the JSON text only (nothing is imported or executed: no remote code, no
+transformers) into a :class:`ModelConfig`: the position encoding (``kind``:
+``"rope"`` or ``"alibi"``), the RoPE schedule of each attention layer type (a
+:class:`~precision_audit.schedules.RopeSchedule`, built by
+:func:`~precision_audit.schedules.schedule_from_rope_parameters`) or the ALiBi
+head count, and the context length.  :func:`load_config_dict` takes the dict,
+or a transformers config object (read by attribute, as transformers reads
+it); :func:`schedule_from_config` gives the schedule of one rotary module's
+config with the same rules.  :func:`audit_config` runs the
+tool's own auditors on it: every RoPE preset (or ALiBi recipe) and the
+position ids, per dtype and context length, each row with a verdict.
+
+Verdicts (:func:`rope_verdict`, :func:`alibi_verdict`, :func:`positions_verdict`):
+
+* ``broken``: the phase is lost somewhere (max rotation error >= pi/2: the
+  rotation is nearer to a perpendicular one than to the true one), or
+  neighbouring positions collide (a cos/sin row, position id or ALiBi bias
+  equal to its neighbour's: the model cannot tell those tokens apart), or an
+  ALiBi bias overflowed or two biases swapped order;
+* ``degraded``: no collision, but the max rotation error exceeds
+  ``tolerance`` (default :data:`DEFAULT_TOLERANCE` = 8) times the cache
+  format's own rounding bound (:func:`~precision_audit.rope.cache_rounding_bound`),
+  i.e. the code path, not the storage format, sets the precision: at 8x the
+  path has lost 3 of the format's bits of rotation accuracy.  ALiBi: some
+  head's largest bias error exceeds ``tolerance`` half-ulps of the bias format
+  at that head's largest bias;
+* ``safe``: otherwise, i.e. within a few roundings of what storing the result
+  in the format costs anyway.
+
+Why 8: storing cos/sin in a format already costs up to its rounding bound; a
+factor of 2-4 is within what correctly rounded vs faithful kernels and the
+double rounding of the trig stage add (the fp32 fix reaches 3.6x in bfloat16 at
+128K, see the README's rope table); 8x is the first power of two beyond that,
+and is where float32 angles stop being enough (bfloat16: past ~256K tokens).
+
+>>> m = load_config_dict({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+...                       "max_position_embeddings": 4096}, name="llama-2-7b")
+>>> m.kind, m.max_position_embeddings, m.rope[0][1].head_dim, m.rope[0][1].base
+('rope', 4096, 128, 10000.0)
+>>> rows = audit_config(m, lengths=[4096], dtypes=["bfloat16"], recipes=["lowp", "fp32"])
+>>> [(r.component, r.recipe, r.verdict) for r in rows]
+[('rope', 'lowp', 'broken'), ('rope', 'fp32', 'safe'), ('positions', 'position ids', 'broken')]
+"""
+
+from __future__ import annotations
+
+from .audit import (
+    DEFAULT_TOLERANCE,
+    PHASE_LOST,
+    VERDICT_RULES,
+    VERDICTS,
+    ConfigRow,
+    alibi_verdict,
+    audit_config,
+    default_dtype,
+    default_lengths,
+    positions_verdict,
+    rope_verdict,
+    work_to_scan,
+)
+from .parse import (
+    CONTEXT_KEYS,
+    ModelConfig,
+    load_config,
+    load_config_dict,
+    rope_layer_types,
+    schedule_from_config,
+)
+
+__all__ = [
+    "CONTEXT_KEYS",
+    "DEFAULT_TOLERANCE",
+    "VERDICTS",
+    "VERDICT_RULES",
+    "ConfigRow",
+    "ModelConfig",
+    "alibi_verdict",
+    "audit_config",
+    "default_dtype",
+    "default_lengths",
+    "load_config",
+    "load_config_dict",
+    "positions_verdict",
+    "rope_layer_types",
+    "rope_verdict",
+    "schedule_from_config",
+]

@@ -1,0 +1,578 @@
+"""Live rotary modules: any module that follows the rotary protocol, and a model type's transformers class.
+
+The rope auditor models recipes; this module runs the real thing and holds it
+against the same oracle.
+
+* :func:`audit_rope_module`: any torch module or callable that follows the
+  rotary protocol ``forward(x, position_ids) -> (cos, sin)`` (or Gemma's
+  ``forward(x, position_ids, layer_type)``) is called for positions
+  ``0..L-1`` in chunks with ``x`` in a dtype; its cos/sin are measured against
+  the exact float64 angles of the schedule it is *meant* to implement (from
+  its config, :func:`~precision_audit.config.schedule_from_config`, not from
+  its possibly downcast buffer), and the rope auditor's presets for the same
+  schedule, dtype and length say which code path its numbers match
+  (``matches_recipe``).
+* :func:`build_rotary_module` / :func:`audit_model_type`: a model type's
+  rotary class built from its default config (or a ``config.json``), no
+  weights, optionally ``.to(dtype)`` as ``model.to(dtype)`` does.
+
+A live module needs torch only; transformers is imported when a function
+needs it (:func:`~precision_audit.hf._transformers.require_transformers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .._common import Row, unknown_name
+from ..config import rope_layer_types, schedule_from_config
+from ..formats import get_format, spacing
+from ..rope import audit, check_rope_lengths, exact_angles, preset, wrap
+from ..schedules import RopeSchedule
+from ._transformers import _quiet, require_transformers
+
+__all__ = [
+    "DIAGNOSES",
+    "ModuleRow",
+    "audit_model_type",
+    "audit_rope_module",
+    "build_rotary_module",
+    "find_rotary_classes",
+    "match_recipe",
+    "unknown_model_type",
+]
+
+F64 = npt.NDArray[np.float64]
+
+# The order breaks ties between presets with equal figures: the benign explanation first.
+_MATCH_ORDER = ("fp32", "lowp-inv-freq", "lowp", "fp64")
+DIAGNOSES: dict[str, str] = {
+    "fp32": "float32 until cos/sin, cast to {dtype} (fp32)",
+    "lowp-inv-freq": "inv_freq buffer in {dtype} (lowp-inv-freq)",
+    "lowp": "positions, inv_freq and angles in {dtype} (lowp)",
+    "fp64": "float64 angles, cos/sin cast to {dtype} (fp64)",
+}
+
+
+# --------------------------------------------------------------------------- live modules
+
+
+def _torch_dtype(dtype: Any) -> tuple[str, Any]:
+    """A format name (or torch dtype) -> (canonical name, torch dtype)."""
+    name = str(dtype).removeprefix("torch.")
+    f = get_format(name)
+    if f.torch_dtype is None:
+        raise ValueError(f"torch has no dtype for {f.name}; a live module runs in a torch dtype")
+    return f.name, f.torch_dtype
+
+
+def _as_rows(t: Any, n: int, what: str) -> F64:
+    """A module output (batch 1, n positions, width) as a float64 (n, width) array."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"the module returned {type(t).__name__} for {what}, not a tensor")
+    a = t.detach().to(torch.float64).cpu().numpy()
+    if a.ndim < 1 or a.size % n:
+        raise ValueError(f"the module returned {what} of shape {tuple(t.shape)} for {n} positions")
+    return a.reshape(n, -1)
+
+
+def _layout(c: F64, nf: int) -> Callable[[F64], F64]:
+    """Which columns hold the ``nf`` frequencies: ``[f, f]`` halves, ``f`` interleaved twice, or ``f`` once."""
+    w = c.shape[1]
+    if w == nf:
+        return lambda a: a
+    if w == 2 * nf:
+        if np.array_equal(c[:, :nf], c[:, nf:], equal_nan=True):
+            return lambda a: a[:, :nf]
+        if np.array_equal(c[:, ::2], c[:, 1::2], equal_nan=True):
+            return lambda a: a[:, ::2]
+        raise ValueError(f"the module's {w} cos columns are neither [f, f] nor interleaved pairs")
+    raise ValueError(f"the module returns {w} cos columns; the schedule from its config has {nf} frequencies")
+
+
+def _buffer(module: Any, layer_type: str | None) -> Any:
+    """The module's initial inverse-frequency buffer (``original_inv_freq`` if kept), or None."""
+    prefix = f"{layer_type}_" if layer_type else ""
+    for name in (f"{prefix}original_inv_freq", f"{prefix}inv_freq"):
+        t = getattr(module, name, None)
+        if t is not None and hasattr(t, "dtype") and getattr(t, "is_floating_point", lambda: False)():
+            return t
+    return None
+
+
+def _check_buffer(module: Any, schedule: RopeSchedule, layer_type: str | None) -> str | None:
+    """Compare the module's inv_freq buffer with the schedule; returns the buffer's format name.
+
+    The buffer may be cast (``.to(bfloat16)``): it must then equal the
+    schedule's float32 formula within two ulps of its own format.  A buffer
+    further away implements another schedule, and every figure would be
+    wrong: ValueError.
+    """
+    t = _buffer(module, layer_type)
+    if t is None:
+        return None
+    import torch
+
+    fmt, _ = _torch_dtype(t.dtype)
+    buf = t.detach().to(torch.float64).cpu().numpy().reshape(-1)
+    ref = schedule.inv_freq()
+    if buf.shape != ref.shape:
+        raise ValueError(f"the module's inv_freq has {buf.size} values; the schedule from its config has "
+                         f"{ref.size} ({schedule.describe()})")
+    tol = 2 * spacing(ref, fmt) + 1e-5 * np.abs(ref)
+    bad = ~(np.abs(buf - ref) <= tol)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"the module's inv_freq[{i}] = {buf[i]!r} is not the schedule's {ref[i]!r} "
+                         f"({schedule.describe()}): it implements another schedule")
+    return fmt
+
+
+def _call(module: Any, x: Any, pos: Any, layer_type: str | None) -> tuple[Any, Any]:
+    import torch
+
+    with torch.no_grad():
+        out = module(x, pos) if layer_type is None else module(x, pos, layer_type)
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise ValueError(f"the module returned {type(out).__name__}, not (cos, sin)")
+    return out[0], out[1]
+
+
+def _scale(module: Any, layer_type: str | None) -> float:
+    name = f"{layer_type}_attention_scaling" if layer_type else "attention_scaling"
+    s = getattr(module, name, None)
+    try:
+        s = float(s)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 1.0
+    return s if math.isfinite(s) and s > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class _Errors:
+    length: int
+    max_rotation_error: float
+    mean_rotation_error: float
+    colliding_positions: int
+
+
+def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dtype: Any, layer_type: str | None,
+                 chunk_elems: int, progress: Callable[[int], None] | None) -> list[_Errors]:
+    """One pass per frequency group over positions 0..L-1; prefix reductions give every length."""
+    import torch
+
+    _, tdt = _torch_dtype(dtype)
+    nf = schedule.n_freq
+    groups: dict[int | None, list[int]] = {}
+    for L in lengths:
+        groups.setdefault(schedule.frequency_key(L), []).append(L)
+    chunk = max(256, chunk_elems // max(nf, 1))
+    out: list[_Errors] = []
+    # groups in ascending order: a dynamic module keeps the largest frequencies it has grown to
+    for key, ls in sorted(groups.items(), key=lambda kv: max(kv[1])):
+        theta = schedule.inv_freq(key)
+        top = max(ls)
+        worst, total, collisions = 0.0, 0.0, 0
+        last: F64 | None = None
+        pick: Callable[[F64], F64] | None = None
+        start = 0
+        for L in sorted(ls):
+            while start < L:
+                stop = min(L, start + chunk)
+                n = stop - start
+                # every call also holds the group's last position, as one forward over the whole
+                # sequence does: dynamic and longrope modules pick their frequencies from the largest id
+                pos = torch.cat([torch.tensor([top - 1]), torch.arange(start, stop)])[None]
+                c, s = _call(module, torch.zeros(1, n + 1, 1, dtype=tdt), pos, layer_type)
+                c, s = _as_rows(c, n + 1, "cos")[1:], _as_rows(s, n + 1, "sin")[1:]
+                if pick is None:
+                    pick = _layout(c, nf)
+                c, s = pick(c), pick(s)
+                if s.shape != c.shape:
+                    raise ValueError(f"the module returned sin of {s.shape[1]} columns and cos of {c.shape[1]}")
+                rows = np.concatenate([c, s], axis=1)
+                prev = rows if last is None else np.concatenate([last[None, :], rows])
+                same = (prev[1:] == prev[:-1]) | (np.isnan(prev[1:]) & np.isnan(prev[:-1]))
+                collisions += int(np.count_nonzero(same.all(axis=1)))
+                last = rows[-1].copy()
+                k = _scale(module, layer_type)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    err = np.abs(wrap(np.arctan2(s / k, c / k) - exact_angles(np.arange(start, stop), theta)))
+                err[~np.isfinite(err)] = math.pi
+                worst, total = max(worst, float(err.max())), total + float(err.sum())
+                if progress is not None:
+                    progress(n)
+                start = stop
+            out.append(_Errors(L, worst, total / (L * nf), collisions))
+    return sorted(out, key=lambda e: e.length)
+
+
+@functools.lru_cache(maxsize=512)
+def _preset_figures(schedule: RopeSchedule, dtype: str,
+                    lengths: tuple[int, ...]) -> dict[str, dict[int, tuple[float, float]]]:
+    """(max, mean) rotation error of each distinct rope preset at each length (cached per schedule)."""
+    recs, seen = [], set()
+    for name in _MATCH_ORDER:
+        r = preset(name, dtype)
+        key = (tuple(r.stages.values()), r.inv_freq_from)
+        if key not in seen:  # float32: lowp and lowp-inv-freq are the fp32 recipe
+            seen.add(key)
+            recs.append(r)
+    out: dict[str, dict[int, tuple[float, float]]] = {}
+    for row in audit(schedule, recs, lengths):
+        out.setdefault(row.recipe, {})[row.length] = (row.max_rotation_error, row.mean_rotation_error)
+    return out
+
+
+def match_recipe(schedule: RopeSchedule, dtype: str, length: int, max_rotation_error: float,
+                 mean_rotation_error: float) -> tuple[str, str, float, float]:
+    """The rope preset whose figures are closest: ``(name, diagnosis, its max, its mean)``.
+
+    Distance: ``|ln(max / max_r)| + |ln(mean / mean_r)|`` over the presets
+    run by the rope auditor for the same schedule, dtype and length (ties go
+    to the benign explanation: fp32, lowp-inv-freq, lowp, fp64).
+
+    >>> s = RopeSchedule(head_dim=64)
+    >>> (row,) = audit(s, preset("lowp-inv-freq", "bf16"), 4096)
+    >>> match_recipe(s, "bfloat16", 4096, row.max_rotation_error, row.mean_rotation_error)[:2]
+    ('lowp-inv-freq', 'inv_freq buffer in bfloat16 (lowp-inv-freq)')
+    """
+    dtype = get_format(dtype).name
+    figures = _preset_figures(schedule, dtype, (int(length),))
+    tiny = 1e-300
+
+    def dist(name: str) -> float:
+        mx, mn = figures[name][length]
+        return (abs(math.log(max(max_rotation_error, tiny) / max(mx, tiny)))
+                + abs(math.log(max(mean_rotation_error, tiny) / max(mn, tiny))))
+
+    best = min(figures, key=lambda n: (dist(n), _MATCH_ORDER.index(n)))
+    return best, DIAGNOSES[best].format(dtype=dtype), *figures[best][length]
+
+
+@dataclass(frozen=True)
+class ModuleRow(Row):
+    """Rotation error of a live rotary module at one context length (positions 0..length-1).
+
+    Same metrics as the rope auditor's :class:`~precision_audit.rope.RopeRow`:
+    rotation error of ``atan2(sin, cos)`` against the exact ``m * theta_i`` of
+    ``schedule`` (rad, wrapped to [-pi, pi]; a non-finite value counts as pi),
+    max and mean over positions and frequencies; ``colliding_positions``:
+    positions whose whole cos/sin row equals the previous position's.
+    ``matches_recipe`` is the rope preset with the closest figures (see
+    :func:`match_recipe`; None if not computed), ``diagnosis`` says what it
+    means, ``recipe_*`` are that preset's figures.  ``inv_freq_dtype`` is the
+    format of the module's inverse-frequency buffer (None: none found).
+    ``to_dict()`` names ``module_class`` ``class``.
+    """
+
+    model_type: str | None
+    module_class: str
+    layer_type: str | None
+    dtype: str
+    length: int
+    cast_module: bool | None
+    schedule: str
+    inv_freq_dtype: str | None
+    max_rotation_error: float
+    mean_rotation_error: float
+    colliding_positions: int
+    matches_recipe: str | None = None
+    diagnosis: str | None = None
+    recipe_max_rotation_error: float | None = None
+    recipe_mean_rotation_error: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"length {self.length!r} must be at least 1")
+        if not 0 <= self.colliding_positions < self.length:
+            raise ValueError(f"colliding_positions {self.colliding_positions!r} not in [0, {self.length})")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        return {("class" if k == "module_class" else k): v for k, v in d.items()}
+
+
+def audit_rope_module(
+    module: Any,
+    schedule: RopeSchedule,
+    lengths: int | Iterable[int],
+    *,
+    dtype: Any = "bfloat16",
+    layer_type: str | None = None,
+    match: bool = True,
+    model_type: str | None = None,
+    cast_module: bool | None = None,
+    chunk_elems: int = 2**19,
+    progress: Callable[[int], None] | None = None,
+) -> list[ModuleRow]:
+    """Audit a live rotary module (or callable) against the schedule it is meant to implement.
+
+    ``module(x, position_ids)`` (or ``module(x, position_ids, layer_type)``)
+    must return ``(cos, sin)`` of shape (1, n, w) with the schedule's
+    ``n_freq`` frequencies in ``w = n_freq`` columns or twice that (halves
+    ``[f, f]`` or interleaved pairs); ``x`` is a (1, n, 1) tensor in
+    ``dtype`` (modules read its dtype and device only).  Positions
+    ``0..max(lengths)-1`` go in chunks; each call also holds the last
+    position, so dynamic and longrope modules pick the frequencies of the
+    whole length.  The ``attention_scaling`` the module multiplies into
+    cos/sin is divided out.  If the module has an ``inv_freq`` buffer it must
+    hold the schedule's frequencies (in any format, within two of its ulps),
+    else ValueError: the figures would measure the wrong schedule.
+    ``match=True`` adds :func:`match_recipe`.  ``model_type`` and
+    ``cast_module`` only label the rows.
+
+    >>> import torch
+    >>> s = RopeSchedule(head_dim=8)
+    >>> theta = torch.tensor(s.inv_freq_in("float32"), dtype=torch.float32)
+    >>> def rotary(x, position_ids):  # the fp32 recipe, as a function
+    ...     ang = position_ids[..., None].float() * theta
+    ...     return ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    >>> (row,) = audit_rope_module(rotary, s, 1024)
+    >>> row.matches_recipe, row.max_rotation_error < 0.005
+    ('fp32', True)
+    """
+    lens = check_rope_lengths(lengths)
+    name, _ = _torch_dtype(dtype)
+    buf_fmt = _check_buffer(module, schedule, layer_type)
+    errs = _module_pass(module, schedule, lens, name, layer_type, chunk_elems, progress)
+    cls = module.__class__.__name__ if not inspect.isfunction(module) else module.__qualname__
+    rows = []
+    for e in errs:
+        m: tuple[Any, ...] = (None, None, None, None)
+        if match:
+            m = match_recipe(schedule, name, e.length, e.max_rotation_error, e.mean_rotation_error)
+        rows.append(ModuleRow(
+            model_type=model_type, module_class=cls, layer_type=layer_type, dtype=name, length=e.length,
+            cast_module=cast_module, schedule=schedule.describe(), inv_freq_dtype=buf_fmt,
+            max_rotation_error=e.max_rotation_error, mean_rotation_error=e.mean_rotation_error,
+            colliding_positions=e.colliding_positions, matches_recipe=m[0], diagnosis=m[1],
+            recipe_max_rotation_error=m[2], recipe_mean_rotation_error=m[3],
+        ))
+    return rows
+
+
+
+# --------------------------------------------------------------------------- transformers' rotary classes
+
+_NON_TEXT = ("vision", "visual", "audio", "image", "video", "patch", "speech", "2d", "3d", "pixel", "encoder")
+
+
+def _text_first(name: str) -> tuple[int, str]:
+    return (int(any(w in name.lower() for w in _NON_TEXT)), name)
+
+
+def _classes_in(module: Any) -> list[Any]:
+    found = [obj for n, obj in vars(module).items()
+             if n.endswith("RotaryEmbedding") and inspect.isclass(obj) and obj.__module__ == module.__name__]
+    return sorted(found, key=lambda c: _text_first(c.__name__))
+
+
+def _config_classes(cls: Any) -> list[Any]:
+    """Candidate config classes for a rotary class: its ``config`` annotation, the module's models'
+    ``config_class``, the package's model type in ``CONFIG_MAPPING``."""
+    from transformers import PreTrainedConfig, PreTrainedModel
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    mod = importlib.import_module(cls.__module__)
+    out: list[Any] = []
+    try:
+        ann = inspect.signature(cls.__init__).parameters["config"].annotation
+    except (KeyError, ValueError, TypeError):
+        ann = inspect.Parameter.empty
+    if isinstance(ann, str):
+        ann = getattr(mod, ann.strip("'\""), None)
+    if inspect.isclass(ann) and issubclass(ann, PreTrainedConfig):
+        out.append(ann)
+    for obj in vars(mod).values():
+        if inspect.isclass(obj) and issubclass(obj, PreTrainedModel) and obj.__module__ == mod.__name__:
+            cc = getattr(obj, "config_class", None)
+            if inspect.isclass(cc) and cc not in out:
+                out.append(cc)
+    pkg = cls.__module__.split(".")[2]
+    with contextlib.suppress(KeyError):
+        if CONFIG_MAPPING[pkg] not in out:
+            out.append(CONFIG_MAPPING[pkg])
+    return out
+
+
+def _sub_configs(config: Any) -> list[Any]:
+    """The config and its text sub-config (multimodal configs hold the text model's config)."""
+    out = [config]
+    with contextlib.suppress(Exception):
+        t = config.get_text_config()
+        if t is not None and t is not config:
+            out.append(t)
+    return out
+
+
+def _forward_kind(cls: Any) -> str:
+    """``"plain"`` for forward(x, position_ids), ``"layer_type"`` for forward(x, position_ids, layer_type)."""
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        raise ValueError("forward has no inspectable signature") from None
+    names = [p.name for p in params]
+    if len(params) < 2 or names[1] != "position_ids":
+        raise ValueError(f"forward({', '.join(names)}) is not the rotary protocol forward(x, position_ids)")
+    required = [p.name for p in params[2:] if p.default is inspect.Parameter.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if "layer_type" in names:
+        return "layer_type"
+    if required:
+        raise ValueError(f"forward({', '.join(names)}) needs more than (x, position_ids)")
+    return "plain"
+
+
+def build_rotary_module(cls: Any, config: Any | None = None) -> tuple[Any, Any]:
+    """Build a rotary class from ``config`` (default: its model's default config); returns (module, config).
+
+    The config class comes from the ``config`` annotation of ``__init__``,
+    else the ``config_class`` of the module's models, else ``CONFIG_MAPPING``;
+    a multimodal config is tried with its text sub-config too.  No weights,
+    no downloads.
+    """
+    require_transformers()
+    errors: list[str] = []
+    candidates = [config] if config is not None else []
+    with _quiet():
+        if config is None:
+            for cc in _config_classes(cls):
+                try:
+                    candidates.append(cc())
+                except Exception as e:
+                    errors.append(f"{cc.__name__}() failed: {e!r}")
+        for cfg in candidates:
+            for c in _sub_configs(cfg):
+                try:
+                    return cls(c), c
+                except Exception as e:
+                    errors.append(f"{cls.__name__}({type(c).__name__}) failed: {e!r}")
+    raise ValueError("; ".join(errors) or f"no config class found for {cls.__name__}")
+
+
+def _layer_types(module: Any, config: Any) -> list[str | None]:
+    """The layer types to audit: those with rope parameters of their own (per-layer-type configs), else [None].
+
+    The module's ``layer_types`` (else the config's) in sorted order, each
+    kept when :func:`~precision_audit.config.rope_layer_types` says the
+    config gives it rope parameters.
+    """
+    with_params = rope_layer_types(config)
+    if with_params is None:
+        return [None]
+    lts = getattr(module, "layer_types", None) or with_params
+    return [lt for lt in sorted(set(lts)) if lt in with_params]
+
+
+MODEL_TYPES_HINT = "`precision-audit hf-scan --list` lists those with a rotary class"
+
+
+def unknown_model_type(model_type: str) -> str:
+    """The error for a model type transformers does not know: close matches, the count, where to look."""
+    transformers = require_transformers()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return unknown_name("model type", model_type, CONFIG_MAPPING.keys(),
+                        where=f"for transformers {transformers.__version__}", hint=MODEL_TYPES_HINT)
+
+
+def _model_type_module(model_type: str) -> Any:
+    require_transformers()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
+
+    if model_type not in CONFIG_MAPPING:
+        raise ValueError(unknown_model_type(model_type))
+    pkg = model_type_to_module_name(model_type)
+    try:
+        with _quiet():
+            return importlib.import_module(f"transformers.models.{pkg}.modeling_{pkg}")
+    except ImportError as e:
+        raise ValueError(f"model type {model_type!r}: cannot import its modeling module ({e})") from None
+
+
+def find_rotary_classes(model_type: str) -> list[Any]:
+    """The ``*RotaryEmbedding`` classes of a model type's modeling module, text classes first.
+
+    E.g. ``find_rotary_classes("llama")`` gives ``[LlamaRotaryEmbedding]``
+    (tests/test_hf.py runs it).
+    """
+    mod = _model_type_module(model_type)
+    found = _classes_in(mod)
+    if not found:
+        raise ValueError(f"model type {model_type!r} has no *RotaryEmbedding class in {mod.__name__}")
+    return found
+
+
+def _config_from_dict(cls: Any, model_type: str, data: Mapping[str, Any]) -> Any:
+    """A config object for ``cls`` from a config.json dict (never executes code)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    declared = data.get("model_type", model_type)
+    with _quiet():
+        for cc in _config_classes(cls):
+            if getattr(cc, "model_type", None) == declared:
+                return cc.from_dict(dict(data))
+        if declared not in CONFIG_MAPPING:
+            raise ValueError(f"config model_type {declared!r} is unknown to this transformers")
+        return CONFIG_MAPPING[declared].from_dict(dict(data))
+
+
+def audit_model_type(
+    model_type: str,
+    lengths: int | Iterable[int] = 8192,
+    *,
+    dtype: Any = "bfloat16",
+    cast_module: bool = False,
+    config: Mapping[str, Any] | None = None,
+    layer_type: str | None = None,
+    class_name: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[ModuleRow]:
+    """Build a model type's rotary module (default config, or a config.json dict) and audit it.
+
+    ``cast_module=True`` applies ``.to(dtype)`` first, as ``model.to(dtype)``
+    does.  The first text ``*RotaryEmbedding`` class is used unless
+    ``class_name`` names another; per-layer-type modules (Gemma) give one
+    row set per layer type unless ``layer_type`` picks one.
+    """
+    classes = find_rotary_classes(model_type)
+    if class_name is not None:
+        named = [c for c in classes if c.__name__ == class_name]
+        if not named:
+            raise ValueError(f"model type {model_type!r} has no class {class_name!r}; it has "
+                             f"{', '.join(c.__name__ for c in classes)}")
+        classes = named
+    cls = classes[0]
+    kind = _forward_kind(cls)
+    cfg = None if config is None else _config_from_dict(cls, model_type, config)
+    name, tdt = _torch_dtype(dtype)
+    module, cfg = build_rotary_module(cls, cfg)
+    lts = _layer_types(module, cfg) if kind == "layer_type" else [None]
+    if layer_type is not None:
+        if layer_type not in lts:
+            has = f"has layer types {', '.join(map(str, lts))}" if lts != [None] else "has no layer types"
+            raise ValueError(f"unknown layer type {layer_type!r}: {cls.__name__} with this config {has}")
+        lts = [layer_type]
+    if cast_module:
+        module = module.to(tdt)
+    rows: list[ModuleRow] = []
+    for lt in lts:
+        sched = schedule_from_config(cfg, lt)
+        rows += audit_rope_module(module, sched, lengths, dtype=name, layer_type=lt, model_type=model_type,
+                                  cast_module=cast_module, progress=progress)
+    return rows
+
+
