@@ -20,7 +20,7 @@ from referees import need  # tests/ helper: the referees' third-party packages a
 from referees._ggml_model import converter_llama3_factors
 
 from precision_audit.config import load_config, load_config_dict
-from precision_audit.gguf_meta import pair_layout, read_gguf_metadata
+from precision_audit.config.gguf import pair_layout, read_gguf_metadata
 
 gguf = need("gguf")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from precision_audit.hub import is_hub_id, resolve_model
+from precision_audit.config.hub import is_hub_id, resolve_model
 
 pytest.importorskip("huggingface_hub", reason="the [hub] extra (huggingface_hub) is not installed")
 

@@ -67,6 +67,7 @@ from .parse import (
     ModelConfig,
     load_config,
     load_config_dict,
+    load_model,
     rope_layer_types,
     schedule_from_config,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "default_lengths",
     "load_config",
     "load_config_dict",
+    "load_model",
     "positions_verdict",
     "rope_layer_types",
     "rope_verdict",

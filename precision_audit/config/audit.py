@@ -90,8 +90,8 @@ def alibi_verdict(row: Any, tolerance: float = DEFAULT_TOLERANCE) -> str:
 class ConfigRow(Row):
     """One code path of a model at one dtype and context length, with its verdict.
 
-    ``component``: ``rope`` (``recipe`` a RoPE preset, ``layer_type`` the
-    schedule's layer type), ``alibi`` (an ALiBi recipe) or ``positions``
+    ``component``: ``rope`` (``recipe`` a RoPE preset or a stack, ``stack``
+    the stack's name for a stack row, ``layer_type`` the schedule's layer type), ``alibi`` (an ALiBi recipe) or ``positions``
     (position ids cast to ``dtype``).  ``colliding_positions``: positions whose
     cos/sin row (rope), id (positions) or bias (alibi, worst head) equals the
     previous one's.  RoPE metrics in rad; ``ratio`` = max rotation error / the
@@ -116,6 +116,7 @@ class ConfigRow(Row):
     max_abs_error: float | None = None
     max_prob_change: float | None = None
     non_finite: int | None = None
+    stack: str | None = None
 
     def __post_init__(self) -> None:
         if self.component not in ("rope", "alibi", "positions"):
@@ -170,12 +171,12 @@ def _recipe_names(kind: str, recipes: Sequence[str] | None) -> list[str]:
 
 def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[str],
                  recipes: Sequence[str] | None = None) -> int:
-    """Positions :func:`audit_config` reports to ``progress`` (RoPE: per pass, all recipes at once;
-    ALiBi: two passes per recipe), summed over schedules and dtypes.
+    """Positions :func:`audit_config` reports to ``progress`` (RoPE: one pass per schedule serves every recipe,
+    stack and dtype; ALiBi: two passes per recipe and dtype).
 
     >>> from precision_audit.config import load_config_dict
     >>> work_to_scan(load_config_dict({"model_type": "llama", "head_dim": 64}), [1024, 4096], ["bf16", "fp16"])
-    8192
+    4096
     """
     lens = check_lengths(lengths)
     n = len(dict.fromkeys(get_format(d).name for d in dtypes))
@@ -183,7 +184,7 @@ def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[st
         return 2 * lens[-1] * n * len(_recipe_names("alibi", recipes))
     from ..rope import positions_to_scan
 
-    return sum(positions_to_scan(s, lens) for _, s in model.rope) * n
+    return sum(positions_to_scan(s, lens) for _, s in model.rope)
 
 
 def audit_config(
@@ -192,19 +193,23 @@ def audit_config(
     dtypes: Sequence[str] = ("bfloat16", "float16"),
     *,
     recipes: Sequence[str] | None = None,
+    stacks: Sequence[str] | None = None,
     engine: str = "numpy",
     tolerance: float = DEFAULT_TOLERANCE,
     positions: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> list[ConfigRow]:
-    """Audit every code path of a model: rows per dtype, length, then component and recipe.
+    """Audit every code path of a model: rows per dtype, length, then component, recipes and stacks.
 
-    RoPE models: the RoPE presets (``recipes``, default all) of each layer
-    type's schedule; ALiBi models: the ALiBi recipes (default all) with the
-    reference slopes; plus (``positions``) the position ids cast to each dtype.
-    ``lengths`` default to :func:`default_lengths`.  ``engine`` as for the
-    rope and positions auditors (ALiBi runs numpy).  RoPE lengths above 2**26
-    raise ValueError (the oracle's limit).
+    RoPE models: the RoPE presets (``recipes``; all when neither recipes nor
+    ``stacks`` are given) and the inference stacks (``stacks``, names of
+    :data:`precision_audit.rope.STACKS`; a stack that does not run a layer's
+    rope type raises ValueError) of each layer type's schedule, in one pass
+    per schedule for every dtype; ALiBi models: the ALiBi recipes (default
+    all) with the reference slopes; plus (``positions``) the position ids cast
+    to each dtype.  ``lengths`` default to :func:`default_lengths`.
+    ``engine`` as for the rope and positions auditors (ALiBi runs numpy).
+    RoPE lengths above 2**26 raise ValueError (the oracle's limit).
     """
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not tolerance > 0:
         raise ValueError(f"tolerance {tolerance!r} must be a number > 0")
@@ -214,35 +219,14 @@ def audit_config(
     fmts = list(dict.fromkeys(get_format(d).name for d in dtypes))
     if not fmts:
         raise ValueError("no dtype given")
+    if stacks and model.kind != "rope":
+        raise ValueError(f"{model.name}: stacks model RoPE code paths; this model uses {model.kind}")
     rows: list[ConfigRow] = []
+    names = [] if stacks and recipes is None else _recipe_names(model.kind, recipes)
     if model.kind == "rope":
-        from ..rope import audit, check_rope_lengths, preset
-
-        check_rope_lengths(lens)
-        names = _recipe_names("rope", recipes)
-        for d in fmts:
-            for layer_type, s in model.rope:
-                lt = None if layer_type == "all" else layer_type
-                for r in audit(s, [preset(n, d) for n in names], lens, progress=progress, engine=engine):
-                    rows.append(ConfigRow(
-                        component="rope", recipe=r.recipe, dtype=d, length=r.length, layer_type=lt,
-                        verdict=rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound, tolerance),
-                        max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
-                        colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
-                        ratio=r.max_rotation_error / r.cache_bound))
+        rows += _rope_rows(model, lens, fmts, names, list(stacks or ()), engine, tolerance, progress)
     else:
-        from ..alibi import audit_alibi
-
-        names = _recipe_names("alibi", recipes)
-        for d in fmts:
-            for n in names:
-                for a in audit_alibi(lens, int(model.num_heads), n, d, progress=progress):  # type: ignore[arg-type]
-                    rows.append(ConfigRow(
-                        component="alibi", recipe=n, dtype=d, length=a.length, verdict=alibi_verdict(a, tolerance),
-                        colliding_positions=a.length - a.min_distinct_biases,
-                        min_distinct_biases=a.min_distinct_biases, max_run=a.max_run,
-                        max_abs_error=a.max_abs_error, max_prob_change=a.max_prob_change,
-                        non_finite=a.nonfinite_biases))
+        rows += _alibi_rows(model, lens, fmts, names, tolerance, progress)
     if positions:
         from ..positions import audit_positions
 
@@ -254,7 +238,48 @@ def audit_config(
                 max_run=p.max_run, max_abs_error=p.max_abs_error, non_finite=p.non_finite))
     order = {"rope": 0, "alibi": 0, "positions": 1}
     layer_rank = {t: i for i, (t, _) in enumerate(model.rope)}
-    rec_rank = {n: i for i, n in enumerate(_recipe_names(model.kind, recipes))}
+    rec_rank = {n: i for i, n in enumerate([*names, *(stacks or ())])}
     rows.sort(key=lambda r: (fmts.index(r.dtype), r.length, order[r.component],
                              layer_rank.get(r.layer_type or "all", 0), rec_rank.get(r.recipe, 0)))
     return rows
+
+
+def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], names: Sequence[str],
+               stacks: Sequence[str], engine: str, tolerance: float,
+               progress: Callable[[int], None] | None) -> list[ConfigRow]:
+    """Every preset and stack of every dtype, one audit (one pass) per layer type's schedule."""
+    from ..rope import audit, check_rope_lengths, preset, stack
+
+    check_rope_lengths(lens)
+    rows = []
+    for layer_type, s in model.rope:
+        lt = None if layer_type == "all" else layer_type
+        recs = [preset(n, d) for d in fmts for n in names] + [stack(n, d, s) for d in fmts for n in stacks]
+        for r in audit(s, recs, lens, progress=progress, engine=engine):
+            rows.append(ConfigRow(
+                component="rope", recipe=r.recipe, dtype=r.dtype, length=r.length, layer_type=lt,
+                verdict=rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound, tolerance),
+                max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
+                colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
+                ratio=r.max_rotation_error / r.cache_bound, stack=r.stack))
+    return rows
+
+
+def _alibi_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], names: Sequence[str],
+                tolerance: float, progress: Callable[[int], None] | None) -> list[ConfigRow]:
+    """Every ALiBi recipe of every dtype with the model's head count (reference slopes)."""
+    from ..alibi import audit_alibi
+
+    rows = []
+    for d in fmts:
+        for n in names:
+            for a in audit_alibi(lens, int(model.num_heads), n, d, progress=progress):  # type: ignore[arg-type]
+                rows.append(ConfigRow(
+                    component="alibi", recipe=n, dtype=d, length=a.length, verdict=alibi_verdict(a, tolerance),
+                    colliding_positions=a.length - a.min_distinct_biases,
+                    min_distinct_biases=a.min_distinct_biases, max_run=a.max_run,
+                    max_abs_error=a.max_abs_error, max_prob_change=a.max_prob_change,
+                    non_finite=a.nonfinite_biases))
+    return rows
+
+

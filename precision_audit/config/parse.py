@@ -23,6 +23,7 @@ __all__ = [
     "ModelConfig",
     "load_config",
     "load_config_dict",
+    "load_model",
     "rope_layer_types",
     "schedule_from_config",
 ]
@@ -63,7 +64,8 @@ class ModelConfig:
     ``max_position_embeddings`` is the context length the config declares
     (``context_key`` names the key it came from; None if it declares none),
     ``torch_dtype`` the dtype it was saved in, ``notes`` what the parser
-    assumed or ignored, ``alibi_bias_max`` MPT's ``attn_config.alibi_bias_max``
+    assumed or ignored, ``origin`` what it was read from (``config.json``,
+    ``gguf`` or ``hub``), ``alibi_bias_max`` MPT's ``attn_config.alibi_bias_max``
     (its slopes' exponent range; None when not given).
 
     >>> ModelConfig(name="x", model_type="bloom", kind="alibi")
@@ -83,6 +85,7 @@ class ModelConfig:
     source: str = ""
     notes: tuple[str, ...] = field(default=())
     alibi_bias_max: float | None = None
+    origin: str = "config.json"
 
     def __post_init__(self) -> None:
         if self.kind not in ("rope", "alibi"):
@@ -137,7 +140,7 @@ class ModelConfig:
             "name": self.name, "model_type": self.model_type, "kind": self.kind, "rope": rope,
             "num_heads": self.num_heads, "max_position_embeddings": self.max_position_embeddings,
             "context_key": self.context_key, "torch_dtype": self.torch_dtype, "source": self.source,
-            "notes": list(self.notes),
+            "notes": list(self.notes), "origin": self.origin,
         })
 
 
@@ -171,6 +174,45 @@ def load_config(path: str | os.PathLike[str]) -> ModelConfig:
     name = os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json" \
         else os.path.splitext(os.path.basename(p))[0]
     return load_config_dict(data, name=name, source=p)
+
+
+_GGUF_MAGIC = b"GGUF"
+
+
+def _is_gguf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == _GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def load_model(model: str | os.PathLike[str]) -> ModelConfig:
+    """A model's description from what a user names it by: a ``config.json`` (or a directory holding one), a
+    llama.cpp ``.gguf`` file (its metadata, never its weights), or a Hugging Face Hub id ``ORG/NAME[@REVISION]``
+    (its ``config.json`` only, through the local cache; see :mod:`precision_audit.config.hub`).
+
+    >>> load_model("tests/data/qwen2-7b.json").origin, load_model("tests/data/qwen2-7b.json").name
+    ('config.json', 'qwen2-7b')
+    >>> load_model("no/such/config.json")
+    Traceback (most recent call last):
+    ...
+    ValueError: no/such/config.json: cannot read: No such file or directory
+    """
+    from .hub import resolve_model
+
+    text = os.fspath(model)
+    path = resolve_model(text)
+    if _is_gguf(path):
+        from .gguf import read_gguf_metadata
+
+        mc = load_config_dict(read_gguf_metadata(path), name=os.path.splitext(os.path.basename(path))[0],
+                              source=path)
+        return replace(mc, origin="gguf")
+    mc = load_config(path)
+    if path != text:  # a Hub id: name the model by it
+        mc = replace(mc, name=text, source=f"{text} (Hub config.json: {path})", origin="hub")
+    return mc
 
 
 class _Fields:
