@@ -78,7 +78,18 @@ def _get(row: Any, key: str) -> Any:
     return row[key] if isinstance(row, Mapping) else getattr(row, key)
 
 
-def _labels() -> dict[str, tuple[str, str | None]]:
+_ALIBI_FIX = "keep the bias float32 and add it to float32 scores (the fp32 recipe)"
+_ALIBI_LABELS: dict[str, tuple[str, str | None]] = {
+    "lowp": ("ALiBi in the model dtype (lowp)", _ALIBI_FIX),
+    "cast-output": ("ALiBi built in float32, cast (cast-output: Bloom's build_alibi_tensor)", _ALIBI_FIX),
+    "relative-cast": ("ALiBi slope * (i - j) in float32, cast (relative-cast)", _ALIBI_FIX),
+    "fp32": ("ALiBi bias in float32 (fp32)", None),
+}
+
+
+def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
+    if kind == "alibi":
+        return dict(_ALIBI_LABELS)
     from .rope.recipes import STACKS
 
     out: dict[str, tuple[str, str | None]] = {n: (s.label, s.fix) for n, s in STACKS.items()}
@@ -94,12 +105,13 @@ def _labels() -> dict[str, tuple[str, str | None]]:
     return out
 
 
-def bottom_line(rows: Iterable[Any], key: str = "path") -> list[Summary]:
+def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope") -> list[Summary]:
     """One :class:`Summary` per (code path, dtype) of ``rows``, in first-seen order.
 
     Each row (a mapping or an object) gives ``key`` (the code path: a stack
     or recipe name), ``dtype``, ``length`` and ``verdict``; rows of several
-    layer types at one length combine to their worst verdict.
+    layer types at one length combine to their worst verdict.  ``kind``
+    (``rope`` or ``alibi``) chooses how recipe names read.
     """
     groups: dict[tuple[str, str], dict[int, str]] = {}
     for r in rows:
@@ -108,7 +120,7 @@ def bottom_line(rows: Iterable[Any], key: str = "path") -> list[Summary]:
         if v not in VERDICT_ORDER:
             raise ValueError(f"verdict {v!r} must be one of {', '.join(VERDICT_ORDER)}")
         g[L] = max(g.get(L, "safe"), v, key=VERDICT_ORDER.index)
-    labels = _labels()
+    labels = _labels(kind)
     out = []
     for (path, dtype), by_len in groups.items():
         lens = tuple(sorted(by_len))

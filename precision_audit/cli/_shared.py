@@ -12,6 +12,7 @@ the library's ValueErrors into usage errors.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -434,16 +435,19 @@ def schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | N
 # --- stacks -----------------------------------------------------------------------------------
 
 
-def stacks_for(names: Sequence[str], schedule: Any) -> tuple[list[str], list[str]]:
-    """The stacks asked for (``all`` expands to every stack) that run ``schedule``'s rope type, and the reasons
-    of those ``all`` left out.  A stack named explicitly that cannot run the schedule is a usage error."""
+def stacks_for(names: Sequence[str], schedules: Any) -> tuple[list[str], list[str]]:
+    """The stacks asked for (``all`` expands to every stack) that run the rope type of every schedule given (one
+    schedule or several), and the reasons of those ``all`` left out.  A stack named explicitly that cannot run a
+    schedule is a usage error."""
     from ..rope import STACKS
 
+    scheds = list(schedules) if isinstance(schedules, (list, tuple)) else [schedules]
     out: list[str] = []
     skipped: list[str] = []
     for n in dict.fromkeys(n for name in names for n in (STACKS if name == "all" else [name])):
         try:
-            STACKS[n].check(n, schedule.scaling)
+            for sched in scheds:
+                STACKS[n].check(n, sched.scaling)
         except ValueError as e:
             if "all" not in names or n in names:
                 raise click.BadParameter(str(e), param_hint="'--stack'") from None
@@ -451,3 +455,47 @@ def stacks_for(names: Sequence[str], schedule: Any) -> tuple[list[str], list[str
             continue
         out.append(n)
     return out, skipped
+
+
+def stack_option(help_default: str) -> Callable[[Any], Any]:
+    """``--stack NAME`` (repeatable; ``all``), the same on every command that takes it."""
+    from ..rope import STACKS
+
+    return click.option(
+        "--stack", "stacks", type=click.Choice(["all", *STACKS]), multiple=True, metavar="NAME",
+        help="Inference stack (repeatable): the code path a stack runs, written from its source: "
+             + ", ".join(STACKS) + "; all = every stack that runs the model's rope type.  " + help_default)
+
+
+def bottom_line_text(summaries: Sequence[Any]) -> str:
+    """The bottom line block: one sentence per code path and dtype (verdict words coloured on a terminal)."""
+    lines = ["Bottom line (longest audited context that is safe, and the fix where one is known):"]
+    for s in summaries:
+        text = str(s)
+        if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+            for word, colour in (("safe", "green"), ("degraded", "yellow"), ("broken", "red")):
+                text = text.replace(f" {word} ", " " + click.style(word, fg=colour) + " ")
+        lines.append("  " + text)
+    return "\n".join(lines)
+
+
+def fail_on(rows: Sequence[Any], threshold: str, paths: Sequence[str], key: str = "recipe") -> None:
+    """``--fail-on``: print each failing row of the judged ``paths`` and why on stderr, then exit 1."""
+    if threshold == "never":
+        return
+    from ..bottomline import failing
+
+    bad = failing(rows, threshold, key=key, paths=paths)
+    for row, why in bad:
+        get = row.get if isinstance(row, dict) else lambda k, r=row: getattr(r, k, None)
+        detail = []
+        if get("colliding_positions"):
+            detail.append(f"{get('colliding_positions')} colliding positions")
+        if get("max_rotation_error") is not None:
+            detail.append(f"max rotation error {get('max_rotation_error'):.4g} rad = {get('ratio'):.3g}x the cache "
+                          "bound")
+        lt = get("layer_type")
+        click.echo(f"fail-on {threshold}: {get(key)}{f' ({lt})' if lt else ''}: {why}"
+                   + (f" ({'; '.join(detail)})" if detail else ""), err=True)
+    if bad:
+        raise SystemExit(1)

@@ -11,8 +11,9 @@ import click
 
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
-from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, echo_json, echo_table, emit, pct,
-                      progress_bar, wide_option)
+from ._shared import fail_on as judge_rows
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, echo_json,
+                      echo_table, emit, pct, progress_bar, stack_option, stacks_for, wide_option)
 
 # --- report -----------------------------------------------------------------------------------
 
@@ -97,10 +98,10 @@ CONFIG_VERDICT_HELP = (
 
 
 def _config_path(ctx: Any, param: Any, value: str) -> Any:
-    from ..config import load_config
+    from ..config import load_model
 
     try:
-        return load_config(value)
+        return load_model(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -138,47 +139,77 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
     return cols
 
 
-def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float) -> None:
-    """The model's description, the table and the verdict key."""
+def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float, summaries: Sequence[Any],
+                  skipped: Sequence[str]) -> None:
+    """The model's description, the bottom line, the table, the verdict key and the stacks left out."""
     click.echo(model.describe() + "\n")
+    if summaries:
+        click.echo(bottom_line_text(summaries) + "\n")
     echo_table(dicts, _config_columns(model, dicts))
     click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
                "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
-               "equals the previous one's; '-' = not measured for that component.")
+               "equals the previous one's; '-' = not measured for that component."
+               + "".join(f"\nskipped: {why}" for why in skipped))
+
+
+def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """The stacks to run, the reasons stacks were left out, and the code paths --fail-on and the bottom line judge.
+
+    RoPE: the stacks named (``all`` = every stack that runs the model), else none when recipes are named, else
+    every stack (llama.cpp's for a GGUF file); judged: the stacks named, else transformers as built (llama.cpp CPU
+    for a GGUF file), plus the recipes named.  ALiBi: the recipes named, else the fp32 recipe.
+    """
+    if model.kind != "rope":
+        if stacks:
+            raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses ALiBi", param_hint="'--stack'")
+        return [], [], list(recipes) or ["fp32"]
+    gguf = model.origin == "gguf"
+    asked = list(stacks) or ([] if recipes else (["llama.cpp-cpu", "llama.cpp-cuda"] if gguf else ["all"]))
+    names, skipped = stacks_for(asked, [s for _, s in model.rope])
+    judged = [n for n in names if stacks] or ([] if recipes else [("llama.cpp-cpu" if gguf else "transformers")])
+    return names, skipped, [*judged, *recipes]
 
 
 @click.command("config", cls=AuditCommand)
-@click.argument("model", metavar="PATH", callback=_config_path)
+@click.argument("model", metavar="MODEL", callback=_config_path)
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K, 1M; RoPE at most 64M.  "
                    "[default: the config's context, 2x and 4x]")
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True,
               help=DTYPE_HELP + "  [default: the config's torch_dtype, bfloat16 if it names none]")
+@stack_option("[default: every stack that runs the model (a GGUF file: llama.cpp's), unless --recipe]")
 @click.option("--recipe", "-r", "recipes", multiple=True, metavar="NAME",
-              help="Code path (repeatable): RoPE presets " + ", ".join(_ROPE_PRESETS) + "; ALiBi recipes "
-                   + ", ".join(_ALIBI_RECIPES) + ".  [default: all of the model's kind]")
+              help="Code path (repeatable): RoPE presets " + ", ".join(_ROPE_PRESETS) + " (what-if paths: lowp = "
+                   "positions and angles in the dtype, lowp-inv-freq = a downcast inv_freq buffer, fp32 = the fix, "
+                   "fp64 = beyond it); ALiBi recipes " + ", ".join(_ALIBI_RECIPES) + ".  [default: RoPE none (the "
+                   "stacks), ALiBi all]")
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
-              help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE and "
-                   "positions; ALiBi runs numpy).")
+              help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
+                   "positions; stacks and ALiBi run numpy).")
 @click.option("--tolerance", type=click.FloatRange(min=0.0, min_open=True), default=8.0, show_default=True,
               help="degraded above TOLERANCE x the cache format's rounding bound.")
 @click.option("--no-positions", is_flag=True, help="Leave out the position-id rows.")
 @click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
-              help="Exit 1 when a row of the default code path (RoPE fp32 / ALiBi fp32) is this bad or worse; "
-                   "for CI.")
+              help="Exit 1 when a judged row is this bad or worse, printing each on stderr with why (for CI).  "
+                   "Judged: the stacks named with --stack, else transformers as built (a GGUF file: llama.cpp "
+                   "CPU); plus the recipes named with --recipe (ALiBi: else fp32).")
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
-              help='Print {"auditor": "config", "model": {...}, "results": [row, ...]} as JSON.')
-def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], recipes: tuple[str, ...],
-               engine: str, tolerance: float, no_positions: bool, fail_on: str, as_json: bool) -> None:
-    """Audit a model from its Hugging Face config.json with the tool's own schedules.
+              help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON.')
+def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
+               recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
+               as_json: bool) -> None:
+    """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
-    PATH is a config.json (or a directory holding one); it is parsed as JSON,
-    never executed.  RoPE models: every RoPE preset for each layer type's
-    schedule; ALiBi models: every ALiBi recipe with the model's head count;
-    plus the position ids cast to each dtype.  By default at the model's
-    context and 2x, 4x (context extension), in the dtype the config was
-    saved in (torch_dtype; bfloat16 if it names none), as `report` does.
+    MODEL is a Hugging Face config.json (or a directory holding one), a
+    llama.cpp .gguf file (its metadata: never a weight), or a Hub id
+    ORG/NAME[@REVISION] (its config.json only, through the local cache;
+    HF_HUB_OFFLINE is honoured; needs the [hub] extra).  Nothing is executed.
+    The output opens with the bottom line: per stack (the code an inference
+    stack runs, written from its source) and dtype, the longest audited
+    context that is safe and the fix where one is known; the table follows.
+    By default at the model's context and 2x, 4x (context extension), in the
+    dtype the config was saved in (torch_dtype; bfloat16 if it names none).
 
     Verdicts: broken = phase lost (max rotation error >= pi/2) or colliding
     positions > 0; degraded = max rotation error above TOLERANCE (8) x the
@@ -187,24 +218,27 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], re
 
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
+    from ..bottomline import bottom_line
     from ..config import audit_config, default_dtype, default_lengths, work_to_scan
 
     lens = tuple(lengths) or default_lengths(model)
     dts = dtypes or (default_dtype(model),)
     _check_config_lengths(model, lens, bool(lengths))
-    total = work_to_scan(model, lens, dts, recipes or None)
+    names, skipped, judged = _config_paths(model, stacks, recipes)
+    total = work_to_scan(model, lens, dts, recipes or None, names)
     with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
-        rows = audit_config(model, lens, dts, recipes=recipes or None, engine=engine, tolerance=tolerance,
-                            positions=not no_positions, progress=bar.update)
+        rows = audit_config(model, lens, dts, recipes=recipes or None, stacks=names, engine=engine,
+                            tolerance=tolerance, positions=not no_positions, progress=bar.update)
     dicts = [r.to_dict() for r in rows]
+    paths = [*names, *recipes] if model.kind == "rope" else list(recipes) or list(_ALIBI_RECIPES)
+    summaries = bottom_line([r for r in rows if r.component != "positions" and r.recipe in paths], key="recipe",
+                            kind=model.kind)
     if as_json:
         echo_json({"auditor": "config", "model": model.to_dict(), "engine": engine, "tolerance": tolerance,
-                   "results": dicts})
+                   "summary": [s.to_dict() for s in summaries], "skipped": skipped, "results": dicts})
     else:
-        _print_config(model, dicts, tolerance)
-    worst = {"never": None, "broken": ("broken",), "degraded": ("broken", "degraded")}[fail_on]
-    if worst and any(r.verdict in worst and r.recipe == "fp32" for r in rows):
-        raise SystemExit(1)
+        _print_config(model, dicts, tolerance, summaries, skipped)
+    judge_rows([r for r in rows if r.component != "positions"], fail_on, judged)
 
 
 # --- live code: transformers' rotary modules and ALiBi builders (precision_audit.hf) ---------------

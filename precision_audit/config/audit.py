@@ -170,9 +170,9 @@ def _recipe_names(kind: str, recipes: Sequence[str] | None) -> list[str]:
 
 
 def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[str],
-                 recipes: Sequence[str] | None = None) -> int:
-    """Positions :func:`audit_config` reports to ``progress`` (RoPE: one pass per schedule serves every recipe,
-    stack and dtype; ALiBi: two passes per recipe and dtype).
+                 recipes: Sequence[str] | None = None, stacks: Sequence[str] | None = None) -> int:
+    """Positions :func:`audit_config` reports to ``progress`` (RoPE: per schedule one pass serves every preset and
+    dtype, one more every stack; ALiBi: two passes per recipe and dtype).
 
     >>> from precision_audit.config import load_config_dict
     >>> work_to_scan(load_config_dict({"model_type": "llama", "head_dim": 64}), [1024, 4096], ["bf16", "fp16"])
@@ -184,7 +184,8 @@ def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[st
         return 2 * lens[-1] * n * len(_recipe_names("alibi", recipes))
     from ..rope import positions_to_scan
 
-    return sum(positions_to_scan(s, lens) for _, s in model.rope)
+    passes = (1 if not stacks or recipes is not None else 0) + (1 if stacks else 0)  # presets, stacks
+    return sum(positions_to_scan(s, lens) for _, s in model.rope) * passes
 
 
 def audit_config(
@@ -208,7 +209,7 @@ def audit_config(
     per schedule for every dtype; ALiBi models: the ALiBi recipes (default
     all) with the reference slopes; plus (``positions``) the position ids cast
     to each dtype.  ``lengths`` default to :func:`default_lengths`.
-    ``engine`` as for the rope and positions auditors (ALiBi runs numpy).
+    ``engine`` as for the rope and positions auditors (stacks and ALiBi run numpy).
     RoPE lengths above 2**26 raise ValueError (the oracle's limit).
     """
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not tolerance > 0:
@@ -254,8 +255,12 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
     rows = []
     for layer_type, s in model.rope:
         lt = None if layer_type == "all" else layer_type
-        recs = [preset(n, d) for d in fmts for n in names] + [stack(n, d, s) for d in fmts for n in stacks]
-        for r in audit(s, recs, lens, progress=progress, engine=engine):
+        found = []
+        if names:
+            found += audit(s, [preset(n, d) for d in fmts for n in names], lens, progress=progress, engine=engine)
+        if stacks:  # a stack's hows are modelled by the numpy engine (its kernels are not torch's)
+            found += audit(s, [stack(n, d, s) for d in fmts for n in stacks], lens, progress=progress)
+        for r in found:
             rows.append(ConfigRow(
                 component="rope", recipe=r.recipe, dtype=r.dtype, length=r.length, layer_type=lt,
                 verdict=rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound, tolerance),
