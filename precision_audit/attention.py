@@ -59,6 +59,8 @@ class AttentionRow(Row):
     check), max over pairs; ``logit_rms``: RMS of the exact logits, for scale.
     ``apply`` / ``mode``: the format and mode q and k were stored and rotated
     in (see :func:`apply_rotation`); ``float64`` leaves the cache's error alone.
+    ``stack``: the stack whose code path the recipe is (None for a preset or
+    a custom recipe).
     """
 
     recipe: str
@@ -74,6 +76,7 @@ class AttentionRow(Row):
     logit_rms: float
     apply: str | None = None
     mode: str | None = None
+    stack: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.distance < self.length:
@@ -176,7 +179,9 @@ def attention_errors(
     model in that dtype runs it; the exact logit uses the same stored q and
     k, so the error is the position encoding's and the rotation's.  ``apply``
     / ``mode`` override every recipe's; ``apply="float64"`` leaves the cache's
-    own effect alone.
+    own effect alone.  Each recipe's cos/sin come from :func:`~precision_audit.rope.run_recipe`, so a stack's
+    recipe (:func:`~precision_audit.rope.stack`) rotates by that stack's own angles (ggml's repeated products,
+    MLX's frequencies, ...) in its own apply mode.
 
     >>> from precision_audit.rope import preset
     >>> rows = attention_errors(RopeSchedule(head_dim=8), preset("fp64", "float64"), 100, [5], pairs=2)
@@ -243,6 +248,7 @@ def attention_errors(
                     logit_rms=float(np.sqrt(np.mean(exact**2))),
                     apply=fmt,
                     mode=md,
+                    stack=rec.stack,
                 )
             )
     return rows

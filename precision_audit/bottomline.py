@@ -21,7 +21,7 @@ from typing import Any
 
 from ._common import Row
 
-__all__ = ["VERDICT_ORDER", "Summary", "bottom_line", "failing", "human_length"]
+__all__ = ["VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]
 
 VERDICT_ORDER: tuple[str, ...] = ("safe", "degraded", "broken")
 
@@ -103,6 +103,15 @@ def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
         "position ids": ("position ids in the dtype", "build position ids as int64/float32, never in the dtype"),
     })
     return out
+
+
+def fix_for(path: str, kind: str = "rope") -> str | None:
+    """The fix the bottom line names for a code path (a stack, RoPE preset or ALiBi recipe); None if none is known.
+
+    >>> fix_for("lowp-inv-freq")
+    'call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)'
+    """
+    return _labels(kind).get(path, (path, None))[1]
 
 
 def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope") -> list[Summary]:

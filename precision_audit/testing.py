@@ -8,9 +8,10 @@ rows, their verdict and the limit they crossed), so a failing CI log says why.
   ``forward(x, position_ids) -> (cos, sin)``, e.g. transformers'
   ``LlamaRotaryEmbedding``), called for positions 0..L-1 in chunks, against
   the exact float64 angles of the schedule its config describes;
-* :func:`assert_config`: a model's ``config.json`` through the tool's own
-  schedules (:mod:`precision_audit.config`);
-* :func:`assert_rope`: a schedule and a RoPE recipe;
+* :func:`assert_config`: a model's ``config.json`` (or GGUF file, Hub id)
+  through the tool's own schedules (:mod:`precision_audit.config`), on a
+  recipe or on the code path of an inference stack (``stack=``);
+* :func:`assert_rope`: a schedule and a RoPE recipe or stack (``stack=``);
 * :func:`assert_positions`: position ids cast to a format.
 
 The default limit is the verdict rule of :mod:`precision_audit.config`: a
@@ -47,8 +48,8 @@ from ._common import (
     check_schedule,
     describe,
 )
-from .config import (DEFAULT_TOLERANCE, PHASE_LOST, ModelConfig, load_config, load_config_dict, rope_verdict,
-                     schedule_from_config)
+from .config import (DEFAULT_TOLERANCE, PHASE_LOST, ModelConfig, load_config, load_config_dict, load_model,
+                     rope_verdict, schedule_from_config)
 from .formats import get_format
 from .schedules import RopeSchedule
 
@@ -265,41 +266,93 @@ def assert_rope_module(
 # --------------------------------------------------------------------------- schedules and configs
 
 
+def _fix_line(path: str) -> str:
+    """"Fix: ..." for a stack or preset whose bottom line names one, else empty."""
+    from .bottomline import fix_for
+
+    fix = fix_for(path)
+    return f"\nFix: {fix}." if fix else ""
+
+
+def _recipe_or_stack(recipe: Any, stack: Any, default: str | None) -> tuple[str | None, str | None]:
+    """Check that one of ``recipe`` / ``stack`` is given (``recipe`` falls back to ``default``), not both."""
+    _check_text(stack, "stack", optional=True)
+    if stack is not None and recipe is not None:
+        raise ValueError(f"give recipe {describe(recipe)} or stack {stack!r}, not both")
+    if stack is None and recipe is None:
+        if default is None:
+            raise ValueError("give a recipe (a preset name or a Recipe) or a stack name")
+        recipe = default
+    return recipe, stack
+
+
 def assert_rope(
     schedule: RopeSchedule,
-    recipe: Any,
-    length: int,
+    recipe: Any = None,
+    length: int | None = None,
     *,
+    stack: str | None = None,
     dtype: str = "bfloat16",
     max_rotation_error: float | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> None:
-    """Fail unless a RoPE recipe (a preset name or a :class:`~precision_audit.rope.Recipe`) is accurate.
+    """Fail unless a RoPE code path is accurate at ``length``: a recipe (a preset name or a
+    :class:`~precision_audit.rope.Recipe`) or the code path of ``stack`` (a name of
+    :data:`precision_audit.rope.STACKS`: vllm, llama.cpp-cpu, ...; give one of the two).
 
     >>> assert_rope(RopeSchedule(head_dim=128), "fp32", 32768)
+    >>> assert_rope(RopeSchedule(head_dim=128), length=32768, stack="llama.cpp-cpu")
     >>> try:
     ...     assert_rope(RopeSchedule(head_dim=128), "fp32", 32768, max_rotation_error=1e-3)
     ... except AssertionError as e:
     ...     print(str(e).splitlines()[0])
     RoPE recipe fp32 fails at length 32768 in bfloat16 (limit: max rotation error <= 0.001 rad, no colliding positions)
+    >>> try:
+    ...     assert_rope(RopeSchedule(head_dim=128), length=32768, stack="transformers-cast")
+    ... except AssertionError as e:
+    ...     lines = str(e).splitlines()
+    >>> print(lines[0]); print(lines[-1])
+    RoPE stack transformers-cast fails at length 32768 in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)
+    Fix: call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype).
     """
     from .rope import Recipe, audit, preset
+    from .rope import stack as stack_recipe
 
     max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
     check_schedule(schedule)
-    if not isinstance(recipe, (str, Recipe)):
+    recipe, stack = _recipe_or_stack(recipe, stack, None)
+    if length is None:
+        raise ArgumentTypeError("length must be given (the context length to check)")
+    if stack is not None:
+        rec = stack_recipe(stack, dtype, schedule)
+    elif isinstance(recipe, (str, Recipe)):
+        rec = recipe if isinstance(recipe, Recipe) else preset(recipe, dtype)
+    else:
         raise ArgumentTypeError(f"recipe {describe(recipe)} must be a preset name or a Recipe")
-    rec = recipe if isinstance(recipe, Recipe) else preset(recipe, dtype)
     (r,) = audit(schedule, rec, [check_length(length)])
     if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound, max_rotation_error, tolerance):
         row = {**r.to_dict(), "ratio": r.max_rotation_error / r.cache_bound,
                "verdict": rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound, tolerance)}
+        what = "stack" if stack is not None else "recipe"
         raise AssertionError(
-            f"RoPE recipe {rec.name} fails at length {r.length} in {r.dtype} "
+            f"RoPE {what} {rec.name} fails at length {r.length} in {r.dtype} "
             f"(limit: {_limit_text(max_rotation_error, tolerance, r.cache_bound)})\n\n"
-            + _table([row], [("recipe", "recipe")] + _ROPE_COLUMNS)
+            + _table([row], [(what, "recipe")] + _ROPE_COLUMNS)
             + f"\n\n{schedule.describe()}; stages: "
-            + ", ".join(f"{k} {v}" for k, v in rec.how.items()))
+            + ", ".join(f"{k} {v}" for k, v in rec.how.items())
+            + (_fix_line(rec.name) if isinstance(recipe, str) or stack is not None else ""))
+
+
+def _load(path: Any) -> ModelConfig:
+    """A ModelConfig, a config dict, or what :func:`precision_audit.config.load_model` reads (a config.json or
+    its folder, a .gguf file, a Hub id)."""
+    if isinstance(path, ModelConfig):
+        return path
+    if isinstance(path, Mapping):
+        return load_config_dict(path)
+    if isinstance(path, (str, os.PathLike)):
+        return load_model(_check_path(path, "path"))
+    raise ArgumentTypeError(f"path {describe(path)} must be a config.json path, a config dict or a ModelConfig")
 
 
 def assert_config(
@@ -307,50 +360,61 @@ def assert_config(
     *,
     length: int | None = None,
     dtype: str = "bfloat16",
-    recipe: str = "fp32",
+    recipe: str | None = None,
+    stack: str | None = None,
     max_rotation_error: float | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> None:
-    """Fail unless a model (a ``config.json`` path, a config dict or a ModelConfig) is safe on one code path.
+    """Fail unless a model is safe on one code path: a recipe or a stack.
 
-    ``length`` defaults to the config's context; ``recipe`` is a RoPE preset
-    or an ALiBi recipe (``fp32`` exists for both); every layer type's
-    schedule is checked.  ``max_rotation_error`` applies to RoPE models.
+    ``path``: a ``config.json`` path (or its folder), a ``.gguf`` file, a Hub
+    id, a config dict or a ModelConfig.  ``length`` defaults to the config's
+    context; ``recipe`` is a RoPE preset or an ALiBi recipe (default ``fp32``,
+    which exists for both); ``stack`` instead judges that inference stack's
+    code path (RoPE models; see :data:`precision_audit.rope.STACKS`).  Every
+    layer type's schedule is checked.  ``max_rotation_error`` applies to RoPE
+    models.
 
     >>> llama2 = {"_name_or_path": "meta-llama/Llama-2-7b-hf", "model_type": "llama", "hidden_size": 4096,
     ...           "num_attention_heads": 32, "max_position_embeddings": 4096}  # its config.json, shortened
     >>> assert_config(llama2)
+    >>> assert_config(llama2, stack="vllm")
     >>> try:
     ...     assert_config(llama2, recipe="lowp-inv-freq")
     ... except AssertionError as e:
     ...     print(str(e).splitlines()[0])
     meta-llama/Llama-2-7b-hf fails on recipe lowp-inv-freq in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)
+    >>> try:
+    ...     assert_config(llama2, stack="transformers-cast")
+    ... except AssertionError as e:
+    ...     lines = str(e).splitlines()
+    >>> print(lines[0]); print(lines[-1])
+    meta-llama/Llama-2-7b-hf fails on stack transformers-cast in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)
+    Fix: call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype).
     """
     from .config import audit_config
     from .rope import cache_rounding_bound
 
     max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
-    _check_text(recipe, "recipe")
+    _check_text(recipe, "recipe", optional=True)
+    recipe, stack = _recipe_or_stack(recipe, stack, "fp32")
     if length is not None:
         length = check_length(length)
-    if isinstance(path, ModelConfig):
-        model = path
-    elif isinstance(path, Mapping):
-        model = load_config_dict(path)
-    elif isinstance(path, (str, os.PathLike)):
-        model = load_config(_check_path(path, "path"))
-    else:
-        raise ArgumentTypeError(f"path {describe(path)} must be a config.json path, a config dict or a ModelConfig")
+    model = _load(path)
     if model.kind != "rope" and max_rotation_error is not None:
         raise ValueError(f"{model.name} uses {model.kind}: max_rotation_error applies to RoPE models only")
     lengths = None if length is None else [length]
     if lengths is None and model.max_position_embeddings is not None:
         lengths = [model.max_position_embeddings]
-    rows = audit_config(model, lengths, [dtype], recipes=[recipe], tolerance=tolerance, positions=False)
+    if stack is not None:
+        rows = audit_config(model, lengths, [dtype], stacks=[stack], tolerance=tolerance, positions=False)
+    else:
+        rows = audit_config(model, lengths, [dtype], recipes=[str(recipe)], tolerance=tolerance, positions=False)
     if model.kind == "rope":
         bad = [r for r in rows if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound,  # type: ignore[arg-type]
                                          max_rotation_error, tolerance)]
-        cols = [("layer", "layer_type")] * any(r.layer_type for r in rows) + [("recipe", "recipe")] + _ROPE_COLUMNS
+        what = "stack" if stack is not None else "recipe"
+        cols = [("layer", "layer_type")] * any(r.layer_type for r in rows) + [(what, "recipe")] + _ROPE_COLUMNS
         limit = _limit_text(max_rotation_error, tolerance, rows[0].cache_bound if rows else cache_rounding_bound(dtype))
     else:
         bad = [r for r in rows if r.verdict != "safe"]
@@ -359,9 +423,12 @@ def assert_config(
                 ("max dP", "max_prob_change"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
         limit = f"verdict safe (no colliding biases, bias error <= {tolerance:g} half-ulps)"
     if bad:
+        path_name = stack if stack is not None else str(recipe)
         raise AssertionError(
-            f"{model.name} fails on recipe {recipe} in {get_format(dtype).name} (limit: {limit})\n\n"
-            + _table([r.to_dict() for r in rows], cols) + "\n\n" + model.describe())
+            f"{model.name} fails on {'stack' if stack is not None else 'recipe'} {path_name} in "
+            f"{get_format(dtype).name} (limit: {limit})\n\n"
+            + _table([r.to_dict() for r in rows], cols) + "\n\n" + model.describe()
+            + (_fix_line(path_name) if model.kind == "rope" else ""))
 
 
 def assert_positions(length: int, dtype: str, *, exact: bool = True, max_run: int | None = None) -> None:

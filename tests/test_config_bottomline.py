@@ -80,10 +80,10 @@ def test_stack_all_skips_what_a_stack_does_not_run():
     assert res.exit_code == 2 and "stack 'vllm' does not run rope type 'proportional'" in res.output
 
 
-def test_gguf_file_audits_the_llama_cpp_stacks(tmp_path):
+def write_llama31_gguf(path: Path) -> Path:
+    """A GGUF file holding Llama 3.1's rope metadata and rope_freqs (as llama.cpp's converter writes them)."""
     gguf = need("gguf")
     cfg = json.loads(Path(LLAMA).read_text())
-    path = tmp_path / "llama31.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
@@ -95,6 +95,11 @@ def test_gguf_file_audits_the_llama_cpp_stacks(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_gguf_file_audits_the_llama_cpp_stacks(tmp_path):
+    path = write_llama31_gguf(tmp_path / "llama31.gguf")
     m = load_model(path)
     assert m.origin == "gguf" and m.rope == load_model(LLAMA).rope  # the same schedule as the config.json
     doc = json.loads(run(str(path), "-l", "8K", "--json").output)
@@ -102,7 +107,8 @@ def test_gguf_file_audits_the_llama_cpp_stacks(tmp_path):
     assert run(str(path), "-l", "8K", "--fail-on", "degraded").exit_code == 0  # judged: llama.cpp CPU
 
 
-def _hub_cache(tmp_path: Path) -> Path:
+def hub_cache(tmp_path: Path) -> Path:
+    """A Hub cache in ``tmp_path`` holding meta-llama/Llama-3.1-8B's config.json (nothing downloaded)."""
     root = tmp_path / "hub"
     snap = root / "models--meta-llama--Llama-3.1-8B" / "snapshots" / ("0" * 40)
     snap.mkdir(parents=True)
@@ -115,7 +121,7 @@ def _hub_cache(tmp_path: Path) -> Path:
 def test_hub_id_from_the_local_cache_offline(tmp_path, monkeypatch):
     pytest.importorskip("huggingface_hub")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(_hub_cache(tmp_path)))
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache(tmp_path)))
     res = run("meta-llama/Llama-3.1-8B", "-l", "8K")
     assert res.exit_code == 0, res.output
     assert res.output.startswith("meta-llama/Llama-3.1-8B (model_type llama)")

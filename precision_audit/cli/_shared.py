@@ -439,22 +439,13 @@ def stacks_for(names: Sequence[str], schedules: Any) -> tuple[list[str], list[st
     """The stacks asked for (``all`` expands to every stack) that run the rope type of every schedule given (one
     schedule or several), and the reasons of those ``all`` left out.  A stack named explicitly that cannot run a
     schedule is a usage error."""
-    from ..rope import STACKS
+    from ..rope import select_stacks
 
     scheds = list(schedules) if isinstance(schedules, (list, tuple)) else [schedules]
-    out: list[str] = []
-    skipped: list[str] = []
-    for n in dict.fromkeys(n for name in names for n in (STACKS if name == "all" else [name])):
-        try:
-            for sched in scheds:
-                STACKS[n].check(n, sched.scaling)
-        except ValueError as e:
-            if "all" not in names or n in names:
-                raise click.BadParameter(str(e), param_hint="'--stack'") from None
-            skipped.append(str(e))
-            continue
-        out.append(n)
-    return out, skipped
+    try:
+        return select_stacks(names, [s.scaling for s in scheds])
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--stack'") from None
 
 
 def stack_option(help_default: str) -> Callable[[Any], Any]:
@@ -479,8 +470,9 @@ def bottom_line_text(summaries: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
-def fail_on(rows: Sequence[Any], threshold: str, paths: Sequence[str], key: str = "recipe") -> None:
-    """``--fail-on``: print each failing row of the judged ``paths`` and why on stderr, then exit 1."""
+def fail_on(rows: Sequence[Any], threshold: str, paths: Sequence[str] | None, key: str = "recipe") -> None:
+    """``--fail-on``: print each failing row of the judged ``paths`` (None: every row) and why on stderr, then
+    exit 1."""
     if threshold == "never":
         return
     from ..bottomline import failing

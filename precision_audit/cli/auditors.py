@@ -18,7 +18,7 @@ from ..rope import STACKS
 from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
 from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, emit, one_value, pct, progress_bar,
-                      rope_even, schedule_from_options, schedule_options, stacks_for, wide_option)
+                      rope_even, schedule_from_options, schedule_options, stack_option, stacks_for, wide_option)
 
 _STACK_NAMES = list(STACKS)
 
@@ -386,7 +386,8 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
               help="rope_theta.")
 @schedule_options
 @click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ROPE_PRESETS)), multiple=True,
-              help="RoPE preset (repeatable), as in `precision-audit rope`.  [default: all four]")
+              help="RoPE preset (repeatable), as in `precision-audit rope`.  [default: all four, unless --stack]")
+@stack_option("Each stack rotates by its own angles in its own apply mode (the mode column).  [default: none]")
 @click.option("--distance", "distances", type=click.IntRange(min=0), multiple=True,
               help="Offset m - n (repeatable, < length).  [default: 0, 1, 2, 4, ... and L-1]")
 @click.option("--pairs", type=click.IntRange(1, 64), default=8, show_default=True,
@@ -407,26 +408,32 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
 @click.pass_context
 def attention_cmd(ctx: click.Context, length: int, dtypes: tuple[str, ...], head_dim: int, base: float,
                   rotary_dim: int | None, rope_parameters: dict[str, Any] | None, max_pos: int | None,
-                  recipes: tuple[str, ...], distances: tuple[int, ...], pairs: int, shifts: int, seed: int,
-                  apply_dtype: str | None, apply_mode: str, as_json: bool, **schedule_opts: Any) -> None:
+                  recipes: tuple[str, ...], stacks: tuple[str, ...], distances: tuple[int, ...], pairs: int,
+                  shifts: int, seed: int, apply_dtype: str | None, apply_mode: str, as_json: bool,
+                  **schedule_opts: Any) -> None:
     """RoPE attention logits q_m . k_n per offset: error and shift invariance.
 
     For seeded random (q, k) pairs, the logit each recipe's rotation gives at
     offset m - n, against the exact one, over query positions spread along
     the context; `spread` is how much one pair's logit varies when both
     positions shift (exact RoPE: 0, it depends on m - n only).  The schedule
-    options are those of `precision-audit rope` (llama3, YaRN, ...).
+    options are those of `precision-audit rope` (llama3, YaRN, ...); --stack
+    audits the code path an inference stack runs (its angles, cache and
+    rotation), as in `precision-audit rope`.
 
-    Example: precision-audit attention --length 128K --recipe lowp --recipe fp32
+    Example: precision-audit attention --length 128K --recipe lowp --recipe fp32 --stack llama.cpp-cpu
     """
     from ..attention import attention_errors
-    from ..rope import RopeSchedule, preset
+    from ..rope import RopeSchedule, preset, stack
 
     dtypes = tuple(dict.fromkeys(dtypes or ("bfloat16",)))
     schedule = schedule_from_options(ctx, head_dim, rotary_dim, base, rope_parameters, max_pos, **schedule_opts)
+    stack_names, skipped = stacks_for(stacks, schedule)
+    if not recipes and not stacks:
+        recipes = tuple(_ROPE_PRESETS)
     rows: list[Any] = []
     for dtype in dtypes:  # per dtype: offsets ascending, the recipes of one offset side by side
-        recs = [preset(r, dtype) for r in (recipes or _ROPE_PRESETS)]
+        recs = [preset(r, dtype) for r in recipes] + [stack(n, dtype, schedule) for n in stack_names]
         rank = {r.name: i for i, r in enumerate(recs)}
         rows += sorted(attention_errors(schedule, recs, length, distances or None, pairs=pairs, shifts=shifts,
                                         seed=seed, apply=apply_dtype, mode=apply_mode),
@@ -438,8 +445,12 @@ def attention_cmd(ctx: click.Context, length: int, dtypes: tuple[str, ...], head
         ("max logit err", "max_logit_error"), ("mean logit err", "mean_logit_error"),
         ("spread", "score_spread"), ("logit rms", "logit_rms"),
     ]
+    mode = apply_mode or "elementwise"
+    if stack_names and apply_mode is None:
+        cols.append(("mode", "mode"))
+        mode = "each recipe's own: the mode column"
     emit("attention", rows, as_json, cols, extra={"schedule": schedule.describe()},
          footer=f"\n{described}, {pairs} (q, k) pairs, up to {shifts} shifts per offset, "
                 "logits before 1/sqrt(d); spread = max - min of one pair's logit over the shifts (exact: 0)."
-                + f"\nq/k stored and rotated in {apply_dtype or ', '.join(dtypes)} ({apply_mode or 'elementwise'}); "
-                  "the exact logit uses the same stored q/k.")
+                + f"\nq/k stored and rotated in {apply_dtype or ', '.join(dtypes)} ({mode}); "
+                  "the exact logit uses the same stored q/k." + "".join(f"\nskipped: {why}" for why in skipped))

@@ -18,17 +18,17 @@ from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column
 # --- report -----------------------------------------------------------------------------------
 
 
-def _load_spec(config_path: str | None, model_type: str | None) -> Any:
-    """The model spec a --config or --model-type names (None: the headline report)."""
-    if not (config_path or model_type):
+def _load_spec(model: str | None, model_type: str | None) -> Any:
+    """The model spec a --model (config.json, .gguf, Hub id) or --model-type names (None: the headline report)."""
+    if not (model or model_type):
         return None
-    from ..report._config import load_config, spec_for_model_type
+    from ..report._config import load_spec, spec_for_model_type
 
-    return load_config(config_path) if config_path else spec_for_model_type(str(model_type))
+    return load_spec(model) if model else spec_for_model_type(str(model_type))
 
 
 def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, out: str,
-                  progress: Callable[[str], None]) -> list[Any]:
+                  progress: Callable[[str], None], stacks: Sequence[str] | None = None) -> list[Any]:
     """Build the headline (``spec`` None) or the model report and write its files into ``out``."""
     from ..report.writer import output_dir, write_into
 
@@ -40,16 +40,33 @@ def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, ou
         else:
             from ..report.model import model_report
 
-            rep = model_report(spec, dtypes or None, max_length, progress)
+            rep = model_report(spec, dtypes or None, max_length, progress, stacks=stacks)
         return write_into(rep, tmp, progress)
 
 
+def _report_stacks(spec: Any, stacks: tuple[str, ...]) -> list[str] | None:
+    """Check --stack against the model (exit 2 naming the stack that cannot run it); None: the default stacks."""
+    if not stacks:
+        return None
+    if spec is None:
+        raise click.BadParameter("stacks are audited for a model: give --model or --model-type",
+                                 param_hint="'--stack'")
+    model = spec.model_config()
+    if model.kind != "rope":
+        raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses ALiBi", param_hint="'--stack'")
+    _model_stacks(model, stacks)
+    return list(stacks)
+
+
 @click.command("report", cls=AuditCommand)
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="A Hugging Face config.json: write that model's report.")
+@click.option("--model", "--config", "model", default=None, metavar="MODEL",
+              help="Write this model's report: a config.json (or its folder), a llama.cpp .gguf file (metadata "
+                   "only) or a Hub id ORG/NAME[@REVISION] (its config.json, as `config` reads it).  --config is "
+                   "the same option.")
 @click.option("--model-type", default=None, metavar="TYPE",
               help="A transformers model type (llama, qwen2, bloom, ...): its default config (needs transformers; "
                    "nothing is downloaded).")
+@stack_option("[default: with a model, every stack that runs it (a GGUF file: llama.cpp's)]")
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True,
               help=DTYPE_HELP + "  [default: headline: each section's own; model: the config's dtype, else "
                    "bfloat16]")
@@ -59,22 +76,23 @@ def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, ou
 @click.option("--out", "out", type=click.Path(file_okay=False, writable=True), required=True, metavar="DIR",
               help="Folder for report.md, report.html, results.json and the PNGs (created; files replaced).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
-def report_cmd(config_path: str | None, model_type: str | None, dtypes: tuple[str, ...], max_length: int | None,
-               out: str, quiet: bool) -> None:
+def report_cmd(model: str | None, model_type: str | None, stacks: tuple[str, ...], dtypes: tuple[str, ...],
+               max_length: int | None, out: str, quiet: bool) -> None:
     """Write a report: report.md, a self-contained report.html, results.json and the figures.
 
-    Without --config/--model-type: the project's headline report (position ids,
+    Without --model/--model-type: the project's headline report (position ids,
     RoPE recipes, attention logits, ALiBi, sinusoidal encodings); `--out figures/`
-    regenerates the committed figures.  With a model: a verdict per code path at
-    its maximum context and at 2x/4x, then its own figures.  Two runs write
-    byte-identical files.
+    regenerates the committed figures.  With a model: first the bottom line
+    (per stack and dtype, the longest safe context and the fix, as `config`
+    prints it), then a verdict per code path at its maximum context and at
+    2x/4x, then its own figures.  Two runs write byte-identical files.
 
-    Example: precision-audit report --config config.json --out report/
+    Example: precision-audit report --model config.json --out report/
     """
     import sys
 
-    if config_path and model_type:
-        raise click.UsageError("give --config or --model-type, not both")
+    if model and model_type:
+        raise click.UsageError("give --model (--config) or --model-type, not both")
     if max_length is not None and not 256 <= max_length <= 2**24:
         raise click.BadParameter(f"{max_length} is not in 256 .. 16M (2**24)", param_hint="'--max-length'")
     show = not quiet and sys.stderr.isatty()
@@ -83,8 +101,10 @@ def report_cmd(config_path: str | None, model_type: str | None, dtypes: tuple[st
         if show:
             click.echo(f"report: {text}", err=True)
 
-    spec = _load_spec(config_path, model_type)
-    paths = _write_report(spec, dtypes, max_length, out, progress)
+    if stacks and not (model or model_type):
+        _report_stacks(None, stacks)
+    spec = _load_spec(model, model_type)
+    paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks))
     click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
 
 
@@ -152,6 +172,16 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
                + "".join(f"\nskipped: {why}" for why in skipped))
 
 
+def _model_stacks(model: Any, stacks: Sequence[str]) -> tuple[list[str], list[str]]:
+    """:func:`precision_audit.config.model_stacks` with a stack that cannot run the model as a usage error."""
+    from ..config import model_stacks
+
+    try:
+        return model_stacks(model, stacks or None)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--stack'") from None
+
+
 def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
     """The stacks to run, the reasons stacks were left out, and the code paths --fail-on and the bottom line judge.
 
@@ -163,10 +193,9 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
         if stacks:
             raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses ALiBi", param_hint="'--stack'")
         return [], [], list(recipes) or ["fp32"]
-    gguf = model.origin == "gguf"
-    asked = list(stacks) or ([] if recipes else (["llama.cpp-cpu", "llama.cpp-cuda"] if gguf else ["all"]))
-    names, skipped = stacks_for(asked, [s for _, s in model.rope])
-    judged = [n for n in names if stacks] or ([] if recipes else [("llama.cpp-cpu" if gguf else "transformers")])
+    names, skipped = ([], []) if recipes and not stacks else _model_stacks(model, stacks)
+    judged = [n for n in names if stacks] or ([] if recipes else
+                                              [("llama.cpp-cpu" if model.origin == "gguf" else "transformers")])
     return names, skipped, [*judged, *recipes]
 
 
@@ -271,6 +300,12 @@ def _read_config(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | No
     return data
 
 
+HF_ROPE_VERDICT_HELP = (
+    "Verdict per row (as `config` gives it): broken = phase lost (max rotation error >= pi/2) or colliding "
+    "positions > 0; degraded = max rotation error above 8 x the cache format's own rounding bound (x cache bound "
+    "> 8); safe otherwise.")
+
+
 @click.command("hf-rope", cls=_HfCommand)
 @click.option("--model-type", "-m", default=None, metavar="TYPE",
               help="transformers model type (llama, qwen2, gemma3_text, ...).  [default: the config's model_type]")
@@ -286,21 +321,28 @@ def _read_config(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | No
                    "[default: every one]")
 @click.option("--class", "class_name", default=None, metavar="NAME",
               help="Rotary class of the model type's modeling module.  [default: its first text *RotaryEmbedding]")
+@click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
+              help="Exit 1 when a module row is this bad or worse, printing each on stderr with why (for CI).")
 @wide_option
-@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"auditor": "hf-rope", "summary": [...], "results": [row, ...]} as JSON.')
 def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...],
                 dtypes: tuple[str, ...], cast_module: bool, layer_type: str | None, class_name: str | None,
-                as_json: bool) -> None:
+                fail_on: str, as_json: bool) -> None:
     """Audit the rotary module transformers builds for a model type (no weights, no downloads).
 
     Calls the module for positions 0..L-1 with x in DTYPE and measures its
     cos/sin against the exact angles of the schedule its config declares;
     "matches" names the rope recipe with the same figures (e.g. lowp-inv-freq:
-    the inv_freq buffer was cast to DTYPE).
+    the inv_freq buffer was cast to DTYPE).  The output opens with the bottom
+    line per module and dtype: the longest length audited that is safe, and
+    the fix (a module whose buffer the cast downcast: keep_rotary_fp32).
+    Verdicts as `config` gives them: broken = phase lost or colliding
+    positions; degraded = max rotation error above 8x the cache bound.
 
     Example: precision-audit hf-rope --model-type llama --length 32K --cast-module
     """
-    from ..hf import audit_model_type
+    from ..hf import audit_model_type, module_bottom_line
 
     if model_type is None:
         if config is None or not isinstance(config.get("model_type"), str):
@@ -310,17 +352,25 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
     rows = [row for dtype in dict.fromkeys(dtypes)
             for row in audit_model_type(model_type, lengths, dtype=dtype, cast_module=cast_module, config=config,
                                         layer_type=layer_type, class_name=class_name)]
+    summaries = module_bottom_line(rows)
     cols: list[Column] = [
         ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("dtype", "dtype"),
         ("length", "length"), ("cast", "cast_module"), ("inv_freq in", "inv_freq_dtype"),
         ("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
-        ("colliding", "colliding_positions"), ("matches", "matches_recipe"),
+        ("x cache bound", lambda r: f"{r['ratio']:.3g}"), ("colliding", "colliding_positions"),
+        ("matches", "matches_recipe"), ("verdict", "verdict"),
     ]
     schedules = "; ".join(dict.fromkeys(f"{r.layer_type + ': ' if r.layer_type else ''}{r.schedule}" for r in rows))
     diagnoses = "; ".join(dict.fromkeys(f"{r.matches_recipe} = {r.diagnosis}" for r in rows))
-    emit("hf-rope", rows, as_json, cols,
+    if not as_json:
+        click.echo(bottom_line_text(summaries) + "\n")
+    emit("hf-rope", rows, as_json, cols, extra={"summary": [s.to_dict() for s in summaries]},
          footer=f"\nSchedule from the config: {schedules}.\nErrors in rad against the exact m*theta_i, wrapped to "
-                f"[-pi, pi]; matches = the rope preset with the closest max/mean error: {diagnoses}.")
+                f"[-pi, pi]; matches = the rope preset with the closest max/mean error: {diagnoses}.\n"
+                + HF_ROPE_VERDICT_HELP)
+    judge_rows([{**r.to_dict(), "module": f"{r.module_class} " + ("after module.to(dtype)" if r.cast_module
+                                                                  else "as built")} for r in rows],
+               fail_on, None, key="module")
 
 
 def _scan_note(r: dict[str, Any]) -> str:

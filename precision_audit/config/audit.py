@@ -23,6 +23,7 @@ __all__ = [
     "audit_config",
     "default_dtype",
     "default_lengths",
+    "model_stacks",
     "positions_verdict",
     "rope_verdict",
     "work_to_scan",
@@ -154,6 +155,36 @@ def default_dtype(model: ModelConfig) -> str:
     except ValueError:
         raise ValueError(f"{model.source or model.name}: torch_dtype {model.torch_dtype!r} is not a number format; "
                          "give the dtype to audit (--dtype)") from None
+
+
+GGUF_STACKS: tuple[str, ...] = ("llama.cpp-cpu", "llama.cpp-cuda")
+"""The stacks a GGUF file runs on (llama.cpp's): the default stacks of a model read from one."""
+
+
+def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """The stacks to audit a model on, and why the others were left out.
+
+    ``stacks``: names of :data:`precision_audit.rope.STACKS` (``all``: every
+    stack that runs each of the model's rope types; a stack named explicitly
+    that does not run one raises ValueError); default: every stack that runs
+    the model, or llama.cpp's for a model read from a GGUF file.  An ALiBi
+    model has none (naming one raises ValueError).
+
+    >>> from precision_audit.config import load_config_dict
+    >>> m = load_config_dict({"model_type": "llama", "head_dim": 64, "rope_scaling": {"rope_type": "dynamic",
+    ...                       "factor": 2.0}, "max_position_embeddings": 4096})
+    >>> names, skipped = model_stacks(m)
+    >>> names, len(skipped)
+    (['transformers', 'transformers-cast'], 5)
+    """
+    from ..rope import select_stacks
+
+    if model.kind != "rope":
+        if stacks:
+            raise ValueError(f"stacks model RoPE code paths; {model.name} uses {model.kind}")
+        return [], []
+    asked = list(stacks) if stacks else list(GGUF_STACKS if model.origin == "gguf" else ("all",))
+    return select_stacks(asked, [s.scaling for _, s in model.rope])
 
 
 def _recipe_names(kind: str, recipes: Sequence[str] | None) -> list[str]:

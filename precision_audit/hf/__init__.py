@@ -42,6 +42,7 @@ from .modules import (
     find_rotary_classes,
     MODEL_TYPES_HINT,
     match_recipe,
+    module_bottom_line,
     unknown_model_type,
 )
 from .scan import VERDICTS, ScanRow, _Found, damage_threshold, rotary_classes, scan
@@ -63,6 +64,7 @@ __all__ = [
     "damage_threshold",
     "find_rotary_classes",
     "match_recipe",
+    "module_bottom_line",
     "require_transformers",
     "rotary_classes",
     "scan",

@@ -35,9 +35,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .._common import Row, unknown_name
-from ..config import rope_layer_types, schedule_from_config
+from ..config import rope_layer_types, rope_verdict, schedule_from_config
 from ..formats import get_format, spacing
-from ..rope import audit, check_rope_lengths, exact_angles, preset, wrap
+from ..rope import audit, cache_rounding_bound, check_rope_lengths, exact_angles, preset, wrap
 from ..schedules import RopeSchedule
 from ._transformers import _quiet, require_transformers
 
@@ -49,6 +49,7 @@ __all__ = [
     "build_rotary_module",
     "find_rotary_classes",
     "match_recipe",
+    "module_bottom_line",
     "unknown_model_type",
 ]
 
@@ -275,6 +276,10 @@ class ModuleRow(Row):
     :func:`match_recipe`; None if not computed), ``diagnosis`` says what it
     means, ``recipe_*`` are that preset's figures.  ``inv_freq_dtype`` is the
     format of the module's inverse-frequency buffer (None: none found).
+    ``cache_bound`` is the rounding bound of ``dtype`` for the schedule's
+    cos/sin scale (:func:`~precision_audit.rope.cache_rounding_bound`),
+    ``ratio`` the max rotation error over it and ``verdict`` the config
+    command's (:func:`precision_audit.config.rope_verdict`, tolerance 8).
     ``to_dict()`` names ``module_class`` ``class``.
     """
 
@@ -293,6 +298,9 @@ class ModuleRow(Row):
     diagnosis: str | None = None
     recipe_max_rotation_error: float | None = None
     recipe_mean_rotation_error: float | None = None
+    cache_bound: float | None = None
+    ratio: float | None = None
+    verdict: str | None = None
 
     def __post_init__(self) -> None:
         if self.length < 1:
@@ -349,6 +357,7 @@ def audit_rope_module(
     buf_fmt = _check_buffer(module, schedule, layer_type)
     errs = _module_pass(module, schedule, lens, name, layer_type, chunk_elems, progress)
     cls = module.__class__.__name__ if not inspect.isfunction(module) else module.__qualname__
+    bound = cache_rounding_bound(name, schedule.cos_sin_scale)
     rows = []
     for e in errs:
         m: tuple[Any, ...] = (None, None, None, None)
@@ -359,10 +368,45 @@ def audit_rope_module(
             cast_module=cast_module, schedule=schedule.describe(), inv_freq_dtype=buf_fmt,
             max_rotation_error=e.max_rotation_error, mean_rotation_error=e.mean_rotation_error,
             colliding_positions=e.colliding_positions, matches_recipe=m[0], diagnosis=m[1],
-            recipe_max_rotation_error=m[2], recipe_mean_rotation_error=m[3],
+            recipe_max_rotation_error=m[2], recipe_mean_rotation_error=m[3], cache_bound=bound,
+            ratio=e.max_rotation_error / bound,
+            verdict=rope_verdict(e.max_rotation_error, e.colliding_positions, bound),
         ))
     return rows
 
+
+
+def _module_label(r: ModuleRow) -> str:
+    lt = f" ({r.layer_type})" if r.layer_type else ""
+    return f"{r.module_class}{lt} " + ("after module.to(dtype)" if r.cast_module else "as built")
+
+
+def module_bottom_line(rows: Sequence[ModuleRow]) -> list[Any]:
+    """The bottom line of live module rows: one :class:`~precision_audit.bottomline.Summary` per module (class,
+    layer type, cast or not) and dtype, its path and label naming the module.
+
+    The fix: for a module whose ``inv_freq`` buffer the cast downcast,
+    :func:`precision_audit.fix.keep_rotary_fp32` before the cast; otherwise
+    the fix of the preset its worst row matches (``matches_recipe``), if any.
+    """
+    from dataclasses import replace
+
+    from ..bottomline import VERDICT_ORDER, bottom_line, fix_for
+
+    if any(r.verdict is None for r in rows):
+        raise ValueError("module rows need a verdict (rows of audit_rope_module)")
+    groups: dict[tuple[str, str], list[ModuleRow]] = {}
+    for r in rows:
+        groups.setdefault((_module_label(r), r.dtype), []).append(r)
+    out = []
+    for s in bottom_line([{"path": k[0], "dtype": k[1], "length": r.length, "verdict": r.verdict}
+                          for k, rs in groups.items() for r in rs]):
+        group = groups[s.path, s.dtype]
+        worst = max(group, key=lambda r: (VERDICT_ORDER.index(str(r.verdict)), -r.length))
+        downcast = worst.cast_module and worst.inv_freq_dtype not in (None, "float32", "float64")
+        fix = fix_for("transformers-cast") if downcast else fix_for(worst.matches_recipe or "")
+        out.append(replace(s, fix=fix))
+    return out
 
 
 # --------------------------------------------------------------------------- transformers' rotary classes

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig, default_dtype, load_config_dict
+from ..config import ModelConfig, default_dtype, load_config_dict, load_model
 from ..config import load_config as _load
 from ..schedules import RopeSchedule
 
-__all__ = ["ModelSpec", "load_config", "model_spec", "mpt_slopes", "spec_for_model_type"]
+__all__ = ["ModelSpec", "load_config", "load_spec", "model_spec", "mpt_slopes", "spec_for_model_type"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class ModelSpec:
     alibi_heads: int | None = None
     alibi_slopes: tuple[float, ...] | None = None  # None: the ALiBi reference rule
     notes: tuple[str, ...] = field(default=())
+    model: ModelConfig | None = field(default=None, repr=False, compare=False)  # every layer type, for the stacks
 
     def __post_init__(self) -> None:
         if self.rope is None and self.alibi_heads is None:
@@ -44,6 +45,17 @@ class ModelSpec:
                              "(the report covers those position encodings)")
         if self.max_context is not None and self.max_context < 1:
             raise ValueError(f"max context {self.max_context} must be at least 1")
+
+    def model_config(self) -> ModelConfig:
+        """The parsed config (every layer type: what the stacks are audited on), or, for a spec built by hand,
+        one holding the drawn schedule or the heads."""
+        if self.model is not None:
+            return self.model
+        if self.rope is not None:
+            return ModelConfig(self.name, self.model_type, "rope", rope=(("all", self.rope),),
+                               max_position_embeddings=self.max_context)
+        return ModelConfig(self.name, self.model_type, "alibi", num_heads=self.alibi_heads,
+                           max_position_embeddings=self.max_context)
 
 
 def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> tuple[float, ...]:
@@ -69,13 +81,13 @@ def _spec(mc: ModelConfig) -> ModelSpec:
             bias_max = 8.0 if mc.alibi_bias_max is None else float(mc.alibi_bias_max)
             slopes = mpt_slopes(int(mc.num_heads or 1), bias_max)
         return ModelSpec(mc.name, mc.model_type, dtype, mc.max_position_embeddings, None, mc.num_heads, slopes,
-                         tuple(notes))
+                         tuple(notes), mc)
     by_type = dict(mc.rope)
     key = "full_attention" if "full_attention" in by_type else next(iter(by_type))
     if len(by_type) > 1:
         notes.append(f"one RoPE schedule per layer type ({', '.join(by_type)}): the {key} layers' are drawn")
     return ModelSpec(mc.name, mc.model_type, dtype, mc.max_position_embeddings, by_type[key], None, None,
-                     tuple(notes))
+                     tuple(notes), mc)
 
 
 def model_spec(cfg: Any, name: str = "model") -> ModelSpec:
@@ -86,6 +98,12 @@ def model_spec(cfg: Any, name: str = "model") -> ModelSpec:
 def load_config(path: str | Path) -> ModelSpec:
     """Read a config.json file (see :func:`precision_audit.config.load_config`)."""
     return _spec(_load(path))
+
+
+def load_spec(model: str | Path) -> ModelSpec:
+    """A model named as the ``config`` command takes it: a config.json (or its folder), a .gguf file or a Hub id
+    (see :func:`precision_audit.config.load_model`)."""
+    return _spec(load_model(model))
 
 
 def spec_for_model_type(model_type: str) -> ModelSpec:

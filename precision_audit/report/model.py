@@ -1,12 +1,15 @@
-"""The report for one model (from its config.json or a transformers model type):
-a verdict per code path at its maximum context and at 2x / 4x, then its figures.
+"""The report for one model (its config.json, GGUF file, Hub id or a transformers model type):
+the bottom line per stack and dtype, a verdict per code path at its maximum context and at 2x / 4x,
+then its figures.
 
 >>> from precision_audit.report._config import model_spec
 >>> spec = model_spec({"model_type": "llama", "head_dim": 16, "num_attention_heads": 2,
 ...                    "rope_theta": 10000.0, "max_position_embeddings": 512})
->>> rep = model_report(spec)
->>> [s.title for s in rep.sections][:2]
-['Verdict', 'Model']
+>>> rep = model_report(spec, stacks=["transformers", "transformers-cast"])
+>>> [s.title for s in rep.sections][:3]
+['Bottom line', 'Verdict', 'Model']
+>>> print(rep.sections[0].blocks[1].items[0])
+transformers as built, bfloat16: safe to 2K
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct
 from .headline import HEADLINE, Progress, _say, attention_blocks, fmt
 from .positions import length_grid, plot_positions, position_rows
 from .rope import error_grid, plot_error_heatmap, plot_error_per_frequency, plot_error_vs_length, rope_lengths
-from .writer import Figure, Para, Report, Section, Table
+from .writer import Bullets, Figure, Para, Report, Section, Table
 
 __all__ = ["VERDICT_RULES", "alibi_verdict", "model_report", "position_verdict", "rope_verdict"]
 
@@ -72,6 +75,7 @@ class _Context:
     ctx: int
     progress: Progress
     verdict: list[tuple[str, ...]] = field(default_factory=list)
+    alibi_rows: list[dict[str, Any]] = field(default_factory=list)  # per recipe, dtype and check: the verdict
 
     @property
     def checks(self) -> list[int]:
@@ -85,22 +89,63 @@ class _Context:
 
 
 def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_context: int | None = None,
-                 progress: Progress = None) -> Report:
-    """Audit the model's code paths at its context (``max_context`` overrides the config's) and 2x, 4x."""
+                 progress: Progress = None, stacks: Sequence[str] | None = None) -> Report:
+    """Audit the model's code paths at its context (``max_context`` overrides the config's) and 2x, 4x.
+
+    The report opens with the bottom line: per stack (``stacks``, names of
+    :data:`precision_audit.rope.STACKS`, ``all`` = every stack that runs the
+    model; default: every stack that runs it, llama.cpp's for a GGUF file)
+    or, for ALiBi, per recipe, and per dtype: the longest of those lengths
+    that is safe and the fix (see :func:`precision_audit.bottomline.bottom_line`).
+    """
     ctx = max_context or spec.max_context
     if not ctx:
         raise ValueError(f"the config of {spec.name!r} gives no maximum context; pass --max-length")
     if 4 * ctx > MAX_ROPE_LENGTH:
         raise ValueError(f"max context {ctx} x 4 exceeds the audits' limit {MAX_ROPE_LENGTH} (2**26)")
+    model = spec.model_config()
+    names, skipped = _config.model_stacks(model, stacks)
     c = _Context(spec, list(dict.fromkeys(dtypes or [spec.dtype])), ctx, progress)
     sections = [_positions_section(c)]
     if spec.rope is not None:
         sections += _rope_sections(c, spec.rope)
     if spec.alibi_heads is not None:
         sections.append(_alibi_section(c, spec.alibi_heads))
-    model_section = Section("Model", [Table(("setting", "value"), _settings_rows(_settings(spec, c.dts, ctx)))])
-    return Report(f"precision_audit: {spec.name}", "model", _settings(spec, c.dts, ctx),
-                  [_verdict_section(c), model_section, *sections])
+    bottom = _bottom_line_section(c, model, names, skipped)
+    settings = _settings(spec, c.dts, ctx, names)
+    model_section = Section("Model", [Table(("setting", "value"), _settings_rows(settings))])
+    return Report(f"precision_audit: {spec.name}", "model", settings,
+                  [bottom, _verdict_section(c), model_section, *sections])
+
+
+def _bottom_line_section(c: _Context, model: _config.ModelConfig, stacks: Sequence[str],
+                         skipped: Sequence[str]) -> Section:
+    """Per stack (RoPE; every layer type's schedule) or ALiBi recipe and dtype: the longest safe check, the fix."""
+    from ..bottomline import bottom_line
+
+    checks = ", ".join(length_label(n) for n in c.checks)
+    if model.kind == "rope":
+        rows: list[Any] = []
+        if stacks:
+            _say(c.progress, f"bottom line: {len(stacks)} stacks, cache in {', '.join(c.dts)}, at {checks}")
+            rows = _config.audit_config(model, c.checks, c.dts, stacks=stacks, positions=False)
+        summaries = bottom_line(rows, key="recipe")
+        what = ("Per inference stack (the code it runs, written from its source; every layer type's schedule) and "
+                "dtype")
+    else:
+        rows = c.alibi_rows
+        summaries = bottom_line(rows, key="recipe", kind="alibi")
+        what = "Per ALiBi code path (the model's slopes) and dtype"
+    blocks: list[Any] = [
+        Para(f"{what}: the longest context audited ({checks}: the model's context, 2x, 4x) that is safe, and the "
+             "fix where one is known; `precision-audit config` prints the same lines."),
+        Bullets(tuple(str(s) for s in summaries) or ("no stack runs this model's rope type",)),
+    ]
+    if skipped:
+        blocks += [Para("Left out:"), Bullets(tuple(skipped))]
+    return Section("Bottom line", blocks, {
+        "summary": [s.to_dict() for s in summaries], "skipped": list(skipped),
+        "bottom_line_rows": [r.to_dict() if hasattr(r, "to_dict") else r for r in rows]})
 
 
 def _positions_section(c: _Context) -> Section:
@@ -182,6 +227,8 @@ def _alibi_section(c: _Context, heads: int) -> Section:
     for (d, r), rows in sweep.items():
         at_len = {x.length: x for x in rows}
         c.verdict.append((f"ALiBi {r}, model dtype {d}",) + tuple(alibi_verdict(at_len[n]) for n in checks))
+        c.alibi_rows += [{"recipe": r, "dtype": d, "length": n, "verdict": _config.alibi_verdict(at_len[n])}
+                         for n in checks]
     return Section("ALiBi", [
         Para(f"{heads} heads, slopes: " + ("the model's own" if spec.alibi_slopes else "the ALiBi reference rule")
              + ". Last query of each context; dP = largest change of an attention probability from the bias "
@@ -197,7 +244,7 @@ def _alibi_section(c: _Context, heads: int) -> Section:
 
 
 def _verdict_section(c: _Context) -> Section:
-    """The bottom line: the safe code paths at the model's context, then every path's verdict at 1x, 2x, 4x."""
+    """The verdict table: the safe code paths at the model's context, then every path's verdict at 1x, 2x, 4x."""
     ctx, checks, verdict = c.ctx, c.checks, c.verdict
     header = ("code path",) + tuple(f"{length_label(n)}" + (" (max context)" if n == ctx else f" ({n // ctx}x)")
                                     for n in checks)
@@ -226,7 +273,7 @@ def _settings_rows(settings: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-def _settings(spec: ModelSpec, dts: Sequence[str], ctx: int) -> dict[str, Any]:
+def _settings(spec: ModelSpec, dts: Sequence[str], ctx: int, stacks: Sequence[str] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {"model": spec.name, "model_type": spec.model_type, "dtypes": list(dts),
                            "max_context": ctx, "config_max_context": spec.max_context}
     if spec.rope is not None:
@@ -234,6 +281,7 @@ def _settings(spec: ModelSpec, dts: Sequence[str], ctx: int) -> dict[str, Any]:
         out.update({"head_dim": s.head_dim, "rotary_dim": s.rotary, "rope_theta": s.base, "rope_scaling": s.scaling})
         if s.scaling != "default":
             out["rope_factor"] = s.factor
+        out["stacks"] = list(stacks)
     if spec.alibi_heads is not None:
         out["alibi_heads"] = spec.alibi_heads
     return out

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-__all__ = ["Figure", "Para", "Report", "Section", "Table", "output_dir", "write_report"]
+__all__ = ["Bullets", "Figure", "Para", "Report", "Section", "Table", "output_dir", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,13 @@ class Para:
     """A paragraph of markdown-light text (`code` and **bold** only)."""
 
     text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    """A list of short markdown-light lines (one item each)."""
+
+    items: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class Figure:
             raise ValueError(f"figure file {self.file!r} must be a plain name ending in .png")
 
 
-Block = Union[Para, Table, Figure]
+Block = Union[Para, Bullets, Table, Figure]
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,8 @@ def _md_table(t: Table) -> str:
 def _md_block(b: Block) -> str:
     if isinstance(b, Para):
         return b.text
+    if isinstance(b, Bullets):
+        return "\n".join(f"- {item}" for item in b.items)
     if isinstance(b, Table):
         return _md_table(b)
     return f"![]({b.file})\n\n*{b.caption}*"  # the caption once, under the image (alt text would repeat it)
@@ -137,6 +146,8 @@ def _inline(text: str) -> str:
 def _html_block(b: Block, images: dict[str, bytes]) -> str:
     if isinstance(b, Para):
         return f"<p>{_inline(b.text)}</p>"
+    if isinstance(b, Bullets):
+        return "<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in b.items) + "</ul>"
     if isinstance(b, Table):
         head = "".join(f"<th>{_inline(c)}</th>" for c in b.header)
         body = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in b.rows)

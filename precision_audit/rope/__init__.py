@@ -63,6 +63,7 @@ from .recipes import (
     effective_recipe,
     parse_stages,
     preset,
+    select_stacks,
     stack,
     stored_inv_freq,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "preset",
     "recipe_stages",
     "run_recipe",
+    "select_stacks",
     "stack",
     "stored_inv_freq",
     "torch_stages",

@@ -16,6 +16,7 @@ recipe's code holds and runs for a given schedule and pass.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "effective_recipe",
     "parse_stages",
     "preset",
+    "select_stacks",
     "stored_inv_freq",
 ]
 
@@ -341,6 +343,33 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
         if src is not None:
             recipe = replace(recipe, inv_freq_from=src)
     return recipe
+
+
+def select_stacks(names: Sequence[str], rope_types: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The stacks ``names`` asks for (``all``: every stack) that run each of ``rope_types``, and why ``all`` left
+    the others out.  A stack named explicitly that does not run one of the types raises ValueError.
+
+    >>> select_stacks(["all"], ["yarn"])[0]
+    ['transformers', 'transformers-cast', 'vllm', 'llama.cpp-cpu', 'llama.cpp-cuda']
+    >>> select_stacks(["mlx"], ["yarn"])[0]
+    Traceback (most recent call last):
+    ...
+    ValueError: stack 'mlx' does not run rope type 'yarn': mlx-lm scales q/k by the mscale in the data dtype (not modelled yet) (it runs default, llama3)
+    """
+    out: list[str] = []
+    skipped: list[str] = []
+    for n in dict.fromkeys(n for name in names for n in (STACKS if name == "all" else [name])):
+        row = STACKS[check_choice(n, "stack", tuple(STACKS))]
+        try:
+            for t in dict.fromkeys(rope_types):
+                row.check(n, t)
+        except ValueError as e:
+            if "all" not in names or n in names:
+                raise
+            skipped.append(str(e))
+            continue
+        out.append(n)
+    return out, skipped
 
 
 def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None = None) -> Recipe:
