@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import _thirdparty  # tests/ helper: third-party references, imported and run
+from _engine_bound import assert_engines_within_bound, engine_bound
 import mpmath
 import numpy as np
 import pytest
@@ -168,6 +169,36 @@ def test_numpy_engine_within_derived_bound_of_rope_init(name):
         assert np.all(ours == np.float32(ours))  # float32 values
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_engines_within_derived_ulp_bound(name):
+    # The numpy engine against transformers' own float32 frequencies (the torch engine's, bit for bit above),
+    # within the per-frequency bound derived in tests/_engine_bound.py (nothing there is measured).
+    import torch
+
+    (mod_cls, cfg), sched, _ = _build(name)
+    fn = _init_fn(name, cfg)
+    for n in SEQ_LENS.get(name, SEQ_LENS.get(sched.scaling, [None])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inv, _ = fn(cfg, seq_len=None if n is None else torch.tensor(n))
+        ulps, _ = engine_bound(sched, n)
+        dist = ulp_distance(sched.inv_freq_in("float32", n), inv.double().numpy(), "float32")
+        assert np.all(dist <= ulps), (name, n, dist.tolist(), ulps.tolist())
+        assert_engines_within_bound(sched, n)
+
+
+def test_engine_bound_counts_the_formula_operations():
+    # The running bound on chains of * and / equals the hand count: u = 2**-24 relative per correctly rounded
+    # operation, 2u for torch's pow; default 1 / base ** x: numpy 2u + torch 3u = 5u; linear (/ factor): 7u;
+    # a relative gap of k u is k/2 to k float32 ulps (by the mantissa).  pow(base, 0) = 1 in both: 0 ulps.
+    for sched, k in ((RopeSchedule(head_dim=128, base=10000.0), 5), (CASES["linear"][3], 7)):
+        ulps, radians = engine_bound(sched)
+        assert ulps[0] == 0 and radians[0] == 0.0
+        assert ulps[1:].max() == k and np.all(ulps[1:] >= k / 2)
+        theta = sched.inv_freq()
+        np.testing.assert_allclose(radians[1:], k * 2.0**-24 * theta[1:], rtol=1e-4)  # + 2**-40 per op
+
+
 def test_numpy_engine_rounds_every_operation_correctly():
     # Independent oracle: mpmath at 24 bits rounds each operation to nearest (ties to even) as
     # float32 does, for 1 / base ** (2i / d) with base 500000 (exact in float32): exponent, power, reciprocal.
@@ -220,11 +251,10 @@ def _check_module(name: str, L: int, cast: bool) -> None:
     (ours,) = audit(sched, rec, L)
     (torch_row,) = audit(sched, rec, L, engine="torch")
     # the issue's acceptance bounds: numpy engine 5 % (mean) / 10 % (max), torch engine 1 %.  The numpy
-    # engine's pow is correctly rounded, this machine's is faithful: where their float32 theta_i differ
-    # (measured here, not pinned), the angle m * theta_i moves by up to (L - 1) * |d theta|, and so may the
-    # max rotation error.
-    key = sched.frequency_key(L)
-    d_theta = np.abs(sched.inv_freq_in("float32", key) - sched.inv_freq_in("float32", key, engine="torch")).max()
+    # engine's pow is correctly rounded, this machine's (the module's) is faithful: their float32 theta_i
+    # must first lie within the derived bound of tests/_engine_bound.py (ulps per frequency); the angle
+    # m * theta_i then moves by at most (L - 1) times that bound in radians, and so may the max rotation error.
+    d_theta = assert_engines_within_bound(sched, sched.frequency_key(L))
     assert ours.mean_rotation_error == pytest.approx(mean, rel=0.05), (name, L, cast)
     assert abs(ours.max_rotation_error - worst) <= 0.10 * worst + (L - 1) * d_theta, (name, L, cast)
     assert torch_row.mean_rotation_error == pytest.approx(mean, rel=0.01), (name, L, cast)

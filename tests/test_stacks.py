@@ -41,6 +41,7 @@ from referees import _mlx_model as mlx_model
 from referees import need
 from referees._ggml import ggml_rope_angles, libm_cosf_sinf
 from referees._mlx import BIT_EXACT, fallback_inv_freq, mlx_exp, mlx_rope_pairs
+from _engine_bound import assert_engines_within_bound  # tests/ helper: the engines' derived bound
 from test_schedules import _build, _module_errors  # transformers' rotary modules, built from configs
 
 from precision_audit.config import load_config
@@ -363,8 +364,9 @@ def test_transformers_stacks_are_the_refereed_presets(name: str) -> None:
 @pytest.mark.parametrize("name", list(TRANSFORMERS))
 def test_transformers_stack_row_matches_the_module(name: str) -> None:
     """Llama 3.1's LlamaRotaryEmbedding (bf16 model; ``.to(bf16)`` for the cast stack) at 32K against the
-    stack's row.  The only difference: torch's float32 pow (faithful) against the tool's correctly rounded one,
-    where their theta_i differ the angle moves by up to (L - 1) |d theta| (as in test_schedules._check_module)."""
+    stack's row.  The only difference: torch's float32 pow (faithful) against the tool's correctly rounded one:
+    their theta_i lie within the derived bound of tests/_engine_bound.py, which moves an angle by at most
+    (L - 1) times that bound in radians (as in test_schedules._check_module)."""
     torch = need("torch")
     (mod_cls, cfg), sched, extra = _build("llama3")
     with warnings.catch_warnings():
@@ -374,7 +376,7 @@ def test_transformers_stack_row_matches_the_module(name: str) -> None:
         mod = mod.to(torch.bfloat16)
     worst, mean = _module_errors(mod, L, sched, extra)
     (row,) = audit(sched, stack(name, "bfloat16", sched), [L])
-    d_theta = np.abs(sched.inv_freq_in("float32") - sched.inv_freq_in("float32", engine="torch")).max()
+    d_theta = assert_engines_within_bound(sched, sched.frequency_key(L))
     assert row.mean_rotation_error == pytest.approx(mean, rel=0.05)
     assert abs(row.max_rotation_error - worst) <= 0.10 * worst + (L - 1) * d_theta
 

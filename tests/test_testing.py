@@ -152,8 +152,12 @@ def test_fp32_path_told_from_fp64_path_in_a_float32_cache():
     b32, slack = cache_rounding_bound("float32"), 1e-9  # slack: float64 reference angles, ~1e-12
     theta = sched.inv_freq()
     t_recipe = stored_inv_freq(preset("fp32", "float32"), sched)
+    # the recipe's float32 frequencies 1 / 10000 ** (2i / 128): the exponent is exact (a power-of-two divisor),
+    # the pow and the reciprocal correctly rounded (u = 2**-24 relative each), so |t_i - theta_i| <= 2u theta_i
+    bound_t = 2.0**-23 * (1 + 2.0**-20) * theta
+    assert np.all(np.abs(t_recipe - theta) <= bound_t)
     D = _fp32_angle_error(t_recipe, theta, L)
-    assert D <= 2.0**-12 + (L - 1) * float(np.abs(t_recipe - theta).max()) + slack
+    assert D <= 2.0**-12 + (L - 1) * float(bound_t.max()) + slack
     assert D > 1000 * b32  # where the two paths differ: the angle error dwarfs the cache's rounding
     fp32, fp64 = audit(sched, [preset("fp32", "float32"), preset("fp64", "float32")], [L])
     assert abs(fp32.max_rotation_error - D) <= b32 + slack
