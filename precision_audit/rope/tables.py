@@ -50,16 +50,16 @@ class _AngleTable:
         with np.errstate(invalid="ignore"):
             values = codes.view(fa.numpy_type).astype(np.float64)
             w = _Work(values.size, 1).rows(values.size)
-            _, _, _, cc, ss = _run_recipe(recipe, values, np.ones(1), scale, w, keep_trig=False)
+            _, _, _, cc, ss = _run_recipe(recipe, values, np.ones(1), scale, w)
             return _AngleTable(fa, cc[:, 0].copy(), ss[:, 0].copy(), np.arctan2(ss[:, 0], cc[:, 0]))
 
     def lookup(self, angle: F64, w: _Rows) -> tuple[F64, F64, F64]:
         """Stored cos, sin and their atan2 of ``angle`` (values of ``fmt``, with bit patterns: see
-        :func:`_has_codes`) into ``w.cc``, ``w.ss``, ``w.s``; scratch ``w.c``, ``w.s1``."""
+        :func:`_has_codes`) into ``w.cc``, ``w.ss``, ``w.rot``; scratch ``w.c``, ``w.s1``."""
         idx = _codes_into(self.fmt, angle, w.c.view(np.intp).reshape(-1), w.s1).reshape(angle.shape)
         cc = np.take(self.cos, idx, out=w.cc, mode="clip")
         ss = np.take(self.sin, idx, out=w.ss, mode="clip")
-        return cc, ss, np.take(self.atan2, idx, out=w.s, mode="clip")
+        return cc, ss, np.take(self.atan2, idx, out=w.rot, mode="clip")
 
 
 def _codes_into(f: Format, x: F64, out: npt.NDArray[Any], scratch: F64) -> npt.NDArray[Any]:
