@@ -55,8 +55,6 @@ def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
     return math.asin(min(1.0, e / (1 - e)))
 
 
-
-
 @dataclass(frozen=True)
 class RopeRow(Row):
     """RoPE precision of one recipe at one context length (positions 0..length-1).
@@ -149,8 +147,6 @@ def _same_row(a: F64, b: F64) -> bool:
     return bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
 
 
-
-
 def default_workers() -> int:
     """Threads an audit uses by default: the CPU count, at most 4 (memory ~50 MB each).
 
@@ -158,8 +154,6 @@ def default_workers() -> int:
     True
     """
     return max(1, min(4, os.cpu_count() or 1))
-
-
 
 
 _Chunk = tuple[int, int, "int | None"]  # positions start..stop-1, and the length that ends there (or None)
@@ -285,8 +279,6 @@ def positions_to_scan(schedule: RopeSchedule, lengths: int | Iterable[int]) -> i
     return sum(max(ls) for _, ls in _frequency_groups(schedule, check_rope_lengths(lengths)))
 
 
-
-
 def audit(
     schedule: RopeSchedule,
     recipes: Recipe | Iterable[Recipe],
@@ -301,8 +293,14 @@ def audit(
     """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
 
     One chunked pass over positions up to the largest length serves every
-    shorter length (prefix reductions); memory stays ~``chunk_elems`` float64
-    per array.  ``dynamic`` scaling changes the frequencies with the length,
+    shorter length (prefix reductions) and every recipe: the exact oracle is
+    computed once per block of positions, and so is every stage value that
+    recipes share (positions, angles and their errors, cos/sin, a stored
+    cache and its errors), so stacks that differ from a preset only in the
+    apply stage cost nothing extra.  Recipes may end in different cache
+    dtypes (``[preset(n, d) for d in dtypes for n in names]``): cos/sin are
+    evaluated once for all of them, and the rows are those of one call per
+    dtype, to the bit.  Memory stays ~``chunk_elems`` float64 per array.  ``dynamic`` scaling changes the frequencies with the length,
     so lengths above ``original_max_position_embeddings`` get a pass each.
     ``budget=True`` adds the error budget (five more recipe runs per recipe).
     ``progress`` is called after each chunk with the number of positions it
@@ -326,12 +324,14 @@ def audit(
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     variants: list[Recipe] = []
+    dtypes: list[str] = []  # the cache dtype of the recipe each variant belongs to
     for r in recs:
         variants.append(r)
         if budget:
             variants.extend(r.with_exact(s) for s in STAGES)
+        dtypes += [r.cache] * (len(variants) - len(dtypes))
     n_workers = default_workers() if workers is None else workers
-    results = _scan(schedule, variants, lens, chunk_elems, progress, engine, n_workers)
+    results = _scan(schedule, variants, dtypes, lens, chunk_elems, progress, engine, n_workers)
     rows: list[RopeRow] = []
     stride = 1 + (len(STAGES) if budget else 0)
     for i, r in enumerate(recs):
@@ -343,10 +343,12 @@ def audit(
     return rows
 
 
-def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], lens: Sequence[int], chunk_elems: int,
-          progress: Callable[[int], None] | None, engine: str, workers: int) -> dict[tuple[int, int], _Acc]:
+def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[str], lens: Sequence[int],
+          chunk_elems: int, progress: Callable[[int], None] | None, engine: str, workers: int
+          ) -> dict[tuple[int, int], _Acc]:
     """Each variant's accumulator at each length, keyed (variant index, length): a pass per frequency group
-    (and per set of computed frequencies, see :func:`_active`)."""
+    (and per set of computed frequencies, chosen per cache dtype ``dtypes[i]`` of the variant's recipe:
+    see :func:`_active`)."""
     scale = schedule.cos_sin_scale
     results: dict[tuple[int, int], _Acc] = {}
     for key, ls in _frequency_groups(schedule, lens):
@@ -354,8 +356,8 @@ def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], lens: Sequence[int
         invs = [stored_inv_freq(v, schedule, key, engine) for v in variants]
         theta = schedule.inv_freq(key)
         passes: dict[bytes, list[int]] = {}
-        for dtype in dict.fromkeys(v.cache for v in variants):
-            members = [i for i, v in enumerate(variants) if v.cache == dtype]
+        for dtype in dict.fromkeys(dtypes):
+            members = [i for i, d in enumerate(dtypes) if d == dtype]
             active = _active(theta, [invs[i] for i in members])
             passes.setdefault(active.tobytes(), []).extend(members)
         for n, (mask, members) in enumerate(passes.items()):

@@ -323,7 +323,11 @@ def _collisions(cj: _CacheJob, cc: F64, ss: F64, has_nan: bool) -> None:
     idx = np.flatnonzero(cand)
     if idx.size == 0:
         return
-    same = _equal_rows(cc[idx + 1], cc[idx], has_nan) & _equal_rows(ss[idx + 1], ss[idx], has_nan)
+    if 4 * idx.size > cc.shape[0]:  # many: compare every row (no gathering)
+        same = _equal_rows(cc[1:], cc[:-1], has_nan)
+        same &= _equal_rows(ss[1:], ss[:-1], has_nan)
+    else:
+        same = _equal_rows(cc[idx + 1], cc[idx], has_nan) & _equal_rows(ss[idx + 1], ss[idx], has_nan)
     cj.collisions += int(np.count_nonzero(same.all(axis=1)))
 
 

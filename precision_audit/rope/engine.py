@@ -161,16 +161,47 @@ def _angle_into(recipe: Recipe, pos: F64, inv: F64 | AngleMaker, w: _Rows) -> F6
         if isinstance(inv, AngleMaker):
             inv.angles_into(pos, angle)
             _round_into(angle, fa, angle, scratch)
-        elif fa.name == "float32" and _fits(get_format(recipe.positions), fa) and _fits(get_format(recipe.inv_freq), fa):
-            a32 = w.s1.reshape(-1).view(np.float32)[: angle.size].reshape(angle.shape)
+        elif _f32_product(recipe, fa, pos, inv):
+            n = angle.size
+            a32 = w.s1.reshape(-1).view(np.float32)[:n].reshape(angle.shape)
             np.multiply(pos.astype(np.float32)[:, None], np.asarray(inv, dtype=np.float32)[None, :], out=a32)
-            np.copyto(angle, a32)
+            if fa.name == "float32":
+                np.copyto(angle, a32)
+            elif fa.name == "bfloat16":  # finite operands: no nan in the product
+                _bfloat16_from_float32(a32, angle, w.s1.reshape(-1).view(np.float32)[n : 2 * n].reshape(angle.shape))
+            elif fa.name == "float16":
+                h16 = w.s2.reshape(-1).view(np.float16)[:n].reshape(angle.shape)
+                np.copyto(h16, a32, casting="same_kind")  # IEEE round to nearest even, overflow to inf
+                np.copyto(angle, h16)
+            else:
+                sc = (w.s1.reshape(-1).view(np.float32)[n : 2 * n].reshape(angle.shape),
+                      w.s2.reshape(-1).view(np.float32)[:n].reshape(angle.shape))
+                _round_into(a32, fa, a32, sc)
+                np.copyto(angle, a32)
         else:
             np.multiply(pos[:, None], inv[None, :], out=angle)
             _round_into(angle, fa, angle, scratch)
         if not _round_is_identity(fa, ft):
             _round_into(angle, ft, angle, scratch)
     return angle
+
+
+def _f32_product(recipe: Recipe, fa: Format, pos: F64, inv: F64) -> bool:
+    """``pos * inv`` rounded to ``fa`` is a float32 multiply (rounded to ``fa`` from float32): both operands
+    are float32 values and either ``fa`` is float32 (one rounding either way) or the float32 product is
+    exact (their significands fit in 24 bits) and ``fa`` narrower; a bfloat16 angle also needs them finite."""
+    fp, fi = get_format(recipe.positions), get_format(recipe.inv_freq)
+    f32 = _F32
+    if not (_fits(fp, f32) and _fits(fi, f32)):
+        return False
+    if fa.name == "float32":
+        return True
+    if fp.significand_bits + fi.significand_bits > 24 or fa.significand_bits > 24 or fa.overflow == "saturate":
+        return False
+    return fa.name != "bfloat16" or bool(np.isfinite(pos).all() and np.isfinite(inv).all())
+
+
+_F32 = get_format("float32")
 
 
 def recipe_stages(

@@ -3,23 +3,24 @@
 A narrow cache (bfloat16, float16, float8) keeps 3 to 11 significant bits, so
 the stored value ``round_C(round_T(cos a) ...)`` is decided by a float32
 estimate of ``cos a`` unless that estimate lies near a rounding boundary of
-the cache format.  The estimate (:class:`_Estimate`): ``a`` reduced modulo
-pi/2 in float64 (Cody-Waite, three terms of pi/2, exact to far below 2**-50
-relative for ``|a| < 2**27``), the remainder rounded to float32, numpy's float32
-``cos`` and ``sin`` of it, then the quadrant's swap and signs.  Its relative error
-is at most ``(K * 2**-23 + 2**-24) * |cos a|`` where K is the float32 kernel's
-error in ulps (numpy documents 1.49 ulp; glibc's are below 1 ulp).  The stages
-after cos/sin (rounding to the trig format T, the product by the attention
-factor in T, the cast to the cache format C) are monotone roundings, so the
-stored value equals ``round_C(w)`` for every ``w`` closer to the estimate than the
-nearest midpoint of C.  Elements whose estimate lies within ``2**-17``
-relative of a midpoint of C (the guard, room for K up to 60 ulps and the
-roundings of T), or below C's smallest normal number, or at C's largest finite
-number, are computed exactly, as the engine computes them (float64 ``np.cos``
-of the angle, then every rounding); all others are rounded from the estimate.
-Every stored value is therefore the exactly computed one, to the bit; a
-kernel check (:func:`_kernels_ok`) keeps the fast path off on a machine whose
-float32 kernels are less accurate than assumed.
+the cache format.  The estimate (:func:`estimate`): ``a`` reduced modulo pi/2
+in float64 (Cody-Waite with two terms of pi/2: within 2**-50 for ``|a| <
+2**26``), the remainder rounded to float32, numpy's float32 ``cos`` and ``sin``
+of it, then the quadrant's swap and signs.  Its error is at most ``(2 K + 1.2)
+* 2**-24`` relative, K the float32 kernel's error in ulps (numpy documents 1.49
+ulp; glibc's are below 1), plus ``2**-50`` absolute.  The stages after cos/sin
+(rounding to the trig format T, the product by the attention factor in T, the
+cast to the cache format C) are monotone roundings, each within 2**-24
+relative for float32, so the stored value is ``round_C`` of any value within
+``(2 K + 6.2) * 2**-24`` of the estimate (scaled by the factor) that no
+midpoint of C separates from it.  Elements whose estimate lies within the
+guard, ``2**-17`` relative (K up to 60 ulps), of a midpoint of C, or below C's
+smallest normal number or ``2**-23`` (where the absolute error could matter),
+or at C's largest finite number, are computed exactly, as the engine computes
+them (float64 ``np.cos`` of the angle, then every rounding); all others are
+rounded from the estimate.  Every stored value is therefore the exactly
+computed one, to the bit; a kernel check (:func:`_kernels_ok`) keeps the fast
+path off on a machine whose float32 kernels are less accurate than assumed.
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..formats import Format, get_format, round_to
+from ..formats import Format, round_to
 from .oracle import F64
 
 U32 = npt.NDArray[np.uint32]

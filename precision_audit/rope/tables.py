@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,12 +173,3 @@ def _pair_table(cache: str, scale: float) -> _PairTable | None:
     if total == 0:  # keep take() valid: one entry that no pair code can match
         key, atan2 = np.array([0xFFFFFFFF], dtype=np.uint32), np.zeros(1)
     return _PairTable(f, b, off, key, atan2)
-
-
-def _tables_for(recipes: Sequence[Recipe], scale: float, angles: int
-                ) -> list[tuple[_AngleTable | None, _PairTable | None]] | None:
-    """Each recipe's angle table and its cache format's pair table, for a pass over ``angles`` angles;
-    None below :data:`_TABLE_MIN_ELEMENTS` (building them would cost more than they save)."""
-    if angles < _TABLE_MIN_ELEMENTS:
-        return None
-    return [(_AngleTable.build(r, scale), _PairTable.build(r.cache, scale)) for r in recipes]

@@ -135,12 +135,12 @@ def _exact_distances(st: _Settings, workers: int) -> Array:
     return np.concatenate(parts)
 
 
-def _rows_of(rec: Recipe, dtype: str, p: Pass, st: _Settings, dist: Array) -> list[SinusoidalRow]:
+def _rows_of(rec: Recipe, dtype: str, p: Pass, st: _Settings, dist: Callable[[], Array]) -> list[SinusoidalRow]:
     """Every length's row for one (recipe, dtype) after the streaming pass: the duplicate classes, then per
     length the nearest-neighbour search and the decay deviation."""
     p.near.merge(st.lengths)  # one O(L) array left before the duplicate search
     act_sorted, firsts = _duplicate_activation(p.rows.pos, p.hashes.box, p.rows, st.chunk)  # frees the hashes midway
-    search = _NeighbourSearch(p.near, p.rows, p.errors.err_2, st.dim, st.base, st.chunk, dist)
+    search = _NeighbourSearch(p.near, p.rows, p.errors.err_2, st.dim, st.base, st.chunk, dist())
     c_exact = decay_exact(st.dim, np.arange(st.max_lag + 1), base=st.base)
     out = []
     for j, L in enumerate(st.lengths):
@@ -176,11 +176,19 @@ def _audit_all(pairs: Sequence[tuple[Recipe, str]], st: _Settings, workers: int,
     """Every (recipe, dtype)'s rows: one streaming pass for as many of them as the state budget allows."""
     lmax = st.lengths[-1]
     per_batch = max(1, _STATE_BUDGET // (32 * lmax))
-    dist = _exact_distances(st, workers)
     w64 = frequencies(st.dim, st.base)
     results: dict[tuple[str, int, str], SinusoidalRow] = {}
     for i in range(0, len(pairs), per_batch):
         batch = pairs[i : i + per_batch]
+        # the exact distances once per batch (once in all unless the O(L) state needs several batches), made
+        # when the first search needs them: after the streaming pass, as memory allows
+        made: dict[str, Array] = {}
+
+        def dist() -> Array:
+            if "dist" not in made:
+                made["dist"] = _exact_distances(st, workers)
+            return made["dist"]
+
         try:
             passes = [_passes(rec, f, st) for rec, f in batch]
             stream(passes, w64, lmax, st.chunk, st.window, st.max_lag, workers, progress)

@@ -123,15 +123,15 @@ class _StoredRows:
 
     def _angle_tables(self) -> tuple[Array, Array]:
         """The stored sin and cos of every value of the (16-bit or narrower) angle format, by bit pattern."""
-        if self._codes is None:
+        tables = self._codes
+        if tables is None:  # (two threads may both build it: the same values; one assignment)
             fa = self.fm["angles"]
             width = np.dtype(fa.numpy_type).itemsize
             codes = np.arange(2 ** (8 * width), dtype=np.uint16 if width == 2 else np.uint8)
             with np.errstate(invalid="ignore", over="ignore"):
-                values = codes.view(fa.numpy_type).astype(np.float64)
-                self._codes = _stored_rows(values, np.ones(1), self.fm)
-                self._codes = (self._codes[0][:, 0].copy(), self._codes[1][:, 0].copy())
-        return self._codes
+                s, c = _stored_rows(codes.view(fa.numpy_type).astype(np.float64), np.ones(1), self.fm)
+            tables = self._codes = (s[:, 0].copy(), c[:, 0].copy())
+        return tables
 
 
 def encoding_table(
