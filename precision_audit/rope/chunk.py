@@ -34,7 +34,7 @@ from . import tables as _tables
 from .tables import _AngleTable, _has_codes, _PairTable
 from .torch_engine import torch_stages
 
-BLOCK_ELEMS = 2**16  # angles per block of rows: a few float64 arrays of it stay in the CPU caches
+BLOCK_ELEMS = 2**17  # angles per block of rows: its float64 arrays stay in the CPU caches, its calls few
 
 
 def _wrap_threshold() -> float:
