@@ -3,16 +3,16 @@
 A narrow cache (bfloat16, float16, float8) keeps 3 to 11 significant bits, so
 the stored value ``round_C(round_T(cos a) ...)`` is decided by a float32
 estimate of ``cos a`` unless that estimate lies near a rounding boundary of
-the cache format.  The estimate (:func:`estimate`): ``a`` reduced modulo pi/2
-in float64 (Cody-Waite with two terms of pi/2: within 2**-50 for ``|a| <
-2**26``), the remainder rounded to float32, numpy's float32 ``cos`` and ``sin``
-of it, then the quadrant's swap and signs.  Its error is at most ``(2 K + 1.2)
-* 2**-24`` relative, K the float32 kernel's error in ulps (numpy documents 1.49
-ulp; glibc's are below 1), plus ``2**-50`` absolute.  The stages after cos/sin
+the cache format.  The estimate (:func:`estimate`): ``a`` reduced modulo pi
+in float64 (Cody-Waite with two terms of pi: ``x`` within 2**-50 for ``|a| <
+2**26``), then ``sin a = (-1)**q sin x`` and ``cos a = (-1)**q sin(pi/2 - |x|)``
+with numpy's float32 ``sin`` of the arguments rounded to float32.  Its error is
+at most ``(2 K + 1.6) * 2**-24`` relative, K the float32 kernel's error in ulps
+(numpy documents 1.49 ulp; glibc's are below 1), plus ``2**-50`` absolute.  The stages after cos/sin
 (rounding to the trig format T, the product by the attention factor in T, the
 cast to the cache format C) are monotone roundings, each within 2**-24
 relative for float32, so the stored value is ``round_C`` of any value within
-``(2 K + 6.2) * 2**-24`` of the estimate (scaled by the factor) that no
+``(2 K + 6.6) * 2**-24`` of the estimate (scaled by the factor) that no
 midpoint of C separates from it.  Elements whose estimate lies within the
 guard, ``2**-17`` relative (K up to 60 ulps), of a midpoint of C, or below C's
 smallest normal number or ``2**-23`` (where the absolute error could matter),
@@ -37,15 +37,15 @@ from .oracle import F64
 
 U32 = npt.NDArray[np.uint32]
 
-# pi/2 = P1 + P2 (+ 2e-33 + 1.5e-33): P1 of 25 significant bits, so q * P1 is exact for integers q < 2**27;
-# P2 = pi/2 - P1 rounded to float64 (the next 53 bits)
-_P1 = float.fromhex("0x1.921fb5p+0")
-_P2 = float.fromhex("0x1.110b4611a6263p-26")
-_TWO_OVER_PI = float.fromhex("0x1.45f306dc9c883p-1")
-_MAX_ANGLE = 2.0**26  # |a| * 2/pi stays below 2**27
+# pi = P1 + P2 (+ 1.3e-24): P1 of 25 significant bits, so q * P1 is exact for integers q < 2**28; P2 = pi - P1
+# rounded to float64 (the next 53 bits); pi/2 = P1/2 + P2/2 likewise
+_P1 = float.fromhex("0x1.921fb5p+1")
+_P2 = float.fromhex("0x1.110b4611a6263p-25")
+_INV_PI = float.fromhex("0x1.45f306dc9c883p-2")
+_MAX_ANGLE = 2.0**26  # |a| / pi stays below 2**25
 _GUARD_ULPS = 128  # the guard 2**-17 relative, in float32 ulps of the estimate's binade (2**-17 * 2**24)
 # an estimate below _TINY * factor is computed exactly: there the reduced argument's absolute error
-# (|q * P2| < 2.2 rounded, and the subtraction: below 2**-50) could exceed 2**-27 of it
+# (below 2**-50: q * P2 rounded, the subtractions) could exceed 2**-27 of it
 _TINY = 2.0**-23
 
 
@@ -70,13 +70,13 @@ def eligible(trig: Format, cache: Format, scale: float) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _kernels_ok() -> bool:
-    """numpy's float32 cos and sin on [-0.8, 0.8] within 8 float32 ulps of the float64 ones (the guard allows 60).
+    """numpy's float32 sin on [-1.6, 1.6] within 8 float32 ulps of the float64 one (the guard allows 60).
 
-    A grid of 2**17 points and the float32 neighbours of the ends; run once per process."""
-    x = np.concatenate([np.linspace(-0.8, 0.8, 2**17), [2.0**-30, -(2.0**-30), math.pi / 4, -math.pi / 4]])
+    A grid of 2**17 points and a few ends; run once per process."""
+    x = np.concatenate([np.linspace(-1.6, 1.6, 2**17), [2.0**-30, -(2.0**-30), math.pi / 2, -math.pi / 2]])
     x32 = x.astype(np.float32)
     ref = x32.astype(np.float64)
-    for f in (np.cos, np.sin):
+    for f in (np.sin,):
         got = f(x32).astype(np.float64)
         want = f(ref)
         ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
@@ -107,38 +107,28 @@ def estimate(angle: F64, out: F64, scratch: tuple[F64, F64, F64], bounded: bool 
         if not (abs(top) < _MAX_ANGLE and abs(bottom) < _MAX_ANGLE):  # nan fails too
             return None
     q, x, tmp = (s.reshape(-1)[:n] for s in scratch)
-    np.multiply(a, _TWO_OVER_PI, out=q)
+    np.multiply(a, _INV_PI, out=q)
     np.rint(q, out=q)
     np.multiply(q, _P1, out=x)
     np.subtract(a, x, out=x)  # exact (Sterbenz)
     np.multiply(q, _P2, out=tmp)
-    np.subtract(x, tmp, out=x)  # a - q pi/2 within 2**-50, |x| <= pi/4 + 2**-50
+    np.subtract(x, tmp, out=x)  # a - q pi within 2**-50, |x| <= pi/2 + 2**-50
     halves = out.reshape(-1).view(np.float32)
     c32, s32 = halves[:n], halves[n : 2 * n]
-    x32 = tmp.view(np.float32)[:n]
-    np.copyto(x32, x, casting="same_kind")
-    np.cos(x32, out=c32)
-    np.sin(x32, out=s32)
-    qi = tmp.view(np.int32)[:n]  # after the kernels: it shares x32's bytes
-    np.copyto(qi, q, casting="unsafe")  # |q| < 2**27: exact
-    qi = qi.view(np.uint32)  # two's complement: the low bits give the quadrant
-    cb, sb = c32.view(np.uint32), s32.view(np.uint32)
-    d, m = x.view(np.uint32)[:n], x.view(np.uint32)[n : 2 * n]
-    # odd quadrant: swap cos and sin (bitwise select by a mask of all ones)
-    np.bitwise_and(qi, np.uint32(1), out=m)
-    np.negative(m, out=m)
-    np.bitwise_xor(cb, sb, out=d)
-    np.bitwise_and(d, m, out=d)
-    np.bitwise_xor(cb, d, out=cb)
-    np.bitwise_xor(sb, d, out=sb)
-    # signs: cos < 0 in quadrants 1 and 2, sin < 0 in quadrants 2 and 3
-    np.add(qi, np.uint32(1), out=m)
-    np.bitwise_and(m, np.uint32(2), out=m)
-    np.left_shift(m, np.uint32(30), out=m)
-    np.bitwise_xor(cb, m, out=cb)
-    np.bitwise_and(qi, np.uint32(2), out=m)
-    np.left_shift(m, np.uint32(30), out=m)
-    np.bitwise_xor(sb, m, out=sb)
+    np.copyto(s32, x, casting="same_kind")
+    np.abs(x, out=tmp)  # cos x = sin(pi/2 - |x|), pi/2 - |x| within 2**-50 (the first subtraction is exact)
+    np.subtract(_P1 / 2, tmp, out=tmp)
+    np.add(tmp, _P2 / 2, out=tmp)
+    np.copyto(c32, tmp, casting="same_kind")
+    np.sin(c32, out=c32)
+    np.sin(s32, out=s32)
+    qi = x.view(np.int32)[:n]  # |q| < 2**25: exact; its parity is the sign (-1)**q of both
+    np.copyto(qi, q, casting="unsafe")
+    sign = qi.view(np.uint32)
+    np.left_shift(sign, np.uint32(31), out=sign)
+    both = halves[: 2 * n].view(np.uint32)
+    np.bitwise_xor(both[:n], sign, out=both[:n])
+    np.bitwise_xor(both[n:], sign, out=both[n:])
     return _Estimate(a, halves[: 2 * n].view(np.uint32))
 
 
