@@ -41,8 +41,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._alibi_stream import count_pass, prob_change_pass
 from ._common import ArgumentTypeError, Row, check_callable, check_int, check_length, check_lengths, describe
-from .formats import _as_float64, get_format, round_to
+from .formats import _as_float64, _bfloat16_from_float32, _round_into, get_format, round_to
 
 MAX_HEADS = 4096  # Bloom-176B has 112
 MAX_ALIBI_LENGTH = 2**26  # 2**26 tokens x 64 heads already take minutes
@@ -267,6 +268,40 @@ def _magnitudes(recipe: Recipe, slopes: npt.NDArray[np.float64], k: npt.NDArray[
     return round_to(prod, recipe.bias_format)
 
 
+def _magnitudes_into(recipe: Recipe, slopes: npt.NDArray[np.float64], k: npt.NDArray[np.float64],
+                     out: npt.NDArray[np.float64], scratch: tuple[npt.NDArray[Any], npt.NDArray[Any]]) -> None:
+    """:func:`_magnitudes` into ``out`` (heads, len(k)) with reused ``scratch`` (two C-contiguous float64
+    arrays of its shape).  A float32 product of float32 operands is one float32 multiply (the exact product rounded
+    once), and its bfloat16 cast a carry on the bits."""
+    pos = round_to(k, recipe.position_format)
+    fp, fb = get_format(recipe.product_format), get_format(recipe.bias_format)
+    n = out.size
+    if (fp.name == "float32" and _fits32(recipe.slope_format) and _fits32(recipe.position_format)
+            and bool(np.isfinite(pos).all()) and fb.name in ("float64", "float32", "bfloat16", "float16")):
+        p32 = scratch[0].reshape(-1).view(np.float32)[:n].reshape(out.shape)
+        np.multiply(slopes.astype(np.float32)[:, None], pos.astype(np.float32)[None, :], out=p32)
+        if fb.name == "bfloat16":
+            _bfloat16_from_float32(p32, out, scratch[1].reshape(-1).view(np.float32)[:n].reshape(out.shape))
+            return
+        if fb.name == "float16":
+            h16 = scratch[1].reshape(-1).view(np.float16)[:n].reshape(out.shape)
+            np.copyto(h16, p32, casting="same_kind")  # IEEE round to nearest even, overflow to inf
+            np.copyto(out, h16)
+            return
+        np.copyto(out, p32)
+        return
+    with np.errstate(invalid="ignore"):  # 0 * inf in formats that overflow positions
+        np.multiply(slopes[:, None], pos[None, :], out=out)
+    _round_into(out, fp, out, scratch)
+    _round_into(out, fb, out, scratch)
+
+
+def _fits32(fmt: str) -> bool:
+    """Every value of ``fmt`` is a float32 value."""
+    f = get_format(fmt)
+    return f.significand_bits <= 24 and f.max_finite <= 2.0**128 and f.min_exponent - f.significand_bits >= -150
+
+
 def _resolve_slopes(recipe: Recipe, num_heads: int, slopes: npt.ArrayLike | None) -> npt.NDArray[np.float64]:
     if slopes is None:
         return stored_slopes(recipe, num_heads)
@@ -435,13 +470,6 @@ class AlibiAudit(Row):
 # The streaming engine
 
 
-def _lse_merge(m: np.ndarray, s: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Fold ``block`` (heads, w) into a running log-sum-exp kept as ``m + log(s)``."""
-    new_m = np.maximum(m, block.max(axis=1))
-    s = s * np.exp(m - new_m) + np.exp(block - new_m[:, None]).sum(axis=1)
-    return new_m, s
-
-
 def _chunks(stop: int, width: int) -> Iterable[tuple[int, int]]:
     for c0 in range(0, stop, width):
         yield c0, min(c0 + width, stop)
@@ -463,125 +491,9 @@ class _Plan:
     def chunks(self) -> Iterable[tuple[int, int]]:
         return _chunks(self.lengths[-1], self.width)
 
-    def stored(self, k: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        return _magnitudes(self.recipe, self.s_used, k)
-
-
-@dataclass(frozen=True)
-class _Chunk:
-    """Pass 1's view of keys ``c0 .. c1-1``: stored and reference magnitudes, and each key's left neighbour."""
-
-    c0: int
-    ki: npt.NDArray[np.int64]  # the keys, as integers
-    mag: npt.NDArray[np.float64]  # stored |bias|, (heads, w)
-    ref: npt.NDArray[np.float64]  # reference |bias| = slope * k
-    before: npt.NDArray[np.float64]  # stored |bias| of key k - 1 (NaN before key 0)
-
-
-class _Tally:
-    """Per-head running totals: ``scan`` leaves in ``cum`` each total after every key of a chunk, (heads, w)."""
-
-    cum: dict[str, np.ndarray]
-
-    def at(self, col: int) -> dict[str, np.ndarray]:
-        return {name: c[:, col].copy() for name, c in self.cum.items()}  # copies: a view keeps the chunk alive
-
-
-class _NeighbourTally(_Tally):
-    """What rounding does to neighbouring keys: distinct stored values, the longest run of keys sharing
-    one value (NaNs equal) and order inversions (``m[k+1] < m[k]``)."""
-
-    def __init__(self, n: int) -> None:
-        self.distinct, self.run_start, self.run_max, self.inversions = (np.zeros(n, dtype=np.int64) for _ in range(4))
-
-    def scan(self, ch: _Chunk) -> None:
-        same = (ch.mag == ch.before) | (np.isnan(ch.mag) & np.isnan(ch.before))
-        if ch.c0 == 0:
-            same[:, 0] = False
-        new = ~same
-        starts = np.maximum.accumulate(np.where(new, ch.ki[None, :], -1), axis=1)
-        self.starts = np.where(starts < 0, self.run_start[:, None], starts)
-        run = np.maximum.accumulate(ch.ki[None, :] - self.starts + 1, axis=1)
-        self.cum = {
-            "distinct": self.distinct[:, None] + np.cumsum(new, axis=1),
-            "run": np.maximum(self.run_max[:, None], run),
-            "inversions": self.inversions[:, None] + np.cumsum(ch.mag < ch.before, axis=1),
-        }
-
-    def carry(self) -> None:
-        last = self.at(-1)
-        self.distinct, self.run_max, self.inversions = last["distinct"], last["run"], last["inversions"]
-        self.run_start = self.starts[:, -1].copy()
-
-
-class _ErrorExtrema(_Tally):
-    """Non-finite stored biases and the largest ``|stored - reference|`` (inf once one is non-finite)."""
-
-    def __init__(self, n: int) -> None:
-        self.nonfinite, self.err = np.zeros(n, dtype=np.int64), np.zeros(n)
-
-    def scan(self, ch: _Chunk) -> None:
-        bad = ~np.isfinite(ch.mag)
-        err = np.maximum.accumulate(np.where(bad, np.inf, np.abs(ch.mag - ch.ref)), axis=1)
-        self.cum = {
-            "nonfinite": self.nonfinite[:, None] + np.cumsum(bad, axis=1),
-            "err": np.maximum(self.err[:, None], err),
-        }
-
-    def carry(self) -> None:
-        last = self.at(-1)
-        self.nonfinite, self.err = last["nonfinite"], last["err"]
-
-
-class _SoftmaxNorms:
-    """Running log-sum-exps (``m + log(s)``) of the stored and the reference logits ``sign * magnitude``."""
-
-    def __init__(self, n: int, sign: float) -> None:
-        self.sign = sign
-        self.lse_p = (np.full(n, -np.inf), np.zeros(n))  # stored logits
-        self.lse_q = (np.full(n, -np.inf), np.zeros(n))  # reference logits
-
-    def scan(self, ch: _Chunk) -> None:
-        self.ch = ch
-
-    def at(self, col: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        return {"lse_p": _lse_merge(*self.lse_p, self.sign * self.ch.mag[:, : col + 1]),
-                "lse_q": _lse_merge(*self.lse_q, self.sign * self.ch.ref[:, : col + 1])}
-
-    def carry(self) -> None:
-        self.lse_p = _lse_merge(*self.lse_p, self.sign * self.ch.mag)
-        self.lse_q = _lse_merge(*self.lse_q, self.sign * self.ch.ref)
-
-
-@dataclass
-class _AtLength:
-    """Per-head totals over keys ``0 .. L-1``, shape (heads,); pass 2 fills ``dp``."""
-
-    distinct: np.ndarray
-    run: np.ndarray
-    inversions: np.ndarray
-    nonfinite: np.ndarray
-    err: np.ndarray
-    lse_p: tuple[np.ndarray, np.ndarray]  # log-sum-exp (m, s) = m + log(s) of the stored logits
-    lse_q: tuple[np.ndarray, np.ndarray]  # ... of the reference logits
-    dp: np.ndarray  # max_j |p_j - q_j|
-
-    def add_prob_change(self, l: np.ndarray, x: np.ndarray) -> None:
-        """Fold some keys' stored and reference logits ``l`` and ``x`` (heads, w) into ``dp``.
-
-        With t = (l_k - x_k) - (LSE_l - LSE_x), p_k - q_k equals q_k * expm1(t)
-        = -p_k * expm1(-t); the branch with t <= 0 keeps the factor in [-1, 0]
-        (no 0 * inf), and LSE_l - LSE_x = (M_l - M_x) + log(S_l / S_x) avoids
-        cancelling two large log-sum-exps.
-        """
-        (mp, sp), (mq, sq) = self.lse_p, self.lse_q
-        shift = (mp - mq) + np.log(sp / sq)
-        t = (l - x) - shift[:, None]
-        q = np.exp(x - mq[:, None]) / sq[:, None]
-        p = np.exp(l - mp[:, None]) / sp[:, None]
-        dp = np.where(t > 0, p * -np.expm1(-t), q * np.expm1(t))
-        dp = np.where(np.isnan(t) | np.isnan(p), np.nan, np.abs(dp)).max(axis=1)
-        self.dp = np.maximum(self.dp, dp)  # propagates NaN
+    def stored_into(self, k: npt.NDArray[np.float64], out: npt.NDArray[np.float64],
+                    scratch: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]) -> None:
+        _magnitudes_into(self.recipe, self.s_used, k, out, scratch)
 
 
 def _plan(lengths: int | Iterable[int], num_heads: int, recipe: str | Recipe, dtype: str | None,
@@ -598,47 +510,7 @@ def _plan(lengths: int | Iterable[int], num_heads: int, recipe: str | Recipe, dt
     return _Plan(r, label, tuple(lens), n, s_used, s_exact, sign, max(1, chunk_elements // n))
 
 
-def _count_pass(plan: _Plan, progress: Callable[[int], None] | None) -> dict[int, _AtLength]:
-    """Pass 1: the per-head tallies, snapshot at every length (prefix reductions)."""
-    n = plan.num_heads
-    tallies = (_NeighbourTally(n), _ErrorExtrema(n), _SoftmaxNorms(n, plan.sign))
-    prev = np.full(n, np.nan)
-    found: dict[int, _AtLength] = {}
-    for c0, c1 in plan.chunks():
-        k = np.arange(c0, c1, dtype=np.float64)
-        mag = plan.stored(k)
-        before = np.concatenate([prev[:, None], mag[:, :-1]], axis=1)
-        ch = _Chunk(c0, np.arange(c0, c1, dtype=np.int64), mag, plan.s_exact[:, None] * k[None, :], before)
-        for t in tallies:
-            t.scan(ch)
-        for L in plan.lengths:
-            if c0 < L <= c1:
-                totals = {name: v for t in tallies for name, v in t.at(L - 1 - c0).items()}
-                found[L] = _AtLength(**totals, dp=np.zeros(n))
-        for t in tallies:
-            t.carry()
-        prev = mag[:, -1].copy()
-        if progress is not None:
-            progress(c1 - c0)
-    return found
-
-
-def _prob_change_pass(plan: _Plan, found: dict[int, _AtLength], progress: Callable[[int], None] | None) -> None:
-    """Pass 2: the largest attention-probability change, which needs each length's log-sum-exps from pass 1."""
-    for c0, c1 in plan.chunks():
-        k = np.arange(c0, c1, dtype=np.float64)
-        mag = plan.sign * plan.stored(k)
-        ref = plan.sign * plan.s_exact[:, None] * k[None, :]
-        for L in plan.lengths:
-            if L <= c0:
-                continue
-            w = min(c1, L) - c0
-            found[L].add_prob_change(mag[:, :w], ref[:, :w])
-        if progress is not None:
-            progress(c1 - c0)
-
-
-def _audit_row(plan: _Plan, L: int, f: _AtLength) -> AlibiAudit:
+def _audit_row(plan: _Plan, L: int, f: Any) -> AlibiAudit:
     """One length's :class:`AlibiAudit` from its per-head totals."""
     r = plan.recipe
     heads = tuple(
@@ -692,13 +564,32 @@ def audit_alibi(
     check_callable(progress, "progress")
     plan = _plan(lengths, num_heads, recipe, dtype, slopes, chunk_elements)
     with np.errstate(invalid="ignore", over="ignore"):
-        found = _count_pass(plan, progress)
-        _prob_change_pass(plan, found, progress)
+        found = count_pass(plan, progress)
+        prob_change_pass(plan, found, progress)
     return [_audit_row(plan, L, found[L]) for L in plan.lengths]
 
 
 # --------------------------------------------------------------------------
 # Metrics of a bias array already in memory
+
+
+@dataclass(frozen=True)
+class _StoredPlan:
+    """A :class:`~precision_audit._alibi_stream.StreamPlan` over magnitudes already in memory (heads, L)."""
+
+    stored: npt.NDArray[np.float64]
+    lengths: tuple[int, ...]
+    num_heads: int
+    s_exact: npt.NDArray[np.float64]
+    sign: float
+    width: int
+
+    def chunks(self) -> Iterable[tuple[int, int]]:
+        return _chunks(self.lengths[-1], self.width)
+
+    def stored_into(self, k: npt.NDArray[np.float64], out: npt.NDArray[np.float64],
+                    scratch: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]) -> None:
+        np.copyto(out, self.stored[:, int(k[0]):int(k[0]) + k.size])
 
 
 def stored_bias_metrics(stored: npt.ArrayLike, slopes: npt.ArrayLike | None = None,
@@ -728,16 +619,10 @@ def stored_bias_metrics(stored: npt.ArrayLike, slopes: npt.ArrayLike | None = No
     s = alibi_slopes(n) if slopes is None else np.asarray(slopes, dtype=np.float64).reshape(-1)
     if s.shape != (n,):
         raise ValueError(f"{s.size} slopes given for {n} heads")
-    sign = 1.0 if form == "key" else -1.0
-    k = np.arange(L, dtype=np.float64)
-    before = np.concatenate([np.full((n, 1), np.nan), mag[:, :-1]], axis=1)
-    ch = _Chunk(0, np.arange(L, dtype=np.int64), mag, s[:, None] * k[None, :], before)
-    tallies = (_NeighbourTally(n), _ErrorExtrema(n), _SoftmaxNorms(n, sign))
-    with np.errstate(invalid="ignore", over="ignore"):
-        for t in tallies:
-            t.scan(ch)
-        f = _AtLength(**{name: v for t in tallies for name, v in t.at(L - 1).items()}, dp=np.zeros(n))
-        f.add_prob_change(sign * ch.mag, sign * ch.ref)
+    plan = _StoredPlan(mag, (L,), n, s, 1.0 if form == "key" else -1.0, min(L, max(1, 2**19 // n)))
+    found = count_pass(plan, None)
+    prob_change_pass(plan, found, None)
+    f = found[L]
     dmin = int(f.distinct.min())
     return dict(min_distinct_biases=dmin, distinct_fraction=dmin / L, max_run=int(f.run.max()),
                 max_abs_error=float(f.err.max()), order_inversions=int(f.inversions.sum()),

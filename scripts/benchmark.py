@@ -12,10 +12,17 @@ Every figure comes from a fresh child process, so peak RSS is that run's own
   RoPE audit; the child times the computation only (no process start);
 * each RoPE recipe: ``precision-audit rope -l N --recipe R --head-dim 128``
   (N x 64 angles), wall time of the whole command, and its ratio to the floor;
+  the four presets in one run; each stack's recipe alone and several recipes
+  and dtypes in one ``audit()`` call (Python API, a fresh process each);
 * torch: the script a user would write (full float64 tables, ``torch.atan2``);
 * positions (M positions/s), alibi and sinusoidal at the sizes printed;
 * peak RSS of the RoPE audit at 16 x N positions and of the other auditors at
   their largest accepted lengths (``--quick``: small stand-ins).
+
+Lines with a target (issue 20: the four presets <= 2.0x, each stack, ALiBi and
+sinusoidal <= 1.5x, wall time against the floor) say whether this run met it;
+the load average at the start and the end shows what else ran.  ``--out
+figures/benchmark.txt`` also writes the report there (the README includes it).
 """
 
 from __future__ import annotations
@@ -58,15 +65,6 @@ print(err.abs().max().item(), err.abs().mean().item())
 """
 
 
-def child(args: list[str]) -> str:
-    """Run ``python args`` from the repo root; return its stdout."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=ROOT)
-    if p.returncode:
-        raise SystemExit(f"benchmark child failed ({p.returncode}): {' '.join(args)}\n{p.stderr}")
-    return p.stdout
-
-
 def measured(args: list[str]) -> tuple[float, float, float, str]:
     """Run ``python args`` in a fresh process; (wall s, its peak RSS in MiB, its CPU s, stdout).
 
@@ -82,53 +80,99 @@ def measured(args: list[str]) -> tuple[float, float, float, str]:
         "print(wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime, p.returncode)\n"
         "print(p.stdout, end='')\n"
     )
-    out = child(["-c", wrapper, *args])
-    head, _, rest = out.partition("\n")
-    wall, rss, cpu, rc = head.split()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", wrapper, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    head, _, rest = p.stdout.partition("\n")
+    wall, rss, cpu, rc = head.split() if p.returncode == 0 else ("0", "0", "0", "1")
     if int(rc):
-        raise SystemExit(f"benchmark child failed: {' '.join(args)}\n{rest}")
+        raise SystemExit(f"benchmark child failed: {' '.join(args)}\n{rest}\n{p.stderr[-3000:]}")
     return float(wall), float(rss), float(cpu), rest
 
 
+STACK = """
+import sys
+from precision_audit.rope import RopeSchedule, audit, preset, stack
+n, names, dtypes = int(sys.argv[1]), sys.argv[2].split(","), sys.argv[3].split(",")
+s = RopeSchedule(head_dim=128)
+recipes = [stack(x, d, s) if x in ("transformers", "transformers-cast", "vllm", "llama.cpp-cpu",
+                                   "llama.cpp-cuda", "mlx", "mlx-cpu") else preset(x, d) for d in dtypes for x in names]
+audit(s, recipes, [n])
+"""
+
 FLOOR_CPU = [0.0]
+QUICK = [False]  # --quick: small sizes, where process start dominates: no targets
+OUT: list[str] = []
+MISSED: list[str] = []
 
 
-def line(label: str, run: tuple[float, float, float, str], floor: float | None = None, extra: str = "") -> None:
+def say(text: str = "") -> None:
+    """Print a line of the report (and keep it for ``--out``)."""
+    print(text, flush=True)
+    OUT.append(text)
+
+
+def line(label: str, run: tuple[float, float, float, str], floor: float | None = None, extra: str = "",
+         target: float | None = None) -> None:
     seconds, rss, cpu, _ = run
     ratio = f"{seconds / floor:5.2f}x" if floor else " " * 6
     cpu_ratio = f"{cpu / FLOOR_CPU[0]:5.2f}x" if floor else " " * 6
-    print(f"{label:<54} {seconds:7.2f} s {ratio}  cpu {cpu:7.2f} s {cpu_ratio}  RSS {rss:5.0f} MiB{extra}")
+    verdict = ""
+    if target is not None and floor and not QUICK[0]:
+        ok = seconds / floor <= target
+        verdict = f"  target <= {target:.1f}x: {'met' if ok else 'MISSED'}"
+        if not ok:
+            MISSED.append(label)
+    say(f"{label:<58} {seconds:7.2f} s {ratio}  cpu {cpu:7.2f} s {cpu_ratio}  RSS {rss:5.0f} MiB{extra}{verdict}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds): a smoke test for CI")
     ap.add_argument("--no-torch", action="store_true", help="skip the torch comparison")
+    ap.add_argument("--out", metavar="PATH", help="also write the report to PATH (e.g. figures/benchmark.txt)")
     a = ap.parse_args()
+    try:
+        _run(a)
+    finally:
+        if a.out:
+            Path(a.out).write_text("\n".join(OUT) + "\n")
+
+
+def _run(a: argparse.Namespace) -> None:
+    QUICK[0] = a.quick
     k = 14 if a.quick else 20  # RoPE: 2**k positions x 64 frequencies
     n = 2**k
     cores = os.cpu_count()
-    print(f"precision_audit benchmark: {cores} cores, python {sys.version.split()[0]}, "
-          f"RoPE 2**{k} positions x 64 frequencies (head_dim 128)")
-    print("wall: seconds of a fresh process, start and imports included (the floor: its computation only);"
-          f" cpu: that process's user + system seconds; /floor: ratio to the floor's wall or cpu;"
-          f" RSS: that process's peak; load average at start {os.getloadavg()[0]:.1f}")
-    print()
+    say(f"precision_audit benchmark: {cores} cores, python {sys.version.split()[0]}, "
+        f"RoPE 2**{k} positions x 64 frequencies (head_dim 128)" + (" (--quick: small sizes)" if a.quick else ""))
+    say("wall: seconds of a fresh process, start and imports included (the floor: its computation only);"
+        " cpu: that process's user + system seconds; /floor: ratio to the floor's wall or cpu;"
+        f" RSS: that process's peak; load average at start {os.getloadavg()[0]:.1f} (1 min),"
+        f" {os.getloadavg()[1]:.1f} (5 min)")
+    say("targets (issue 20) are on the wall ratio, measured in this one run")
+    say()
 
     floors = [measured(["-c", FLOOR, str(n)])[3].split() for _ in range(1 if a.quick else 2)]
     floor, FLOOR_CPU[0] = min((float(w), float(c)) for w, c in floors)
-    print(f"{'':<54} {'wall':>9} {'/floor':>6}  {'cpu':>11} {'/floor':>6}  peak")
-    print(f"{'floor: numpy float64 angles, sin, cos (compute only)':<54} {floor:7.2f} s {1:5.2f}x  "
-          f"cpu {FLOOR_CPU[0]:7.2f} s {1:5.2f}x")
+    say(f"{'':<58} {'wall':>9} {'/floor':>6}  {'cpu':>11} {'/floor':>6}  peak")
+    say(f"{'floor: numpy float64 angles, sin, cos (compute only)':<58} {floor:7.2f} s {1:5.2f}x  "
+        f"cpu {FLOOR_CPU[0]:7.2f} s {1:5.2f}x")
     for name in ("lowp", "lowp-inv-freq", "fp32", "fp64"):
         run = measured(["-c", CLI, "rope", "-l", str(n), "-r", name, "-d", "bf16", "--head-dim", "128"])
         line(f"rope --recipe {name} -d bf16 -l 2**{k}", run, floor)
     run = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128"])
-    line(f"rope, all four recipes in one run, -l 2**{k}", run, floor)
+    line(f"rope -d bf16 -l 2**{k}: the four presets in one run", run, floor, target=2.0)
+    for name in ("transformers", "vllm", "llama.cpp-cpu", "mlx"):
+        run = measured(["-c", STACK, str(n), name, "bfloat16"])
+        line(f"rope stack {name}, bf16, -l 2**{k} (Python API)", run, floor, target=1.5)
+    run = measured(["-c", STACK, str(n), "fp32,transformers,vllm", "bfloat16"])
+    line("rope fp32 + transformers + vllm in one audit() call", run, floor)
+    run = measured(["-c", STACK, str(n), "lowp,lowp-inv-freq,fp32,fp64", "bfloat16,float16"])
+    line("rope four presets x bf16 + fp16 in one audit() call", run, floor)
     if not a.no_torch:
         run = measured(["-c", TORCH, str(n)])
         line("torch script: float64 tables, torch.atan2 (fp32 recipe)", run, floor)
-    print()
+    say()
 
     kp = 18 if a.quick else 26
     for fmt in ("float16", "bfloat16", "float8_e4m3fn"):
@@ -140,13 +184,13 @@ def main() -> None:
         line(f"positions {fmt}, one pass to 2**{kp}", run, floor, f"  {rate:5.1f} M positions/s")
     ka = 14 if a.quick else 20
     run = measured(["-c", CLI, "alibi", "-l", str(2**ka), "--heads", "64", "-r", "cast-output", "-d", "bf16"])
-    line(f"alibi cast-output, 64 heads, -l 2**{ka}", run, floor)
+    line(f"alibi cast-output, 64 heads, -l 2**{ka}", run, floor, target=1.5)
     ks = 12 if a.quick else 17
     run = measured(["-c", CLI, "sinusoidal", "-l", str(2**ks), "--dim", "512", "-d", "bf16", "-r", "lowp", "-r", "fp32"])
-    line(f"sinusoidal lowp+fp32, d 512, -l 2**{ks}", run, floor)
-    print()
+    line(f"sinusoidal lowp+fp32, d 512, -l 2**{ks}", run, floor, target=1.5)
+    say()
 
-    print(f"peak RSS at the largest sizes (load average {os.getloadavg()[0]:.1f})" + (" (--quick: small stand-ins)" if a.quick else ""))
+    say(f"peak RSS at the largest sizes (load average {os.getloadavg()[0]:.1f})" + (" (--quick: small stand-ins)" if a.quick else ""))
     big = [
         (f"rope fp32, 2**{k + 4} positions x 64 frequencies",
          ["-c", CLI, "rope", "-l", str(2 ** (k + 4)), "-r", "fp32", "--head-dim", "128"]),
@@ -160,16 +204,20 @@ def main() -> None:
     for label, args in big:
         line(label, measured(args))
 
-    print()
+    say()
     import importlib.util
 
     if importlib.util.find_spec("transformers") is None:
-        print("hf-scan: transformers not installed (pip install 'precision-audit[hf]'), skipped")
-        return
-    # the whole scan of the installed transformers at 8K (--quick: the llama family only), a fresh process
-    scope = ["--family", "llama"] if a.quick else []
-    line("hf-scan at 8K, bf16" + (" (--quick: llama only)" if a.quick else " (every rotary class)"),
-         measured(["-c", CLI, "hf-scan", "-l", "8K", "--json", *scope]))
+        say("hf-scan: transformers not installed (pip install 'precision-audit[hf]'), skipped")
+    else:
+        # the whole scan of the installed transformers at 8K (--quick: the llama family only), a fresh process
+        scope = ["--family", "llama"] if a.quick else []
+        line("hf-scan at 8K, bf16" + (" (--quick: llama only)" if a.quick else " (every rotary class)"),
+             measured(["-c", CLI, "hf-scan", "-l", "8K", "--json", *scope]))
+    say()
+    la = os.getloadavg()
+    say(f"load average at the end {la[0]:.1f} (1 min), {la[1]:.1f} (5 min); targets missed: "
+        + (", ".join(MISSED) if MISSED else "none"))
 
 
 if __name__ == "__main__":

@@ -188,3 +188,47 @@ def test_tables_only_for_narrow_formats() -> None:
     assert _AngleTable.build(preset("lowp", "bf16"), 1.0) is not None
     # a trig stage narrower than the angle would round the argument again: no table
     assert _AngleTable.build(Recipe("x", "bf16", "bf16", "fp16", "e4m3", "bf16"), 1.0) is None
+
+
+@pytest.mark.parametrize("scaling", ["default", "proportional"])
+def test_several_dtypes_in_one_call_give_the_rows_of_one_call_per_dtype(scaling: str) -> None:
+    # stages shared across dtypes (positions, angles, cos/sin) must not change a row; the frequencies a pass
+    # skips (proportional RoPE's theta = 0 tail) are chosen per dtype, as separate calls choose them (fp8
+    # inverse frequencies underflow to 0 where theta is not)
+    kw = {"rotary_dim": 16, "scaling": "proportional", "base": 1e6} if scaling == "proportional" else {}
+    s = RopeSchedule(head_dim=64, **kw)
+    dtypes, lengths = ["bf16", "e4m3", "fp16"], [300, 5000]
+    together = audit(s, [preset(n, d) for d in dtypes for n in ("lowp", "lowp-inv-freq", "fp32", "fp64")], lengths,
+                     budget=True, chunk_elems=4096, workers=2)
+    separate = [r for d in dtypes for r in audit(s, [preset(n, d) for n in ("lowp", "lowp-inv-freq", "fp32", "fp64")],
+                                                 lengths, budget=True, chunk_elems=4096, workers=1)]
+    assert [r.to_dict() for r in together] == [r.to_dict() for r in separate]
+
+
+@pytest.mark.parametrize("trig", ["float32", "float64"])
+@pytest.mark.parametrize("cache", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2fnuz"])
+@pytest.mark.parametrize("scale", [1.0, 1.3465735902799727])
+def test_fast_cache_is_the_rounding_chain(trig: str, cache: str, scale: float) -> None:
+    # The verified float32 estimate (rope/fastcache.py) must give the stored values of the definition:
+    # np.cos/np.sin of the angle, rounded to the trig format, times the factor there, cast to the cache.
+    # Angles spread over [0, 2**26), and clustered at multiples of pi/2 (cos or sin near 0) and pi/4.
+    from precision_audit.formats import get_format
+    from precision_audit.rope import fastcache
+
+    rng = np.random.default_rng(5)
+    k = rng.integers(0, 2**24, 4096).astype(np.float64)
+    a = np.concatenate([rng.uniform(0, 2**26, 8192), k * (np.pi / 2) + rng.normal(0, 1e-5, 4096),
+                        (k + 0.5) * (np.pi / 2), rng.uniform(0, 1, 4096)])
+    a = round_to(a, trig).reshape(-1, 64)
+    T, C = get_format(trig), get_format(cache)
+    assert fastcache.eligible(T, C, scale)
+    bufs = [np.empty_like(a) for _ in range(8)]
+    est = fastcache.estimate(a, bufs[0], (bufs[1], bufs[2], bufs[3]))
+    out = np.empty(2 * a.size)
+    fastcache.stored_into(est, T, C, scale, out, tuple(bufs[4:]))
+    factor = float(round_to(scale, "float64" if trig == "float64" else "float32")[()])
+    for fn, got in ((np.cos, out[: a.size]), (np.sin, out[a.size :])):
+        v = round_to(fn(a.reshape(-1)), trig)
+        if scale != 1.0:
+            v = round_to(v * factor, trig)
+        np.testing.assert_array_equal(got.view(np.uint64), round_to(v, cache).view(np.uint64))

@@ -23,12 +23,11 @@ from .._common import (Row, check_callable, check_choice, check_flag, check_int,
                        check_schedule)
 from ..formats import Format, get_format, round_to, spacing
 from ..schedules import RopeSchedule
-from .engine import ENGINES, _angle_into, _Rows, _run_recipe, _Work
+from .chunk import _block_rows, _chunk_stats, _ChunkStats, _Plan, _torch_chunk_stats
+from .engine import ENGINES, _Work
 from .hows import AngleMaker
-from .oracle import _TWO_PI, F64, MAX_ROPE_LENGTH, _oracle_into, _split, _wrap_into
+from .oracle import F64, MAX_ROPE_LENGTH, _split
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
-from .tables import _AngleTable, _has_codes, _PairTable, _tables_for
-from .torch_engine import torch_stages
 
 __all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan"]
 
@@ -55,8 +54,6 @@ def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
     h = float(spacing([math.nextafter(scale, 0.0)], f)[0]) / 2
     e = math.sqrt(2.0) * h / scale
     return math.asin(min(1.0, e / (1 - e)))
-
-
 
 
 @dataclass(frozen=True)
@@ -102,19 +99,6 @@ class RopeRow(Row):
             raise ValueError(f"length {self.length!r} must be at least 1")
         if not 0 <= self.colliding_positions < self.length:
             raise ValueError(f"colliding_positions {self.colliding_positions!r} not in [0, {self.length})")
-
-
-@dataclass
-class _ChunkStats:
-    """One recipe's reductions over one chunk of positions (merged in chunk order)."""
-
-    ang_max: F64
-    ang_sum: F64
-    rot_max: F64
-    rot_sum: F64
-    collisions: int  # rows equal to the previous row, inside the chunk
-    first: F64  # stored (cos, sin) of the chunk's first and last position
-    last: F64
 
 
 class _Acc:
@@ -165,102 +149,6 @@ def _same_row(a: F64, b: F64) -> bool:
     return bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
 
 
-
-
-def _recipe_stats(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, engine: str = "numpy",
-                  table: _AngleTable | None = None, pairs: _PairTable | None = None) -> _ChunkStats:
-    """Angle and rotation errors of one recipe on one chunk, reduced per frequency.
-
-    The same values as ``|wrap(angle - p1 - p2)|`` and
-    ``|wrap(atan2(sin, cos) - exact)|`` with non-finite errors set to pi.
-    ``engine="torch"``: ``pos`` are the integer positions, the stages torch's.
-    ``table``: the recipe's :class:`_AngleTable` (numpy engine), for cos, sin, atan2;
-    ``pairs``: its cache format's :class:`_PairTable`, for atan2.
-    """
-    angle, cc, ss, rot = _stored_values(recipe, pos, inv, scale, w, engine, table)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ang_max, ang_sum = _angle_errors(angle, w)
-        if rot is None:
-            rot = np.arctan2(ss, cc, out=w.k) if pairs is None else pairs.lookup(cc, ss, w.k, w)
-        rot_max, rot_sum, has_nan = _rotation_errors(rot, w)
-    return _ChunkStats(
-        ang_max, ang_sum, rot_max, rot_sum, _collisions(cc, ss, has_nan, w),
-        np.concatenate([cc[0], ss[0]]), np.concatenate([cc[-1], ss[-1]]),
-    )
-
-
-def _stored_values(recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, engine: str,
-                   table: _AngleTable | None) -> tuple[F64, F64, F64, F64 | None]:
-    """The cos/sin argument, the stored cos and sin, and their atan2 when looked up (else None)."""
-    if engine == "torch":
-        st = torch_stages(recipe, inv, pos, scale)
-        return st["angle"], st["cos"], st["sin"], None
-    if table is not None and _has_codes(table.fmt, _angle_into(recipe, pos, inv, w)):
-        return (w.angle, *table.lookup(w.angle, w))
-    angle, _, _, cc, ss = _run_recipe(recipe, pos, inv, scale, w, keep_trig=False)
-    return angle, cc, ss, None
-
-
-def _angle_errors(angle: F64, w: _Rows) -> tuple[F64, F64]:
-    """Per frequency: max and sum of ``|wrap(angle - p1 - p2)|`` (non-finite: pi); in ``w.k``, scratch ``w.t``."""
-    d = w.k  # free once the oracle is done
-    np.subtract(angle, w.p1, out=d)
-    np.subtract(d, w.p2, out=d)
-    np.abs(d, out=d)
-    ang_max = d.max(axis=0)
-    if not ang_max.max() / _TWO_PI <= 0.5:  # some error needs wrapping, or is not finite
-        np.subtract(angle, w.p1, out=d)
-        np.subtract(d, w.p2, out=d)
-        _wrap_into(d, w.t)
-        np.abs(d, out=d)
-        d[~np.isfinite(d)] = math.pi
-        ang_max = d.max(axis=0)
-    return ang_max, d.sum(axis=0)
-
-
-def _rotation_errors(rot: F64, w: _Rows) -> tuple[F64, F64, bool]:
-    """Per frequency: max and sum of ``|wrap(rot - exact)|`` (nan: pi), and whether a nan occurred;
-    in ``w.k`` (``rot`` may be ``w.k``), scratch ``w.t``."""
-    r = w.k
-    np.subtract(rot, w.ex, out=r)
-    _wrap_into(r, w.t)
-    np.abs(r, out=r)
-    rot_max = r.max(axis=0)
-    has_nan = not np.isfinite(rot_max).all()  # a nan in cos/sin makes atan2 nan
-    if has_nan:
-        r[~np.isfinite(r)] = math.pi
-        rot_max = r.max(axis=0)
-    return rot_max, r.sum(axis=0), has_nan
-
-
-def _collisions(cc: F64, ss: F64, has_nan: bool, w: _Rows) -> int:
-    """Rows of stored (cos, sin) equal to the previous row (nan equal to nan when ``has_nan``)."""
-    if cc.shape[0] <= 1:
-        return 0
-    e1, e2 = w.eq
-    np.equal(cc[1:], cc[:-1], out=e1)
-    np.equal(ss[1:], ss[:-1], out=e2)
-    if has_nan:
-        e1 |= np.isnan(cc[1:]) & np.isnan(cc[:-1])
-        e2 |= np.isnan(ss[1:]) & np.isnan(ss[:-1])
-    e1 &= e2
-    return int(np.count_nonzero(e1.all(axis=1)))
-
-
-def _chunk_stats(
-    recipes: Sequence[Recipe], hi: F64, lo: F64, invs: Sequence[F64], scale: float, start: int, stop: int, w: _Rows,
-    engine: str = "numpy", tables: Sequence[tuple[_AngleTable | None, _PairTable | None]] | None = None,
-) -> list[_ChunkStats]:
-    """Every recipe's reductions on positions start..stop-1 (one oracle evaluation)."""
-    m = np.arange(start, stop, dtype=np.float64)
-    _oracle_into(m, hi, lo, w)
-    if engine == "torch":
-        return [_recipe_stats(r, m, inv, scale, w, engine) for r, inv in zip(recipes, invs)]
-    tabs = tables if tables is not None else [(None, None)] * len(recipes)
-    return [_recipe_stats(r, round_to(m, r.positions), inv, scale, w, table=t, pairs=p)
-            for r, inv, (t, p) in zip(recipes, invs, tabs)]
-
-
 def default_workers() -> int:
     """Threads an audit uses by default: the CPU count, at most 4 (memory ~50 MB each).
 
@@ -268,8 +156,6 @@ def default_workers() -> int:
     True
     """
     return max(1, min(4, os.cpu_count() or 1))
-
-
 
 
 _Chunk = tuple[int, int, "int | None"]  # positions start..stop-1, and the length that ends there (or None)
@@ -297,8 +183,8 @@ def _plan(lengths: Sequence[int], chunk: int) -> list[_Chunk]:
 
 
 def _pass(
-    recipes: Sequence[Recipe], theta: F64, inv_freqs: Sequence[F64], lengths: Sequence[int], scale: float,
-    chunk_elems: int, progress: Callable[[int], None] | None = None, workers: int = 1,
+    recipes: Sequence[Recipe], theta: F64, inv_freqs: Sequence[F64 | AngleMaker], lengths: Sequence[int],
+    scale: float, chunk_elems: int, progress: Callable[[int], None] | None = None, workers: int = 1,
     engine: str = "numpy",
 ) -> list[list[tuple[_Acc, int]]]:
     """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length.
@@ -307,7 +193,8 @@ def _pass(
     ``inv_freqs[i]`` the inverse frequencies recipe ``i`` starts from (rounded
     to its ``inv_freq`` format here; rounding is idempotent).  Chunks run on
     ``workers`` threads (numpy releases the GIL) and are merged in position
-    order, so the result does not depend on ``workers``.  ``engine``: who computes the
+    order, so the result does not depend on ``workers``.  Stages that recipes
+    share are computed once per chunk (:mod:`.chunk`).  ``engine``: who computes the
     recipe's stages (numpy: correctly rounded; torch: this machine's kernels).
     """
     nf = theta.size
@@ -316,25 +203,28 @@ def _pass(
     invs = [v if isinstance(v, AngleMaker) else round_to(np.asarray(v, dtype=np.float64), r.inv_freq)
             for r, v in zip(recipes, inv_freqs)]
     hi, lo = _split(theta)
-    tables = _tables_for(recipes, scale, max(lengths, default=0) * nf) if engine == "numpy" else None
     chunk = max(256, chunk_elems // max(nf, 1))
-    plan = _plan(lengths, chunk)
-    workers = max(1, min(int(workers), len(plan)))
-    spare: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+    block = _block_rows(nf, chunk, engine)
+    plan = _Plan.build(recipes, invs, scale, max(lengths, default=0) * nf) if engine == "numpy" else None
+    steps = _plan(lengths, chunk)
+    workers = max(1, min(int(workers), len(steps)))
+    spare: queue.SimpleQueue[tuple[_Work, _Plan | None]] = queue.SimpleQueue()
     for _ in range(workers):
-        spare.put(_Work(chunk, nf))
+        spare.put((_Work(block, nf), plan.fresh() if plan is not None else None))
 
     def run(item: _Chunk) -> list[_ChunkStats]:
         a, b, _ = item
         if a == b:
             return []
-        w = spare.get()
+        w, p = spare.get()
         try:
-            return _chunk_stats(recipes, hi, lo, invs, scale, a, b, w.rows(b - a), engine, tables)
+            if p is None:
+                return _torch_chunk_stats(recipes, hi, lo, invs, scale, a, b, w.rows(b - a))
+            return _chunk_stats(p, hi, lo, a, b, w, block)
         finally:
-            spare.put(w)
+            spare.put((w, p))
 
-    return _merge(plan, run, workers, [_Acc(nf) for _ in recipes], progress)
+    return _merge(steps, run, workers, [_Acc(nf) for _ in recipes], progress)
 
 
 def _merge(plan: Sequence[_Chunk], run: Callable[[_Chunk], list[_ChunkStats]], workers: int, accs: list[_Acc],
@@ -391,8 +281,6 @@ def positions_to_scan(schedule: RopeSchedule, lengths: int | Iterable[int]) -> i
     return sum(max(ls) for _, ls in _frequency_groups(schedule, check_rope_lengths(lengths)))
 
 
-
-
 def audit(
     schedule: RopeSchedule,
     recipes: Recipe | Iterable[Recipe],
@@ -407,8 +295,14 @@ def audit(
     """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
 
     One chunked pass over positions up to the largest length serves every
-    shorter length (prefix reductions); memory stays ~``chunk_elems`` float64
-    per array.  ``dynamic`` scaling changes the frequencies with the length,
+    shorter length (prefix reductions) and every recipe: the exact oracle is
+    computed once per block of positions, and so is every stage value that
+    recipes share (positions, angles and their errors, cos/sin, a stored
+    cache and its errors), so stacks that differ from a preset only in the
+    apply stage cost nothing extra.  Recipes may end in different cache
+    dtypes (``[preset(n, d) for d in dtypes for n in names]``): cos/sin are
+    evaluated once for all of them, and the rows are those of one call per
+    dtype, to the bit.  Memory stays ~``chunk_elems`` float64 per array.  ``dynamic`` scaling changes the frequencies with the length,
     so lengths above ``original_max_position_embeddings`` get a pass each.
     ``budget=True`` adds the error budget (five more recipe runs per recipe).
     ``progress`` is called after each chunk with the number of positions it
@@ -433,12 +327,14 @@ def audit(
     lens = check_rope_lengths(lengths)
     check_choice(engine, "engine", ENGINES)
     variants: list[Recipe] = []
+    dtypes: list[str] = []  # the cache dtype of the recipe each variant belongs to
     for r in recs:
         variants.append(r)
         if budget:
             variants.extend(r.with_exact(s) for s in STAGES)
+        dtypes += [r.cache] * (len(variants) - len(dtypes))
     n_workers = default_workers() if workers is None else workers
-    results = _scan(schedule, variants, lens, chunk_elems, progress, engine, n_workers)
+    results = _scan(schedule, variants, dtypes, lens, chunk_elems, progress, engine, n_workers)
     rows: list[RopeRow] = []
     stride = 1 + (len(STAGES) if budget else 0)
     for i, r in enumerate(recs):
@@ -450,27 +346,48 @@ def audit(
     return rows
 
 
-def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], lens: Sequence[int], chunk_elems: int,
-          progress: Callable[[int], None] | None, engine: str, workers: int) -> dict[tuple[int, int], _Acc]:
-    """Each variant's accumulator at each length, keyed (variant index, length): a pass per frequency group."""
+def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[str], lens: Sequence[int],
+          chunk_elems: int, progress: Callable[[int], None] | None, engine: str, workers: int
+          ) -> dict[tuple[int, int], _Acc]:
+    """Each variant's accumulator at each length, keyed (variant index, length): a pass per frequency group
+    (and per set of computed frequencies, chosen per cache dtype ``dtypes[i]`` of the variant's recipe:
+    see :func:`_active`)."""
     scale = schedule.cos_sin_scale
     results: dict[tuple[int, int], _Acc] = {}
     for key, ls in _frequency_groups(schedule, lens):
         runs = [effective_recipe(v, schedule, key) for v in variants]
         invs = [stored_inv_freq(v, schedule, key, engine) for v in variants]
         theta = schedule.inv_freq(key)
-        # pairs with theta = 0 (proportional RoPE's non-rotating tail) have angle 0 and cos/sin (1, 0) in
-        # every format and recipe: error 0, and they never tell two rows apart; the pass skips them
-        active = theta != 0
-        if not active.any() or not all(not isinstance(inv, AngleMaker) and np.array_equal(inv != 0, active)
-                                        for inv in invs):
-            active = np.ones_like(active)
-        parts = invs if active.all() else [inv[active] for inv in invs]
-        snaps = _pass(runs, theta[active], parts, ls, scale, chunk_elems, progress, workers, engine)
-        for v, per_len in enumerate(snaps):
-            for acc, L in per_len:
-                results[(v, L)] = acc if active.all() else acc.padded(active)
+        passes: dict[bytes, list[int]] = {}
+        for dtype in dict.fromkeys(dtypes):
+            members = [i for i, d in enumerate(dtypes) if d == dtype]
+            active = _active(theta, [invs[i] for i in members])
+            passes.setdefault(active.tobytes(), []).extend(members)
+        for n, (mask, members) in enumerate(passes.items()):
+            active = np.frombuffer(mask, dtype=bool)
+            parts = [invs[i] if active.all() else invs[i][active] for i in members]
+            # progress counts the positions of the first pass only (positions_to_scan: one per group)
+            snaps = _pass([runs[i] for i in members], theta[active], parts, ls, scale, chunk_elems,
+                          progress if n == 0 else None, workers, engine)
+            for i, per_len in zip(members, snaps):
+                for acc, L in per_len:
+                    results[(i, L)] = acc if active.all() else acc.padded(active)
     return results
+
+
+def _active(theta: F64, invs: Sequence[F64 | AngleMaker]) -> npt.NDArray[np.bool_]:
+    """The frequencies a pass computes for the recipes of one cache dtype: all but those with theta = 0
+    (proportional RoPE's non-rotating tail) when every recipe's inverse frequencies are 0 exactly there.
+
+    Such a pair has angle 0 and cos/sin (1, 0) in every format and recipe: error 0, and it never tells
+    two rows apart.  (The choice is made per cache dtype, so that a call with several dtypes gives the
+    rows of one call per dtype.)
+    """
+    active = theta != 0
+    if not active.any() or not all(not isinstance(inv, AngleMaker) and np.array_equal(inv != 0, active)
+                                   for inv in invs):
+        return np.ones_like(active)
+    return active
 
 
 def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,

@@ -42,107 +42,166 @@ def _round_is_identity(a: Format, b: Format) -> bool:
 
 
 class _Work:
-    """Reused float64 buffers of one worker: ``rows`` x ``nf`` each (no allocation per chunk)."""
+    """Reused float64 buffers of one worker: ``rows`` x ``nf`` each (no allocation per chunk).
 
-    NAMES = ("p1", "p2", "ex", "k", "t", "angle", "c", "s", "cc", "ss", "s1", "s2")
+    ``k`` has one more row in front (``kz``): a running column sum written there continues the
+    sequential axis-0 sum of the rows below it (see :mod:`.chunk`).  ``cc`` and ``ss`` are the two
+    halves of one buffer (``ccss``), adjacent for any number of rows."""
+
+    NAMES = ("p1", "p2", "ex", "t", "angle", "c", "s", "s1", "s2", "est", "rot")
 
     def __init__(self, rows: int, nf: int) -> None:
-        self.size = rows
+        self.size, self.nf = rows, nf
         self.bufs = {n: np.empty((rows, nf)) for n in self.NAMES}
-        self.eq = (np.empty((max(rows - 1, 0), nf), dtype=bool), np.empty((max(rows - 1, 0), nf), dtype=bool))
+        self.kz = np.empty((rows + 1, nf))
+        self.pair = np.empty(2 * rows * nf)
 
     def rows(self, n: int) -> "_Rows":
-        return _Rows({k: v[:n] for k, v in self.bufs.items()}, (self.eq[0][: max(n - 1, 0)], self.eq[1][: max(n - 1, 0)]))
+        views = {k: v[:n] for k, v in self.bufs.items()}
+        views["kz"] = self.kz[: n + 1]
+        views["k"] = self.kz[1 : n + 1]
+        size = n * self.nf
+        views["ccss"] = self.pair[: 2 * size]
+        views["cc"] = self.pair[:size].reshape(n, self.nf)
+        views["ss"] = self.pair[size : 2 * size].reshape(n, self.nf)
+        return _Rows(views)
 
 
 class _Rows:
     """Views of a :class:`_Work`'s buffers on the first n rows (C-contiguous)."""
 
-    def __init__(self, b: dict[str, F64], eq: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]) -> None:
+    def __init__(self, b: dict[str, F64]) -> None:
         self.__dict__.update(b)
-        self.eq = eq
 
     p1: F64
     p2: F64
     ex: F64
     k: F64
+    kz: F64
     t: F64
     angle: F64
     c: F64
     s: F64
     cc: F64
     ss: F64
+    ccss: F64
     s1: F64
     s2: F64
+    est: F64
+    rot: F64
+
+
+def _trig_into(angle: F64, ft: Format, w: _Rows) -> tuple[F64, F64]:
+    """cos and sin of the angle (float64 ``np.cos``/``np.sin``) rounded to the trig format, in ``w.c``, ``w.s``."""
+    for fn, tb in ((np.cos, w.c), (np.sin, w.s)):
+        fn(angle, out=tb)
+        _round_into(tb, ft, tb, (w.s1, w.s2))
+    return w.c, w.s
+
+
+def _cache_into(tb: F64, ft: Format, fc: Format, scale: float, sb: F64, scratch: tuple[F64, F64]) -> F64:
+    """A trig value stored in the cache: times the attention factor in the trig format (the factor a
+    float32 scalar, float64 for a float64 trig stage), then cast to the cache format.  Returns ``tb``
+    itself when that changes nothing (no factor, and the cache holds every trig value), else ``sb``.
+    A float32 trig value is rounded to a narrower cache from its float32 copy (the same value, so the
+    same result, faster)."""
+    if scale == 1.0 and _round_is_identity(ft, fc):  # x * 1.0 == x: no product either
+        return tb
+    if scale != 1.0:
+        np.multiply(tb, float(round_to(scale, _opmath(ft.name))[()]), out=sb)
+        _round_into(sb, ft, sb, scratch)
+        _round_into(sb, fc, sb, scratch)
+        return sb
+    if ft.name == "float32" and fc.significand_bits < 24 and (fc.name != "bfloat16" or _finite(tb)):
+        n = tb.size
+        h32 = scratch[0].reshape(-1).view(np.float32)
+        t32 = h32[:n].reshape(tb.shape)
+        np.copyto(t32, tb, casting="same_kind")
+        if fc.name == "bfloat16":  # the bit carry needs nan-free input
+            _bfloat16_from_float32(t32, sb, h32[n : 2 * n].reshape(tb.shape))
+        else:
+            h32b = scratch[1].reshape(-1).view(np.float32)
+            _round_into(t32, fc, t32, (h32[n : 2 * n].reshape(tb.shape), h32b[:n].reshape(tb.shape)))
+            np.copyto(sb, t32)
+        return sb
+    np.copyto(sb, tb)
+    _round_into(sb, fc, sb, scratch)
+    return sb
+
+
+def _finite(x: F64) -> bool:
+    return bool(np.isfinite(np.max(x)) and np.isfinite(np.min(x)))
 
 
 def _run_recipe(
-    recipe: Recipe, pos: F64, inv: F64, scale: float, w: _Rows, keep_trig: bool = True
-) -> tuple[F64, F64 | None, F64 | None, F64, F64]:
+    recipe: Recipe, pos: F64, inv: F64 | AngleMaker, scale: float, w: _Rows
+) -> tuple[F64, F64, F64, F64, F64]:
     """The numpy engine: angle, trig cos/sin and stored cos/sin, in ``w``'s buffers.
 
     Each stage is ``round_to`` of the previous value.  Skipped, as they cannot
     change a value: a rounding into a format that contains the value's format,
-    and the product by a scale of 1.  A float32 trig value is rounded to the
-    cache format from its float32 copy (the same value, so the same result).
-    With ``keep_trig=False`` the trig values may be left out (None).
+    and the product by a scale of 1.
     """
     ft, fc = get_format(recipe.trig), get_format(recipe.cache)
-    scratch = (w.s1, w.s2)
     angle = _angle_into(recipe, pos, inv, w)
     with np.errstate(invalid="ignore", over="ignore"):
-        fast32 = ft.name == "float32" and scale == 1.0 and fc.significand_bits < 24
-        if fast32 and fc.name == "bfloat16":  # the bit carry needs nan-free input
-            fast32 = bool(np.isfinite(np.max(angle)) and np.isfinite(np.min(angle)))
-        trig: list[F64 | None] = []
-        stored: list[F64] = []
-        for fn, tb, sb in ((np.cos, w.c, w.cc), (np.sin, w.s, w.ss)):
-            fn(angle, out=tb)
-            if fast32:  # float32 copy of the trig value, rounded to the cache format in float32
-                n = tb.size
-                h32 = w.s1.reshape(-1).view(np.float32)
-                t32 = h32[:n].reshape(tb.shape)
-                np.copyto(t32, tb, casting="same_kind")
-                if keep_trig:
-                    np.copyto(tb, t32)
-                if fc.name == "bfloat16":
-                    _bfloat16_from_float32(t32, sb, h32[n : 2 * n].reshape(tb.shape))
-                else:
-                    h32b = w.s2.reshape(-1).view(np.float32)
-                    sc32 = (h32[n : 2 * n].reshape(tb.shape), h32b[:n].reshape(tb.shape))
-                    _round_into(t32, fc, t32, sc32)
-                    np.copyto(sb, t32)
-                trig.append(tb if keep_trig else None)
-                stored.append(sb)
-                continue
-            _round_into(tb, ft, tb, scratch)
-            trig.append(tb)
-            if scale == 1.0 and _round_is_identity(ft, fc):  # x * 1.0 == x: no product either
-                stored.append(tb)
-                continue
-            if scale == 1.0:
-                np.copyto(sb, tb)
-            else:  # cos * attention factor in the trig format (the factor a float32 scalar), then the cast
-                np.multiply(tb, float(round_to(scale, _opmath(recipe.trig))[()]), out=sb)
-                _round_into(sb, ft, sb, scratch)
-            _round_into(sb, fc, sb, scratch)
-            stored.append(sb)
-    return angle, trig[0], trig[1], stored[0], stored[1]
+        tc, ts = _trig_into(angle, ft, w)
+        cc = _cache_into(tc, ft, fc, scale, w.cc, (w.s1, w.s2))
+        ss = _cache_into(ts, ft, fc, scale, w.ss, (w.s1, w.s2))
+    return angle, tc, ts, cc, ss
 
 
-def _angle_into(recipe: Recipe, pos: F64, inv: F64, w: _Rows) -> F64:
-    """The recipe's cos/sin argument ``pos * inv`` in the angle then the trig format, into ``w.angle``."""
+def _angle_into(recipe: Recipe, pos: F64, inv: F64 | AngleMaker, w: _Rows) -> F64:
+    """The recipe's cos/sin argument ``pos * inv`` in the angle then the trig format, into ``w.angle``.
+
+    A float32 angle of float32 operands is one float32 multiply (the exact product rounded once)."""
     fa, ft = get_format(recipe.angle), get_format(recipe.trig)
     angle, scratch = w.angle, (w.s1, w.s2)
     with np.errstate(invalid="ignore", over="ignore"):
         if isinstance(inv, AngleMaker):
             inv.angles_into(pos, angle)
+            _round_into(angle, fa, angle, scratch)
+        elif _f32_product(recipe, fa, pos, inv):
+            n = angle.size
+            a32 = w.s1.reshape(-1).view(np.float32)[:n].reshape(angle.shape)
+            np.multiply(pos.astype(np.float32)[:, None], np.asarray(inv, dtype=np.float32)[None, :], out=a32)
+            if fa.name == "float32":
+                np.copyto(angle, a32)
+            elif fa.name == "bfloat16":  # finite operands: no nan in the product
+                _bfloat16_from_float32(a32, angle, w.s1.reshape(-1).view(np.float32)[n : 2 * n].reshape(angle.shape))
+            elif fa.name == "float16":
+                h16 = w.s2.reshape(-1).view(np.float16)[:n].reshape(angle.shape)
+                np.copyto(h16, a32, casting="same_kind")  # IEEE round to nearest even, overflow to inf
+                np.copyto(angle, h16)
+            else:
+                sc = (w.s1.reshape(-1).view(np.float32)[n : 2 * n].reshape(angle.shape),
+                      w.s2.reshape(-1).view(np.float32)[:n].reshape(angle.shape))
+                _round_into(a32, fa, a32, sc)
+                np.copyto(angle, a32)
         else:
             np.multiply(pos[:, None], inv[None, :], out=angle)
-        _round_into(angle, fa, angle, scratch)
+            _round_into(angle, fa, angle, scratch)
         if not _round_is_identity(fa, ft):
             _round_into(angle, ft, angle, scratch)
     return angle
+
+
+def _f32_product(recipe: Recipe, fa: Format, pos: F64, inv: F64) -> bool:
+    """``pos * inv`` rounded to ``fa`` is a float32 multiply (rounded to ``fa`` from float32): both operands
+    are float32 values and either ``fa`` is float32 (one rounding either way) or the float32 product is
+    exact (their significands fit in 24 bits) and ``fa`` narrower; a bfloat16 angle also needs them finite."""
+    fp, fi = get_format(recipe.positions), get_format(recipe.inv_freq)
+    f32 = _F32
+    if not (_fits(fp, f32) and _fits(fi, f32)):
+        return False
+    if fa.name == "float32":
+        return True
+    if fp.significand_bits + fi.significand_bits > 24 or fa.significand_bits > 24 or fa.overflow == "saturate":
+        return False
+    return fa.name != "bfloat16" or bool(np.isfinite(pos).all() and np.isfinite(inv).all())
+
+
+_F32 = get_format("float32")
 
 
 def recipe_stages(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,16 +49,16 @@ class _AngleTable:
         with np.errstate(invalid="ignore"):
             values = codes.view(fa.numpy_type).astype(np.float64)
             w = _Work(values.size, 1).rows(values.size)
-            _, _, _, cc, ss = _run_recipe(recipe, values, np.ones(1), scale, w, keep_trig=False)
+            _, _, _, cc, ss = _run_recipe(recipe, values, np.ones(1), scale, w)
             return _AngleTable(fa, cc[:, 0].copy(), ss[:, 0].copy(), np.arctan2(ss[:, 0], cc[:, 0]))
 
     def lookup(self, angle: F64, w: _Rows) -> tuple[F64, F64, F64]:
         """Stored cos, sin and their atan2 of ``angle`` (values of ``fmt``, with bit patterns: see
-        :func:`_has_codes`) into ``w.cc``, ``w.ss``, ``w.s``; scratch ``w.c``, ``w.s1``."""
+        :func:`_has_codes`) into ``w.cc``, ``w.ss``, ``w.rot``; scratch ``w.c``, ``w.s1``."""
         idx = _codes_into(self.fmt, angle, w.c.view(np.intp).reshape(-1), w.s1).reshape(angle.shape)
         cc = np.take(self.cos, idx, out=w.cc, mode="clip")
         ss = np.take(self.sin, idx, out=w.ss, mode="clip")
-        return cc, ss, np.take(self.atan2, idx, out=w.s, mode="clip")
+        return cc, ss, np.take(self.atan2, idx, out=w.rot, mode="clip")
 
 
 def _codes_into(f: Format, x: F64, out: npt.NDArray[Any], scratch: F64) -> npt.NDArray[Any]:
@@ -174,12 +173,3 @@ def _pair_table(cache: str, scale: float) -> _PairTable | None:
     if total == 0:  # keep take() valid: one entry that no pair code can match
         key, atan2 = np.array([0xFFFFFFFF], dtype=np.uint32), np.zeros(1)
     return _PairTable(f, b, off, key, atan2)
-
-
-def _tables_for(recipes: Sequence[Recipe], scale: float, angles: int
-                ) -> list[tuple[_AngleTable | None, _PairTable | None]] | None:
-    """Each recipe's angle table and its cache format's pair table, for a pass over ``angles`` angles;
-    None below :data:`_TABLE_MIN_ELEMENTS` (building them would cost more than they save)."""
-    if angles < _TABLE_MIN_ELEMENTS:
-        return None
-    return [(_AngleTable.build(r, scale), _PairTable.build(r.cache, scale)) for r in recipes]

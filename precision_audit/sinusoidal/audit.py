@@ -4,17 +4,20 @@ reductions), then each length's row: duplicates, errors, nearest neighbours and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._common import Row, check_callable, check_int, check_lengths, check_names
 from ..formats import Format, get_format, round_to
+from ..rope.audit import default_workers
 from .duplicates import _duplicate_activation, _RowHashes
 from .neighbours import _NeighbourSearch, _WindowNeighbours
 from .recipes import DEFAULT_BASE, Array, Recipe, _check_base, _check_dim, frequencies, get_recipe
-from .tables import _StoredRows, decay_exact
+from .stream import Pass, _ErrorTally, _LagSums, stream
+from .tables import _StoredRows, decay_exact, exact_distances
 
 MAX_LAG = 4096  # largest nn_window / max_lag
 MAX_SINUSOIDAL_LENGTH = 2**24  # O(L) memory and O(L d) work per recipe and dtype
@@ -93,57 +96,6 @@ class SinusoidalRow(Row):
         return self.duplicate_rows / self.length
 
 
-class _ErrorTally:
-    """Pass 1: each row's ``|S - E|_2``, and per length the max ``|S - E|`` and the non-finite rows below it."""
-
-    def __init__(self, n: int, lengths: tuple[int, ...]) -> None:
-        self.lengths = lengths
-        self.err_2 = np.empty(n)  # |S - E|_2 per row
-        self.max_err = np.zeros(len(lengths))  # max |S - E| over the rows below each length
-        self.nonfinite = np.zeros(len(lengths), dtype=np.int64)  # non-finite rows below each length
-
-    def add(self, a: int, S: Array, w64: Array) -> None:
-        """Compare ``S``, the stored rows of positions ``a, a+1, ...``, with the exact ones."""
-        b = a + len(S)
-        ang = np.arange(a, b, dtype=np.float64)[:, None] * w64[None, :]
-        diff = S - np.concatenate([np.sin(ang), np.cos(ang)], axis=1)
-        err_inf = np.max(np.abs(diff), axis=1)
-        self.err_2[a:b] = np.sqrt(np.sum(diff * diff, axis=1))
-        nonfinite = ~np.all(np.isfinite(S), axis=1)
-        for j, L in enumerate(self.lengths):  # prefix reductions: rows a .. min(b, L) - 1
-            if L > a:
-                top = min(b, L) - a
-                self.max_err[j] = max(self.max_err[j], np.max(err_inf[:top]))
-                self.nonfinite[j] += int(np.count_nonzero(nonfinite[:top]))
-
-
-class _LagSums:
-    """Pass 1: per length L and lag k <= max_lag, the sum over p < L - k of ``S(p) . S(p+k)`` (the decay curve)."""
-
-    def __init__(self, lengths: tuple[int, ...], max_lag: int) -> None:
-        self.lengths, self.max_lag = np.asarray(lengths), max_lag
-        self.sums = np.zeros((len(lengths), max_lag + 1))
-
-    def add(self, a: int, b: int, e: int, S: Array) -> None:
-        """Pairs (p, p+k) for p in [a, b): ``S`` holds the rows of positions a .. e-1."""
-        for k in range(0, min(self.max_lag, e - a - 1) + 1):
-            m = min(b, e - k) - a
-            cs = np.cumsum(np.einsum("ij,ij->i", S[:m], S[k : k + m]))
-            hi = np.minimum(a + m, self.lengths - k) - a  # p < L - k for each length L
-            ok = hi > 0
-            self.sums[ok, k] += cs[hi[ok] - 1]
-
-    def deviation(self, j: int, L: int, exact: Array, nonfinite: int) -> tuple[float, int]:
-        """``decay_max_dev`` and ``decay_max_dev_lag`` of the ``j``-th length ``L`` against the exact curve."""
-        if nonfinite:
-            return math.nan, 0
-        nl = min(self.max_lag, L - 1)
-        means = self.sums[j, : nl + 1] / (L - np.arange(nl + 1))
-        devs = np.abs(means - exact[: nl + 1])
-        dev_lag = int(np.argmax(devs))
-        return float(devs[dev_lag]), dev_lag
-
-
 @dataclass(frozen=True)
 class _Settings:
     """One audit's fixed parameters."""
@@ -156,46 +108,45 @@ class _Settings:
     chunk: int
 
 
-def _stream_pass(
-    rows: _StoredRows, w64: Array, st: _Settings, progress: Callable[[int], None] | None
-) -> tuple[_ErrorTally, _RowHashes, _WindowNeighbours, _LagSums]:
-    """Pass 1 over positions 0 .. max(lengths) - 1, chunk by chunk, each chunk read with ``reach`` rows beyond it."""
-    lmax = st.lengths[-1]
-    reach = max(st.window, st.max_lag)
-    errors, hashes = _ErrorTally(lmax, st.lengths), _RowHashes(lmax)
-    near, lag_sums = _WindowNeighbours(lmax, st.window), _LagSums(st.lengths, st.max_lag)
-    with np.errstate(invalid="ignore", over="ignore"):
-        for a in range(0, lmax, st.chunk):
-            b = min(a + st.chunk, lmax)
-            e = min(b + reach, lmax)
-            S = np.concatenate(rows(rows.pos[a:e]), axis=1)
-            errors.add(a, S[: b - a], w64)
-            hashes.add(a, S[: b - a])
-            near.add(a, b, e, S)
-            lag_sums.add(a, b, e, S)
-            if progress is not None:
-                progress(b - a)
-    return errors, hashes, near, lag_sums
+_STATE_BUDGET = 2**29  # bytes of O(L) state (32 bytes per position) of the (recipe, dtype)s streamed together
 
 
-def _audit_one(
-    rec: Recipe, dtype: str, st: _Settings, progress: Callable[[int], None] | None = None
-) -> list[SinusoidalRow]:
-    """Every length's row for one (recipe, dtype): the streaming pass, the duplicate classes, then per length
-    the nearest-neighbour search and the decay deviation."""
+def _passes(rec: Recipe, dtype: str, st: _Settings) -> Pass:
+    """The stored rows and the empty reductions of one (recipe, dtype)."""
     fm = rec.formats(dtype)
-    w64 = frequencies(st.dim, st.base)
-    rows = _StoredRows(fm, round_to(w64, fm["frequencies"]), st.lengths[-1])  # rounded positions made per slice
-    errors, hashes, near, lag_sums = _stream_pass(rows, w64, st, progress)
-    near.merge(st.lengths)  # one O(L) array left before the duplicate search
-    act_sorted, firsts = _duplicate_activation(rows.pos, hashes.box, rows, st.chunk)  # frees the hashes midway
-    search = _NeighbourSearch(near, rows, errors.err_2, st.dim, st.base, st.chunk)
+    lmax = st.lengths[-1]
+    rows = _StoredRows(fm, round_to(frequencies(st.dim, st.base), fm["frequencies"]), lmax)
+    return Pass(rows, _ErrorTally(lmax, st.lengths), _RowHashes(lmax), _WindowNeighbours(lmax, st.window),
+                _LagSums(st.lengths, st.max_lag))
+
+
+def _exact_distances(st: _Settings, workers: int) -> Array:
+    """D(k) = |PE(0) - PE(k)| for the lags k = 1 .. max(lengths) - 1, in blocks on ``workers`` threads."""
+    kmax = st.lengths[-1] - 1
+    if kmax < 1:
+        return np.empty(0)
+    step = 2**16
+    blocks = [np.arange(a, min(a + step, kmax) + 1, dtype=np.float64) for a in range(1, kmax + 1, step)]
+    if workers > 1 and len(blocks) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parts = list(pool.map(lambda k: exact_distances(st.dim, k, base=st.base), blocks))
+    else:
+        parts = [exact_distances(st.dim, k, base=st.base) for k in blocks]
+    return np.concatenate(parts)
+
+
+def _rows_of(rec: Recipe, dtype: str, p: Pass, st: _Settings, dist: Callable[[], Array]) -> list[SinusoidalRow]:
+    """Every length's row for one (recipe, dtype) after the streaming pass: the duplicate classes, then per
+    length the nearest-neighbour search and the decay deviation."""
+    p.near.merge(st.lengths)  # one O(L) array left before the duplicate search
+    act_sorted, firsts = _duplicate_activation(p.rows.pos, p.hashes.box, p.rows, st.chunk)  # frees the hashes midway
+    search = _NeighbourSearch(p.near, p.rows, p.errors.err_2, st.dim, st.base, st.chunk, dist())
     c_exact = decay_exact(st.dim, np.arange(st.max_lag + 1), base=st.base)
     out = []
     for j, L in enumerate(st.lengths):
-        nonfin = int(errors.nonfinite[j])
+        nonfin = int(p.errors.nonfinite[j])
         exact_nn, min_nn, shrink, certified = search.at(L, nonfin)
-        dev, dev_lag = lag_sums.deviation(j, L, c_exact, nonfin)
+        dev, dev_lag = p.lag_sums.deviation(j, L, c_exact, nonfin)
         out.append(
             SinusoidalRow(
                 recipe=rec.name,
@@ -206,7 +157,7 @@ def _audit_one(
                 distinct_rows=int(np.searchsorted(firsts, L)),
                 duplicate_rows=int(np.searchsorted(act_sorted, L)),
                 nonfinite_rows=nonfin,
-                max_abs_error=float(errors.max_err[j]) if nonfin == 0 else math.nan,
+                max_abs_error=float(p.errors.max_err[j]) if nonfin == 0 else math.nan,
                 exact_nn_distance=exact_nn,
                 min_nn_distance=min_nn,
                 nn_shrink=shrink,
@@ -220,6 +171,37 @@ def _audit_one(
     return out
 
 
+def _audit_all(pairs: Sequence[tuple[Recipe, str]], st: _Settings, workers: int,
+               progress: Callable[[int], None] | None) -> dict[tuple[str, int, str], SinusoidalRow]:
+    """Every (recipe, dtype)'s rows: one streaming pass for as many of them as the state budget allows."""
+    lmax = st.lengths[-1]
+    per_batch = max(1, _STATE_BUDGET // (32 * lmax))
+    w64 = frequencies(st.dim, st.base)
+    results: dict[tuple[str, int, str], SinusoidalRow] = {}
+    for i in range(0, len(pairs), per_batch):
+        batch = pairs[i : i + per_batch]
+        # the exact distances once per batch (once in all unless the O(L) state needs several batches), made
+        # when the first search needs them: after the streaming pass, as memory allows
+        made: dict[str, Array] = {}
+
+        def dist() -> Array:
+            if "dist" not in made:
+                made["dist"] = _exact_distances(st, workers)
+            return made["dist"]
+
+        try:
+            passes = [_passes(rec, f, st) for rec, f in batch]
+            stream(passes, w64, lmax, st.chunk, st.window, st.max_lag, workers, progress)
+            for (rec, f), p in zip(batch, passes):
+                for row in _rows_of(rec, f, p, st, dist):
+                    results[(f, row.length, rec.name)] = row
+        except MemoryError:
+            names = ", ".join(f"{rec.name!r}/{f}" for rec, f in batch)
+            raise MemoryError(f"sinusoidal audit of {names}, length {lmax}") from None
+        del passes
+    return results
+
+
 def audit_sinusoidal(
     lengths: int | Iterable[int],
     dim: int = 512,
@@ -231,16 +213,22 @@ def audit_sinusoidal(
     max_lag: int = 32,
     chunk: int | None = None,
     progress: Callable[[int], None] | None = None,
+    workers: int | None = None,
 ) -> list[SinusoidalRow]:
     """Audit sinusoidal encodings: one :class:`SinusoidalRow` per (dtype, length, recipe).
 
-    One streaming pass per (recipe, dtype) over positions up to the largest
-    length yields every shorter length (prefix reductions); memory is
-    ``O(chunk * dim + length)``.  ``progress`` is called after each chunk with
-    the number of positions it held (``len(recipes) * len(dtypes) * max(lengths)``
-    in all).  Rows come ordered by dtype, then length, then
-    recipe, so the recipes of one context sit side by side.  A bare name
-    (``dtypes="float16"``) is one name, as in :func:`~precision_audit.positions.audit_positions`.
+    One streaming pass over positions up to the largest length yields every
+    shorter length (prefix reductions) for every (recipe, dtype) at once, the
+    exact rows computed once per chunk for all of them (as many as fit in
+    512 MB of O(length) state; the others in further passes); memory is
+    ``O(chunk * dim + length)`` each.  Chunks run on ``workers`` threads
+    (default: as the RoPE audit); the rows are the same to the bit for any
+    number.  ``progress`` is called after each chunk of each (recipe, dtype)
+    with the number of positions it held (``len(recipes) * len(dtypes) *
+    max(lengths)`` in all).  Rows come ordered
+    by dtype, then length, then recipe, so the recipes of one context sit side
+    by side.  A bare name (``dtypes="float16"``) is one
+    name, as in :func:`~precision_audit.positions.audit_positions`.
 
     >>> r = audit_sinusoidal(4096, dim=128, dtypes=["float16"], recipes=["lowp", "fp32"])
     >>> [(x.recipe, x.duplicate_rows) for x in r]  # fp16: {2048, 2049}, then 511 triples {4m-1, 4m, 4m+1}
@@ -260,12 +248,8 @@ def audit_sinusoidal(
             raise ValueError(f"{name} {value} exceeds {MAX_LAG}")
     chunk = max(256, 2**19 // dim) if chunk is None else check_int(chunk, "chunk", minimum=1)
     st = _Settings(tuple(lens), dim, base, int(nn_window), int(max_lag), int(chunk))
-    results: dict[tuple[str, int, str], SinusoidalRow] = {}
-    for rec in recs:
-        for f in fmts:
-            try:
-                for row in _audit_one(rec, f, st, progress):
-                    results[(f, row.length, rec.name)] = row
-            except MemoryError:
-                raise MemoryError(f"sinusoidal audit of recipe {rec.name!r}, dtype {f}, length {lens[-1]}") from None
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1):
+        raise ValueError(f"workers {workers!r} must be a positive integer")
+    n_workers = default_workers() if workers is None else int(workers)
+    results = _audit_all([(rec, f) for rec in recs for f in fmts], st, n_workers, progress)
     return [results[(f, L, r.name)] for f in fmts for L in lens for r in recs]

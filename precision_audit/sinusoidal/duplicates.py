@@ -3,6 +3,7 @@ positions sharing a hash are compared element by element and split into classes 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -22,12 +23,31 @@ def _canonical_bits(rows: Array) -> npt.NDArray[np.uint64]:
     return c.view(np.uint64)
 
 
+_SCRATCH = threading.local()
+
+
+def scratch(name: str, shape: tuple[int, ...], dtype: Any = np.float64) -> npt.NDArray[Any]:
+    """A C-contiguous array of ``shape`` in a buffer kept per thread and name (no allocation per chunk:
+    the first touch of fresh pages is what a large temporary costs)."""
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = bufs.get(name)
+    if buf is None or buf.size < n:
+        buf = bufs[name] = np.empty(max(n, 8), dtype=np.uint8)
+    return buf[:n].view(dtype).reshape(shape)
+
+
 def _row_hash(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """A 64-bit hash per row (collisions are verified afterwards, so quality only affects speed)."""
-    x = bits ^ (bits >> np.uint64(31))
-    x = x * _HASH_KEYS[np.arange(bits.shape[1]) % len(_HASH_KEYS)][None, :]
-    x ^= x >> np.uint64(29)
-    h = x.sum(axis=1, dtype=np.uint64)
+    """A 64-bit hash per row (collisions are verified afterwards, so quality only affects speed); ``bits``
+    (C-contiguous) is overwritten.  Each element is mixed by a bijection (an xorshift, then a random odd
+    factor), so rows that differ in one element never collide."""
+    tmp = scratch("hash", bits.shape, np.uint64)
+    np.right_shift(bits, np.uint64(31), out=tmp)
+    np.bitwise_xor(bits, tmp, out=bits)
+    np.multiply(bits, _HASH_KEYS[np.arange(bits.shape[1]) % len(_HASH_KEYS)], out=bits)
+    h = bits.sum(axis=1, dtype=np.uint64)
+    h ^= h >> np.uint64(29)
+    h *= np.uint64(0x9E3779B97F4A7C15)
     h ^= h >> np.uint64(33)
     return h * np.uint64(0xFF51AFD7ED558CCD)
 
@@ -42,6 +62,16 @@ class _RowHashes:
     def add(self, a: int, rows: Array) -> None:
         """Hash ``rows``, the stored rows of positions ``a, a+1, ...``."""
         self.box[0][a : a + len(rows)] = _row_hash(_canonical_bits(rows))
+
+
+def _hash_rows(rows: Array) -> npt.NDArray[np.uint64]:
+    """:func:`_row_hash` of the canonical bits of ``rows`` (finite or not), in reused buffers."""
+    bits = scratch("bits", rows.shape, np.uint64)
+    np.add(rows, 0.0, out=bits.view(np.float64))  # -0 -> +0
+    if not np.isfinite(np.max(rows)) or not np.isfinite(np.min(rows)):
+        f = bits.view(np.float64)
+        f[np.isnan(f)] = np.nan
+    return _row_hash(bits)
 
 
 def _duplicate_activation(

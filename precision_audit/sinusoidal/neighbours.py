@@ -90,6 +90,13 @@ class _WindowNeighbours:
             self.fwd[a : a + m] = np.minimum(self.fwd[a : a + m], d)
             self.bwd[a + k : a + k + m] = np.minimum(self.bwd[a + k : a + k + m], d)
 
+    def merge_chunk(self, a: int, near: list[Array]) -> None:
+        """Fold the distances ``near[k-1]`` from rows a, a+1, ... to the row k ahead (as :meth:`add` does)."""
+        for k, d in enumerate(near, start=1):
+            m = len(d)
+            np.minimum(self.fwd[a : a + m], d, out=self.fwd[a : a + m])
+            np.minimum(self.bwd[a + k : a + k + m], d, out=self.bwd[a + k : a + k + m])
+
     def merge(self, lengths: tuple[int, ...]) -> None:
         """Keep the last ``window`` backward distances of each length, then one merged O(L) array in ``fwd``."""
         self.bwd_tails = {L: self.bwd[max(0, L - self.window) : L].copy() for L in lengths}
@@ -101,10 +108,12 @@ class _NeighbourSearch:
     """Pass 2, one length at a time: the nearest-neighbour fields of a :class:`SinusoidalRow`."""
 
     def __init__(self, near: _WindowNeighbours, rows: _StoredRows, err_2: Array, dim: int, base: float,
-                 chunk: int) -> None:
+                 chunk: int, dist: Array | None = None) -> None:
         self.near, self.rows, self.err_2, self.dim, self.chunk = near, rows, err_2, dim, chunk
         kmax = len(rows.pos) - 1
-        self.dist = exact_distances(dim, np.arange(1, kmax + 1, dtype=np.float64), base=base) if kmax else np.empty(0)
+        if dist is None:
+            dist = exact_distances(dim, np.arange(1, kmax + 1, dtype=np.float64), base=base) if kmax else np.empty(0)
+        self.dist = dist  # D(k) for the lags k = 1 .. len(rows.pos) - 1
         self.prefmin = np.minimum.accumulate(self.dist) if kmax else self.dist
 
     def at(self, L: int, nonfinite: int) -> tuple[float, float, float, bool]:

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._common import check_lengths
-from ..formats import Format, round_to
+from ..formats import Format, _round_into, round_to
 from .recipes import DEFAULT_BASE, Array, Recipe, frequencies, get_recipe
 
 __all__ = [
@@ -66,13 +66,72 @@ class _Positions:
 
 class _StoredRows:
     """A recipe's stored rows, made on demand: ``rows(u)`` gives the sin and cos halves for rounded positions
-    ``u``; ``rows.pos`` the rounded positions ``0 .. n-1``."""
+    ``u``, ``rows.table(u)`` the rows themselves (sin half, then cos half), faster; ``rows.pos`` the rounded
+    positions ``0 .. n-1``.
+
+    The fast ways give the same values: an angle format of at most 16 bits has at most 65536 values, whose
+    stored sin and cos are tabulated (by :func:`_stored_rows` itself); a float32 or float64 trig stage
+    cast to a narrow table format uses the RoPE engine's verified estimate
+    (:mod:`precision_audit.rope.fastcache`)."""
 
     def __init__(self, fm: dict[str, Format], freq: Array, n: int) -> None:
         self.fm, self.freq, self.pos = fm, freq, _Positions(fm["positions"], n)
+        self._codes: tuple[Array, Array] | None = None
 
     def __call__(self, u: Array) -> tuple[Array, Array]:
         return _stored_rows(u, self.freq, self.fm)
+
+    def table(self, u: Array, out: Array | None = None) -> Array:
+        """The stored rows of rounded positions ``u`` (into ``out``): (len(u), dim), sin half then cos half."""
+        h = len(self.freq)
+        out = np.empty((len(u), 2 * h)) if out is None else out
+        step = max(1, 2**16 // h)  # rows per block: the temporaries stay in the CPU caches
+        with np.errstate(invalid="ignore", over="ignore"):
+            for r0 in range(0, len(u), step):
+                r1 = min(len(u), r0 + step)
+                self._block(u[r0:r1], out[r0:r1])
+        return out
+
+    def _block(self, u: Array, out: Array) -> None:
+        from ..rope import fastcache
+        from ..rope.tables import _codes_into, _has_codes
+        from .duplicates import scratch
+
+        fa, ft, fs = self.fm["angles"], self.fm["trig"], self.fm["table"]
+        h = len(self.freq)
+        shape = (len(u), h)
+        ang = scratch("t.ang", shape)
+        np.multiply(u[:, None], self.freq[None, :], out=ang)
+        _round_into(ang, fa, ang, (scratch("t.s1", shape), scratch("t.s2", shape)))
+        if np.dtype(fa.numpy_type).itemsize <= 2 and _has_codes(fa, ang):
+            sin_t, cos_t = self._angle_tables()
+            idx = _codes_into(fa, ang, scratch("t.idx", (ang.size,), np.intp), scratch("t.s1", shape))
+            np.take(sin_t, idx.reshape(shape), out=out[:, :h])
+            np.take(cos_t, idx.reshape(shape), out=out[:, h:])
+            return
+        if fastcache.eligible(ft, fs, 1.0):
+            bufs = [scratch(f"t.b{i}", shape) for i in range(4)]
+            est = fastcache.estimate(ang, scratch("t.est", shape), (bufs[0], bufs[1], bufs[2]))
+            if est is not None:
+                both = scratch("t.both", (2 * ang.size,))
+                fastcache.stored_into(est, ft, fs, 1.0, both, (bufs[0], bufs[1], bufs[2], bufs[3]))
+                out[:, h:] = both[: ang.size].reshape(shape)
+                out[:, :h] = both[ang.size :].reshape(shape)
+                return
+        s, c = _stored_rows(u, self.freq, self.fm)
+        out[:, :h], out[:, h:] = s, c
+
+    def _angle_tables(self) -> tuple[Array, Array]:
+        """The stored sin and cos of every value of the (16-bit or narrower) angle format, by bit pattern."""
+        tables = self._codes
+        if tables is None:  # (two threads may both build it: the same values; one assignment)
+            fa = self.fm["angles"]
+            width = np.dtype(fa.numpy_type).itemsize
+            codes = np.arange(2 ** (8 * width), dtype=np.uint16 if width == 2 else np.uint8)
+            with np.errstate(invalid="ignore", over="ignore"):
+                s, c = _stored_rows(codes.view(fa.numpy_type).astype(np.float64), np.ones(1), self.fm)
+            tables = self._codes = (s[:, 0].copy(), c[:, 0].copy())
+        return tables
 
 
 def encoding_table(
