@@ -503,7 +503,7 @@ def _plan(lengths: int | Iterable[int], num_heads: int, recipe: str | Recipe, dt
     label = get_format(dtype).name if dtype is not None else r.bias_format if isinstance(recipe, Recipe) else "bfloat16"
     lens = check_lengths(lengths, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
     n = _check_heads(num_heads)
-    chunk_elements = check_int(chunk_elements, "chunk_elements", minimum=1)
+    chunk_elements = check_int(chunk_elements, "chunk_elements", minimum=1, maximum=2**30)
     s_used = _resolve_slopes(r, n, slopes)
     s_exact = alibi_slopes(n) if slopes is None else _as_float64(slopes, odd=False, name="slopes").reshape(-1)
     sign = 1.0 if r.form == "key" else -1.0
