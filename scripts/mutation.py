@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Mutation testing of the decision rules and core numerics (issue 21), with mutmut.
+
+Run from the repo root (the ``[mutmut]`` section of setup.cfg says which files
+are mutated and which test files judge the mutants):
+
+    python scripts/mutation.py              # every area: mutmut run, then the score table (about 2 h on 2 cores)
+    python scripts/mutation.py oracle fix   # some areas only
+    python scripts/mutation.py --report     # the table from the last run's results (mutants/), no run
+
+mutmut copies the package to ``mutants/`` (git-ignored), wraps every function
+of the mutated files in a trampoline and runs, for each mutant, the selected
+tests that called the mutated function (``-x``: the first failure kills it).
+A mutant *survives* when every such test passes.  A survivor that cannot
+change any answer (an *equivalent* mutant) is listed in :data:`EQUIVALENT`
+with the mutated line and why; any other survivor is a missing test.  The
+score is ``(killed + timeout) / (mutants - equivalent)``; mutmut reports
+a mutant that makes the tests run more than ~30x longer as a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+P = "precision_audit."
+# area -> the functions mutated (mutmut's mutant names: x_<function> or xǁ<Class>ǁ<method>, then __mutmut_<n>)
+AREAS: dict[str, tuple[str, ...]] = {
+    "verdicts": tuple(f"{P}{m}*" for m in (
+        "config.audit.x_rope_verdict_", "config.audit.x_positions_verdict_", "config.audit.x_alibi_verdict_",
+        "bottomline.x_bottom_line_", "bottomline.x_failing_", "bottomline.x_human_length_", "bottomline.x__get_")),
+    "damage_threshold": (f"{P}hf.scan.x_damage_threshold_*",),
+    "round_to": tuple(f"{P}formats.x_{f}_*" for f in (
+        "round_to", "_as_float64", "_rational_to_float", "_objects_to_float64", "_ints_to_float64", "_round_into",
+        "_round_rne", "_rne_params", "_bfloat16_via_float32", "_bfloat16_from_float32", "_overflow_inf",
+        "_overflow_nan", "_overflow_saturate")),
+    "positions tally": (f"{P}positions.xǁ_Tallyǁ*",),
+    "rope oracle + wrap": (f"{P}rope.oracle.x_*",),
+    "alibi metrics": tuple(f"{P}alibi.{m}*" for m in (
+        "x__lse_merge_", "xǁ_Tallyǁ", "xǁ_NeighbourTallyǁ", "xǁ_ErrorExtremaǁ", "xǁ_SoftmaxNormsǁ", "xǁ_AtLengthǁ",
+        "x_stored_bias_metrics_")),
+    "fix buffer matching": tuple(f"{P}fix.x_{f}_*" for f in (
+        "buffer_kind", "_tensors", "_rotary_protocol", "_is_low_precision", "_guarded_apply", "_is_guarded", "_guard",
+        "_release", "keep_rotary_fp32")),
+}
+
+# Survivors that cannot change an answer: mutant -> (the mutated line, as `mutmut show` prints it, and why).
+EQUIVALENT: dict[str, tuple[str, str]] = {}
+
+KILLED = {1, 3}  # mutmut: a test failed (3: pytest internal error while importing the mutant)
+TIMEOUT = {-24, 24, 152, 255, 36}
+SURVIVED = {0}
+
+
+def _mutmut(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # the workers share 2 cores; torch's thread pool would oversubscribe
+    env.pop("PYTHONPATH", None)  # mutmut puts mutants/ first on sys.path; the repo root must not shadow it
+    return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=ROOT, env=env, text=True,
+                          capture_output=True, check=False)
+
+
+def _results() -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for meta in (ROOT / "mutants").rglob("*.py.meta"):
+        out.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return out
+
+
+def _area(name: str) -> str | None:
+    for area, globs in AREAS.items():
+        if any(fnmatch.fnmatchcase(name, g) for g in globs):
+            return area
+    return None
+
+
+def _diff(name: str) -> str:
+    """The mutated line(s) of a mutant, as ``mutmut show`` prints them."""
+    lines = _mutmut("show", name).stdout.splitlines()
+    return "\n".join(s for s in lines if s[:1] in "+-" and not s.startswith(("+++", "---")))
+
+
+def report(areas: list[str]) -> int:
+    """Print the score table and the survivors; returns the number of unexplained survivors."""
+    rows, unexplained, stale = [], [], []
+    results = _results()
+    for area in areas:
+        names = sorted(n for n in results if _area(n) == area)
+        codes = [results[n] for n in names]
+        killed = sum(c in KILLED for c in codes)
+        timeout = sum(c in TIMEOUT for c in codes)
+        survivors = [n for n, c in zip(names, codes) if c in SURVIVED]
+        other = len(names) - killed - timeout - len(survivors)
+        equivalent = 0
+        for n in survivors:
+            if n in EQUIVALENT:
+                equivalent += 1
+                if EQUIVALENT[n][0] not in _diff(n):
+                    stale.append(n)
+            else:
+                unexplained.append((area, n))
+        judged = len(names) - equivalent
+        score = f"{100 * (killed + timeout) / judged:.1f} %" if judged else "-"
+        rows.append((area, len(names), killed, timeout, equivalent, len(survivors) - equivalent, other, score))
+    head = ("area", "mutants", "killed", "timeout", "equivalent", "survived", "not run", "score")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        print("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(r, widths))))
+    for area, n in unexplained:
+        print(f"\nSURVIVED ({area}) {n}\n{_diff(n)}")
+    for n in stale:
+        print(f"\nlisted as equivalent but its mutation changed, recheck: {n}\n{_diff(n)}")
+    return len(unexplained) + len(stale)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("areas", nargs="*", help=f"areas to run (default all): {', '.join(AREAS)}")
+    ap.add_argument("--report", action="store_true", help="only print the table of the last run")
+    ap.add_argument("--max-children", type=int, default=2, help="parallel mutant workers (default 2)")
+    args = ap.parse_args()
+    bad = [a for a in args.areas if a not in AREAS]
+    if bad:
+        ap.error(f"unknown area {bad[0]!r}; valid: {', '.join(AREAS)}")
+    areas = args.areas or list(AREAS)
+    if not args.report:
+        globs = [g for a in areas for g in AREAS[a]]
+        run = _mutmut("run", "--max-children", str(args.max_children), *globs)
+        if run.returncode:
+            print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
+            return run.returncode
+    return 1 if report(areas) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
