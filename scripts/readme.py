@@ -57,7 +57,9 @@ FENCE = "```"
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE")}
+    # CI and BUILD_NUMBER change what pytest prints (it stops shortening summary lines): the same env everywhere.
+    drop = ("FORCE_COLOR", "CLICOLOR_FORCE", "CI", "BUILD_NUMBER")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(COLUMNS=WIDTH, NO_COLOR="1", PYTHONHASHSEED="0", TERM="dumb")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
@@ -73,10 +75,10 @@ def _argv(command: str) -> list[str]:
     return argv
 
 
-def execute(command: str, cwd: Path = ROOT) -> tuple[str, int]:
+def execute(command: str, cwd: Path = ROOT, **env: str) -> tuple[str, int]:
     """What ``command`` prints (stdout, then stderr, as a shell shows them) and its exit status."""
-    proc = subprocess.run(_argv(command), cwd=cwd, env=_env(), capture_output=True, text=True, timeout=1800,
-                          check=False)
+    proc = subprocess.run(_argv(command), cwd=cwd, env={**_env(), **env}, capture_output=True, text=True,
+                          timeout=1800, check=False)
     return (proc.stdout + proc.stderr).rstrip("\n") + "\n", proc.returncode
 
 
@@ -205,7 +207,8 @@ def pytest_failure(name: str = "test_rotary.py") -> None:
         (folder / "tests").mkdir()
         (folder / "tests" / "data").symlink_to(ROOT / "tests" / "data")
         (folder / "pytest.ini").write_text("[pytest]\n")
-        text, _ = execute(f"pytest -p no:cacheprovider --tb=short -rf {name}", cwd=folder)
+        # CI=1: pytest prints the summary line whole, whatever the terminal's width
+        text, _ = execute(f"pytest -p no:cacheprovider --tb=short -rf {name}", cwd=folder, CI="1")
     keep = [line.rstrip() for line in text.splitlines() if re.match(r"E( |$)|FAILED ", line)]
     cog.outl(FENCE)
     cog.out(f"$ pytest --tb=short {name}\n...\n")
