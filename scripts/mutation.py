@@ -14,7 +14,8 @@ tests that called the mutated function (``-x``: the first failure kills it).
 A mutant *survives* when every such test passes.  A survivor that cannot
 change any answer (an *equivalent* mutant) is listed in :data:`EQUIVALENT`
 with the mutated line and why; any other survivor is a missing test.  The
-score is ``(killed + timeout) / (mutants - equivalent)``; mutmut reports
+score is ``(killed + timeout) / (mutants - equivalent)`` (a mutant that no
+test reaches, or that a stopped run did not judge, counts against it); mutmut reports
 a mutant that makes the tests run more than ~30x longer as a timeout.
 """
 
@@ -57,6 +58,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {}
 KILLED = {1, 3}  # mutmut: a test failed (3: pytest internal error while importing the mutant)
 TIMEOUT = {-24, 24, 152, 255, 36}
 SURVIVED = {0}
+NO_TESTS = {5, 33}  # no selected test calls the mutated function: counted against the score
 
 
 def _mutmut(*args: str) -> subprocess.CompletedProcess[str]:
@@ -86,8 +88,9 @@ def _diff(name: str) -> str:
     return "\n".join(s for s in lines if s[:1] in "+-" and not s.startswith(("+++", "---")))
 
 
-def report(areas: list[str]) -> int:
-    """Print the score table and the survivors; returns the number of unexplained survivors."""
+def report(areas: list[str], out: list[str] | None = None) -> int:
+    """Print the score table and the survivors (``out`` also collects the table's lines); returns the number of
+    unexplained survivors."""
     rows, unexplained, stale = [], [], []
     results = _results()
     for area in areas:
@@ -96,7 +99,8 @@ def report(areas: list[str]) -> int:
         killed = sum(c in KILLED for c in codes)
         timeout = sum(c in TIMEOUT for c in codes)
         survivors = [n for n, c in zip(names, codes) if c in SURVIVED]
-        other = len(names) - killed - timeout - len(survivors)
+        untested = sum(c in NO_TESTS for c in codes)
+        other = len(names) - killed - timeout - len(survivors) - untested
         equivalent = 0
         for n in survivors:
             if n in EQUIVALENT:
@@ -107,11 +111,15 @@ def report(areas: list[str]) -> int:
                 unexplained.append((area, n))
         judged = len(names) - equivalent
         score = f"{100 * (killed + timeout) / judged:.1f} %" if judged else "-"
-        rows.append((area, len(names), killed, timeout, equivalent, len(survivors) - equivalent, other, score))
-    head = ("area", "mutants", "killed", "timeout", "equivalent", "survived", "not run", "score")
+        rows.append((area, len(names), killed, timeout, equivalent, len(survivors) - equivalent, untested, other,
+                     score))
+    head = ("area", "mutants", "killed", "timeout", "equivalent", "survived", "no tests", "not run", "score")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     for r in [head, *rows]:
-        print("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(r, widths))))
+        text = "  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+        print(text)
+        if out is not None:
+            out.append(text)
     for area, n in unexplained:
         print(f"\nSURVIVED ({area}) {n}\n{_diff(n)}")
     for n in stale:
@@ -124,6 +132,8 @@ def main() -> int:
     ap.add_argument("areas", nargs="*", help=f"areas to run (default all): {', '.join(AREAS)}")
     ap.add_argument("--report", action="store_true", help="only print the table of the last run")
     ap.add_argument("--max-children", type=int, default=2, help="parallel mutant workers (default 2)")
+    ap.add_argument("--out", metavar="PATH", help="also write the score table to PATH (figures/mutation.txt: the "
+                    "README includes it)")
     args = ap.parse_args()
     bad = [a for a in args.areas if a not in AREAS]
     if bad:
@@ -135,7 +145,16 @@ def main() -> int:
         if run.returncode:
             print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
             return run.returncode
-    return 1 if report(areas) else 0
+    table: list[str] = []
+    bad = report(areas, table)
+    if args.out:
+        total = sum(1 for _ in _results())
+        version = _mutmut("--version").stdout.strip().split("version")[-1].strip()
+        note = [f"mutmut {version}; {total} mutants generated in the mutated files, these areas judged:",
+                "score = (killed + timeout) / (mutants - equivalent); 'no tests' (no selected test calls the mutated",
+                "function) and 'not run' (the run was stopped before them) count against it", ""]
+        Path(args.out).write_text("\n".join(note + table) + "\n")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
