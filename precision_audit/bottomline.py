@@ -88,6 +88,8 @@ _ALIBI_LABELS: dict[str, tuple[str, str | None]] = {
 
 
 def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
+    if kind not in ("rope", "alibi"):
+        raise ValueError(f"kind {kind!r} must be 'rope' or 'alibi'")
     if kind == "alibi":
         return dict(_ALIBI_LABELS)
     from .rope.recipes import STACKS
@@ -122,6 +124,7 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope") -> l
     layer types at one length combine to their worst verdict.  ``kind``
     (``rope`` or ``alibi``) chooses how recipe names read.
     """
+    labels = _labels(kind)
     groups: dict[tuple[str, str], dict[int, str]] = {}
     for r in rows:
         g = groups.setdefault((str(_get(r, key)), str(_get(r, "dtype"))), {})
@@ -129,7 +132,6 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope") -> l
         if v not in VERDICT_ORDER:
             raise ValueError(f"verdict {v!r} must be one of {', '.join(VERDICT_ORDER)}")
         g[L] = max(g.get(L, "safe"), v, key=VERDICT_ORDER.index)
-    labels = _labels(kind)
     out = []
     for (path, dtype), by_len in groups.items():
         lens = tuple(sorted(by_len))

@@ -429,11 +429,11 @@ def _objects_to_float64(a: npt.NDArray[Any], odd: bool, name: str) -> npt.NDArra
     for i, v in enumerate(a.reshape(-1)):
         if isinstance(v, (bool, np.bool_)) or isinstance(v, _FLOATS):
             flat[i] = float(v)
-        elif isinstance(v, _RATIONALS):
-            r = v if isinstance(v, numbers.Rational) else int(v)
-            flat[i] = _rational_to_float(int(r.numerator), int(r.denominator), odd)
+        elif isinstance(v, _RATIONALS):  # Python and numpy integers are numbers.Rational too
+            flat[i] = _rational_to_float(int(v.numerator), int(v.denominator), odd)
         else:
-            where = f" at index {np.unravel_index(i, a.shape) if a.ndim > 1 else i}" if a.ndim else ""
+            index = tuple(int(j) for j in np.unravel_index(i, a.shape)) if a.ndim > 1 else i
+            where = f" at index {index}" if a.ndim else ""
             raise ArgumentTypeError(f"{name} holds {v!r}{where}, which is not a real number")
     return out
 

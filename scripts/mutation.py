@@ -44,16 +44,36 @@ AREAS: dict[str, tuple[str, ...]] = {
         "_overflow_nan", "_overflow_saturate")),
     "positions tally": (f"{P}positions.xǁ_Tallyǁ*",),
     "rope oracle + wrap": (f"{P}rope.oracle.x_*",),
-    "alibi metrics": tuple(f"{P}alibi.{m}*" for m in (
-        "x__lse_merge_", "xǁ_Tallyǁ", "xǁ_NeighbourTallyǁ", "xǁ_ErrorExtremaǁ", "xǁ_SoftmaxNormsǁ", "xǁ_AtLengthǁ",
-        "x_stored_bias_metrics_")),
+    "alibi metrics": (*(f"{P}_alibi_stream.{m}*" for m in (
+        "x__lse_merge_", "xǁ_AtLengthǁ", "xǁ_Totalsǁ", "x__runs_", "x__fold_", "x_count_pass_", "x__carry_",
+        "x_prob_change_pass_", "x__rows_that_matter_")),
+        *(f"{P}alibi.{m}*" for m in ("x_stored_bias_metrics_", "x__audit_row_"))),
     "fix buffer matching": tuple(f"{P}fix.x_{f}_*" for f in (
         "buffer_kind", "_tensors", "_rotary_protocol", "_is_low_precision", "_guarded_apply", "_is_guarded", "_guard",
         "_release", "keep_rotary_fp32")),
 }
 
 # Survivors that cannot change an answer: mutant -> (the mutated line, as `mutmut show` prints it, and why).
-EQUIVALENT: dict[str, tuple[str, str]] = {}
+_GUARD = ("the guard only skips wrap(r), the identity whenever |r / 2pi| <= 0.5 (up to the sign of a zero, and every "
+          "use takes |.|): a guard that wraps more often changes no value")
+_APPLY = "torch's Module._apply calls fn on tensors and fn returns a tensor: out always has a dtype, the default is unused"
+EQUIVALENT: dict[str, tuple[str, str]] = {
+    **{f"{P}rope.oracle.x__oracle_into__mutmut_{n}": (line, _GUARD) for n, line in (
+        (74, "np.max(r) * _TWO_PI <= 0.5"), (76, "np.max(r) / _TWO_PI < 0.5"), (78, "np.min(r) * _TWO_PI >= -0.5"),
+        (80, "np.min(r) / _TWO_PI > -0.5"), (81, "np.min(r) / _TWO_PI >= +0.5"))},
+    f"{P}rope.oracle.x__split__mutmut_3": (
+        "t = theta * 134217730.0",
+        "2**27 + 2 = 2 (2**26 + 1) still splits theta into hi of at most 26 significant bits with hi + lo == theta "
+        "exactly (checked on 10**5 random theta in [2**-40, 2)), so p1 = m * hi stays exact and p2 only rounds "
+        "differently, far below the oracle's 1e-16 rad"),
+    f"{P}fix.x__guarded_apply__mutmut_17": ('getattr(out, "dtype", None) != t.dtype', _APPLY),
+    f"{P}fix.x__guarded_apply__mutmut_20": ('getattr(out, "dtype", ) != t.dtype', _APPLY),
+    f"{P}fix.x__guarded_apply__mutmut_27": (
+        "keep_dtype, recurse=None)", "torch's Module._apply tests `if recurse:`: None and False are the same there"),
+    f"{P}fix.x_keep_rotary_fp32__mutmut_90": (
+        'buffer_kind(name) or "XXXX"',
+        "dead: _tensors yields only names whose buffer_kind is not None (the `or` narrows the type for mypy)"),
+}
 
 KILLED = {1, 3}  # mutmut: a test failed (3: pytest internal error while importing the mutant)
 TIMEOUT = {-24, 24, 152, 255, 36}

@@ -180,6 +180,22 @@ def test_a_downcast_attribute_is_rebuilt_from_config_in_place():
     assert m.long_inv_freq.dtype == torch.float32 and torch.equal(m.long_inv_freq, want)
 
 
+def test_a_downcast_buffer_is_rebuilt_as_a_buffer():
+    # a rebuilt buffer must replace the buffer itself (state_dict, later casts and named_buffers see it), not
+    # shadow it with an attribute
+    from types import SimpleNamespace
+
+    m = ConfigRotary(SimpleNamespace(base=10000.0))
+    want = m.inv_freq.clone()
+    m.inv_freq = m.inv_freq.to(torch.bfloat16)  # nn.Module.__setattr__ keeps it a buffer
+    assert m._buffers["inv_freq"].dtype == torch.bfloat16
+    report = keep_rotary_fp32(m)
+    assert [(b.name, b.where, b.restored) for b in report.buffers][0] == ("inv_freq", "buffer", True)
+    assert "inv_freq" not in vars(m)
+    assert torch.equal(m._buffers["inv_freq"], want) and m._buffers["inv_freq"].dtype == torch.float32
+    assert dict(m.named_buffers())["inv_freq"].dtype == torch.float32
+
+
 class GrownDynamic(Rotary):
     """A dynamic-NTK module whose frequencies were regrown past its built context, then cast."""
 

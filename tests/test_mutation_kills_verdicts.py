@@ -95,6 +95,14 @@ def test_alibi_verdict_degraded_limit(heads, tolerance, verdict):
     assert alibi_verdict(alibi_row(256, heads), tolerance) == verdict
 
 
+def test_alibi_verdict_largest_bias_is_slope_times_length_minus_one():
+    # length 257, slope 1: the largest exact bias is 256 (keys 0..256), binade [256, 512): spacing 2, half 1,
+    # limit 8; the bias one key earlier (255) would give spacing 1 and limit 4
+    assert alibi_verdict(alibi_row(257, [(1.0, 6.0)])) == "safe"
+    assert alibi_verdict(alibi_row(257, [(1.0, 8.0)])) == "safe"
+    assert alibi_verdict(alibi_row(257, [(1.0, up(8.0, 9.0))])) == "degraded"
+
+
 def test_alibi_verdict_uses_the_bias_format():
     # float16 at 255: binade [128, 256), spacing 2**(7 - 10) = 1/8, half 1/16 -> limit 1/2
     assert alibi_verdict(alibi_row(256, [(1.0, 0.5)], bias_dtype="float16")) == "safe"
@@ -144,6 +152,15 @@ def test_bottom_line_groups_by_path_and_dtype_and_key():
     # key: another field names the path; objects work as mappings do
     objs = [SimpleNamespace(recipe=x["path"], dtype=x["dtype"], length=x["length"], verdict=x["verdict"]) for x in r]
     assert [(s.path, s.dtype, s.lengths, s.verdict) for s in bottom_line(objs, key="recipe")] == got
+
+
+def test_bottom_line_kind_is_rope_or_alibi():
+    # the default kind reads stack and RoPE preset names; any other kind is refused by name
+    (s,) = bottom_line(rows("lowp-inv-freq", "bfloat16", [(8 * K, "broken")]))
+    assert s.fix == "call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"
+    for bad in ("ROPE", "sinusoidal", None):
+        with pytest.raises(ValueError, match=r"^kind .* must be 'rope' or 'alibi'$"):
+            bottom_line(rows("fp32", "bfloat16", [(8 * K, "safe")]), kind=bad)
 
 
 def test_bottom_line_labels_and_fixes_of_known_paths():

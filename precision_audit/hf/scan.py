@@ -129,7 +129,7 @@ def damage_threshold(schedule: RopeSchedule, dtype: str, length: int) -> tuple[f
     figures = _preset_figures(schedule, get_format(dtype).name, (int(length),))
     r = figures["fp32"][length][0]
     theta = schedule.inv_freq(schedule.frequency_key(length))
-    ulp = float(spacing(theta, "float32").max()) if theta.size else 0.0
+    ulp = float(spacing(theta, "float32").max())  # a schedule has at least one frequency
     return 2 * r + (length - 1) * ulp, r
 
 

@@ -1,0 +1,126 @@
+"""Exact conversion of integers and fractions to float64, the first step of ``round_to`` (mutation testing,
+issue 21: ``python scripts/mutation.py round_to``).
+
+Expected values come from an oracle written here on exact rationals (``fractions.Fraction``):
+
+* to nearest even: CPython's ``int / int`` and ``float(Fraction)`` are correctly rounded (to nearest even,
+  OverflowError beyond the float64 range, taken as inf);
+* to odd (the step that makes a later rounding to a narrow format correct, Boldo & Melquiond 2008): the value
+  itself when it is a float64; otherwise, of the two float64 neighbours around it, the one whose significand
+  is odd (its bit pattern's last bit is 1); the largest finite float64 for values in [max, 2**1024), inf from
+  2**1024 on.  The neighbours come from ``math.nextafter`` (subnormals included).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from precision_audit.formats import _ints_to_float64, _rational_to_float, round_to
+
+MAX = Fraction(*(1.7976931348623157e308).as_integer_ratio())
+
+
+def _odd(v: float) -> bool:
+    return struct.unpack("<q", struct.pack("<d", abs(v)))[0] & 1 == 1
+
+
+def oracle(x: Fraction, odd: bool) -> float:
+    """``x`` as float64, rounded to nearest even or to odd (see the module docstring)."""
+    a = abs(x)
+    if not odd:
+        try:
+            v = float(a)
+        except OverflowError:
+            v = math.inf
+    elif a >= 2**1024:
+        v = math.inf
+    elif a >= MAX:
+        v = float(MAX)
+    else:
+        v = float(a)  # a neighbour or the value itself
+        if Fraction(v) != a:
+            lo = v if Fraction(v) < a else math.nextafter(v, 0.0)
+            hi = math.nextafter(lo, math.inf)
+            v = lo if _odd(lo) else hi
+    return -v if x < 0 else v
+
+
+def same(a: float, b: float) -> bool:
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+def _cases() -> list[Fraction]:
+    rng = random.Random(21)
+    out = [Fraction(0), Fraction(3, 2), Fraction(-3, 2), Fraction(1, 3), Fraction(-7, 10), Fraction(2**53),
+           Fraction(2**53 + 1), Fraction(-(2**53) - 1), Fraction(2**60), Fraction(2**60 + 2**8),
+           Fraction(2**60 + 2**7), Fraction(2**60 + 2**7 + 1), Fraction(2**60 + 3 * 2**7), Fraction(2**64 - 1),
+           Fraction(-(2**63)), Fraction(2**1024 - 2**970), Fraction(2**1024 - 2**969), Fraction(2**1024),
+           Fraction(-(2**1030)), Fraction(1, 2**1074), Fraction(1, 2**1075), Fraction(3, 2**1076),
+           Fraction(1, 3 * 2**1070), Fraction(5, 2**1080), Fraction(2**200 + 1, 3)]
+    for _ in range(400):
+        num = rng.randrange(1, 2 ** rng.randrange(1, 200)) * rng.choice((1, -1))
+        den = rng.randrange(1, 2 ** rng.randrange(1, 120))
+        out.append(Fraction(num, den) * Fraction(2) ** rng.randrange(-1100, 1000))
+    for _ in range(200):  # exact float64 values with odd and even significands, as fractions
+        v = rng.uniform(1, 2) * 2.0 ** rng.randrange(-1070, 1020)
+        out.append(Fraction(v))
+    return out
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_rational_to_float_is_correctly_rounded(odd: bool) -> None:
+    bad = [(x, _rational_to_float(x.numerator, x.denominator, odd), oracle(x, odd)) for x in CASES
+           if not same(_rational_to_float(x.numerator, x.denominator, odd), oracle(x, odd))]
+    assert not bad, bad[:3]
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_rational_to_float_unreduced_fractions_and_zero(odd: bool) -> None:
+    # the contract is num / den for any den > 0, reduced or not; zero is +0.0
+    for num, den in ((0, 3), (0, 2**80), (6, 4), (-6, 4), (2**70 * 3, 2**70), (2**60 + 2**8, 1)):
+        assert same(_rational_to_float(num, den, odd), oracle(Fraction(num, den), odd)), (num, den)
+
+
+@pytest.mark.parametrize("odd", [False, True])
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_ints_to_float64_rounds_once(odd: bool, dtype: type) -> None:
+    rng = random.Random(5)
+    top = 2**64 - 1 if dtype is np.uint64 else 2**63 - 1
+    low = 0 if dtype is np.uint64 else -(2**63)
+    vals = [0, 1, 2**53, 2**53 + 1, 2**60 + 2**7, 2**60 + 2**7 + 1, 2**60 + 3 * 2**7, 2**60 + 2**8, top, low]
+    vals += [rng.randrange(low, top) >> rng.randrange(0, 60) for _ in range(2000)]
+    a = np.array(vals, dtype=dtype)
+    got = _ints_to_float64(a, odd)
+    assert got.dtype == np.float64
+    want = [oracle(Fraction(int(v)), odd) for v in a]
+    assert all(same(g, w) for g, w in zip(got.tolist(), want))
+
+
+def test_ints_to_float64_empty_and_small_arrays() -> None:
+    for dtype in (np.int64, np.uint64, np.int32, np.int8):
+        got = _ints_to_float64(np.array([], dtype=dtype), True)
+        assert got.dtype == np.float64 and got.shape == (0,)
+        got = _ints_to_float64(np.array([[3, 5]], dtype=dtype), True)
+        assert got.dtype == np.float64 and got.tolist() == [[3.0, 5.0]]
+
+
+def test_object_arrays_hold_any_numbers_and_name_a_bad_element() -> None:
+    a = np.array([[Fraction(1, 3), np.int64(7)], [True, 2**60 + 1]], dtype=object)
+    got = round_to(a, "float64")
+    assert got.shape == (2, 2)
+    assert got.tolist() == [[float(Fraction(1, 3)), 7.0], [1.0, float(2**60)]]
+    with pytest.raises(TypeError, match=r"^x holds None at index \(1, 0\), which is not a real number$"):
+        round_to(np.array([[1, 2], [None, 3]], dtype=object), "bf16")
+    with pytest.raises(TypeError, match=r"^x holds 'a' at index 2, which is not a real number$"):
+        round_to(np.array([1, 2, "a"], dtype=object), "bf16")
+    with pytest.raises(TypeError, match=r"^x holds None, which is not a real number$"):
+        round_to(np.array(None, dtype=object), "bf16")
