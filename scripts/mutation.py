@@ -56,6 +56,12 @@ AREAS: dict[str, tuple[str, ...]] = {
 # Survivors that cannot change an answer: mutant -> (the mutated line, as `mutmut show` prints it, and why).
 _GUARD = ("the guard only skips wrap(r), the identity whenever |r / 2pi| <= 0.5 (up to the sign of a zero, and every "
           "use takes |.|): a guard that wraps more often changes no value")
+_FAST_GUARD = ("the guard only picks a fast path for integers float64 holds exactly; sending more of them to the "
+               "exact path changes no value")
+_INT_POS = ("int64 positions compare and subtract as float64 exactly below 2**53, beyond every length the "
+            "tally measures (2**32)")
+_MONOTONE = ("rounding is monotone (checked): a chunk with some finite values has no non-finite value before it, so "
+             "first_non_finite is None and non_finite is 0 when this line runs")
 _APPLY = "torch's Module._apply calls fn on tensors and fn returns a tensor: out always has a dtype, the default is unused"
 EQUIVALENT: dict[str, tuple[str, str]] = {
     **{f"{P}rope.oracle.x__oracle_into__mutmut_{n}": (line, _GUARD) for n, line in (
@@ -66,6 +72,45 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "2**27 + 2 = 2 (2**26 + 1) still splits theta into hi of at most 26 significant bits with hi + lo == theta "
         "exactly (checked on 10**5 random theta in [2**-40, 2)), so p1 = m * hi stays exact and p2 only rounds "
         "differently, far below the oracle's 1e-16 rad"),
+    **{f"{P}formats.x_{name}__mutmut_{n}": (line, why) for name, n, line, why in (
+        ("_ints_to_float64", 10, "return a.astype(None)", "numpy's default dtype is float64"),
+        ("_ints_to_float64", 13, "a.dtype.type(32)).astype(None)", "numpy's default dtype is float64"),
+        ("_ints_to_float64", 24, "a.dtype.type(0xFFFFFFFF)).astype(None)", "numpy's default dtype is float64"),
+        ("_ints_to_float64", 61, "return np.asarray(s, dtype=None)", "s is already float64"),
+        ("_ints_to_float64", 63, "return np.asarray(s, )", "s is already float64"),
+        ("_objects_to_float64", 3, "out = np.empty(a.shape, dtype=None)", "numpy's default dtype is float64"),
+        ("_objects_to_float64", 5, "out = np.empty(a.shape, )", "numpy's default dtype is float64"),
+        ("_objects_to_float64", 9, "flat = out.reshape(-2)", "numpy takes any negative size as the unknown one"),
+        ("_objects_to_float64", 13, "enumerate(a.reshape(-2))", "numpy takes any negative size as the unknown one"),
+        *((("_ints_to_float64", n, line, _FAST_GUARD) for n, line in (
+            (3, "a.dtype.itemsize < 4 or"), (4, "a.dtype.itemsize <= 5 or"), (7, "a.min() > -_EXACT_INT"),
+            (8, "a.min() >= +_EXACT_INT"), (9, "a.max() < _EXACT_INT")))),
+        *((("_rational_to_float", n, line, _FAST_GUARD) for n, line in (
+            (4, "+_EXACT_INT <= num <= _EXACT_INT"), (5, "-_EXACT_INT < num <= _EXACT_INT"),
+            (6, "-_EXACT_INT <= num < _EXACT_INT")))),
+        ("_rational_to_float", 26, "den.bit_length() - 55, -1074)",
+         "a quotient of 54..56 bits instead of 53..55: the shifted-out bits still go into the sticky bit, the "
+         "rounding to odd is the same"),
+        ("_rational_to_float", 37, "if k > 0 else divmod(m << -k, den)", "at k = 0 both branches compute divmod(m, den)"),
+        ("_rational_to_float", 38, "if k >= 1 else divmod(m << -k, den)", "at k = 0 both branches compute divmod(m, den)"),
+        ("_rational_to_float", 60, "q & ((2 << extra) - 1) != 0",
+         "the wider mask adds q's last kept bit to the sticky test; q |= sticky leaves q unchanged when that bit "
+         "is already 1"),
+    )},
+    **{f"{P}positions.xǁ_Tallyǁ{name}__mutmut_{n}": (line, why) for name, n, line, why in (
+        ("__init__", 17, "self.max_closed = 1", "max_run = max(max_closed, run) is at least 1 for any length >= 1"),
+        ("__init__", 22, "self._iota = np.zeros(1)", "a first chunk of one position needs arange(1) = [0.], the same"),
+        ("_add_any", 20, "dtype=None), k)", "float64 zeros serve as the run starts: _runs converts with int()"),
+        ("_add_any", 22, "else 1, ), k)", "float64 zeros serve as the run starts: _runs converts with int()"),
+        ("_add_any", 35, "pos = np.arange(n0, n0 + k, dtype=None)", _INT_POS),
+        ("_add_any", 38, "pos = np.arange(n0, n0 + k, )", _INT_POS),
+        ("_add_any", 57, "if bad or self.first_non_finite is None:", _MONOTONE),
+        ("_add_any", 63, "self.non_finite = bad", _MONOTONE),
+        ("_add_any", 65, "if bad <= k:", "bad == k (no finite value) takes the early return: here bad < k"),
+        ("_add_any", 93, "if (n0) or True else",
+         "at n0 = 0 the previous value is nan, unequal to every key: both branches start a run at 0"),
+    )},
+    f"{P}hf.scan.x_damage_threshold__mutmut_24": ('spacing(theta, "FLOAT32")', "format names are case-insensitive"),
     f"{P}fix.x__guarded_apply__mutmut_17": ('getattr(out, "dtype", None) != t.dtype', _APPLY),
     f"{P}fix.x__guarded_apply__mutmut_20": ('getattr(out, "dtype", ) != t.dtype', _APPLY),
     f"{P}fix.x__guarded_apply__mutmut_27": (
@@ -170,7 +215,9 @@ def main() -> int:
     if args.out:
         total = sum(1 for _ in _results())
         version = _mutmut("--version").stdout.strip().split("version")[-1].strip()
-        note = [f"mutmut {version}; {total} mutants generated in the mutated files, these areas judged:",
+        rest = [a for a in AREAS if a not in areas]
+        note = [f"mutmut {version}; {total} mutants generated in the mutated files; areas judged below"
+                + (f" (not in this run: {', '.join(rest)})" if rest else "") + ":",
                 "score = (killed + timeout) / (mutants - equivalent); 'no tests' (no selected test calls the mutated",
                 "function) and 'not run' (the run was stopped before them) count against it", ""]
         Path(args.out).write_text("\n".join(note + table) + "\n")
