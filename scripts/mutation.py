@@ -60,6 +60,7 @@ _FAST_GUARD = ("the guard only picks a fast path for integers float64 holds exac
                "exact path changes no value")
 _INT_POS = ("int64 positions compare and subtract as float64 exactly below 2**53, beyond every length the "
             "tally measures (2**32)")
+_INT_IOTA = "d -= iota with int64 iota: float64 d minus exact small integers, the same values"
 _MONOTONE = ("rounding is monotone (checked): a chunk with some finite values has no non-finite value before it, so "
              "first_non_finite is None and non_finite is 0 when this line runs")
 _APPLY = "torch's Module._apply calls fn on tensors and fn returns a tensor: out always has a dtype, the default is unused"
@@ -107,6 +108,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ("_add_any", 57, "if bad or self.first_non_finite is None:", _MONOTONE),
         ("_add_any", 63, "self.non_finite = bad", _MONOTONE),
         ("_add_any", 65, "if bad <= k:", "bad == k (no finite value) takes the early return: here bad < k"),
+        ("add", 7, "self._iota = np.arange(k, dtype=None)", _INT_IOTA),
+        ("add", 9, "self._iota = np.arange(k, )", _INT_IOTA),
+        ("add", 53, "values[:-1], out=None)", "a new array instead of the scratch one: the same values"),
+        ("add", 56, "values[:-1], )", "a new array instead of the scratch one: the same values"),
         ("_add_any", 93, "if (n0) or True else",
          "at n0 = 0 the previous value is nan, unequal to every key: both branches start a run at 0"),
     )},

@@ -44,11 +44,20 @@ def test_first_inexact_is_the_first_overflowed_position_when_all_before_were_exa
     assert (r.first_inexact, r.overflow_position) == (1, 2)
 
 
+def test_largest_error_counts_rounding_up_and_down():
+    # 0 -> 0, 1 -> 2 (+1), 2 -> 2, 3 -> 4 (+1), 4 -> 4: the largest error is 1, all of it upward
+    r = tally([0.0, 2.0, 2.0, 4.0, 4.0]).result("x")
+    assert (r.max_abs_error, r.exact_count, r.first_inexact, r.distinct_values, r.max_run) == (1.0, 3, 1, 3, 2)
+    # downward: 0, 1, 2 -> 0, 0, 2 (-1): also 1
+    assert tally([0.0, 0.0, 2.0]).result("x").max_abs_error == 1.0
+
+
 @pytest.mark.parametrize("chunks", [
     ([0.0, INF, 2.0],),  # a finite value after an overflowed one, inside a chunk
     ([0.0, INF], [2.0, INF]),  # ... across chunks
     ([0.0, 5.0, 1.0],),  # a finite decrease
     ([0.0, 5.0], [1.0, 1.0]),
+    ([3.0, 1.0],),  # a decrease inside a chunk of two
 ])
 def test_non_monotone_rounding_is_refused(chunks):
     with pytest.raises(RuntimeError, match=r"^rounded positions are not monotone$"):
