@@ -124,3 +124,34 @@ def test_object_arrays_hold_any_numbers_and_name_a_bad_element() -> None:
         round_to(np.array([1, 2, "a"], dtype=object), "bf16")
     with pytest.raises(TypeError, match=r"^x holds None, which is not a real number$"):
         round_to(np.array(None, dtype=object), "bf16")
+
+
+# --------------------------------------------------------------------------- round_to's input conversion
+
+BIG = 2**60 + 2**52 + 1  # float64 would round it to 2**60 + 2**52, a bfloat16 midpoint: a second rounding to even
+
+
+def test_big_python_ints_among_floats_are_rounded_once():
+    # one rounding of BIG to bfloat16 (8 significant bits, spacing 2**53 at 2**60): above the midpoint
+    # 2**60 + 2**52, so up to 2**60 + 2**53 (the oracle, rounding the exact integer)
+    assert oracle(Fraction(BIG), False) == 2.0**60 + 2.0**52  # float64's nearest value: the bfloat16 midpoint
+    for x in ([0.5, BIG], (0.5, BIG), [[0.5], [BIG]], [0.5, -BIG]):
+        got = round_to(x, "bf16").reshape(-1).tolist()
+        assert got[0] == 0.5 and abs(got[1]) == 2.0**60 + 2.0**53, (x, got)
+
+
+def test_ml_dtypes_arrays_are_read_as_their_values():
+    import ml_dtypes
+
+    for dtype, values in ((ml_dtypes.bfloat16, [1.5, -3.0, 256.0]), (ml_dtypes.float8_e4m3fn, [1.5, -3.0, 448.0]),
+                          (ml_dtypes.float4_e2m1fn, [1.5, -3.0, 6.0]), (ml_dtypes.int4, [3.0, -2.0, 7.0])):
+        got = round_to(np.array(values, dtype=dtype), "float32")
+        assert got.dtype == np.float64 and got.tolist() == values, dtype
+
+
+@pytest.mark.parametrize("bad", [np.zeros(2, dtype="V2"), np.zeros(2, dtype="V1"), np.zeros(2, dtype="V3"),
+                                 np.zeros(2, dtype=[("a", "u1"), ("b", "u1")]), np.zeros(2, dtype=[("a", "f4")])],
+                         ids=["V2", "V1", "V3", "struct2", "struct4"])
+def test_other_void_arrays_are_refused_by_name(bad):
+    with pytest.raises(TypeError, match=r"^x array\(.*\) has dtype .*, not real numbers$"):
+        round_to(bad, "bf16")
