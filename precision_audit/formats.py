@@ -454,7 +454,7 @@ def _ints_to_float64(a: npt.NDArray[Any], odd: bool) -> npt.NDArray[np.float64]:
     return np.asarray(s, dtype=np.float64)
 
 
-def _is_ml_float(dtype: np.dtype[Any]) -> bool:
+def _is_ml_number(dtype: np.dtype[Any]) -> bool:
     """One of ml_dtypes' number formats (bfloat16, float8/6/4, int4, ...); not any other void type."""
     for info in (ml_dtypes.finfo, ml_dtypes.iinfo):
         try:
@@ -488,7 +488,7 @@ def _as_float64(x: npt.ArrayLike, odd: bool, name: str = "x") -> npt.NDArray[np.
         return _ints_to_float64(a, odd)
     if kind == "O":
         return _objects_to_float64(a, odd, name)
-    if kind in "fb" or (kind == "V" and _is_ml_float(a.dtype)):  # ml_dtypes' floating formats
+    if kind in "fb" or (kind == "V" and _is_ml_number(a.dtype)):  # ml_dtypes' formats
         return a.astype(np.float64)
     raise ArgumentTypeError(f"{name} {describe(x)} has dtype {a.dtype}, not real numbers")
 

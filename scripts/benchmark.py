@@ -20,9 +20,10 @@ Every figure comes from a fresh child process, so peak RSS is that run's own
   their largest accepted lengths (``--quick``: small stand-ins).
 
 Lines with a target (issue 20: the four presets and ``config`` on gemma-4-31b-it
-<= 2.0x, each stack, ALiBi and sinusoidal <= 1.5x, wall time against the floor; the faster of two runs) say whether this run met it;
-the load average at the start and the end shows what else ran.  ``--out
-figures/benchmark.txt`` also writes the report there (the README includes it).
+<= 2.0x, each stack, ALiBi and sinusoidal <= 1.5x, wall time against the floor;
+the faster of two runs) say whether this run met it; the load average at the
+start and the end shows what else ran.  ``--out figures/benchmark.txt`` also
+writes the report there (the README includes it).
 """
 
 from __future__ import annotations
@@ -122,6 +123,10 @@ def floor_of(n: int, freqs: int, runs: int) -> tuple[float, float]:
                for _ in range(runs))
 
 
+def floor_line(label: str, wall: float, cpu: float) -> None:
+    say(f"{label:<58} {wall:7.2f} s {1:5.2f}x  cpu {cpu:7.2f} s {1:5.2f}x")
+
+
 def line(label: str, run: tuple[float, float, float, str], floor: float | None = None, extra: str = "",
          target: float | None = None, floor_cpu: float | None = None) -> None:
     seconds, rss, cpu, _ = run
@@ -166,8 +171,7 @@ def _run(a: argparse.Namespace) -> None:
 
     floor, FLOOR_CPU[0] = floor_of(n, 64, 1 if a.quick else 2)
     say(f"{'':<58} {'wall':>9} {'/floor':>6}  {'cpu':>11} {'/floor':>6}  peak")
-    say(f"{'floor: numpy float64 angles, sin, cos (compute only)':<58} {floor:7.2f} s {1:5.2f}x  "
-        f"cpu {FLOOR_CPU[0]:7.2f} s {1:5.2f}x")
+    floor_line("floor: numpy float64 angles, sin, cos (compute only)", floor, FLOOR_CPU[0])
     for name in ("lowp", "lowp-inv-freq", "fp32", "fp64"):
         run = measured(["-c", CLI, "rope", "-l", str(n), "-r", name, "-d", "bf16", "--head-dim", "128"])
         line(f"rope --recipe {name} -d bf16 -l 2**{k}", run, floor)
@@ -204,8 +208,7 @@ def _run(a: argparse.Namespace) -> None:
     gemma = "tests/data/gemma-4-31b-it.json"
     lc = 2**14 if a.quick else 2**20
     gfloor, gcpu = floor_of(lc, 384, 1)
-    say(f"{f'floor of config: 2**{lc.bit_length() - 1} positions x 384 frequencies':<58} {gfloor:7.2f} s {1:5.2f}x  "
-        f"cpu {gcpu:7.2f} s {1:5.2f}x")
+    floor_line(f"floor of config: 2**{lc.bit_length() - 1} positions x 384 frequencies", gfloor, gcpu)
     args = ["-c", CLI, "config", gemma] + (["-l", str(lc)] if a.quick else [])
     line("config gemma-4-31b-it.json, defaults" + (" at 16K" if a.quick else ""), best(args), gfloor,
          target=2.0, floor_cpu=gcpu)
