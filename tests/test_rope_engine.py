@@ -232,3 +232,14 @@ def test_fast_cache_is_the_rounding_chain(trig: str, cache: str, scale: float) -
         if scale != 1.0:
             v = round_to(v * factor, trig)
         np.testing.assert_array_equal(got.view(np.uint64), round_to(v, cache).view(np.uint64))
+
+
+def test_rotation_wrap_threshold_is_pi() -> None:
+    # the rotation errors wrap |x| above T by taking min(|x|, |2pi - |x||), which needs T == pi: float64
+    # 2*pi is exactly twice float64 pi, so pi / 2pi = 0.5, and the next float64 above pi gives
+    # 0.5 + 2**-51 / 2pi, more than half an ulp (2**-54) above 0.5: it rounds up, and wrap moves it
+    from precision_audit.rope.chunk import _WRAP_T
+
+    assert _WRAP_T == math.pi
+    assert wrap(math.pi) == math.pi
+    assert wrap(math.nextafter(math.pi, 4.0)) < 0

@@ -101,6 +101,7 @@ class _CacheJob:
     collisions: int = 0
     first: F64 | None = None
     last: F64 | None = None
+    wraps: bool = False  # the last block's rotation errors needed wrapping
 
 
 @dataclass
@@ -180,7 +181,7 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
     for job in plan.jobs:
         job.ang = _Reduction()
         for cj in job.caches:
-            cj.rot, cj.collisions, cj.first, cj.last = _Reduction(), 0, None, None
+            cj.rot, cj.collisions, cj.first, cj.last, cj.wraps = _Reduction(), 0, None, None, False
     with np.errstate(invalid="ignore", over="ignore"):
         for a in range(start, stop, block):
             b = min(stop, a + block)
@@ -224,7 +225,7 @@ def _angle_block(job: _AngleJob, pos: F64, plan: _Plan, w: _Rows) -> None:
             ss = _cache_into(trig[1], job.trig, cj.cache, plan.scale, w.ss, (w.s1, w.s2))
         if rot is None:
             rot = np.arctan2(ss, cc, out=w.rot) if cj.pairs is None else cj.pairs.lookup(cc, ss, w.rot, w)
-        has_nan = _rotation_errors(rot, w, cj.rot)
+        has_nan = _rotation_errors(rot, w, cj.rot, cj)
         _collisions(cj, cc, ss, has_nan)
 
 
@@ -277,21 +278,27 @@ def _angle_errors(angle: F64, w: _Rows, job: _AngleJob) -> None:
     job.ang.add(dmax, w.kz)
 
 
-def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction) -> bool:
+def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction, job: _CacheJob | None = None) -> bool:
     """Per frequency: max and sum of ``|wrap(rot - exact)|`` (nan: pi); whether a nan occurred.
-    In ``w.k``, scratch ``w.t`` and ``w.s1``.
+    In ``w.k``, scratch ``w.t``.
 
     ``rot`` and the exact angle lie in [-T, T] (:data:`_WRAP_T`, pi and an ulp), so ``x = rot - exact``
     lies within [-2T, 2T] and ``wrap(x) = x - 2pi * rint(x / 2pi)`` is x itself for ``|x| <= T`` and
-    ``x -+ 2pi`` (exact) above: ``|wrap(x)| = |2pi - |x||``, the same bits."""
+    ``x -+ 2pi`` (exact) above: ``|wrap(x)| = |2pi - |x||``, the same bits (T is pi).  As for the angle errors, the
+    wrap is skipped while no error exceeds T (and done at once for a cache job's blocks after one that
+    needed it)."""
     r, t = w.k, w.t
     np.subtract(rot, w.ex, out=r)
     np.abs(r, out=r)
-    big = w.s1.reshape(-1).view(np.bool_)[: r.size].reshape(r.shape)
-    np.greater(r, _WRAP_T, out=big)
-    np.subtract(_TWO_PI, r, out=r, where=big)
-    np.abs(r, out=r)
-    rmax = _colmax(r, t)
+    wraps = job is None or job.wraps
+    if not wraps:
+        rmax = _colmax(r, t)
+        wraps = job.wraps = not rmax.max() <= _WRAP_T  # some error needs wrapping, or is nan
+    if wraps:  # |2pi - |x|| is above pi (so above |x|) for |x| <= pi = T, below |x| above: the smaller one
+        np.subtract(_TWO_PI, r, out=t)
+        np.abs(t, out=t)
+        np.minimum(r, t, out=r)  # nan stays nan
+        rmax = _colmax(r, t)
     has_nan = not np.isfinite(rmax).all()  # a nan in cos/sin makes atan2 nan
     if has_nan:
         r[~np.isfinite(r)] = math.pi
