@@ -155,3 +155,41 @@ def test_ml_dtypes_arrays_are_read_as_their_values():
 def test_other_void_arrays_are_refused_by_name(bad):
     with pytest.raises(TypeError, match=r"^x array\(.*\) has dtype .*, not real numbers$"):
         round_to(bad, "bf16")
+
+
+def rne(x: Fraction, sig: int, max_finite: Fraction) -> float:
+    """``x`` rounded to nearest even with ``sig`` significant bits and an unbounded exponent (normal range:
+    no value here is subnormal), inf beyond the format's range: exact rationals only."""
+    a = abs(x)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    e += 1 if Fraction(2) ** e <= a else 0  # 2**(e-1) <= a < 2**e
+    e -= 1 if Fraction(2) ** (e - 1) > a else 0
+    ulp = Fraction(2) ** (e - sig)
+    q, r = divmod(a, ulp)
+    q += 1 if r > ulp / 2 or (r == ulp / 2 and q % 2) else 0
+    v = q * ulp
+    v_f = math.inf if v > max_finite else float(v)
+    return -v_f if x < 0 else v_f
+
+
+# _round_rne adds c = 2**(binade + 53 - sig) to x: c must stay a finite float64, so a format whose largest
+# binade E has E + 54 - sig > 1023 cannot be rounded in float64 (ValueError); at E + 54 - sig = 1023 it can,
+# up to its overflow (derived from the float64 layout: 11 exponent bits, bias 1023, 52 stored bits)
+@pytest.mark.parametrize("sig", [3, 11])
+def test_a_custom_format_at_the_edge_of_float64_rounds_and_one_binade_more_is_refused(sig: int) -> None:
+    from precision_audit.formats import Format
+
+    edge = 1023 - 54 + sig
+    top = (2 - Fraction(2) ** (1 - sig)) * Fraction(2) ** edge
+    fmt = Format(f"edge{sig}", np.float64, None, sig, -14, float(top), "inf")
+    ulp = Fraction(2) ** (edge + 1 - sig)
+    xs = [top, top + ulp / 2, top + ulp / 2 - Fraction(2) ** (edge - 52), top - ulp / 2, top - ulp / 4,
+          Fraction(2) ** edge + ulp / 2, Fraction(2) ** (edge + 1), Fraction(2) ** (edge + 40), Fraction(3, 2),
+          1 + Fraction(2) ** -sig, -(top + ulp)]
+    got = round_to(np.array([float(x) for x in xs]), fmt)
+    want = [rne(Fraction(float(x)), sig, top) for x in xs]
+    assert got.tolist() == want
+    assert round_to([np.inf, -np.inf], fmt).tolist() == [np.inf, -np.inf]
+    wide = Format(f"wide{sig}", np.float64, None, sig, -14, float(top * 2), "inf")
+    with pytest.raises(ValueError, match=f"wide{sig} cannot be rounded in float64"):
+        round_to([1.0], wide)
