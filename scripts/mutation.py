@@ -39,9 +39,9 @@ AREAS: dict[str, tuple[str, ...]] = {
         "bottomline.x_bottom_line_", "bottomline.x_failing_", "bottomline.x_human_length_", "bottomline.x__get_")),
     "damage_threshold": (f"{P}hf.scan.x_damage_threshold_*",),
     "round_to": tuple(f"{P}formats.x_{f}_*" for f in (
-        "round_to", "_as_float64", "_is_ml_number", "_rational_to_float", "_objects_to_float64", "_ints_to_float64", "_round_into",
-        "_round_rne", "_rne_params", "_bfloat16_via_float32", "_bfloat16_from_float32", "_overflow_inf",
-        "_overflow_nan", "_overflow_saturate")),
+        "round_to", "_as_float64", "_is_ml_number", "_rational_to_float", "_objects_to_float64", "_ints_to_float64",
+        "_round_into", "_round_rne", "_rne_params", "_bfloat16_via_float32", "_bfloat16_from_float32",
+        "_overflow_inf", "_overflow_nan", "_overflow_saturate")),
     "positions tally": (f"{P}positions.xǁ_Tallyǁ*",),
     "rope oracle + wrap": (f"{P}rope.oracle.x_*",),
     "alibi metrics": (*(f"{P}_alibi_stream.{m}*" for m in (
