@@ -64,6 +64,21 @@ _INT_IOTA = "d -= iota with int64 iota: float64 d minus exact small integers, th
 _MONOTONE = ("rounding is monotone (checked): a chunk with some finite values has no non-finite value before it, so "
              "first_non_finite is None and non_finite is 0 when this line runs")
 _APPLY = "torch's Module._apply calls fn on tensors and fn returns a tensor: out always has a dtype, the default is unused"
+_NEG = "numpy takes any negative size as the unknown one"
+_F64 = "numpy's default dtype is float64"
+_KIND = "a dtype kind is one character, and numpy has no kind X: the same test"
+_SAME_KIND = "same_kind is np.copyto's default casting"
+_SCRATCH = "fresh arrays instead of the caller's scratch buffers: the same values, more allocation"
+_CACHE = "the parameters are recomputed on every call instead of cached: the same parameters"
+_NAN_ONE = ("np.max and np.min are both nan when any element is nan (np.max(None) is None, equal to itself): one "
+            "test suffices")
+_NEG_ZERO = "-0.0 as float64 instead of float32: every format's cast keeps the same sign of zero (checked for each)"
+_F32 = ("float32 then takes the one-addition path with float32's parameters: the same values as numpy's cast "
+        "(checked on 5M values: random bit patterns, the overflow edge, subnormals, signed zeros, inf and nan)")
+_BF16 = ("bfloat16 then takes the one-addition path: the same values (the float32 shortcut is for speed, tested on "
+         "its own)")
+_OVER_GUARD = ("the guard only skips the overflow pass when every value is within +-max_finite; the pass changes only "
+               "elements above max_finite, so running it more often changes no value")
 EQUIVALENT: dict[str, tuple[str, str]] = {
     **{f"{P}rope.oracle.x__oracle_into__mutmut_{n}": (line, _GUARD) for n, line in (
         (74, "np.max(r) * _TWO_PI <= 0.5"), (76, "np.max(r) / _TWO_PI < 0.5"), (78, "np.min(r) * _TWO_PI >= -0.5"),
@@ -97,6 +112,56 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ("_rational_to_float", 60, "q & ((2 << extra) - 1) != 0",
          "the wider mask adds q's last kept bit to the sticky test; q |= sticky leaves q unchanged when that bit "
          "is already 1"),
+        *((("_as_float64", n, line, _FAST_GUARD) for n, line in (
+            (21, "+_EXACT_INT <= v <= _EXACT_INT"), (22, "-_EXACT_INT < v <= _EXACT_INT"),
+            (23, "-_EXACT_INT <= v < _EXACT_INT")))),
+        ("_as_float64", 19, "isinstance(v, int) or not -_EXACT_INT",
+         "floats beyond 2**53 then take the object path too, which converts a float with float(): the same value"),
+        ("_as_float64", 9, 'a.dtype.kind == "f" or isinstance(x, (list, tuple))',
+         "any list gets the big-int check; it changes `a` only for a Python int beyond 2**53, which the object "
+         "path rounds exactly as the integer path does (a list that also holds text is refused either way)"),
+        ("_as_float64", 26, "o.reshape(-2)", _NEG),
+        ("_as_float64", 32, 'if kind in "XXiuXX":', _KIND),
+        ("_as_float64", 49, 'if kind in "XXfbXX"', _KIND),
+        ("_as_float64", 56, "return a.astype(None)", _F64),
+        ("_bfloat16_via_float32", 2, "np.max(None), np.min(x)", _NAN_ONE),
+        ("_bfloat16_via_float32", 3, "np.max(x), np.min(None)", _NAN_ONE),
+        ("_bfloat16_via_float32", 5, "top == top or bottom == bottom", _NAN_ONE),
+        ("_bfloat16_via_float32", 11, "and False else (", _SCRATCH),
+        *((("_bfloat16_via_float32", n, line, _NEG) for n, line in (
+            (23, "f32 = a.reshape(-2)"), (29, "tmp = a.reshape(-2)"), (48, "low = b.reshape(-2)"),
+            (63, "is_mid = b.reshape(-2)")))),
+        ("_bfloat16_via_float32", 31, "[n : 3 * n]", "a holds 2n float32 slots: the slice ends at 2n either way"),
+        ("_bfloat16_via_float32", 40, "np.copyto(f32, x, )", _SAME_KIND),
+        ("_bfloat16_via_float32", 45, "low = b.reshape(-1).view(None)",
+         "low keeps b's float64 dtype and holds the same low 16 bits as float64 values; is_mid overlaps it and "
+         "numpy buffers the overlapping operand (checked on 1.1M values, midpoints included)"),
+        ("_bfloat16_via_float32", 78, "if (is_mid.any()) or True else None",
+         "with no midpoint the index list is empty: nothing is rounded again either way"),
+        ("_rne_params", 3, "params = None", _CACHE),
+        ("_rne_params", 4, "params = _RNE_PARAMS.get(None)", _CACHE),
+        ("_rne_params", 61, "_RNE_PARAMS[key] = None", _CACHE),
+        ("_rne_params", 25, ".astype(f.numpy_type).astype(None)", _F64),
+        ("_rne_params", 28, "np.array([-0.0], dtype=None)", _NEG_ZERO),
+        ("_rne_params", 30, "np.array([-0.0], )", _NEG_ZERO),
+        ("_round_into", 10, 'if f.name == "XXfloat32XX":', _F32),
+        ("_round_into", 11, 'if f.name == "FLOAT32":', _F32),
+        ("_round_into", 22, "t32 = scratch[1]", "both scratch arrays have x's shape and dtype"),
+        ("_round_into", 24, "t32 = scratch[0].reshape(-2)", _NEG),
+        ("_round_into", 38, "np.copyto(t32, x, )", _SAME_KIND),
+        ("_round_into", 49, 'if f.name == "XXbfloat16XX"', _BF16),
+        ("_round_into", 50, 'if f.name == "BFLOAT16"', _BF16),
+        ("_round_into", 51, "x.dtype != np.float64",
+         "float64 input then takes the one-addition path (the same values); no caller rounds float32 input to "
+         "bfloat16 (rope.engine takes its own bit-carry path there)"),
+        ("_round_into", 54, "_bfloat16_via_float32(x, out, None)", _SCRATCH),
+        ("_round_into", 61, "return _round_rne(x, f, out, None)", _SCRATCH),
+        ("_round_into", 65, "return _round_rne(x, f, out, )", _SCRATCH),
+        ("_round_rne", 8, "if (scratch is None) or True else scratch", _SCRATCH),
+        *((("_round_rne", n, line, _OVER_GUARD) for n, line in (
+            (80, "top < f.max_finite and bottom >= -f.max_finite"),
+            (81, "top <= f.max_finite and bottom > -f.max_finite"),
+            (82, "bottom >= +f.max_finite")))),
     )},
     **{f"{P}positions.xǁ_Tallyǁ{name}__mutmut_{n}": (line, why) for name, n, line, why in (
         ("__init__", 17, "self.max_closed = 1", "max_run = max(max_closed, run) is at least 1 for any length >= 1"),

@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 import random
 import struct
+import warnings
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from precision_audit.formats import _ints_to_float64, _rational_to_float, round_to
+from precision_audit.formats import _ints_to_float64, _rational_to_float, format_names, round_to
 
 MAX = Fraction(*(1.7976931348623157e308).as_integer_ratio())
 
@@ -185,11 +186,68 @@ def test_a_custom_format_at_the_edge_of_float64_rounds_and_one_binade_more_is_re
     ulp = Fraction(2) ** (edge + 1 - sig)
     xs = [top, top + ulp / 2, top + ulp / 2 - Fraction(2) ** (edge - 52), top - ulp / 2, top - ulp / 4,
           Fraction(2) ** edge + ulp / 2, Fraction(2) ** (edge + 1), Fraction(2) ** (edge + 40), Fraction(3, 2),
-          1 + Fraction(2) ** -sig, -(top + ulp)]
-    got = round_to(np.array([float(x) for x in xs]), fmt)
+          1 + Fraction(2) ** -sig, -(top + ulp), MAX, -MAX]  # x + c overflows float64 at +-MAX: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = round_to(np.array([float(x) for x in xs]), fmt)
     want = [rne(Fraction(float(x)), sig, top) for x in xs]
     assert got.tolist() == want
     assert round_to([np.inf, -np.inf], fmt).tolist() == [np.inf, -np.inf]
     wide = Format(f"wide{sig}", np.float64, None, sig, -14, float(top * 2), "inf")
     with pytest.raises(ValueError, match=f"wide{sig} cannot be rounded in float64"):
         round_to([1.0], wide)
+
+
+# A signaling NaN (a quiet NaN's bit pattern with the quiet bit clear) raises the invalid flag in float64
+# arithmetic and in the float64 -> float32 cast (IEEE 754 section 7.2); round_to must still return nan, without
+# a warning, in every format (float64 hands the value through, as a copy does)
+SNAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000001))[0]
+
+
+@pytest.mark.parametrize("name", format_names())
+def test_a_signaling_nan_rounds_to_nan_in_every_format_without_a_warning(name: str) -> None:
+    assert math.isnan(SNAN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = round_to(np.array([SNAN, -SNAN, 1.0, np.nan]), name)
+    assert np.isnan(got[[0, 1, 3]]).all() and got[2] == 1.0
+
+
+def bf16(x: Fraction) -> float:
+    """``x`` rounded once to bfloat16 (8 significant bits, inf from max_finite + half an ulp on); normal range."""
+    return rne(x, 8, (2 - Fraction(2) ** -7) * Fraction(2) ** 127)
+
+
+def test_the_bfloat16_shortcut_through_float32_rounds_once_and_declines_nan() -> None:
+    """``_bfloat16_via_float32`` writes the bfloat16 rounding of nan-free float64 input and returns True (the
+    fast path is taken), also where float32 rounding lands on a bfloat16 midpoint (1 + 2**-8 + 2**-30: float32
+    gives the midpoint 1 + 2**-8, which ties down to 1; once rounded it is 1 + 2**-7); with a nan it returns
+    False and leaves ``out`` alone.  Oracle: :func:`rne` on exact fractions."""
+    from precision_audit.formats import _bfloat16_via_float32
+
+    top = (2 - Fraction(2) ** -7) * Fraction(2) ** 127
+    half = Fraction(2) ** (127 - 8)
+    rng = random.Random(16)
+    xs = [Fraction(1), 1 + Fraction(2) ** -8 + Fraction(2) ** -30, -(3 + Fraction(2) ** -6 + Fraction(2) ** -40),
+          1 + Fraction(2) ** -8, 1 + 3 * Fraction(2) ** -8, top, top + half, top + half - Fraction(2) ** 80, -MAX]
+    xs += [Fraction(rng.uniform(1, 2) * 2.0 ** rng.randrange(-120, 128) * rng.choice((1, -1))) for _ in range(300)]
+    x = np.array([float(v) for v in xs])
+    out = np.full_like(x, 7.0)
+    assert _bfloat16_via_float32(x, out, None) is True
+    assert out.tolist() == [bf16(Fraction(float(v))) for v in xs]
+    assert [math.copysign(1, v) for v in round_to([0.0, -0.0], "bf16")] == [1, -1]
+    x[5] = np.nan
+    out = np.full_like(x, 7.0)
+    assert _bfloat16_via_float32(x, out, None) is False
+    assert (out == 7.0).all()
+
+
+def test_a_format_too_wide_for_float32_work_is_refused_by_name() -> None:
+    """c = 2**(E + 1 + 24 - p) must be a finite float32 (E + 25 - p <= 127, float32's layout: bias 127, 23
+    stored bits): E = 110, p = 3 gives 132, refused in float32 but fine in float64."""
+    from precision_audit.formats import Format, _rne_params
+
+    fmt = Format("wide32", np.float64, None, 3, -14, 2.0**110, "inf")
+    with pytest.raises(ValueError, match="^wide32 cannot be rounded in float32$"):
+        _rne_params(fmt, np.float32)
+    assert round_to([5.0, 2.0**110, 2.0**111], fmt).tolist() == [5.0, 2.0**110, math.inf]
