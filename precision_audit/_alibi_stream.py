@@ -93,6 +93,11 @@ class _AtLength:
         np.expm1(t, out=d, where=pos)
         np.multiply(q, d, out=d, where=pos)
         np.abs(d, out=d)
+        if not (np.max(np.abs(shift)) <= _FAR / 2 and np.max(t) <= _FAR / 2 and np.min(t) >= -_FAR / 2):
+            # stored logits absurdly far from the exact ones: t's rounding error (about 2**-52 (|l - x| +
+            # |shift|)) exceeds 2**-20, and |p - q| from the two softmaxes is the better value there
+            far = (np.abs(l - x) > _FAR) | (np.abs(shift) > _FAR)[:, None]
+            d[far] = np.abs(p - q)[far]
         if np.isnan(np.max(t)) or np.isnan(np.max(p)):
             d[np.isnan(t) | np.isnan(p)] = np.nan
         if rows is None:
@@ -261,6 +266,7 @@ def prob_change_pass(plan: StreamPlan, found: dict[int, _AtLength], progress: Ca
 
 
 _MARGIN = 1e-6  # in the exponent: far above the roundings of exp, the subtraction and the division
+_FAR = 2.0**32  # |l - x| beyond which add_prob_change takes |p - q|; every recipe stays below (slope * 2**26 < 2**26)
 
 
 def _rows_that_matter(at: _AtLength, l: F64, x: F64) -> npt.NDArray[np.intp] | None:

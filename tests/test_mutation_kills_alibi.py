@@ -187,3 +187,37 @@ def test_streaming_tallies_equal_the_oracle_at_every_length(width):
                 assert math.isnan(head.max_prob_change)
             else:
                 assert head.max_prob_change == pytest.approx(want["dp"], rel=1e-12, abs=1e-15), (L, h)
+
+
+def test_finite_biases_at_both_ends_of_float64_stay_silent():
+    # 1.79e308 - (-1.79e308) overflows float64 inside the log-sum-exp (a finite but absurd stored bias, e.g. a
+    # corrupted checkpoint): the metrics still equal the oracle and no overflow warning escapes
+    stored = [[1.79e308, -1.79e308, 0.0], [0.0, -1e308, 1.7e308]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for form in ("key", "relative"):
+            assert_metrics(stored_bias_metrics(stored, [0.5, 0.25], form), oracle(stored, [0.5, 0.25], form))
+
+
+def test_many_heads_stream_in_several_chunks_like_one_head_at_a_time():
+    # 64 heads x 8200 keys exceeds one block of 2**19 elements (8192 keys per head): the summary must equal the
+    # per-head summaries combined (min distinct, max run, summed counts, max errors), each head alone being one
+    # block (checked against the oracle above for small arrays)
+    from precision_audit.alibi import alibi_slopes
+    from precision_audit.formats import round_to
+
+    slopes = alibi_slopes(64)
+    L = 8200
+    stored = round_to(slopes[:, None] * np.arange(L), "bf16")
+    stored[3, 5000] = stored[3, 6000]  # an inversion in head 3 (5000 -> 5001) and one in head 40
+    stored[40, 8100] = 0.0
+    got = stored_bias_metrics(stored, slopes)
+    one = [stored_bias_metrics(stored[h : h + 1], slopes[h : h + 1]) for h in range(64)]
+    want = dict(min_distinct_biases=min(o["min_distinct_biases"] for o in one),
+                distinct_fraction=min(o["min_distinct_biases"] for o in one) / L,
+                max_run=max(o["max_run"] for o in one), max_abs_error=max(o["max_abs_error"] for o in one),
+                order_inversions=sum(o["order_inversions"] for o in one),
+                nonfinite_biases=sum(o["nonfinite_biases"] for o in one),
+                max_prob_change=max(o["max_prob_change"] for o in one))
+    assert want["order_inversions"] >= 2 and want["max_run"] > 1
+    assert_metrics(got, want)
