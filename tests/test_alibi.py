@@ -220,6 +220,8 @@ def test_stored_slopes_correctly_rounded(n, fmt):
     r = Recipe("t", "relative", "exact", fmt, "float32", "float32", "float32")
     expected = [mp_round(x, BITS[fmt]) for x in mp_exact_slopes(n)]
     assert stored_slopes(r, n).tolist() == expected
+    (row,) = audit_alibi([4], n, r)  # each head's row carries the slope the recipe multiplies with
+    assert [h.stored_slope for h in row.heads] == expected
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 12, 33, 40, 64, 100])

@@ -221,3 +221,22 @@ def test_many_heads_stream_in_several_chunks_like_one_head_at_a_time():
                 max_prob_change=max(o["max_prob_change"] for o in one))
     assert want["order_inversions"] >= 2 and want["max_run"] > 1
     assert_metrics(got, want)
+
+
+def test_a_later_chunk_with_the_largest_stored_probability_is_not_skipped():
+    # relative form, slope 1, one head, L = 2**19 + 1 keys: two chunks of keys (2**19 and 1; the nearest first).
+    # Stored penalties 5 + d (a constant offset: the softmax of the exact logits -d) except the farthest key, stored
+    # at 5 like distance 0: there p = p_0 = 1 / Z_p while q is e**-(L-1) / Z_q ~ 0, a larger change than any key
+    # of the first chunk (largest at d = 0: q_0 - p_0).  Only the stored (p) bound keeps the second chunk, and
+    # all logits are negative (the stored maximum is -5).  Closed form in mpmath (geometric sums):
+    # Z_q = (1 - e**-L) / (1 - e**-1), Z_p = (1 - e**-(L-1)) / (1 - e**-1) + 1.
+    L = 2**19 + 1
+    stored = 5.0 + np.arange(L, dtype=np.float64)[None, :]
+    stored[0, -1] = 5.0
+    e = mpmath.e
+    zq = (1 - e ** -L) / (1 - 1 / e)
+    zp = (1 - e ** -(L - 1)) / (1 - 1 / e) + 1
+    want = float(max(1 / zp - e ** -(L - 1) / zq, 1 / zq - 1 / zp))
+    assert want == pytest.approx(0.387, abs=1e-3)
+    got = stored_bias_metrics(stored, [1.0], "relative")["max_prob_change"]
+    assert got == pytest.approx(want, rel=1e-12)
