@@ -97,7 +97,7 @@ class _AtLength:
             # stored logits absurdly far from the exact ones: t's rounding error (about 2**-52 (|l - x| +
             # |shift|)) exceeds 2**-20, and |p - q| from the two softmaxes is the better value there
             far = (np.abs(l - x) > _FAR) | (np.abs(shift) > _FAR)[:, None]
-            d[far] = np.abs(p - q)[far]
+            d[far] = np.abs(p[far] - q[far])
         if np.isnan(np.max(t)) or np.isnan(np.max(p)):
             d[np.isnan(t) | np.isnan(p)] = np.nan
         if rows is None:

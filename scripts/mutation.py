@@ -89,15 +89,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "exactly (checked on 10**5 random theta in [2**-40, 2)), so p1 = m * hi stays exact and p2 only rounds "
         "differently, far below the oracle's 1e-16 rad"),
     **{f"{P}formats.x_{name}__mutmut_{n}": (line, why) for name, n, line, why in (
-        ("_ints_to_float64", 10, "return a.astype(None)", "numpy's default dtype is float64"),
-        ("_ints_to_float64", 13, "a.dtype.type(32)).astype(None)", "numpy's default dtype is float64"),
-        ("_ints_to_float64", 24, "a.dtype.type(0xFFFFFFFF)).astype(None)", "numpy's default dtype is float64"),
+        ("_ints_to_float64", 10, "return a.astype(None)", _F64),
+        ("_ints_to_float64", 13, "a.dtype.type(32)).astype(None)", _F64),
+        ("_ints_to_float64", 24, "a.dtype.type(0xFFFFFFFF)).astype(None)", _F64),
         ("_ints_to_float64", 61, "return np.asarray(s, dtype=None)", "s is already float64"),
         ("_ints_to_float64", 63, "return np.asarray(s, )", "s is already float64"),
-        ("_objects_to_float64", 3, "out = np.empty(a.shape, dtype=None)", "numpy's default dtype is float64"),
-        ("_objects_to_float64", 5, "out = np.empty(a.shape, )", "numpy's default dtype is float64"),
-        ("_objects_to_float64", 9, "flat = out.reshape(-2)", "numpy takes any negative size as the unknown one"),
-        ("_objects_to_float64", 13, "enumerate(a.reshape(-2))", "numpy takes any negative size as the unknown one"),
+        ("_objects_to_float64", 3, "out = np.empty(a.shape, dtype=None)", _F64),
+        ("_objects_to_float64", 5, "out = np.empty(a.shape, )", _F64),
+        ("_objects_to_float64", 9, "flat = out.reshape(-2)", _NEG),
+        ("_objects_to_float64", 13, "enumerate(a.reshape(-2))", _NEG),
         *((("_ints_to_float64", n, line, _FAST_GUARD) for n, line in (
             (3, "a.dtype.itemsize < 4 or"), (4, "a.dtype.itemsize <= 5 or"), (7, "a.min() > -_EXACT_INT"),
             (8, "a.min() >= +_EXACT_INT"), (9, "a.max() < _EXACT_INT")))),
