@@ -65,10 +65,11 @@ class _AtLength:
         """Fold some keys' stored and reference logits ``l`` and ``x`` (heads, w) into ``dp``
         (only the heads ``rows``, if given).
 
-        With t = (l_k - x_k) - (LSE_l - LSE_x), p_k - q_k equals q_k * expm1(t)
-        = -p_k * expm1(-t); the branch with t <= 0 keeps the factor in [-1, 0]
-        (no 0 * inf), and LSE_l - LSE_x = (M_l - M_x) + log(S_l / S_x) avoids
-        cancelling two large log-sum-exps.  Each branch is evaluated where it is taken.
+        With t = (l_k - x_k) - (LSE_l - LSE_x) = log(p_k / q_k), |p_k - q_k| equals
+        max(p_k, q_k) * (1 - e**-|t|), the larger probability being p_k where t > 0: the
+        factor stays in [0, 1] (no 0 * inf, even where q_k underflows and p_k does not).
+        LSE_l - LSE_x = (M_l - M_x) + log(S_l / S_x) avoids cancelling two large
+        log-sum-exps.
         """
         (mp, sp), (mq, sq) = self.lse_p, self.lse_q
         if rows is not None:
@@ -84,22 +85,17 @@ class _AtLength:
         np.subtract(l, mp[:, None], out=p)
         np.exp(p, out=p)
         np.divide(p, sp[:, None], out=p)
+        far = np.abs(shift) > _FAR
+        direct = np.abs(p[far] - q[far]) if far.any() else None
+        np.abs(t, out=d)
+        np.negative(d, out=d)
+        np.expm1(d, out=d)
         np.greater(t, 0, out=pos)
-        np.negative(t, out=d, where=pos)  # t > 0: p * -expm1(-t)
-        np.expm1(d, out=d, where=pos)
-        np.negative(d, out=d, where=pos)
-        np.multiply(p, d, out=d, where=pos)
-        np.logical_not(pos, out=pos)  # else: q * expm1(t)
-        np.expm1(t, out=d, where=pos)
-        np.multiply(q, d, out=d, where=pos)
+        np.copyto(q, p, where=pos)  # q: the larger probability
+        np.multiply(q, d, out=d)
         np.abs(d, out=d)
-        if not (np.max(np.abs(shift)) <= _FAR / 2 and np.max(t) <= _FAR / 2 and np.min(t) >= -_FAR / 2):
-            # stored logits absurdly far from the exact ones: t's rounding error (about 2**-52 (|l - x| +
-            # |shift|)) exceeds 2**-20, and |p - q| from the two softmaxes is the better value there
-            far = (np.abs(l - x) > _FAR) | (np.abs(shift) > _FAR)[:, None]
-            d[far] = np.abs(p[far] - q[far])
-        if np.isnan(np.max(t)) or np.isnan(np.max(p)):
-            d[np.isnan(t) | np.isnan(p)] = np.nan
+        if direct is not None:
+            d[far] = direct
         if rows is None:
             self.dp = np.maximum(self.dp, d.max(axis=1))  # propagates NaN
         else:
@@ -167,9 +163,9 @@ def _fold(tot: _Totals, c0: int, same: npt.NDArray[np.bool_], inv: npt.NDArray[n
     np.maximum(tot.err, err[:, seg].max(axis=1), out=tot.err)
     row, first, end = runs
     # a run of True in same from column f to end-1 is a run of equal values from key f - 1 (f > 0) or from
-    # the carried run's start (f = 0); runs starting at or after e are not reached yet
-    keep = first < e
-    row, first, end = row[keep], first[keep], np.minimum(end[keep], e)
+    # the carried run's start (f = 0), cut at e; a run starting at or after e (not reached yet) gets a length
+    # e - f + 1 <= 1, which never raises the maximum (at least 1)
+    end = np.minimum(end, e)
     length = np.where(first == 0, c0 + end - tot.run_start[row], end - first + 1)
     if length.size:
         np.maximum.at(tot.run_max, row, length)
@@ -266,14 +262,16 @@ def prob_change_pass(plan: StreamPlan, found: dict[int, _AtLength], progress: Ca
 
 
 _MARGIN = 1e-6  # in the exponent: far above the roundings of exp, the subtraction and the division
-_FAR = 2.0**32  # |l - x| beyond which add_prob_change takes |p - q|; every recipe stays below (slope * 2**26 < 2**26)
+# |LSE_l - LSE_x| beyond which add_prob_change takes |p - q| from the two softmaxes (both paths agree with the
+# exact change to ~1e-15 of max(p, q) below it): t's rounding error, about 2**-52 |LSE_l - LSE_x| wherever the
+# change is not saturated (|t| < 40), would exceed 2**-20.  Every recipe stays far below (slope * 2**26 < 2**26).
+_FAR = 2.0**32
 
 
 def _rows_that_matter(at: _AtLength, l: F64, x: F64) -> npt.NDArray[np.intp] | None:
     """The heads whose probability change in these keys could exceed their largest so far (all: None)."""
     (mp, sp), (mq, sq) = at.lse_p, at.lse_q
     with np.errstate(divide="ignore"):
-        need = ((l.max(axis=1) - mp >= np.log(at.dp * sp) - _MARGIN)
+        need = ((l.max(axis=1) - mp >= np.log(at.dp * sp) - _MARGIN)  # a head already NaN: False
                 | (x.max(axis=1) - mq >= np.log(at.dp * sq) - _MARGIN))
-    need &= ~np.isnan(at.dp)  # NaN already: it stays NaN
     return None if need.all() else np.flatnonzero(need)

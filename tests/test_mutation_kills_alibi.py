@@ -240,3 +240,67 @@ def test_a_later_chunk_with_the_largest_stored_probability_is_not_skipped():
     assert want == pytest.approx(0.387, abs=1e-3)
     got = stored_bias_metrics(stored, [1.0], "relative")["max_prob_change"]
     assert got == pytest.approx(want, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- the probability change's two paths
+
+@pytest.mark.parametrize("offset", [1.5 * 2.0**32, -(2.0**40)])
+def test_a_huge_constant_offset_takes_the_two_softmaxes(offset):
+    # stored = exact + a constant beyond 2**32 (the softmax ignores it), one key a further 3 * 2**-20 (3 ulps of
+    # 1.5 * 2**32) away: the change is that key's 3 * 2**-20 shift, ~1e-7.  The log-ratio t = (l - x) - shift
+    # cancels two numbers of 2**32 with an error of ~1e-6 (25 % of t); |p - q| of the two softmaxes is exact to
+    # 1e-16.  Every value here is a float64 exactly (multiples of 2**-20 below 2**33, of 2**-12 below 2**41).
+    slopes = [0.5]
+    exact = np.array([[0.5 * k for k in range(8)]])
+    stored = exact + offset
+    stored[0, 5] += 3 * 2.0**-20 if abs(offset) < 2**33 else 3 * 2.0**-12
+    assert np.all(stored - offset - exact == np.where(np.arange(8) == 5, stored[0, 5] - offset - exact[0, 5], 0))
+    for form in ("key", "relative"):
+        want = oracle(stored, slopes, form)["max_prob_change"]
+        assert 1e-8 < want < 1e-3
+        assert stored_bias_metrics(stored, slopes, form)["max_prob_change"] == pytest.approx(want, rel=1e-6, abs=0)
+
+
+# --------------------------------------------------------------------------- pruning near a tie (the margin's sign)
+
+L_TWO_CHUNKS = 2**19 + 1  # one head: stored_bias_metrics' chunks are 2**19 keys and 1 key
+
+
+def test_a_later_chunk_just_above_the_maximum_is_kept_by_its_stored_probability():
+    # relative form, slope 16, one head; stored penalties 16 d (exact) except the farthest key (second chunk),
+    # stored at c = -log(G) with G = sum_{d < L-1} e**(-16 d) = 1 + 1.1e-7.  Then p_far = 1/2 (q_far = 0) while
+    # the first chunk's largest change (d = 0) is q_0 - p_0 = 1/(2G): the second chunk's stored probability
+    # exceeds the maximum so far by the factor G = 1 + 1.1e-7, inside the pruning margin e**(1e-6).  Closed form
+    # in mpmath: Z_q = sum_{d < L} e**(-16 d), Z_p = G + e**(-c) (c as stored, a float64).
+    L = L_TWO_CHUNKS
+    e16 = mpmath.exp(-16)
+    g = (1 - e16 ** (L - 1)) / (1 - e16)
+    c = float(-mpmath.log(g))
+    stored = 16.0 * np.arange(L, dtype=np.float64)[None, :]
+    stored[0, -1] = c
+    zq, zp = (1 - e16**L) / (1 - e16), g + mpmath.exp(-c)
+    first = 1 / zq - 1 / zp  # d = 0; the other keys of the first chunk scale it by e**(-16 d)
+    last = mpmath.exp(-c) / zp - e16 ** (L - 1) / zq
+    assert 1 < last / first < mpmath.exp(mpmath.mpf("1e-6"))
+    got = stored_bias_metrics(stored, [16.0], "relative")["max_prob_change"]
+    assert got == pytest.approx(float(last), rel=1e-12)
+
+
+def test_a_later_chunk_just_above_the_maximum_is_kept_by_its_exact_probability():
+    # key form with slope -16 (exact logits -16 k: the largest at k = 0, in the chunk processed last).  Stored
+    # logits: 0 at k = 2**19 (the first chunk processed: p ~ 1, q = 0, change 1/(1 + e**-15)), -15 at k = 1 and
+    # -10000 elsewhere (p ~ 0).  The last chunk's exact q_0 = 1 - 1.1e-7 exceeds that maximum by ~2e-7, inside the
+    # pruning margin, and its stored probabilities are tiny: only the exact (q) bound keeps it, and the answer
+    # is q_0 - p_0.  Closed form in mpmath: Z_q = sum_{k < L} e**(-16 k), Z_p = 1 + e**-15 + (L - 2) e**-10000.
+    L = L_TWO_CHUNKS
+    stored = np.full((1, L), -10000.0)
+    stored[0, 1], stored[0, -1] = -15.0, 0.0
+    e16 = mpmath.exp(-16)
+    zq = (1 - e16**L) / (1 - e16)
+    zp = 1 + mpmath.exp(-15) + (L - 2) * mpmath.exp(-10000)
+    changes = [abs(mpmath.exp(-10000) / zp - 1 / zq),  # k = 0
+               abs(mpmath.exp(-15) / zp - e16 / zq),  # k = 1
+               abs(1 / zp - e16 ** (L - 1) / zq)]  # k = 2**19 (the others are below e**-32)
+    assert 1 < changes[0] / changes[2] < mpmath.exp(mpmath.mpf("1e-6"))
+    got = stored_bias_metrics(stored, [-16.0], "key")["max_prob_change"]
+    assert got == pytest.approx(float(max(changes)), rel=1e-12)
