@@ -234,7 +234,10 @@ def prob_change_pass(plan: StreamPlan, found: dict[int, _AtLength], progress: Ca
     A key's change is at most its larger probability (both computed values), so heads whose stored and
     reference probabilities in a chunk all lie below the head's largest change so far (with a margin far
     above every rounding) are skipped: the maximum is the same.  The chunks holding the largest logits
-    come first (the last keys in the key form, the nearest distances in the relative form)."""
+    come first (the last keys in the key form, the nearest distances in the relative form).  Non-finite
+    biases need no exception: a NaN or a +inf logit makes its head's log-sum-exp NaN, so the head's first
+    chunk (never skipped: no change yet) already makes its change NaN, and a NaN head is never needed
+    again; a -inf logit is a probability 0, whose change q is covered by the reference bound."""
     buf = _Buffers(plan.num_heads, plan.width)
     chunks = list(plan.chunks())
     for c0, c1 in reversed(chunks) if plan.sign > 0 else chunks:
@@ -245,14 +248,13 @@ def prob_change_pass(plan: StreamPlan, found: dict[int, _AtLength], progress: Ca
         np.multiply(m, plan.sign, out=m)
         np.multiply(plan.s_exact[:, None], k[None, :], out=r)
         np.multiply(r, plan.sign, out=r)
-        finite = bool(np.isfinite(np.max(m)) and np.isfinite(np.min(m)))
         for L in plan.lengths:
             if L <= c0:
                 continue
             cols = min(c1, L) - c0
             at = found[L]
             l, x = m[:, :cols], r[:, :cols]
-            rows = _rows_that_matter(at, l, x) if finite else None
+            rows = _rows_that_matter(at, l, x)
             if rows is None:
                 at.add_prob_change(l, x, buf)
             elif rows.size:
