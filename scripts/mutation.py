@@ -79,6 +79,18 @@ _BF16 = ("bfloat16 then takes the one-addition path: the same values (the float3
          "its own)")
 _OVER_GUARD = ("the guard only skips the overflow pass when every value is within +-max_finite; the pass changes only "
                "elements above max_finite, so running it more often changes no value")
+_PRUNE_LESS = ("pass 2 then skips fewer heads or chunks; a head it keeps gets the change computed exactly as without "
+               "skipping (element by element, per head): the same maximum")
+_TIE = ("at equality the chunk's largest probability is the head's maximum so far times e**-1e-6: it cannot raise "
+        "the maximum, so skipping it changes nothing")
+_ORDER = ("the order of the chunks in pass 2 only decides how much can be skipped (the rule is sound in any order): "
+          "the maximum is the same")
+_INT_K = ("an int64 arange of key indices (below 2**53): the float64 product with the slopes and every recipe's cast "
+          "of k give the same values")
+_NONE_FALSE = "None stored into a bool array is False"
+_WIDTH = ("the chunk width only moves the cuts between blocks of keys: the counts and maxima are the same, and the "
+          "log-sum-exps are summed in other blocks (last-bit differences; the metrics equal the mpmath oracle to "
+          "1e-12 at chunk widths 1 to 1000, tests/test_mutation_kills_alibi.py)")
 EQUIVALENT: dict[str, tuple[str, str]] = {
     **{f"{P}rope.oracle.x__oracle_into__mutmut_{n}": (line, _GUARD) for n, line in (
         (74, "np.max(r) * _TWO_PI <= 0.5"), (76, "np.max(r) / _TWO_PI < 0.5"), (78, "np.min(r) * _TWO_PI >= -0.5"),
@@ -185,6 +197,42 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     f"{P}fix.x__guarded_apply__mutmut_20": ('getattr(out, "dtype", ) != t.dtype', _APPLY),
     f"{P}fix.x__guarded_apply__mutmut_27": (
         "keep_dtype, recurse=None)", "torch's Module._apply tests `if recurse:`: None and False are the same there"),
+    **{f"{P}_alibi_stream.x__rows_that_matter__mutmut_{n}": (line, why) for n, line, why in (
+        (8, "l.max(axis=None) - mp", _PRUNE_LESS + " (the largest stored logit of all heads bounds each head's)"),
+        (15, "x.max(axis=None) - mq", _PRUNE_LESS + " (the largest exact logit of all heads bounds each head's)"),
+        (13, "np.log(at.dp / sp)", _PRUNE_LESS + " (s >= 1: the sum holds exp(0) of the largest logit)"),
+        (20, "np.log(at.dp / sq)", _PRUNE_LESS + " (s >= 1: the sum holds exp(0) of the largest logit)"),
+        (14, "x.max(axis=1) + mq", _PRUNE_LESS + " (mq >= 0: the exact logit of key 0 is 0)"),
+        (21, "(need.all()) and False", _PRUNE_LESS + " (every head, as an index list)"),
+        (22, "(need.all()) or True", _PRUNE_LESS + " (every head)"),
+        (10, "l.max(axis=1) - mp > np.log", _TIE), (17, "x.max(axis=1) - mq > np.log", _TIE))},
+    **{f"{P}_alibi_stream.x__runs__mutmut_{n}": (line, why) for n, line, why in (
+        (2, "pad[:, 0] = None", _NONE_FALSE), (5, "pad[:, w + 1] = None", _NONE_FALSE),
+        (21, "pad[:, 1 : w + 3]", "a slice past the end stops at the end: the same w + 1 columns"))},
+    **{f"{P}_alibi_stream.x_count_pass__mutmut_{n}": (line, why) for n, line, why in (
+        (124, "same[:, 0] = None", _NONE_FALSE),
+        (18, "np.arange(c0, c1, dtype=None)", _INT_K), (21, "np.arange(c0, c1, )", _INT_K),
+        *((n, line, "finite values on the non-finite path: no NaN to pair, no non-finite count or error to set, the "
+                    "same totals") for n, line in ((97, "finite = None"), (98, "finite = bool(None)"))))},
+    **{f"{P}_alibi_stream.xǁ_Totalsǁ__init____mutmut_{n}": (
+        line, "float64 counters hold the same integers (below 2**53) and every reader converts them with int()")
+        for n, line in ((3, "np.zeros(n, dtype=None)"), (5, "np.zeros(n, )"))},
+    **{f"{P}_alibi_stream.x_prob_change_pass__mutmut_{n}": (line, why) for n, line, why in (
+        (8, "(plan.sign > 0) and False", _ORDER), (9, "(plan.sign > 0) or True", _ORDER),
+        (11, "plan.sign >= 0", "the sign is +1 or -1, never 0: the same test"), (12, "plan.sign > 1", _ORDER),
+        (18, "np.arange(c0, c1, dtype=None)", _INT_K), (21, "np.arange(c0, c1, )", _INT_K),
+        (81, "rows = None", _PRUNE_LESS), (98, "add_prob_change(l, x, buf, None)", _PRUNE_LESS + " (every head)"),
+        (102, "add_prob_change(l, x, buf, )", _PRUNE_LESS + " (every head)"))},
+    f"{P}_alibi_stream.xǁ_AtLengthǁadd_prob_change__mutmut_71": (
+        "far = np.abs(shift) >= _FAR",
+        "the heads at exactly |LSE_l - LSE_x| = 2**32 (the threshold is a choice: at it t's error is 2**-20 either "
+        "way, and |p - q| is no worse)"),
+    f"{P}_alibi_stream.xǁ_AtLengthǁadd_prob_change__mutmut_74": (
+        "if (far.any()) or True else None", "with no far head, direct is empty and d[far] = direct changes nothing"),
+    f"{P}alibi.x_stored_bias_metrics__mutmut_30": (".reshape(-2)", _NEG),
+    **{f"{P}alibi.x_stored_bias_metrics__mutmut_{n}": (line, _WIDTH) for n, line in (
+        (62, "max(2, 2**19 // n)"), (64, "max(1, 2 * 19 // n)"), (65, "max(1, 3**19 // n)"),
+        (66, "max(1, 2**20 // n)"))},
     f"{P}fix.x_keep_rotary_fp32__mutmut_90": (
         'buffer_kind(name) or "XXXX"',
         "dead: _tensors yields only names whose buffer_kind is not None (the `or` narrows the type for mypy)"),
