@@ -391,8 +391,8 @@ def _scan_summary(rows: Sequence[Any], fix: bool) -> dict[str, int]:
     return summary
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _print_scan(blocks: Sequence[tuple[str, int, Sequence[Any]]], classes: int, fix: bool) -> None:
@@ -413,8 +413,8 @@ def _print_scan(blocks: Sequence[tuple[str, int, Sequence[Any]]], classes: int, 
             click.echo("")
         echo_table([r.to_dict() for r in rows], cols)
         summary = _scan_summary(rows, fix)
-        click.echo(f"\n{_count(len(rows), 'row')} ({_count(classes, 'class')} of transformers {transformers.__version__}; "
-                   "per-layer-type modules give one row per layer type) "
+        click.echo(f"\n{_count(len(rows), 'row', 'rows')} ({_count(classes, 'class', 'classes')} of transformers "
+                   f"{transformers.__version__}; per-layer-type modules give one row per layer type) "
                    f"at length {length}, {dtype}: " + ", ".join(f"{n} {v}" for v, n in summary.items()) + ".")
     click.echo("Errors in rad against the exact m*theta_i of the config's schedule; threshold = 2 x the fp32 recipe's "
                "max + one float32 ulp of each frequency per position."
