@@ -47,6 +47,12 @@ class Summary(Row):
     the shortest is not); ``degraded_from`` / ``broken_from`` the first length
     with that verdict (None if none).  ``label`` names the path for people,
     ``fix`` says what to do when it is not safe (None where no fix is known).
+    ``note``: how the schedule the path runs differs from the one the model
+    declares (a stack that computes other frequencies), or None.
+
+    >>> print(Summary("llama.cpp-cpu", "llama.cpp CPU", "bfloat16", (4096,), "broken", None, None, 4096,
+    ...               "use another stack", "runs another schedule: ramp bounds rounded"))
+    llama.cpp CPU, bfloat16: broken at every length audited; runs another schedule: ramp bounds rounded -> use another stack
     """
 
     path: str
@@ -58,6 +64,7 @@ class Summary(Row):
     degraded_from: int | None
     broken_from: int | None
     fix: str | None = None
+    note: str | None = None
 
     def __str__(self) -> str:
         parts = []
@@ -69,6 +76,8 @@ class Summary(Row):
             parts.append("broken at every length audited" if self.broken_from == self.lengths[0]
                          else f"broken from {human_length(self.broken_from)}")
         text = f"{self.label}, {self.dtype}: " + ", ".join(parts)
+        if self.note:
+            text += f"; {self.note}"
         if self.verdict != "safe" and self.fix:
             text += f" -> {self.fix}"
         return text
@@ -116,13 +125,16 @@ def fix_for(path: str, kind: str = "rope") -> str | None:
     return _labels(kind).get(path, (path, None))[1]
 
 
-def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope") -> list[Summary]:
+def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
+                notes: Mapping[str, tuple[str, str | None]] | None = None) -> list[Summary]:
     """One :class:`Summary` per (code path, dtype) of ``rows``, in first-seen order.
 
     Each row (a mapping or an object) gives ``key`` (the code path: a stack
     or recipe name), ``dtype``, ``length`` and ``verdict``; rows of several
     layer types at one length combine to their worst verdict.  ``kind``
-    (``rope`` or ``alibi``) chooses how recipe names read.
+    (``rope`` or ``alibi``) chooses how recipe names read.  ``notes`` maps a
+    path to (a note, its fix): a stack that runs another schedule than the
+    model declares (its fix replaces the path's own).
     """
     labels = _labels(kind)
     groups: dict[tuple[str, str], dict[int, str]] = {}
@@ -143,8 +155,9 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope") -> l
             safe_to = L
         first = {v: next((L for L, w in zip(lens, verdicts) if w == v), None) for v in VERDICT_ORDER[1:]}
         label, fix = labels.get(path, (path, None))
+        note, note_fix = (notes or {}).get(path, (None, None))
         out.append(Summary(path, label, dtype, lens, max(verdicts, key=VERDICT_ORDER.index), safe_to,
-                           first["degraded"], first["broken"], fix))
+                           first["degraded"], first["broken"], note_fix or fix, note))
     return out
 
 

@@ -48,8 +48,8 @@ from ._common import (
     check_schedule,
     describe,
 )
-from .config import (DEFAULT_TOLERANCE, PHASE_LOST, ModelConfig, load_config, load_config_dict, load_model,
-                     rope_verdict, schedule_from_config)
+from .config import (DEFAULT_TOLERANCE, FALLBACK_CONTEXT, PHASE_LOST, ModelConfig, load_config, load_config_dict,
+                     load_model, rope_verdict, schedule_from_config)
 from .formats import get_format
 from .schedules import RopeSchedule
 
@@ -369,7 +369,8 @@ def assert_config(
 
     ``path``: a ``config.json`` path (or its folder), a ``.gguf`` file, a Hub
     id, a config dict or a ModelConfig.  ``length`` defaults to the config's
-    context; ``recipe`` is a RoPE preset or an ALiBi recipe (default ``fp32``,
+    context (:data:`~precision_audit.config.FALLBACK_CONTEXT` when it declares
+    none); ``recipe`` is a RoPE preset or an ALiBi recipe (default ``fp32``,
     which exists for both); ``stack`` instead judges that inference stack's
     code path (RoPE models; see :data:`precision_audit.rope.STACKS`).  Every
     layer type's schedule is checked.  ``max_rotation_error`` applies to RoPE
@@ -403,9 +404,7 @@ def assert_config(
     model = _load(path)
     if model.kind != "rope" and max_rotation_error is not None:
         raise ValueError(f"{model.name} uses {model.kind}: max_rotation_error applies to RoPE models only")
-    lengths = None if length is None else [length]
-    if lengths is None and model.max_position_embeddings is not None:
-        lengths = [model.max_position_embeddings]
+    lengths = [length if length is not None else model.max_position_embeddings or FALLBACK_CONTEXT]
     if stack is not None:
         rows = audit_config(model, lengths, [dtype], stacks=[stack], tolerance=tolerance, positions=False)
     else:

@@ -372,8 +372,7 @@ def test_malformed_configs_name_the_problem(cfg, message):
 def test_model_config_validates():
     with pytest.raises(ValueError, match="kind 'learned'"):
         ModelConfig(name="m", model_type="gpt2", kind="learned")
-    with pytest.raises(ValueError, match="no context length"):
-        default_lengths(load_config(DATA / "bloom-7b1.json"))
+    assert default_lengths(load_config(DATA / "bloom-7b1.json")) == (2048, 4096, 8192)  # FALLBACK_CONTEXT, 2x, 4x
     with pytest.raises(ValueError, match="pick one with layer_type"):
         load_config(DATA / "gemma-4-31b-it.json").schedule
 
@@ -511,9 +510,12 @@ def test_cli_bad_options_exit_2(args, message):
     assert res.exit_code == 2 and message in res.output, res.output
 
 
-def test_cli_alibi_without_context_needs_length():
-    res = run("config", str(DATA / "bloom-7b1.json"))
-    assert res.exit_code == 2 and "declares no context length" in res.output and "--length" in res.output
+def test_cli_alibi_without_context_is_audited_at_the_fallback_context():
+    res = run("config", str(DATA / "bloom-7b1.json"), "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert "declares no context length" in out["context_note"] and "--length" in out["context_note"]
+    assert {r["length"] for r in out["results"]} == {2048, 4096, 8192}
 
 
 def test_cli_directory_holding_config(tmp_path):

@@ -156,7 +156,6 @@ def test_report_alibi_bottom_line(tmp_path: Path):
 @pytest.mark.parametrize("args, message", [
     (["--stack", "vllm"], "give --model or --model-type"),
     (["--model", str(DATA / "bloom-7b1.json"), "--stack", "vllm"], "uses ALiBi"),
-    (["--model", str(DATA / "gemma-4-31b-it.json"), "--stack", "vllm"], "does not run rope type 'proportional'"),
     (["--model", LLAMA, "--model-type", "llama"], "not both"),
     (["--model", "/no/such/config.json"], "cannot read"),
 ])

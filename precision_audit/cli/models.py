@@ -162,7 +162,13 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
 def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float, summaries: Sequence[Any],
                   skipped: Sequence[str]) -> None:
     """The model's description, the bottom line, the table, the verdict key and the stacks left out."""
-    click.echo(model.describe() + "\n")
+    from ..config import context_note
+
+    note = context_note(model)
+    click.echo(model.describe() + (f"\nnote: {note}" if note else "") + "\n")
+    if not dicts:
+        click.echo("No stack named runs this model." + "".join(f"\nskipped: {why}" for why in skipped))
+        return
     if summaries:
         click.echo(bottom_line_text(summaries) + "\n")
     echo_table(dicts, _config_columns(model, dicts))
@@ -173,7 +179,8 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
 
 
 def _model_stacks(model: Any, stacks: Sequence[str]) -> tuple[list[str], list[str]]:
-    """:func:`precision_audit.config.model_stacks` with a stack that cannot run the model as a usage error."""
+    """:func:`precision_audit.config.model_stacks` with an unknown stack name as a usage error (a stack that
+    cannot run the model is left out with its reason)."""
     from ..config import model_stacks
 
     try:
@@ -248,23 +255,26 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
     from ..bottomline import bottom_line
-    from ..config import audit_config, default_dtype, default_lengths, work_to_scan
+    from ..config import audit_config, context_note, default_dtype, default_lengths, stack_notes, work_to_scan
 
     lens = tuple(lengths) or default_lengths(model)
     dts = dtypes or (default_dtype(model),)
     _check_config_lengths(model, lens, bool(lengths))
     names, skipped, judged = _config_paths(model, stacks, recipes)
-    total = work_to_scan(model, lens, dts, recipes or None, names)
-    with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
-        rows = audit_config(model, lens, dts, recipes=recipes or None, stacks=names, engine=engine,
-                            tolerance=tolerance, positions=not no_positions, progress=bar.update)
+    rows = []
+    if names or recipes or model.kind != "rope":  # else every stack named was left out (skipped says why)
+        total = work_to_scan(model, lens, dts, recipes or None, names)
+        with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
+            rows = audit_config(model, lens, dts, recipes=recipes or None, stacks=names, engine=engine,
+                                tolerance=tolerance, positions=not no_positions, progress=bar.update)
     dicts = [r.to_dict() for r in rows]
     paths = [*names, *recipes] if model.kind == "rope" else list(recipes) or list(_ALIBI_RECIPES)
     summaries = bottom_line([r for r in rows if r.component != "positions" and r.recipe in paths], key="recipe",
-                            kind=model.kind)
+                            kind=model.kind, notes=stack_notes(model, names) if model.kind == "rope" else None)
     if as_json:
-        echo_json({"auditor": "config", "model": model.to_dict(), "engine": engine, "tolerance": tolerance,
-                   "summary": [s.to_dict() for s in summaries], "skipped": skipped, "results": dicts})
+        echo_json({"auditor": "config", "model": model.to_dict(), "context_note": context_note(model),
+                   "engine": engine, "tolerance": tolerance, "summary": [s.to_dict() for s in summaries],
+                   "skipped": skipped, "results": dicts})
     else:
         _print_config(model, dicts, tolerance, summaries, skipped)
     judge_rows([r for r in rows if r.component != "positions"], fail_on, judged)

@@ -53,14 +53,17 @@ from .audit import (
     PHASE_LOST,
     VERDICT_RULES,
     VERDICTS,
+    FALLBACK_CONTEXT,
     ConfigRow,
     alibi_verdict,
     audit_config,
+    context_note,
     default_dtype,
     default_lengths,
     model_stacks,
     positions_verdict,
     rope_verdict,
+    stack_notes,
     work_to_scan,
 )
 from .parse import (
@@ -76,12 +79,14 @@ from .parse import (
 __all__ = [
     "CONTEXT_KEYS",
     "DEFAULT_TOLERANCE",
+    "FALLBACK_CONTEXT",
     "VERDICTS",
     "VERDICT_RULES",
     "ConfigRow",
     "ModelConfig",
     "alibi_verdict",
     "audit_config",
+    "context_note",
     "default_dtype",
     "default_lengths",
     "load_config",
@@ -92,4 +97,5 @@ __all__ = [
     "rope_layer_types",
     "rope_verdict",
     "schedule_from_config",
+    "stack_notes",
 ]

@@ -19,13 +19,16 @@ __all__ = [
     "VERDICTS",
     "VERDICT_RULES",
     "ConfigRow",
+    "FALLBACK_CONTEXT",
     "alibi_verdict",
     "audit_config",
+    "context_note",
     "default_dtype",
     "default_lengths",
     "model_stacks",
     "positions_verdict",
     "rope_verdict",
+    "stack_notes",
     "work_to_scan",
 ]
 
@@ -126,18 +129,37 @@ class ConfigRow(Row):
             raise ValueError(f"verdict {self.verdict!r} must be one of {', '.join(VERDICTS)}")
 
 
+FALLBACK_CONTEXT = 2048
+"""The context audited when a config declares none (BLOOM's config.json): the pretraining context of GPT-3,
+OPT, BLOOM and LLaMA-1, the shortest in common use, so the audit starts where those models ran."""
+
+
 def default_lengths(model: ModelConfig) -> tuple[int, ...]:
-    """The model's context and 2x, 4x (context extension).
+    """The model's context and 2x, 4x (context extension); :data:`FALLBACK_CONTEXT` when it declares none
+    (:func:`context_note` says so).
 
     >>> from precision_audit.config import load_config_dict
     >>> default_lengths(load_config_dict({"model_type": "llama", "head_dim": 128, "max_position_embeddings": 4096}))
     (4096, 8192, 16384)
+    >>> default_lengths(load_config_dict({"model_type": "bloom", "n_head": 32}))
+    (2048, 4096, 8192)
     """
-    L = model.max_position_embeddings
-    if L is None:
-        raise ValueError(f"{model.source or model.name}: the config declares no context length "
-                         f"({', '.join(CONTEXT_KEYS)}); give the lengths to audit (--length)")
+    L = model.max_position_embeddings or FALLBACK_CONTEXT
     return (L, 2 * L, 4 * L)
+
+
+def context_note(model: ModelConfig) -> str | None:
+    """The note printed when the config declares no context length (None when it declares one).
+
+    >>> from precision_audit.config import load_config_dict
+    >>> print(context_note(load_config_dict({"model_type": "bloom", "n_head": 32})))
+    the config declares no context length (max_position_embeddings, n_positions, seq_length, max_sequence_length, max_seq_len, model_max_length): audited at 2K, 4K, 8K (give --length to choose)
+    """
+    if model.max_position_embeddings is not None:
+        return None
+    lens = ", ".join(f"{n // 1024}K" for n in default_lengths(model))
+    return (f"the config declares no context length ({', '.join(CONTEXT_KEYS)}): audited at {lens} "
+            "(give --length to choose)")
 
 
 def default_dtype(model: ModelConfig) -> str:
@@ -165,10 +187,12 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
     """The stacks to audit a model on, and why the others were left out.
 
     ``stacks``: names of :data:`precision_audit.rope.STACKS` (``all``: every
-    stack that runs each of the model's rope types; a stack named explicitly
-    that does not run one raises ValueError); default: every stack that runs
-    the model, or llama.cpp's for a model read from a GGUF file.  An ALiBi
-    model has none (naming one raises ValueError).
+    stack that runs each of the model's rope types); default: every stack
+    that runs the model, or llama.cpp's for a model read from a GGUF file.
+    A stack that does not run one of the model's rope types is left out with
+    its reason, named or not (one stack never stops the audit of the others);
+    an unknown name raises ValueError.  An ALiBi model has none (naming one
+    raises ValueError).
 
     >>> from precision_audit.config import load_config_dict
     >>> m = load_config_dict({"model_type": "llama", "head_dim": 64, "rope_scaling": {"rope_type": "dynamic",
@@ -184,7 +208,30 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
             raise ValueError(f"stacks model RoPE code paths; {model.name} uses {model.kind}")
         return [], []
     asked = list(stacks) if stacks else list(GGUF_STACKS if model.origin == "gguf" else ("all",))
-    return select_stacks(asked, [s.scaling for _, s in model.rope])
+    return select_stacks(asked, [s.scaling for _, s in model.rope], strict=False)
+
+
+def stack_notes(model: ModelConfig, stacks: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """Per stack that runs another schedule than the model declares: (what differs, the fix), for
+    :func:`precision_audit.bottomline.bottom_line`'s ``notes``.
+
+    >>> from precision_audit.config import load_config_dict
+    >>> oss = load_config_dict({"model_type": "gpt_oss", "head_dim": 64, "rope_theta": 150000,
+    ...     "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+    ...                      "original_max_position_embeddings": 4096, "truncate": False}})
+    >>> print(stack_notes(oss, ["vllm", "llama.cpp-cpu"])["llama.cpp-cpu"][0])
+    runs another schedule: rounds YaRN's ramp bounds to whole dims (8, 18); the config declares 8.0928, 17.3980 (truncate=false)
+    """
+    from ..rope import STACKS
+
+    out: dict[str, tuple[str, str | None]] = {}
+    for name in stacks:
+        row = STACKS[name]
+        found = [(t, m) for t, s in model.rope if (m := row.runs_other_schedule(s))]
+        if found:
+            what = "; ".join(m if t == "all" else f"{t}: {m}" for t, m in dict(found).items())
+            out[name] = (f"runs another schedule: {what}", row.mismatch_fix)
+    return out
 
 
 def _recipe_names(kind: str, recipes: Sequence[str] | None) -> list[str]:

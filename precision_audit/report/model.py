@@ -98,9 +98,7 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
     or, for ALiBi, per recipe, and per dtype: the longest of those lengths
     that is safe and the fix (see :func:`precision_audit.bottomline.bottom_line`).
     """
-    ctx = max_context or spec.max_context
-    if not ctx:
-        raise ValueError(f"the config of {spec.name!r} gives no maximum context; pass --max-length")
+    ctx = max_context or spec.max_context or _config.FALLBACK_CONTEXT  # the bottom line says so
     if 4 * ctx > MAX_ROPE_LENGTH:
         raise ValueError(f"max context {ctx} x 4 exceeds the audits' limit {MAX_ROPE_LENGTH} (2**26)")
     model = spec.model_config()
@@ -129,7 +127,7 @@ def _bottom_line_section(c: _Context, model: _config.ModelConfig, stacks: Sequen
         if stacks:
             _say(c.progress, f"bottom line: {len(stacks)} stacks, cache in {', '.join(c.dts)}, at {checks}")
             rows = _config.audit_config(model, c.checks, c.dts, stacks=stacks, positions=False)
-        summaries = bottom_line(rows, key="recipe")
+        summaries = bottom_line(rows, key="recipe", notes=_config.stack_notes(model, stacks))
         what = ("Per inference stack (the code it runs, written from its source; every layer type's schedule) and "
                 "dtype")
     else:
@@ -141,6 +139,9 @@ def _bottom_line_section(c: _Context, model: _config.ModelConfig, stacks: Sequen
              "fix where one is known; `precision-audit config` prints the same lines."),
         Bullets(tuple(str(s) for s in summaries) or ("no stack runs this model's rope type",)),
     ]
+    note = None if c.ctx != _config.FALLBACK_CONTEXT or c.spec.max_context else _config.context_note(model)
+    if note:
+        blocks.append(Para(f"Note: {note}."))
     if skipped:
         blocks += [Para("Left out:"), Bullets(tuple(skipped))]
     return Section("Bottom line", blocks, {

@@ -47,10 +47,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..formats import round_to
-from ..schedules import RopeSchedule
+from ..schedules import RopeSchedule, yarn_bounds
 from .oracle import F64
 
-__all__ = ["ANGLE_HOWS", "INV_FREQ_HOWS", "AngleMaker", "angle_maker", "exp32", "fma32", "how_inv_freq"]
+__all__ = ["ANGLE_HOWS", "INV_FREQ_HOWS", "AngleMaker", "angle_maker", "exp32", "fma32", "ggml_mismatch", "how_inv_freq"]
 
 F32 = npt.NDArray[np.float32]
 _f = np.float32
@@ -207,11 +207,36 @@ def _llama3_factors(s: RopeSchedule) -> F32:
 GGML_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "yarn", "llama3")
 
 
+def ggml_mismatch(schedule: RopeSchedule) -> str | None:
+    """How the schedule llama.cpp (ggml) runs differs from the declared one, in words; None if it runs it.
+
+    ggml always rounds YaRN's ramp bounds to whole dims (``ggml_rope_yarn_corr_dims``: floor / ceil in
+    float32); a schedule that declares ``truncate=False`` (gpt-oss) keeps them fractional, so 9 of gpt-oss'
+    32 frequencies differ (vLLM#27722 found the same in vLLM, fixed there by vLLM#28244).
+
+    >>> oss = RopeSchedule(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, beta_fast=32.0,
+    ...                    beta_slow=1.0, truncate=False, original_max_position_embeddings=4096)
+    >>> ggml_mismatch(oss)
+    "rounds YaRN's ramp bounds to whole dims (8, 18); the config declares 8.0928, 17.3980 (truncate=false)"
+    """
+    s = schedule
+    if s.scaling != "yarn" or s.truncate:
+        return None
+    lo, hi = _corr_dims(s.rotary, s.original_max_position_embeddings, s.base, s.beta_fast, s.beta_slow)
+    dlo, dhi = yarn_bounds(s)
+    return (f"rounds YaRN's ramp bounds to whole dims ({lo:g}, {hi:g}); the config declares {dlo:.4f}, "
+            f"{dhi:.4f} (truncate=false)")
+
+
 def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     """ggml's angle computation (``how``: ``repeated-product`` or ``power-product``) for a schedule.
 
     Refuses, naming the rope type, what ggml does not compute this way
-    (dynamic NTK, LongRoPE, proportional; YaRN without truncated ramp bounds).
+    (dynamic NTK, LongRoPE, proportional).  YaRN's ramp bounds are always
+    rounded to whole dims (floor/ceil, as ``ggml_rope_yarn_corr_dims`` does),
+    whatever the schedule's ``truncate`` says: a schedule that declares
+    ``truncate=False`` (gpt-oss) runs with other frequencies here, which the
+    audit measures against the declared ones (see :func:`ggml_mismatch`).
 
     >>> m = angle_maker("repeated-product", RopeSchedule(head_dim=4, base=10000.0))
     >>> out = np.empty((1, 2)); m.angles_into(np.array([3.0]), out); out.tolist()  # 3 * fl32(1e4**-0.5)
@@ -229,9 +254,6 @@ def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     fs = _f(1.0 / s.factor) if s.scaling in ("linear", "yarn") else _f(1)
     mix = None
     if s.scaling == "yarn":
-        if not s.truncate:
-            raise ValueError("llama.cpp (ggml) rounds YaRN's ramp bounds (truncate=True); this schedule has "
-                             "truncate=False")
         lo, hi = _corr_dims(d, s.original_max_position_embeddings, s.base, s.beta_fast, s.beta_slow)
         i = np.arange(d // 2, dtype=np.float32)
         y = ((i - _f(lo)) / _f(max(_f(0.001), _f(_f(hi) - _f(lo))))).astype(np.float32)

@@ -16,14 +16,14 @@ recipe's code holds and runs for a given schedule and pass.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .._common import check_choice, check_schedule
 from ..formats import Format, get_format, round_to
 from ..schedules import ROPE_TYPES, RopeSchedule
-from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq
+from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, ggml_mismatch, how_inv_freq
 from .oracle import F64
 
 __all__ = [
@@ -245,6 +245,10 @@ class Stack:
     ``rope_types`` are the types it implements as modelled, every other type
     is refused with ``refused``'s reason (or "not implemented"); ``source``
     cites the code read; ``fix`` is what a user does when the path is not safe.
+    ``mismatch`` says, for a schedule, how the schedule the stack really runs
+    differs from the declared one (None where it runs the declared one): the
+    audit measures the stack's angles against the declared schedule, so the
+    difference shows up as error; ``mismatch_fix`` is what to do about it.
     """
 
     label: str
@@ -254,6 +258,12 @@ class Stack:
     fix: str | None = None
     inv_freq_by_type: tuple[tuple[str, str], ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
+    mismatch: Callable[[RopeSchedule], str | None] | None = None
+    mismatch_fix: str | None = None
+
+    def runs_other_schedule(self, schedule: RopeSchedule) -> str | None:
+        """How the schedule this stack runs differs from ``schedule`` (the declared one), or None."""
+        return None if self.mismatch is None else self.mismatch(schedule)
 
     def check(self, name: str, rope_type: str) -> None:
         """Raise ValueError naming the stack and the rope type if the stack does not run that type."""
@@ -276,6 +286,8 @@ _MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
 _ALL = ROPE_TYPES
 _GGML = ("default", "linear", "yarn", "llama3")
 _FP32_THEN_CAST = "fp32-then-cast"
+_GGML_MISMATCH_FIX = ("serve it on a stack that computes the declared schedule (transformers; vLLM with "
+                      "vllm-project/vllm#28244)")
 
 # One row per stack.  Each cites the code read (repository @ commit: file, function); docs/stacks notes in
 # the README give the float steps.  transformers' rows are its preset paths; the others add their hows.
@@ -302,13 +314,13 @@ STACKS: dict[str, Stack] = {
                                 apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="repeated-product"),
         _GGML, "ggml-org/ggml d99724f (= llama.cpp 0c1e570): src/ggml-cpu/ops.cpp ggml_rope_cache_init, rope_yarn, "
                "rotate_pairs; src/ggml.c ggml_rope_yarn_corr_dims; convert_hf_to_gguf LlamaModel rope_freqs",
-        refused=_GGML_REFUSED),
+        refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_GGML_MISMATCH_FIX),
     "llama.cpp-cuda": Stack(
         "llama.cpp CUDA", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CUDA rope (fast-math intrinsics not modelled)",
                                  apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="power-product"),
         _GGML, "ggml-org/ggml d99724f: src/ggml-cuda/rope.cu rope_norm/rope_neox (pos * powf(theta_scale, i)), "
-               "built with -use_fast_math (src/ggml-cuda/CMakeLists.txt)",
-        refused=_GGML_REFUSED),
+               "built with -use_fast_math (src/ggml-cuda/CMakeLists.txt); ggml_rope_yarn_corr_dims as on the CPU",
+        refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_GGML_MISMATCH_FIX),
     "mlx": Stack(
         "MLX (Metal)", Preset(_F32, _F32, _F32, _F32, _D, "exp2-log2", "mx.fast.rope Metal kernel",
                               apply=_D, apply_mode=_FP32_THEN_CAST),
@@ -345,9 +357,10 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
     return recipe
 
 
-def select_stacks(names: Sequence[str], rope_types: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The stacks ``names`` asks for (``all``: every stack) that run each of ``rope_types``, and why ``all`` left
-    the others out.  A stack named explicitly that does not run one of the types raises ValueError.
+def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool = True) -> tuple[list[str], list[str]]:
+    """The stacks ``names`` asks for (``all``: every stack) that run each of ``rope_types``, and why the others
+    were left out.  With ``strict``, a stack named explicitly that does not run one of the types raises
+    ValueError; without, it is left out with its reason like the others.  An unknown name always raises.
 
     >>> select_stacks(["all"], ["yarn"])[0]
     ['transformers', 'transformers-cast', 'vllm', 'llama.cpp-cpu', 'llama.cpp-cuda']
@@ -355,6 +368,8 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str]) -> tuple[list
     Traceback (most recent call last):
     ...
     ValueError: stack 'mlx' does not run rope type 'yarn': mlx-lm scales q/k by the mscale in the data dtype (not modelled yet) (it runs default, llama3)
+    >>> select_stacks(["mlx", "vllm"], ["yarn"], strict=False)[0]
+    ['vllm']
     """
     out: list[str] = []
     skipped: list[str] = []
@@ -364,7 +379,7 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str]) -> tuple[list
             for t in dict.fromkeys(rope_types):
                 row.check(n, t)
         except ValueError as e:
-            if "all" not in names or n in names:
+            if strict and ("all" not in names or n in names):
                 raise
             skipped.append(str(e))
             continue
