@@ -101,7 +101,7 @@ def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
         raise ValueError(f"kind {kind!r} must be 'rope' or 'alibi'")
     if kind == "alibi":
         return dict(_ALIBI_LABELS)
-    from .rope.recipes import STACKS
+    from .rope.stacks import STACKS
 
     out: dict[str, tuple[str, str | None]] = {n: (s.label, s.fix) for n, s in STACKS.items()}
     out.update({

@@ -16,21 +16,17 @@ recipe's code holds and runs for a given schedule and pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .._common import check_choice, check_schedule
 from ..formats import Format, get_format, round_to
 from ..schedules import ROPE_TYPES, RopeSchedule
-from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, ggml_mismatch, how_inv_freq
+from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq
 from .oracle import F64
 
 __all__ = [
     "APPLY_MODES",
-    "STACKS",
-    "Stack",
-    "stack",
     "DTYPE",
     "PRESETS",
     "SCALINGS",
@@ -40,7 +36,6 @@ __all__ = [
     "effective_recipe",
     "parse_stages",
     "preset",
-    "select_stacks",
     "stored_inv_freq",
 ]
 
@@ -233,158 +228,6 @@ def preset(name: str, dtype: str | Format = "bfloat16") -> Recipe:
     """
     row = PRESETS[check_choice(name, "recipe", tuple(PRESETS))]
     return row.recipe(name, get_format(dtype).name)
-
-
-@dataclass(frozen=True)
-class Stack:
-    """An inference or training stack's RoPE code path, written from its published source.
-
-    ``preset`` is the path as recipe fields (see :class:`Preset`);
-    ``inv_freq_by_type`` overrides ``inv_freq_from`` per rope type (MLX takes
-    mlx-lm's ``freqs`` for scaled types and computes the default one itself);
-    ``rope_types`` are the types it implements as modelled, every other type
-    is refused with ``refused``'s reason (or "not implemented"); ``source``
-    cites the code read; ``fix`` is what a user does when the path is not safe.
-    ``mismatch`` says, for a schedule, how the schedule the stack really runs
-    differs from the declared one (None where it runs the declared one): the
-    audit measures the stack's angles against the declared schedule, so the
-    difference shows up as error; ``mismatch_fix`` is what to do about it.
-    """
-
-    label: str
-    preset: Preset
-    rope_types: tuple[str, ...]
-    source: str
-    fix: str | None = None
-    inv_freq_by_type: tuple[tuple[str, str], ...] = ()
-    refused: tuple[tuple[str, str], ...] = ()
-    mismatch: Callable[[RopeSchedule], str | None] | None = None
-    mismatch_fix: str | None = None
-
-    def runs_other_schedule(self, schedule: RopeSchedule) -> str | None:
-        """How the schedule this stack runs differs from ``schedule`` (the declared one), or None."""
-        return None if self.mismatch is None else self.mismatch(schedule)
-
-    def check(self, name: str, rope_type: str) -> None:
-        """Raise ValueError naming the stack and the rope type if the stack does not run that type."""
-        if rope_type not in self.rope_types:
-            why = dict(self.refused).get(rope_type, "not implemented there")
-            raise ValueError(f"stack {name!r} does not run rope type {rope_type!r}: {why} "
-                             f"(it runs {', '.join(self.rope_types)})")
-
-
-_VLLM_REFUSED = (("dynamic", "vLLM fixes one NTK base for L0*factor at every length"),
-                 ("longrope", "vLLM picks one factor set per deployment from max_model_len"))
-_GGML_REFUSED = (("dynamic", "ggml has no dynamic NTK"),
-                 ("longrope", "rope_factors_long/short are not modelled yet"),
-                 ("proportional", "not modelled yet"))
-_MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
-                ("yarn", "mlx-lm scales q/k by the mscale in the data dtype (not modelled yet)"),
-                ("longrope", "mlx-lm always uses the long factors and scales q/k (not modelled yet)"),
-                ("dynamic", "mlx-lm recomputes the base per call in float64 (not modelled yet)"),
-                ("proportional", "not modelled yet"))
-_ALL = ROPE_TYPES
-_GGML = ("default", "linear", "yarn", "llama3")
-_FP32_THEN_CAST = "fp32-then-cast"
-_GGML_MISMATCH_FIX = ("serve it on a stack that computes the declared schedule (transformers; vLLM with "
-                      "vllm-project/vllm#28244)")
-
-# One row per stack.  Each cites the code read (repository @ commit: file, function); docs/stacks notes in
-# the README give the float steps.  transformers' rows are its preset paths; the others add their hows.
-STACKS: dict[str, Stack] = {
-    "transformers": Stack(
-        "transformers as built", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 rotary module, cos/sin cast"),
-        _ALL, "huggingface/transformers 5.x: modeling_rope_utils.py ROPE_INIT_FUNCTIONS; models/llama/"
-              "modeling_llama.py LlamaRotaryEmbedding.forward (fp32 angle, cos*attention_scaling, .to(x.dtype)), "
-              "apply_rotary_pos_emb (q*cos + rotate_half(q)*sin in the model dtype)"),
-    "transformers-cast": Stack(
-        "transformers after model.to(dtype)", Preset(_F32, _D, _F32, _F32, _D, _F32, "inv_freq buffer downcast"),
-        _ALL, "huggingface/transformers 5.x: inv_freq and original_inv_freq are buffers that module.to(dtype) casts; "
-              "forward upcasts them (dynamic rebuilds in fp32 above max_position_embeddings)",
-        fix="call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"),
-    "vllm": Stack(
-        "vLLM", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cos/sin cache stored in the dtype",
-                       apply=_D, apply_mode=_FP32_THEN_CAST),
-        ("default", "linear", "yarn", "llama3"),
-        "vllm-project/vllm: model_executor/layers/rotary_embedding/base.py _compute_inv_freq, "
-        "_compute_cos_sin_cache (float32, .to(dtype)); csrc/pos_encoding_kernels.cu (rotation in float)",
-        refused=_VLLM_REFUSED),
-    "llama.cpp-cpu": Stack(
-        "llama.cpp CPU", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CPU rope, K stored in the KV-cache type",
-                                apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="repeated-product"),
-        _GGML, "ggml-org/ggml d99724f (= llama.cpp 0c1e570): src/ggml-cpu/ops.cpp ggml_rope_cache_init, rope_yarn, "
-               "rotate_pairs; src/ggml.c ggml_rope_yarn_corr_dims; convert_hf_to_gguf LlamaModel rope_freqs",
-        refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_GGML_MISMATCH_FIX),
-    "llama.cpp-cuda": Stack(
-        "llama.cpp CUDA", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CUDA rope (fast-math intrinsics not modelled)",
-                                 apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="power-product"),
-        _GGML, "ggml-org/ggml d99724f: src/ggml-cuda/rope.cu rope_norm/rope_neox (pos * powf(theta_scale, i)), "
-               "built with -use_fast_math (src/ggml-cuda/CMakeLists.txt); ggml_rope_yarn_corr_dims as on the CPU",
-        refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_GGML_MISMATCH_FIX),
-    "mlx": Stack(
-        "MLX (Metal)", Preset(_F32, _F32, _F32, _F32, _D, "exp2-log2", "mx.fast.rope Metal kernel",
-                              apply=_D, apply_mode=_FP32_THEN_CAST),
-        ("default", "llama3"), "ml-explore/mlx 846d176: mlx/backend/metal/kernels/rope.metal rope_single_impl "
-                               "(exp2, metal::fast::cos/sin not modelled); mlx-lm d78bf58 rope_utils.py Llama3RoPE",
-        inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
-    "mlx-cpu": Stack(
-        "MLX (CPU)", Preset(_F32, _F32, _F32, _F32, _D, "exp-log", "mx.fast.rope CPU fallback"),
-        ("default", "llama3"), "ml-explore/mlx 846d176: mlx/fast.cpp fast::rope fallback, mlx/backend/cpu/simd/"
-                               "math.h simd::exp (rotation op by op in the data dtype)",
-        inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
-}
-
-
-def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | None = None) -> Recipe:
-    """The recipe of stack ``name`` (:data:`STACKS`) for a dtype, checked against ``schedule``'s rope type.
-
-    >>> stack("llama.cpp-cpu", "fp16").how["angle"][:34]
-    'float32: theta = p, then theta *= '
-    >>> stack("vllm", "bf16", RopeSchedule(head_dim=64, scaling="dynamic", factor=2.0))
-    Traceback (most recent call last):
-    ...
-    ValueError: stack 'vllm' does not run rope type 'dynamic': vLLM fixes one NTK base for L0*factor at every length (it runs default, linear, yarn, llama3)
-    """
-    row = STACKS[check_choice(name, "stack", tuple(STACKS))]
-    if schedule is not None:
-        check_schedule(schedule)
-    recipe = replace(row.preset.recipe(name, get_format(dtype).name), stack=name)
-    if schedule is not None:
-        row.check(name, schedule.scaling)
-        src = dict(row.inv_freq_by_type).get(schedule.scaling)
-        if src is not None:
-            recipe = replace(recipe, inv_freq_from=src)
-    return recipe
-
-
-def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool = True) -> tuple[list[str], list[str]]:
-    """The stacks ``names`` asks for (``all``: every stack) that run each of ``rope_types``, and why the others
-    were left out.  With ``strict``, a stack named explicitly that does not run one of the types raises
-    ValueError; without, it is left out with its reason like the others.  An unknown name always raises.
-
-    >>> select_stacks(["all"], ["yarn"])[0]
-    ['transformers', 'transformers-cast', 'vllm', 'llama.cpp-cpu', 'llama.cpp-cuda']
-    >>> select_stacks(["mlx"], ["yarn"])[0]
-    Traceback (most recent call last):
-    ...
-    ValueError: stack 'mlx' does not run rope type 'yarn': mlx-lm scales q/k by the mscale in the data dtype (not modelled yet) (it runs default, llama3)
-    >>> select_stacks(["mlx", "vllm"], ["yarn"], strict=False)[0]
-    ['vllm']
-    """
-    out: list[str] = []
-    skipped: list[str] = []
-    for n in dict.fromkeys(n for name in names for n in (STACKS if name == "all" else [name])):
-        row = STACKS[check_choice(n, "stack", tuple(STACKS))]
-        try:
-            for t in dict.fromkeys(rope_types):
-                row.check(n, t)
-        except ValueError as e:
-            if strict and ("all" not in names or n in names):
-                raise
-            skipped.append(str(e))
-            continue
-        out.append(n)
-    return out, skipped
 
 
 def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None = None) -> Recipe:
