@@ -21,7 +21,10 @@ from ..schedules import ROPE_TYPES, RopeSchedule
 from .hows import ggml_mismatch
 from .recipes import DTYPE, Preset, Recipe
 
-__all__ = ["STACKS", "Stack", "select_stacks", "stack"]
+__all__ = ["ROLES", "STACKS", "Stack", "select_stacks", "stack"]
+
+ROLES: tuple[str, ...] = ("train", "serve")
+"""What a stack is used for: training (the schedule a model learns) or serving (the schedule it is run with)."""
 
 _D, _F32 = DTYPE, "float32"
 
@@ -40,6 +43,7 @@ class Stack:
     differs from the declared one (None where it runs the declared one): the
     audit measures the stack's angles against the declared schedule, so the
     difference shows up as error; ``mismatch_fix`` is what to do about it.
+    ``roles``: what the stack is used for (:data:`ROLES`).
     """
 
     label: str
@@ -51,6 +55,12 @@ class Stack:
     refused: tuple[tuple[str, str], ...] = ()
     mismatch: Callable[[RopeSchedule], str | None] | None = None
     mismatch_fix: str | None = None
+    roles: tuple[str, ...] = ("serve",)
+
+    def __post_init__(self) -> None:
+        bad = [r for r in self.roles if r not in ROLES]
+        if bad or not self.roles:
+            raise ValueError(f"stack {self.label!r}: roles {self.roles!r} must be some of {', '.join(ROLES)}")
 
     def runs_other_schedule(self, schedule: RopeSchedule) -> str | None:
         """How the schedule this stack runs differs from ``schedule`` (the declared one), or None."""
@@ -87,12 +97,12 @@ STACKS: dict[str, Stack] = {
         "transformers as built", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 rotary module, cos/sin cast"),
         _ALL, "huggingface/transformers 5.x: modeling_rope_utils.py ROPE_INIT_FUNCTIONS; models/llama/"
               "modeling_llama.py LlamaRotaryEmbedding.forward (fp32 angle, cos*attention_scaling, .to(x.dtype)), "
-              "apply_rotary_pos_emb (q*cos + rotate_half(q)*sin in the model dtype)"),
+              "apply_rotary_pos_emb (q*cos + rotate_half(q)*sin in the model dtype)", roles=("train", "serve")),
     "transformers-cast": Stack(
         "transformers after model.to(dtype)", Preset(_F32, _D, _F32, _F32, _D, _F32, "inv_freq buffer downcast"),
         _ALL, "huggingface/transformers 5.x: inv_freq and original_inv_freq are buffers that module.to(dtype) casts; "
               "forward upcasts them (dynamic rebuilds in fp32 above max_position_embeddings)",
-        fix="call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"),
+        fix="call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)", roles=("train", "serve")),
     "vllm": Stack(
         "vLLM", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cos/sin cache stored in the dtype",
                        apply=_D, apply_mode=_FP32_THEN_CAST),
