@@ -66,6 +66,7 @@ __all__ = [
     "ROPE_TYPES",
     "RopeSchedule",
     "schedule_from_rope_parameters",
+    "round_mp",
     "ulp_distance",
     "yarn_bounds",
 ]
@@ -81,8 +82,8 @@ MAX_HEAD_DIM = 8192
 # op into the op's math type, float32, so they are rounded to float32 there).
 
 
-def _round_mp(v: Any, fmt: Format) -> float:
-    """An mpmath value correctly rounded to ``fmt``.
+def round_mp(v: Any, fmt: Format) -> float:
+    """An mpmath value correctly rounded to ``fmt`` (a :class:`~precision_audit.formats.Format`).
 
     float(v) rounds to nearest float64; if inexact it is turned into the
     round-to-odd float64 value (step toward v when its last bit is even), which
@@ -150,7 +151,7 @@ class _Rounded:
 
         x, y = np.broadcast_arrays(self._arr(a), self._arr(b))
         with mpmath.workprec(160):
-            out = [_round_mp(mpmath.power(mpmath.mpf(float(p)), mpmath.mpf(float(q))), self.fmt)
+            out = [round_mp(mpmath.power(mpmath.mpf(float(p)), mpmath.mpf(float(q))), self.fmt)
                    for p, q in zip(x.ravel(), y.ravel())]
         return np.array(out, dtype=np.float64).reshape(x.shape)
 

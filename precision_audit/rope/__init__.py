@@ -50,7 +50,8 @@ importable from ``precision_audit.rope``.
 from __future__ import annotations
 
 from ..schedules import RopeSchedule
-from .audit import RopeRow, audit, cache_rounding_bound, check_rope_lengths, default_workers, positions_to_scan
+from .audit import (RopeRow, audit, cache_rounding_bound, check_rope_lengths, default_workers, positions_to_scan,
+                    stored_format)
 from .engine import ENGINES, recipe_stages, run_recipe
 from .oracle import MAX_ROPE_LENGTH, exact_angles, wrap
 from .recipes import (
@@ -88,6 +89,7 @@ __all__ = [
     "run_recipe",
     "select_stacks",
     "stack",
+    "stored_format",
     "stored_inv_freq",
     "torch_stages",
     "wrap",

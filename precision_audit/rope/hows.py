@@ -17,6 +17,14 @@ Inverse frequencies (``inv_freq_from``):
 * ``"exp2-log2"``: ``exp2(-fl32(i / (d/2)) * fl32(log2f(base)))``, exp2 correctly
   rounded: MLX's Metal and CUDA kernels (``mlx/backend/metal/kernels/rope.metal``
   ``rope_single_impl``; ``mlx/backend/cuda/rope.cu``).
+* ``"pow64-recip32"``: ``fl32(s / fl32(base ** (2i/d)))`` with the power in
+  float64 (numpy), ``s = fl32(1/factor)`` for linear scaling (1 otherwise);
+  llama3: the same, then Llama 3's band scaling in float64 per value, rounded
+  once to float32 (TensorRT-LLM pins numpy < 2, where a Python float and a
+  float32 scalar compute in float64): TensorRT-LLM's table
+  (NVIDIA/TensorRT-LLM ``tensorrt_llm/functional.py``
+  ``RopeEmbeddingUtils.create_sinusoidal_positions_for_attention_plugin`` and
+  ``apply_llama3_scaling``).
 
 Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
 ``src/ggml-cpu/ops.cpp`` ``ggml_rope_cache_init``/``rope_yarn``,
@@ -29,7 +37,12 @@ Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
 * ``"power-product"`` (ggml CUDA): ``p * powf(theta_scale, i)``, one product
   (CUDA builds use ``-use_fast_math``: ``__powf``/``__cosf`` are approximations
   the model replaces by correctly rounded functions, a lower bound);
-* then for both: ``theta / freq_factor_i`` (llama 3's ``rope_freqs``),
+* ``"power-quotient"`` (TensorRT-LLM's on-the-fly kernel,
+  ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttentionUtils.h``
+  ``rotary_embedding_coefficient``): ``p / powf(base, fl32(2i / d))``, one
+  float32 division by a float32 power (CUDA's ``powf``, max 2 ulp by the CUDA
+  Math API, modelled correctly rounded);
+* then for the ggml hows: ``theta / freq_factor_i`` (llama 3's ``rope_freqs``),
   ``freq_scale * theta`` (linear scaling, ``1/factor``), and YaRN's ramp mix
   ``interp * (1 - mix_i) + extrap * mix_i`` with the first product fused into
   the sum (an FMA, as GCC contracts it on FMA hardware).
@@ -41,22 +54,23 @@ Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
-from ..formats import round_to
-from ..schedules import RopeSchedule, yarn_bounds
+from ..formats import get_format, round_to
+from ..schedules import RopeSchedule, round_mp, yarn_bounds
 from .oracle import F64
 
-__all__ = ["ANGLE_HOWS", "INV_FREQ_HOWS", "AngleMaker", "angle_maker", "exp32", "fma32", "ggml_mismatch", "how_inv_freq"]
+__all__ = ["ANGLE_HOWS", "INV_FREQ_HOWS", "AngleMaker", "angle_maker", "exp32", "fma32", "ggml_mismatch", "how_inv_freq",
+           "mpmath_pow", "rounded_ramp_mismatch"]
 
 F32 = npt.NDArray[np.float32]
 _f = np.float32
 
-ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product")
-INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2")
+ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product", "power-quotient")
+INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2", "pow64-recip32")
 
 
 def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> F32:
@@ -117,6 +131,8 @@ def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
     """
     if how not in INV_FREQ_HOWS:
         raise ValueError(f"unknown inv_freq how {how!r}; valid: {', '.join(INV_FREQ_HOWS)}")
+    if how == "pow64-recip32":
+        return _pow64_recip32(schedule)
     if schedule.scaling != "default":
         raise ValueError(f"inv_freq how {how!r} builds the default schedule only, not rope type {schedule.scaling!r}")
     half = schedule.rotary // 2
@@ -130,6 +146,37 @@ def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
     return np.asarray(round_to(np.exp2(e.astype(np.float64)), "float32"), dtype=np.float64)
 
 
+def _pow64_recip32(s: RopeSchedule) -> F64:
+    """TensorRT-LLM's table frequencies (see the module docstring): default, linear and llama3."""
+    if s.scaling not in ("default", "linear", "llama3"):
+        raise ValueError(f"inv_freq how 'pow64-recip32' builds the default, linear and llama3 schedules, "
+                         f"not rope type {s.scaling!r}")
+    d = s.rotary
+    powers = np.array([float(mpmath_pow(float(s.base), (2 * i) / d)) for i in range(d // 2)], dtype=np.float64)
+    scale = _f(1.0 / s.factor) if s.scaling == "linear" else _f(1)
+    inv = (scale / powers.astype(np.float32)).astype(np.float32).astype(np.float64)
+    if s.scaling != "llama3":
+        return inv
+    L0, lo, hi, factor = s.original_max_position_embeddings, s.low_freq_factor, s.high_freq_factor, s.factor
+    wavelen = 2 * math.pi / inv
+    smooth = (L0 / wavelen - lo) / (hi - lo)
+    mid = (1 - smooth) * inv / factor + smooth * inv
+    out = np.where(wavelen < L0 / hi, inv, np.where(wavelen > L0 / lo, inv / factor, mid))
+    return out.astype(np.float32).astype(np.float64)
+
+
+def mpmath_pow(x: float, y: float, fmt: str = "float64") -> float:
+    """``x ** y`` correctly rounded to ``fmt`` (a correctly rounded libm's ``pow`` / ``powf`` stands in).
+
+    >>> mpmath_pow(10000.0, 0.5), mpmath_pow(10000.0, -0.25, "float32")
+    (100.0, 0.10000000149011612)
+    """
+    import mpmath
+
+    with mpmath.workprec(160):
+        return round_mp(mpmath.mpf(x) ** mpmath.mpf(y), get_format(fmt))
+
+
 @dataclass(frozen=True)
 class AngleMaker:
     """ggml's float32 angles for pair i at position p: see the module docstring.
@@ -137,7 +184,9 @@ class AngleMaker:
     ``theta_scale`` is ``powf(base, -2/d)``; ``freq_factors`` the divisors
     (or None); ``freq_scale`` the linear factor; ``mix`` YaRN's per-pair ramp
     mix (None without YaRN); ``power`` chooses ``p * powf(ts, i)`` (CUDA)
-    over repeated multiplication (CPU).
+    over repeated multiplication (CPU).  ``timescales`` (TensorRT-LLM's
+    kernel: ``powf(base, 2i/d)`` per pair) makes the angle ``fl32(p / t_i)``
+    instead, the other fields unused.
     """
 
     theta_scale: np.float32
@@ -146,10 +195,14 @@ class AngleMaker:
     freq_scale: np.float32
     mix: F32 | None
     power: bool
+    timescales: F32 | None = None
 
     def angles_into(self, pos: F64, out: F64) -> None:
         """Write the float32 angles of float32 positions ``pos`` (n,) into ``out`` (n, nf), as float64."""
         p = pos.astype(np.float32)
+        if self.timescales is not None:
+            out[:] = (p[:, None] / self.timescales[None, :]).astype(np.float32)
+            return
         if self.power:
             powers = round_to(np.power(float(self.theta_scale), np.arange(self.nf, dtype=np.float64)), "float32")
             cols = (p[:, None] * np.asarray(powers, dtype=np.float32)[None, :]).astype(np.float32)
@@ -222,7 +275,26 @@ def ggml_mismatch(schedule: RopeSchedule) -> str | None:
     s = schedule
     if s.scaling != "yarn" or s.truncate:
         return None
-    lo, hi = _corr_dims(s.rotary, s.original_max_position_embeddings, s.base, s.beta_fast, s.beta_slow)
+    return _ramp_note(s, *_corr_dims(s.rotary, s.original_max_position_embeddings, s.base, s.beta_fast, s.beta_slow))
+
+
+def rounded_ramp_mismatch(schedule: RopeSchedule) -> str | None:
+    """:func:`ggml_mismatch` for code that rounds YaRN's ramp bounds in float64 (``math.floor`` / ``math.ceil``
+    of the correction dims, whatever ``truncate`` says): vLLM before vllm-project/vllm#28244, TensorRT-LLM's
+    ``create_sinusoidal_positions_yarn``.
+
+    >>> oss = RopeSchedule(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, beta_fast=32.0,
+    ...                    beta_slow=1.0, truncate=False, original_max_position_embeddings=4096)
+    >>> rounded_ramp_mismatch(oss) == ggml_mismatch(oss)
+    True
+    """
+    s = schedule
+    if s.scaling != "yarn" or s.truncate:
+        return None
+    return _ramp_note(s, *yarn_bounds(replace(s, truncate=True)))
+
+
+def _ramp_note(s: RopeSchedule, lo: float, hi: float) -> str:
     dlo, dhi = yarn_bounds(s)
     return (f"rounds YaRN's ramp bounds to whole dims ({lo:g}, {hi:g}); the config declares {dlo:.4f}, "
             f"{dhi:.4f} (truncate=false)")
@@ -243,8 +315,16 @@ def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     [[3.0, 0.029999999329447746]]
     """
     if how not in ANGLE_HOWS[1:]:
-        raise ValueError(f"unknown ggml angle how {how!r}; valid: {', '.join(ANGLE_HOWS[1:])}")
+        raise ValueError(f"unknown angle how {how!r}; valid: {', '.join(ANGLE_HOWS[1:])}")
     s = schedule
+    if how == "power-quotient":
+        if s.scaling != "default":
+            raise ValueError(f"TensorRT-LLM's on-the-fly kernel computes the default schedule, not rope type "
+                             f"{s.scaling!r}")
+        d = s.rotary
+        expo = (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32)
+        ts = np.array([mpmath_pow(float(_f(s.base)), float(e), "float32") for e in expo], dtype=np.float32)
+        return AngleMaker(_f(1), d // 2, None, _f(1), None, False, timescales=ts)
     if s.scaling not in GGML_ROPE_TYPES:
         raise ValueError(f"llama.cpp (ggml) does not implement rope type {s.scaling!r}; "
                          f"it implements {', '.join(GGML_ROPE_TYPES)}")

@@ -51,6 +51,8 @@ _HOW_TEXT = {
     "repeated-product": "float32: theta = p, then theta *= powf(base, -2/d) per pair; / freq factor, "
                         "* freq_scale, YaRN mix (ggml CPU)",
     "power-product": "float32: p * powf(powf(base, -2/d), i); / freq factor, * freq_scale, YaRN mix (ggml CUDA)",
+    "pow64-recip32": "fl32(scale / fl32(base ** (2i/d) in float64)) (numpy float32 table; llama3 bands in float64)",
+    "power-quotient": "float32: p / powf(base, 2i/d) (TensorRT-LLM's on-the-fly kernel)",
 }
 
 
@@ -72,6 +74,10 @@ class Recipe:
     a model in that dtype runs ``q*cos + rotate_half(q)*sin``); ``apply_mode``
     ``"elementwise"`` rounds every product and sum to it, ``"fp32-then-cast"``
     computes the rotation in float32 and casts the result (fused kernels).
+    ``overrides``: schedule fields the code computes its frequencies with in
+    place of the declared ones (a stack that always rounds YaRN's ramp bounds:
+    ``(("truncate", True),)``); errors stay measured against the declared
+    schedule, so the difference shows as error (see :meth:`runs_on`).
 
     >>> r = preset("fp32", "bf16")
     >>> r.stages
@@ -95,10 +101,15 @@ class Recipe:
     apply_mode: str = "elementwise"
     angle_from: str = "product"
     stack: str | None = None
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"recipe name {self.name!r} must be a non-empty string")
+        fields = RopeSchedule.__dataclass_fields__
+        bad = [k for k, _ in self.overrides if k not in fields]
+        if bad:
+            raise ValueError(f"recipe {self.name!r}: override {bad[0]!r} is not a schedule field")
         for stage in STAGES:
             try:
                 fmt = get_format(getattr(self, stage))
@@ -152,6 +163,16 @@ class Recipe:
                         else f"rotation in float32, cast to {self.apply}")
         return out
 
+    def runs_on(self, schedule: RopeSchedule) -> RopeSchedule:
+        """The schedule this recipe's code computes its frequencies from: ``schedule`` with :attr:`overrides`.
+
+        >>> oss = RopeSchedule(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, truncate=False,
+        ...                    original_max_position_embeddings=4096)
+        >>> replace(preset("fp32"), overrides=(("truncate", True),)).runs_on(oss).truncate
+        True
+        """
+        return replace(schedule, **dict(self.overrides)) if self.overrides else schedule
+
     def with_exact(self, stage: str) -> "Recipe":
         """The same recipe with one stage made exact (float64), for the error budget."""
         if stage not in STAGES:
@@ -184,6 +205,7 @@ class Preset:
     apply: str | None = None
     apply_mode: str = "elementwise"
     angle_from: str = "product"
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         self.recipe("preset", "float32")  # a bad format or mode fails here, with Recipe's message
@@ -194,7 +216,8 @@ class Preset:
     def recipe(self, name: str, dtype: str) -> Recipe:
         """The preset as a :class:`Recipe` named ``name`` for the canonical dtype name ``dtype``."""
         return Recipe(name, *self(dtype), inv_freq_from=_fill(self.inv_freq_from, dtype),
-                      apply=_fill(self.apply, dtype), apply_mode=self.apply_mode, angle_from=self.angle_from)
+                      apply=_fill(self.apply, dtype), apply_mode=self.apply_mode, angle_from=self.angle_from,
+                      overrides=self.overrides)
 
 
 def _fill(fmt: str | None, dtype: str) -> str | None:
@@ -299,6 +322,7 @@ def stored_inv_freq(recipe: Recipe, schedule: RopeSchedule, seq_len: int | None 
     [1.0, 0.10009765625, 0.010009765625, 0.00099945068359375]
     """
     r = effective_recipe(recipe, schedule, seq_len)
+    schedule = r.runs_on(schedule)
     if r.angle_from != "product":
         if engine != "numpy":
             raise ValueError(f"recipe {r.name!r} makes its angles by {r.angle_from!r}: the numpy engine only")

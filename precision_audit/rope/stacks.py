@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from .._common import check_choice, check_schedule
 from ..formats import Format, get_format
 from ..schedules import ROPE_TYPES, RopeSchedule
-from .hows import ggml_mismatch
+from .hows import ggml_mismatch, rounded_ramp_mismatch
 from .recipes import DTYPE, Preset, Recipe
 
 __all__ = ["ROLES", "STACKS", "Stack", "select_stacks", "stack"]
@@ -87,6 +87,8 @@ _MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
 _ALL = ROPE_TYPES
 _GGML = ("default", "linear", "yarn", "llama3")
 _FP32_THEN_CAST = "fp32-then-cast"
+_TRUNCATE = (("truncate", True),)  # code that always rounds YaRN's ramp bounds (no truncate switch)
+_UPGRADE_VLLM = "upgrade vLLM to a release with vllm-project/vllm#28244 (truncate honoured)"
 _GGML_MISMATCH_FIX = ("serve it on a stack that computes the declared schedule (transformers; vLLM with "
                       "vllm-project/vllm#28244)")
 
@@ -110,6 +112,31 @@ STACKS: dict[str, Stack] = {
         "vllm-project/vllm: model_executor/layers/rotary_embedding/base.py _compute_inv_freq, "
         "_compute_cos_sin_cache (float32, .to(dtype)); csrc/pos_encoding_kernels.cu (rotation in float)",
         refused=_VLLM_REFUSED),
+    "vllm-pre-28244": Stack(
+        "vLLM before #28244", Preset(_F32, _F32, _F32, _F32, _D, _F32, "vLLM <= 0.11.0: YaRN ramp bounds always "
+                                     "rounded", apply=_D, apply_mode=_FP32_THEN_CAST, overrides=_TRUNCATE),
+        ("default", "linear", "yarn", "llama3"),
+        "vllm-project/vllm v0.11.0: model_executor/layers/rotary_embedding/common.py yarn_find_correction_range "
+        "(math.floor / math.ceil, no truncate argument: vllm-project/vllm#27722); otherwise as vllm",
+        refused=_VLLM_REFUSED, mismatch=rounded_ramp_mismatch, mismatch_fix=_UPGRADE_VLLM),
+    "sglang": Stack(
+        "SGLang (CUDA, FlashInfer)", Preset(_F32, _F32, _F32, _F32, _F32, _F32, "fp32 cos/sin cache kept fp32, "
+                                            "rotation in float32", apply=_D, apply_mode=_FP32_THEN_CAST),
+        ("default", "linear", "yarn", "llama3"),
+        "sgl-project/sglang 0099dee: python/sglang/srt/layers/rotary_embedding/base.py RotaryEmbedding.__init__ "
+        "(cache kept float32 on CUDA/HIP/XPU or with SGLANG_ROPE_CACHE_FP32), _compute_cos_sin_cache (float32 "
+        "arange, einsum, cos/sin), forward_cuda -> apply_rope_with_cos_sin_cache_inplace (head sizes 64, 128, 256, "
+        "512; FlashInfer's kernel rotates in float32); YaRN honours truncate (sgl-project/sglang#14270)",
+        refused=_VLLM_REFUSED),
+    "sglang-fallback": Stack(
+        "SGLang (fallback kernel)", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cache downcast to the query "
+                                           "dtype", apply=_D, apply_mode=_FP32_THEN_CAST),
+        ("default", "linear", "yarn", "llama3"),
+        "sgl-project/sglang 0099dee: rotary_embedding/base.py: other head sizes on CUDA (use_fallback_kernel: "
+        "cos_sin_cache.to(query.dtype), vLLM's rotary_embedding kernel) and platforms that cast the cache at "
+        "init (not CUDA/HIP/XPU, SGLANG_ROPE_CACHE_FP32 unset)",
+        fix="set SGLANG_ROPE_CACHE_FP32=1 (platforms that cast at init); other head sizes on CUDA take this "
+            "path whatever the setting", refused=_VLLM_REFUSED),
     "llama.cpp-cpu": Stack(
         "llama.cpp CPU", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CPU rope, K stored in the KV-cache type",
                                 apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="repeated-product"),
@@ -133,6 +160,49 @@ STACKS: dict[str, Stack] = {
         ("default", "llama3"), "ml-explore/mlx 846d176: mlx/fast.cpp fast::rope fallback, mlx/backend/cpu/simd/"
                                "math.h simd::exp (rotation op by op in the data dtype)",
         inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
+    "tensorrt-llm": Stack(
+        "TensorRT-LLM (table)", Preset(_F32, _F32, _F32, _F32, _F32, "pow64-recip32", "numpy float32 cos/sin table, "
+                                       "rotation in float32", apply=_D, apply_mode=_FP32_THEN_CAST,
+                                       overrides=_TRUNCATE),
+        ("default", "linear", "yarn", "llama3"),
+        "NVIDIA/TensorRT-LLM: tensorrt_llm/functional.py RopeEmbeddingUtils.create_sinusoidal_positions_for_"
+        "attention_plugin (inv_freq = scale / (theta ** (arange(0, d, 2) / d)).astype(float32): power in float64; "
+        "np.einsum in float32; np.cos/np.sin in float32; table float32), apply_llama3_scaling, "
+        "create_sinusoidal_positions_yarn (torch float32, ramp bounds always math.floor / math.ceil); the attention "
+        "plugin rotates in float32 and stores q/k in the model dtype",
+        inv_freq_by_type=(("yarn", _F32),),
+        refused=(("dynamic", "TensorRT-LLM's dynamic type is Hunyuan's alpha scaling, not dynamic NTK"),
+                 ("longrope", "create_sinusoidal_positions_long_rope is not modelled yet"),
+                 ("proportional", "not implemented there")),
+        mismatch=rounded_ramp_mismatch, mismatch_fix=_GGML_MISMATCH_FIX),
+    "tensorrt-llm-kernel": Stack(
+        "TensorRT-LLM (on-the-fly kernel)", Preset(_F32, _F32, _F32, _F32, _F32, _F32, "angle p / powf(base, 2i/d) "
+                                                   "in float32, cosf/sinf, rotation in float32", apply=_D,
+                                                   apply_mode=_FP32_THEN_CAST, angle_from="power-quotient"),
+        ("default",),
+        "NVIDIA/TensorRT-LLM: cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttentionUtils.h "
+        "rotary_embedding_coefficient (inv_freq = t_step / pow(base, zid / (float) rot_embed_dim); cos, sin of "
+        "it in float32); CUDA's powf (2 ulp) and cosf/sinf modelled correctly rounded",
+        refused=(("linear", "not modelled yet"), ("llama3", "not modelled yet"), ("yarn", "not modelled yet"),
+                 ("dynamic", "not modelled yet"), ("longrope", "not modelled yet"),
+                 ("proportional", "not modelled yet"))),
+    "openvino": Stack(
+        "OpenVINO GPU (f16 positions)", Preset(_D, _D, _D, _D, _D, _F32, "position ids i32 -> f16 before the frequency "
+                                               "MatMul, f16 inv_freq constant, Sin/Cos in f16"),
+        _ALL, "openvinotoolkit/openvino#34716 and #33214: the GPU plugin's f16 inference precision converts "
+              "position_ids to f16 before the MatMul with the (f16-compressed) inv_freq constant and runs Sin/Cos in "
+              "f16 where no IncreasePositionIdsPrecision pattern matches the model's graph (Qwen3-VL before #34716, "
+              "Gemma 4 before #36896); the GPU plugin runs f16 (give -d float16)",
+        fix="update OpenVINO so that IncreasePositionIdsPrecision matches the model (openvino#34716, #36896), or "
+            "run with inference precision f32"),
+    "openvino-fixed": Stack(
+        "OpenVINO GPU (IncreasePositionIdsPrecision)", Preset(_F32, _D, _F32, _F32, _D, _F32, "position ids and "
+                                                              "MatMul in f32, inv_freq constant f16, cast after "
+                                                              "Sin/Cos"),
+        _ALL, "openvinotoolkit/openvino#33214 / #34716: IncreasePositionIdsPrecision converts position_ids "
+              "i32 -> f32, inserts Convert(f16 -> f32) after the Broadcast of the (f16-compressed) inv_freq, runs "
+              "MatMul and Sin/Cos in f32 and converts their outputs to f16",
+        fix="keep the inv_freq constant in f32 (export without compressing it to f16)"),
 }
 
 
@@ -163,8 +233,8 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool 
     were left out.  With ``strict``, a stack named explicitly that does not run one of the types raises
     ValueError; without, it is left out with its reason like the others.  An unknown name always raises.
 
-    >>> select_stacks(["all"], ["yarn"])[0]
-    ['transformers', 'transformers-cast', 'vllm', 'llama.cpp-cpu', 'llama.cpp-cuda']
+    >>> select_stacks(["all"], ["yarn"])[0][:5]
+    ['transformers', 'transformers-cast', 'vllm', 'vllm-pre-28244', 'sglang']
     >>> select_stacks(["mlx"], ["yarn"])[0]
     Traceback (most recent call last):
     ...
