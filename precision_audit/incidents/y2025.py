@@ -119,10 +119,10 @@ INCIDENTS: tuple[Incident, ...] = (
                          "'low=8.092779115512402, high=17.39802450158856'); the rounded 8 / 18 are floor / ceil",
         measure=_measure_vllm,
         checks=(close("low", 1e-9), close("high", 1e-9), close("truncated_low", 0.0), close("truncated_high", 0.0)),
-        explanation="Rounding the ramp to [8, 18] changes the 9 frequencies with index 9..17 of 32 (index 8 sits "
-                    "below both ramps' start), by up to 76 % (index 17: the unrounded ramp has ended there, the "
-                    "rounded one has not). Attention sees angle differences: two tokens D apart rotate pair i by "
-                    "D * theta_i, so the truncated schedule is off by up to 0.057 rad at D = 256 and 0.90 rad at "
+        explanation="Rounding the ramp to [8, 18] changes the 9 frequencies with index 9..17 of 32 (index 8 is "
+                    "at or below both ramps' start), by up to 76 % (index 17: the unscaled frequency keeps weight "
+                    "0.043 unrounded and 0.100 rounded, and it is 32 times the scaled one). Attention sees angle "
+                    "differences: two tokens D apart rotate pair i by D * theta_i, so the truncated schedule is off by up to 0.057 rad at D = 256 and 0.90 rad at "
                     "D = 4096 (pair 12), a systematic error on every long-range logit, not rounding noise; that "
                     "fits logprob mismatches between the trainer (transformers) and the vLLM rollouts. The logprob "
                     "errors themselves are stated without a figure.",

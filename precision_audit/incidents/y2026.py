@@ -377,8 +377,8 @@ INCIDENTS: tuple[Incident, ...] = (
                     "and 4 in [4096, 8192). 4173 = 4 * 1043 + 1 rounds down to 4172; 4174 = 4 * 1043.5 is a tie and "
                     "goes to the even multiple 4176. With the f16 inverse frequencies and the f16 product the "
                     "angles are already 0.81 rad off at 2048 (base 5e6), over 1 rad from position 2049 (2049 rounds "
-                    "to 2048) and off by up to pi (random phases) from 4096: the first generated token of a long "
-                    "prompt is computed from wrong positions in every layer. The f32 path (the PR's fix: f32 "
+                    "to 2048), 2.4 rad by 4096 and up to pi (random phases) by 8192: the first generated token of a "
+                    "long prompt is computed from wrong positions in every layer. The f32 path (the PR's fix: f32 "
                     "positions and MatMul, f32 -> f16 after Sin/Cos) stays within 8.4e-4 rad at 8K.",
         fix="IncreasePositionIdsPrecisionForQwen3VL (the PR): Convert i32 -> f32, MatMul and Sin/Cos in f32, "
             "f32 -> f16 after Sin/Cos",
