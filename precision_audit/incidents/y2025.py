@@ -124,7 +124,8 @@ INCIDENTS: tuple[Incident, ...] = (
                     "0.043 unrounded and 0.100 rounded, and it is 32 times the scaled one). Attention sees angle "
                     "differences: two tokens D apart rotate pair i by D * theta_i, so the truncated schedule is "
                     "off by up to 0.057 rad at D = 256 and 0.90 rad at D = 4096 (pair 12), a systematic error on "
-                    "every long-range logit, not rounding noise; that fits logprob mismatches between the trainer (transformers) and the vLLM rollouts. The logprob "
+                    "every long-range logit, not rounding noise; that fits logprob mismatches between the trainer "
+                    "(transformers) and the vLLM rollouts. The logprob "
                     "errors themselves are stated without a figure.",
         fix="honour rope_scaling.truncate: vllm#28244 adds the truncate argument to YaRN, sglang#14270 the same",
         not_recomputable="the RL logprob errors are stated without a figure",
