@@ -345,7 +345,9 @@ def test_cli_list_and_errors():
     listed = json.loads(run("reproduce", "--list", "--json").output)["results"]
     assert {r["name"] for r in listed} == set(CATALOG) and all({"stack", "year"} <= set(r) for r in listed)
     bad = run("reproduce", "nope")
-    assert bad.exit_code == 2 and "candle-3520" in bad.output and "mlx-lm-1076" in bad.output
+    assert bad.exit_code == 2 and f"'nope' is not one of the {len(CATALOG)} incidents (see --list)." in bad.output
+    near = run("reproduce", "candle-352")
+    assert near.exit_code == 2 and "closest: candle-3520" in near.output and len(near.output) < 300
     assert run("reproduce").exit_code == 2
     assert run("reproduce", "cactus-688", "--list").exit_code == 2
     assert run("reproduce", "cactus-688", "--all").exit_code == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import click
@@ -13,6 +14,15 @@ def _incident_names() -> list[str]:
     from ..incidents import incident_names
 
     return incident_names()
+
+
+class IncidentChoice(click.Choice):
+    """An incident name; a bad one fails in one short line (the catalog is long: --list shows it)."""
+
+    def get_invalid_choice_message(self, value: Any, ctx: Any) -> str:  # click >= 8.2
+        close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=3, cutoff=0.5)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        return f"{value!r} is not one of the {len(self.choices)} incidents (see --list){hint}."
 
 
 def _fig(value: Any) -> str:
@@ -71,7 +81,7 @@ def _run_all(as_json: bool) -> None:
 
 
 @click.command("reproduce", cls=AuditCommand)
-@click.argument("name", required=False, type=click.Choice(_incident_names()), metavar="NAME")
+@click.argument("name", required=False, type=IncidentChoice(_incident_names()), metavar="NAME")
 @click.option("--list", "as_list", is_flag=True,
               help="List the catalog grouped by stack and year, one line each: stack, year, name, reference, what.")
 @click.option("--all", "run_all", is_flag=True,
