@@ -85,8 +85,8 @@ def _run_all(as_json: bool) -> None:
 @click.option("--list", "as_list", is_flag=True,
               help="List the catalog grouped by stack and year, one line each: stack, year, name, reference, what.")
 @click.option("--all", "run_all", is_flag=True,
-              help="Run every entry: one line each (name, year, stack, verdict), then the verdict line of every "
-                   "entry not reproduced; with --json every entry's full row.")
+              help="Run every entry: one line each (name, year, stack, verdict), then every verdict line other "
+                   "than a plain 'reproduced' (the reasons); with --json every entry's full row.")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "reproduce", "results": [row]} (row: name, reference, year, stack, published, '
                    'measured, verdict, verdict_line, reasons, explanation, fix, ...) as JSON instead of text.')
