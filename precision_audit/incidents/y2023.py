@@ -173,6 +173,7 @@ INCIDENTS: tuple[Incident, ...] = (
                     "collide: bf16 keeps every 8th integer near 2048); fp16 positions stay exact to 2048 but the "
                     "fp16 inv_freq and product still move the rotation by up to 0.98 rad; building the cache in fp32 "
                     "and casting it leaves only the cache rounding (<= 2.8e-3 rad in bf16).",
+        headline=("bf16_max_rotation_error", "fp16_max_rotation_error", "fix_fp32_max_rotation_error"),
     ),
     Incident(
         name="megatron-lm-535",
@@ -210,5 +211,7 @@ INCIDENTS: tuple[Incident, ...] = (
                     "cannot tell neighbouring positions apart, which is the issue's point.",
         fix="build seq, inv_freq and the einsum in float32 (keep the inv_freq buffer out of the fp16 cast) and cast "
             "cos/sin to fp16 after",
+        headline=("largest_position", "fp16_max_finite", "fp16_spacing_16384_32768",
+                  "tail_distinct_values_16384_32768", "fp16_max_run_32768"),
     ),
 )

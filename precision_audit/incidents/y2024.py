@@ -172,6 +172,7 @@ INCIDENTS: tuple[Incident, ...] = (
                     "exact only to 2048 and the fp16 product rounds the angle to a spacing of 4 near 8K; the "
                     "matching loss curves say the damage did not show in that training run, not that fp16 "
                     "angles are accurate.",
+        headline=("bf16_max_angle_error_8192", "fp16_max_angle_error_8192", "fix_fp32_max_angle_error_8192"),
     ),
     Incident(
         name="modded-nanogpt-39",
@@ -202,6 +203,8 @@ INCIDENTS: tuple[Incident, ...] = (
                     "(to 5.9e-3 rad at 64K) is the fp32 angle's, shared by the fix. The fp32 cache with a cast "
                     "result halves the relative error of the rotated q; the val_loss difference (3.2783 vs "
                     "3.28..) is the only evidence of an effect and the tool cannot measure it.",
+        headline=("bf16_cache_max_rel_error_0_1024", "bf16_cache_max_rel_error_8192_65536",
+                  "fp32_cache_max_rel_error_8192_65536"),
     ),
     Incident(
         name="tinygrad-4587",
