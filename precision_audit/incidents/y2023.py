@@ -181,7 +181,7 @@ INCIDENTS: tuple[Incident, ...] = (
         year=2023,
         stack="Megatron-LM",
         what="RoPE positions cast to fp16 by seq.type_as(inv_freq) at max_seq_len 32768",
-        code_path="RotaryEmbedding.forward under --fp16: the inv_freq buffer is fp16 (Float16Module casts it), "
+        code_path="RotaryEmbedding.forward under --fp16: the inv_freq buffer is fp16 (the fp16 model cast reaches it), "
                   "seq = arange(max_seq_len) is cast by seq.type_as(inv_freq), einsum('i,j->ij') in fp16; the "
                   "returned angles feed cos()/sin() in fp16",
         recipe=stages_of(preset("lowp", "fp16")),
