@@ -51,6 +51,7 @@ _HOW_TEXT = {
     "repeated-product": "float32: theta = p, then theta *= powf(base, -2/d) per pair; / freq factor, "
                         "* freq_scale, YaRN mix (ggml CPU)",
     "power-product": "float32: p * powf(powf(base, -2/d), i); / freq factor, * freq_scale, YaRN mix (ggml CUDA)",
+    "position-over-timescale": "float32: p / (base ** (2i/d) [* linear factor]), a division (MaxText)",
 }
 
 
