@@ -7,8 +7,9 @@ with what the package's engine computes for the stack (``run_recipe(stack(name, 
 
 * the product stacks (``transformer-engine``, ``flash-attn``, ``liger``, ``unsloth``, ``torchtune``): torch's
   ``1.0 / (base ** (arange(0, d, 2).float() / d))``, ``positions * inv_freq`` in float32, float32 cos/sin,
-  stored in the format the source stores them in (TransformerEngine and torchtune keep float32, the others
-  cast to the dtype), bit for bit at spot positions;
+  and what a (1, 0) pair comes back as: those rounded once to the dtype (a cache cast to the dtype, or, in
+  TransformerEngine and torchtune, float32 cos/sin and the float32 rotation's result cast), bit for bit at spot
+  positions;
 * ``maxtext``: ``position / (min * (max/min) ** fraction)`` with ``fraction = 2i/d``, each operation in float32,
   bit for bit;
 * where the real code runs here in plain torch (torchtune's ``RotaryPositionalEmbeddings`` and
@@ -46,8 +47,9 @@ L = 32768
 SPOT = [0, 1, 2, 7, 257, 4095, 32767, 131071, 1048575]  # positions
 BITS = {"bfloat16": 8, "float32": 24}  # significand bits of the stored formats (normal range: |cos|, |sin| <= 1)
 
-# what each source stores cos/sin in and how it rotates (read from the cited files; see the module docstring)
-CACHE = {"transformer-engine": "float32", "torchtune": "float32"}  # the others: the dtype
+# how each source rotates (read from the cited files; see the module docstring).  What a (1, 0) pair comes back
+# as is the float32 cos/sin rounded once to the dtype in every one of them: a cache cast to the dtype (flash-attn,
+# liger, unsloth, MaxText), or float32 cos/sin (TransformerEngine, torchtune) and the float32 result cast.
 FP32_ROTATION = {"transformer-engine", "flash-attn", "torchtune"}  # rotation in float32, result cast to the dtype
 
 CASES = {
@@ -95,9 +97,8 @@ def _check_stages(name: str, dtype: str, s: RopeSchedule, inv: list[mpmath.mpf] 
     cos, sin = _trig(angles)
     assert st["trig_cos"].tolist() == [[float(v) for v in row] for row in cos]
     assert st["trig_sin"].tolist() == [[float(v) for v in row] for row in sin]
-    fmt = CACHE.get(name, dtype)
-    assert st["cos"].tolist() == [[_stored(v, fmt) for v in row] for row in cos], (name, dtype, fmt)
-    assert st["sin"].tolist() == [[_stored(v, fmt) for v in row] for row in sin], (name, dtype, fmt)
+    assert st["cos"].tolist() == [[_stored(v, dtype) for v in row] for row in cos], (name, dtype)
+    assert st["sin"].tolist() == [[_stored(v, dtype) for v in row] for row in sin], (name, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -105,8 +106,8 @@ def _check_stages(name: str, dtype: str, s: RopeSchedule, inv: list[mpmath.mpf] 
 @pytest.mark.parametrize("name", PRODUCT)
 def test_product_stacks_from_mpmath(name: str, case: str, dtype: str) -> None:
     """float32 positions (torch.arange(n, dtype=float32), or int64 ``.float()``: exact below 2**24), torch's
-    float32 inv_freq, the float32 product (torch.outer / einsum, one multiply), float32 cos/sin, stored as the
-    source stores them: every stage bit for bit against the mpmath model."""
+    float32 inv_freq, the float32 product (torch.outer / einsum, one multiply), float32 cos/sin, rounded once to
+    the dtype: every stage bit for bit against the mpmath model."""
     s = CASES[case]
     inv = _torch_inv_freq(s.rotary, s.base)
     with mpmath.workprec(200):
@@ -214,15 +215,29 @@ TT_CASES = {"base1e4": ("default", CASES["base1e4"]), "base5e5": ("default", CAS
             "llama-3.1": ("llama3", schedule_from_rope_parameters(LLAMA31, head_dim=128))}
 
 
+def _forward_pairs(mod: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """torchtune's forward on bf16 (1, 0) pairs at positions 0..n-1: the (cos, sin) it rotates by, as it returns
+    them (its pairs are interleaved: x[2i], x[2i+1])."""
+    import torch
+
+    x = torch.zeros(1, n, 1, 128, dtype=torch.bfloat16)
+    x[..., 0::2] = 1.0
+    out = mod(x)[0, :, 0].float().numpy().astype(np.float64)
+    return out[:, 0::2], out[:, 1::2]
+
+
 @pytest.mark.parametrize("case", list(TT_CASES))
 def test_torchtune_module_is_the_row(case: str) -> None:
     """torchtune's own module, built as its recipes build it, against the stack's row at 32K.
 
     (a) theta (torch's float32 pow, faithful) lies within the derived bound of the package's correctly rounded
     inverse frequencies (tests/_engine_bound.py); (b) where they are equal the module's float32 cache is torch's
-    cos/sin (faithful: within 1 ulp) of the same float32 angles; (c) the module's rotation error (its float32
-    cache, as its forward uses it) against the audit row: mean within 5 %, max within 10 % plus (L - 1) times
-    the frequency bound (as tests/test_schedules.py's module referee)."""
+    cos/sin (faithful: within 1 ulp) of the package's float32 angles; (c) the module's forward on bf16 (1, 0)
+    pairs returns its float32 cache rounded once to bf16 (the float32 rotation ``x.float()`` then
+    ``type_as(x)``), the row's cache; (d) the rotation error of those pairs against the audit row: mean within
+    5 %, max within 10 % plus (L - 1) times the frequency bound (as tests/test_schedules.py's module referee)."""
+    import torch
+
     kind, s = TT_CASES[case]
     mod = _torchtune(kind, s.base, L)
     theta = mod.theta.numpy().astype(np.float64)
@@ -232,10 +247,12 @@ def test_torchtune_module_is_the_row(case: str) -> None:
     d_theta = float(radians.max())
     same = theta == tool["inv_freq"]
     assert same.sum() >= s.n_freq // 2, same.sum()
-    cache = mod.cache.numpy()
-    kc, ks = cache[:, :, 0].astype(np.float64), cache[:, :, 1].astype(np.float64)
-    for k, t in ((kc, tool["cos"]), (ks, tool["sin"])):
-        assert ulp_distance(k[:, same], t[:, same], "float32").max() <= 1
+    cache = mod.cache
+    for k, t in ((cache[:, :, 0], tool["trig_cos"]), (cache[:, :, 1], tool["trig_sin"])):
+        assert ulp_distance(k.numpy().astype(np.float64)[:, same], t[:, same], "float32").max() <= 1
+    kc, ks = _forward_pairs(mod, L)
+    assert np.array_equal(kc, cache[:, :, 0].to(torch.bfloat16).float().numpy())
+    assert np.array_equal(ks, cache[:, :, 1].to(torch.bfloat16).float().numpy())
     worst, mean = _cache_rows(kc, ks, s.inv_freq())
     (row,) = audit(s, stack("torchtune", "bfloat16", s), [L])
     assert row.mean_rotation_error == pytest.approx(mean, rel=0.05)
@@ -253,12 +270,10 @@ def test_torchtune_keeps_float32_under_a_bf16_default_dtype() -> None:
         mod = _torchtune("default", 10000.0, 64)
     finally:
         torch.set_default_dtype(old)
-    x = torch.zeros(1, 64, 1, 128, dtype=torch.bfloat16)
-    x[..., 0::2] = 1.0
-    out = mod(x)
-    assert out.dtype == torch.bfloat16
-    assert torch.equal(out[0, :, 0, 0::2], mod.cache[:, :, 0].to(torch.bfloat16))
-    assert torch.equal(out[0, :, 0, 1::2], mod.cache[:, :, 1].to(torch.bfloat16))
+    kc, ks = _forward_pairs(mod, 64)
+    assert mod.cache.dtype == torch.float32
+    assert np.array_equal(kc, mod.cache[:, :, 0].to(torch.bfloat16).float().numpy())
+    assert np.array_equal(ks, mod.cache[:, :, 1].to(torch.bfloat16).float().numpy())
 
 
 # --------------------------------------------------------------------------- liger, unsloth: transformers' module

@@ -151,8 +151,9 @@ STACKS: dict[str, Stack] = {
     # training stacks (issue 29): fused rotary kernels as users train with them
     "transformer-engine": Stack(
         "TransformerEngine (fused rope)",
-        Preset(_F32, _F32, _F32, _F32, _F32, _F32, "fp32 freqs; sincosf on the angle in the kernel (CUDA sincosf not "
-               "modelled: correctly rounded float32 stands in); rotation in float32, output cast to the dtype",
+        Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 freqs; sincosf on the angle in the kernel (CUDA sincosf not "
+               "modelled: correctly rounded float32 stands in); rotation in float32, output cast to the dtype "
+               "(cos/sin stay float32: a (1, 0) pair comes back as them rounded once to the dtype, the cache here)",
                apply=_D, apply_mode=_FP32_THEN_CAST),
         ("default",), "NVIDIA/TransformerEngine d0067d0: transformer_engine/pytorch/attention/rope.py "
                       "RotaryPositionEmbedding.__init__/forward (float32 inv_freq and arange, autocast off, outer "
@@ -195,8 +196,9 @@ STACKS: dict[str, Stack] = {
         refused=_UNSLOTH_REFUSED, roles=("train",)),
     "torchtune": Stack(
         "torchtune (RotaryPositionalEmbeddings)",
-        Preset(_F32, _F32, _F32, _F32, _F32, _F32, "float32 theta buffer and positions (theta's dtype), einsum and "
-               "cos/sin in float32, cache kept float32; x.float() rotation, type_as(x)",
+        Preset(_F32, _F32, _F32, _F32, _D, _F32, "float32 theta buffer and positions (theta's dtype), einsum and "
+               "cos/sin in float32, cache kept float32; x.float() rotation, type_as(x) (a (1, 0) pair comes back "
+               "as the float32 cache rounded once to the dtype, the cache here)",
                apply=_D, apply_mode=_FP32_THEN_CAST),
         ("default", "llama3"), "pytorch/torchtune bd2a0fc: torchtune/modules/position_embeddings.py "
                                "RotaryPositionalEmbeddings.rope_init, build_rope_cache, forward; torchtune/models/"
