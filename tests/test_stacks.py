@@ -58,12 +58,21 @@ PRECISION = {"float32": 24, "float16": 11, "bfloat16": 8}  # significand bits of
 
 # the stacks whose kernel runs here (with the referee) and those whose kernel does not
 KERNEL_HERE = {"llama.cpp-cpu": "ggml's rope op (ggml-python)", "mlx-cpu": "mx.fast.rope (mlx[cpu])",
-               "transformers": "transformers' rotary modules", "transformers-cast": "the same, after .to(bf16)"}
+               "transformers": "transformers' rotary modules", "transformers-cast": "the same, after .to(bf16)",
+               # training stacks (tests/test_stacks_training.py)
+               "torchtune": "RotaryPositionalEmbeddings / Llama3ScaledRoPE (plain torch, referees._torchtune)",
+               "liger": "its cos/sin: transformers' rotary module (the triton rotation: source only)",
+               "unsloth": "its cos/sin: transformers' init functions and module steps (the triton rotation: "
+                          "source only)"}
 NO_KERNEL_HERE = {"vllm": "CUDA kernels", "llama.cpp-cuda": "CUDA", "mlx": "Metal",
-                  # modelled from their source, checked against independent models in tests/test_stacks_serving.py
+                  # serving stacks: modelled from source, checked against independent models in
+                  # tests/test_stacks_serving.py
                   "vllm-pre-28244": "CUDA", "sglang": "CUDA (FlashInfer)", "sglang-fallback": "CUDA",
                   "tensorrt-llm": "TensorRT", "tensorrt-llm-kernel": "CUDA", "openvino": "OpenVINO GPU plugin",
-                  "openvino-fixed": "OpenVINO GPU plugin"}
+                  "openvino-fixed": "OpenVINO GPU plugin",
+                  # training stacks: modelled from source, checked against mpmath models of it
+                  "transformer-engine": "CUDA (sincosf)", "flash-attn": "CUDA cos/sin, triton rotation",
+                  "maxtext": "JAX (maxtext not installed)"}
 
 LLAMA31_CFG = json.loads((DATA / "llama-3.1-8b.json").read_text())
 S_LLAMA31 = load_config(DATA / "llama-3.1-8b.json").schedule

@@ -1,4 +1,4 @@
-"""How inference stacks make RoPE values where they differ from ``position * inv_freq``.
+"""How inference and training stacks make RoPE values where they differ from ``position * inv_freq``.
 
 Each function here is one "how" of the recipe vocabulary
 (:mod:`precision_audit.rope.recipes`), used by every stack that computes that
@@ -37,15 +37,22 @@ Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
 * ``"power-product"`` (ggml CUDA): ``p * powf(theta_scale, i)``, one product
   (CUDA builds use ``-use_fast_math``: ``__powf``/``__cosf`` are approximations
   the model replaces by correctly rounded functions, a lower bound);
-* ``"power-quotient"`` (TensorRT-LLM's on-the-fly kernel,
-  ``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttentionUtils.h``
-  ``rotary_embedding_coefficient``): ``p / powf(base, fl32(2i / d))``, one
-  float32 division by a float32 power (CUDA's ``powf``, max 2 ulp by the CUDA
-  Math API, modelled correctly rounded);
-* then for the ggml hows: ``theta / freq_factor_i`` (llama 3's ``rope_freqs``),
+* then for both: ``theta / freq_factor_i`` (llama 3's ``rope_freqs``),
   ``freq_scale * theta`` (linear scaling, ``1/factor``), and YaRN's ramp mix
   ``interp * (1 - mix_i) + extrap * mix_i`` with the first product fused into
   the sum (an FMA, as GCC contracts it on FMA hardware).
+
+Angles as a division (``angle_from="position-over-timescale"``), MaxText's
+``RotaryEmbedding`` (AI-Hypercomputer/maxtext e591f30, ``src/maxtext/layers/
+embeddings.py``, ``RotaryEmbedding.timescale`` and ``__call__``): the
+timescale ``min * (max/min) ** fraction`` with ``fraction = fl32(2i / d)``,
+``min = 1``, ``max = base``, the power in float32 (correctly rounded here),
+times the linear factor where one is set (a float32 product), and the angle
+``fl32(position / timescale)``: one float32 division, not a product by an
+inverse frequency.  TensorRT-LLM's on-the-fly kernel computes the same
+(``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttentionUtils.h``
+``rotary_embedding_coefficient``: ``t_step / pow(base, zid / (float) dim)``,
+CUDA's ``powf``, max 2 ulp by the CUDA Math API, modelled correctly rounded).
 
 >>> [float(v) for v in exp32(np.float32([0.0, -1.0]))]
 [1.0, 0.3678794503211975]
@@ -63,13 +70,15 @@ from ..formats import get_format, round_to
 from ..schedules import RopeSchedule, round_mp, yarn_bounds
 from .oracle import F64
 
-__all__ = ["ANGLE_HOWS", "INV_FREQ_HOWS", "AngleMaker", "angle_maker", "exp32", "fma32", "ggml_mismatch", "how_inv_freq",
-           "mpmath_pow", "rounded_ramp_mismatch"]
+__all__ = [
+    "ANGLE_HOWS", "INV_FREQ_HOWS", "TIMESCALE_ROPE_TYPES", "AngleMaker", "angle_maker", "exp32", "fma32",
+    "ggml_mismatch", "how_inv_freq", "mpmath_pow", "rounded_ramp_mismatch", "timescales",
+]
 
 F32 = npt.NDArray[np.float32]
 _f = np.float32
 
-ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product", "power-quotient")
+ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product", "position-over-timescale")
 INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2", "pow64-recip32")
 
 
@@ -179,14 +188,15 @@ def mpmath_pow(x: float, y: float, fmt: str = "float64") -> float:
 
 @dataclass(frozen=True)
 class AngleMaker:
-    """ggml's float32 angles for pair i at position p: see the module docstring.
+    """A stack's float32 angles for pair i at position p, where they are not ``p * inv_freq``: see the module
+    docstring.
 
-    ``theta_scale`` is ``powf(base, -2/d)``; ``freq_factors`` the divisors
-    (or None); ``freq_scale`` the linear factor; ``mix`` YaRN's per-pair ramp
-    mix (None without YaRN); ``power`` chooses ``p * powf(ts, i)`` (CUDA)
-    over repeated multiplication (CPU).  ``timescales`` (TensorRT-LLM's
-    kernel: ``powf(base, 2i/d)`` per pair) makes the angle ``fl32(p / t_i)``
-    instead, the other fields unused.
+    ggml: ``theta_scale`` is ``powf(base, -2/d)``; ``freq_factors`` the
+    divisors (or None); ``freq_scale`` the linear factor; ``mix`` YaRN's
+    per-pair ramp mix (None without YaRN); ``power`` chooses
+    ``p * powf(ts, i)`` (CUDA) over repeated multiplication (CPU).
+    ``timescale`` (MaxText): the float32 timescales; when given the angle is
+    ``fl32(p / timescale_i)`` and the ggml fields are unused.
     """
 
     theta_scale: np.float32
@@ -195,13 +205,13 @@ class AngleMaker:
     freq_scale: np.float32
     mix: F32 | None
     power: bool
-    timescales: F32 | None = None
+    timescale: F32 | None = None
 
     def angles_into(self, pos: F64, out: F64) -> None:
         """Write the float32 angles of float32 positions ``pos`` (n,) into ``out`` (n, nf), as float64."""
         p = pos.astype(np.float32)
-        if self.timescales is not None:
-            out[:] = (p[:, None] / self.timescales[None, :]).astype(np.float32)
+        if self.timescale is not None:  # one float32 division (IEEE: correctly rounded)
+            out[:] = np.divide(p[:, None], self.timescale[None, :], dtype=np.float32)
             return
         if self.power:
             powers = round_to(np.power(float(self.theta_scale), np.arange(self.nf, dtype=np.float64)), "float32")
@@ -300,31 +310,63 @@ def _ramp_note(s: RopeSchedule, lo: float, hi: float) -> str:
             f"{dhi:.4f} (truncate=false)")
 
 
-def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
-    """ggml's angle computation (``how``: ``repeated-product`` or ``power-product``) for a schedule.
+TIMESCALE_ROPE_TYPES: tuple[str, ...] = ("default", "linear")
+"""The rope types MaxText's ``RotaryEmbedding`` runs (linear: ``rope_linear_scaling_factor``)."""
 
-    Refuses, naming the rope type, what ggml does not compute this way
-    (dynamic NTK, LongRoPE, proportional).  YaRN's ramp bounds are always
-    rounded to whole dims (floor/ceil, as ``ggml_rope_yarn_corr_dims`` does),
-    whatever the schedule's ``truncate`` says: a schedule that declares
-    ``truncate=False`` (gpt-oss) runs with other frequencies here, which the
-    audit measures against the declared ones (see :func:`ggml_mismatch`).
+
+def timescales(schedule: RopeSchedule) -> F32:
+    """MaxText's float32 timescales ``fl32(fl32(base) ** fl32(2i / d))`` (times the linear factor in float32).
+
+    ``min_timescale`` is 1 (MaxText's ``rope_min_timescale``), so ``min * power`` is exact; the power is
+    taken correctly rounded (XLA's float32 pow is not modelled).
+
+    >>> timescales(RopeSchedule(head_dim=4, base=10000.0)).tolist()  # 1, 1e4 ** 0.5
+    [1.0, 100.0]
+    """
+    s = schedule
+    if s.scaling not in TIMESCALE_ROPE_TYPES:
+        raise ValueError(f"MaxText's RotaryEmbedding does not implement rope type {s.scaling!r}; "
+                         f"it implements {', '.join(TIMESCALE_ROPE_TYPES)}")
+    d = s.rotary
+    fraction = (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32)
+    # correctly rounded to float32 at once (numpy's float64 power differs between CPUs, and rounding it again
+    # to float32 could round twice)
+    ts = np.array([mpmath_pow(float(_f(s.base)), float(f), "float32") for f in fraction], dtype=np.float32)
+    if s.scaling == "linear":
+        ts = (ts * _f(s.factor)).astype(np.float32)
+    return ts
+
+
+def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
+    """The angle computation of a non-product ``how`` (:data:`ANGLE_HOWS`) for a schedule.
+
+    ``repeated-product`` / ``power-product`` (ggml) refuse, naming the rope
+    type, what ggml does not compute this way (dynamic NTK, LongRoPE,
+    proportional).  YaRN's ramp bounds are always rounded to whole dims
+    (floor/ceil, as ``ggml_rope_yarn_corr_dims`` does), whatever the
+    schedule's ``truncate`` says: a schedule that declares ``truncate=False``
+    (gpt-oss) runs with other frequencies here, which the audit measures
+    against the declared ones (see :func:`ggml_mismatch`).
+    ``position-over-timescale`` (MaxText): :func:`timescales`.
 
     >>> m = angle_maker("repeated-product", RopeSchedule(head_dim=4, base=10000.0))
     >>> out = np.empty((1, 2)); m.angles_into(np.array([3.0]), out); out.tolist()  # 3 * fl32(1e4**-0.5)
     [[3.0, 0.029999999329447746]]
+    >>> m = angle_maker("position-over-timescale", RopeSchedule(head_dim=4, base=10000.0))
+    >>> m.angles_into(np.array([3.0]), out); out.tolist()  # 3 / 100, one float32 division
+    [[3.0, 0.029999999329447746]]
     """
     if how not in ANGLE_HOWS[1:]:
         raise ValueError(f"unknown angle how {how!r}; valid: {', '.join(ANGLE_HOWS[1:])}")
+    if how == "position-over-timescale":
+        ts = timescales(schedule)
+        return AngleMaker(_f(1), ts.size, None, _f(1), None, False, timescale=ts)
+    return _ggml_maker(how, schedule)
+
+
+def _ggml_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
+    """ggml's angle computation (``repeated-product`` or ``power-product``) for a schedule."""
     s = schedule
-    if how == "power-quotient":
-        if s.scaling != "default":
-            raise ValueError(f"TensorRT-LLM's on-the-fly kernel computes the default schedule, not rope type "
-                             f"{s.scaling!r}")
-        d = s.rotary
-        expo = (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32)
-        ts = np.array([mpmath_pow(float(_f(s.base)), float(e), "float32") for e in expo], dtype=np.float32)
-        return AngleMaker(_f(1), d // 2, None, _f(1), None, False, timescales=ts)
     if s.scaling not in GGML_ROPE_TYPES:
         raise ValueError(f"llama.cpp (ggml) does not implement rope type {s.scaling!r}; "
                          f"it implements {', '.join(GGML_ROPE_TYPES)}")

@@ -52,7 +52,8 @@ _HOW_TEXT = {
                         "* freq_scale, YaRN mix (ggml CPU)",
     "power-product": "float32: p * powf(powf(base, -2/d), i); / freq factor, * freq_scale, YaRN mix (ggml CUDA)",
     "pow64-recip32": "fl32(scale / fl32(base ** (2i/d) in float64)) (numpy float32 table; llama3 bands in float64)",
-    "power-quotient": "float32: p / powf(base, 2i/d) (TensorRT-LLM's on-the-fly kernel)",
+    "position-over-timescale": "float32: p / (base ** (2i/d) [* linear factor]), a division (MaxText, TensorRT-LLM's "
+                               "on-the-fly kernel)",
 }
 
 

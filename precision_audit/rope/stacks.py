@@ -84,6 +84,21 @@ _MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
                 ("longrope", "mlx-lm always uses the long factors and scales q/k (not modelled yet)"),
                 ("dynamic", "mlx-lm recomputes the base per call in float64 (not modelled yet)"),
                 ("proportional", "not modelled yet"))
+_TE_REFUSED = (("linear", "TransformerEngine scales positions (seq *= 1/factor) before the product: not modelled yet"),
+               *((t, "TransformerEngine's RotaryPositionEmbedding builds default RoPE and position interpolation "
+                     "only") for t in ("dynamic", "yarn", "longrope", "llama3", "proportional")))
+_FLASH_REFUSED = tuple((t, "flash_attn's RotaryEmbedding builds default RoPE only (and XPos, not modelled)")
+                       for t in ROPE_TYPES if t != "default")
+_UNSLOTH_REFUSED = (("dynamic", "Unsloth builds its cache once from the init inv_freq: no dynamic NTK update"),
+                    ("longrope", "Unsloth's LongRopeRotaryEmbedding (short and long caches) is not modelled yet"),
+                    ("proportional", "not modelled yet"))
+_TORCHTUNE_REFUSED = tuple((t, "torchtune builds default RoPE and llama3 (Llama3ScaledRoPE) only here; its Phi-3 "
+                               "and Llama 4 variants are not modelled yet") for t in ROPE_TYPES
+                           if t not in ("default", "llama3"))
+_MAXTEXT_REFUSED = (("llama3", "MaxText's LLaMARotaryEmbedding (hard-coded Llama 3.1 factors, 1/scaled(1/timescale), "
+                               "float32 cos/sin) is not modelled yet"),
+                    ("yarn", "MaxText's YarnRotaryEmbedding is not modelled yet"),
+                    *((t, "MaxText has no such rope type") for t in ("dynamic", "longrope", "proportional")))
 _ALL = ROPE_TYPES
 _GGML = ("default", "linear", "yarn", "llama3")
 _FP32_THEN_CAST = "fp32-then-cast"
@@ -178,7 +193,7 @@ STACKS: dict[str, Stack] = {
     "tensorrt-llm-kernel": Stack(
         "TensorRT-LLM (on-the-fly kernel)", Preset(_F32, _F32, _F32, _F32, _F32, _F32, "angle p / powf(base, 2i/d) "
                                                    "in float32, cosf/sinf, rotation in float32", apply=_D,
-                                                   apply_mode=_FP32_THEN_CAST, angle_from="power-quotient"),
+                                                   apply_mode=_FP32_THEN_CAST, angle_from="position-over-timescale"),
         ("default",),
         "NVIDIA/TensorRT-LLM: cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttentionUtils.h "
         "rotary_embedding_coefficient (inv_freq = t_step / pow(base, zid / (float) rot_embed_dim); cos, sin of "
@@ -203,6 +218,72 @@ STACKS: dict[str, Stack] = {
               "i32 -> f32, inserts Convert(f16 -> f32) after the Broadcast of the (f16-compressed) inv_freq, runs "
               "MatMul and Sin/Cos in f32 and converts their outputs to f16",
         fix="keep the inv_freq constant in f32 (export without compressing it to f16)"),
+    # training stacks (issue 29): fused rotary kernels as users train with them
+    "transformer-engine": Stack(
+        "TransformerEngine (fused rope)",
+        Preset(_F32, _F32, _F32, _F32, _F32, _F32, "fp32 freqs; sincosf on the angle in the kernel (CUDA sincosf "
+               "not modelled: correctly rounded float32 stands in); cos/sin stay float32, rotation in float32, output "
+               "cast to the dtype", apply=_D, apply_mode=_FP32_THEN_CAST),
+        ("default",), "NVIDIA/TransformerEngine d0067d0: transformer_engine/pytorch/attention/rope.py "
+                      "RotaryPositionEmbedding.__init__/forward (float32 inv_freq and arange, autocast off, outer "
+                      "product in float32), FusedRoPEFunc.forward (freqs.float()); transformer_engine/common/"
+                      "fused_rope/fused_rope.cu fused_rope_block_forward (sincosf into float32 shared memory, "
+                      "v*cos + rotate*sin in float, stored as scalar_t)",
+        refused=_TE_REFUSED, roles=("train",)),
+    "flash-attn": Stack(
+        "flash-attention (RotaryEmbedding)",
+        Preset(_F32, _F32, _F32, _F32, _D, _F32, "float32 positions, inv_freq and angle; torch cos/sin in float32 "
+               "(CUDA cosf/sinf not modelled: correctly rounded float32 stands in) cached in the dtype; the triton "
+               "kernel rotates in float32 (tl.load(...).to(tl.float32)) and stores in the dtype",
+               apply=_D, apply_mode=_FP32_THEN_CAST),
+        ("default",), "Dao-AILab/flash-attention 0251105: flash_attn/layers/rotary.py RotaryEmbedding."
+                      "_compute_inv_freq, _update_cos_sin_cache (arange float32, inv_freq recomputed in float32 if "
+                      "the buffer was cast, torch.outer, cos/sin .to(dtype)); flash_attn/ops/triton/rotary.py "
+                      "rotary_kernel (x, cos, sin loaded .to(tl.float32), o0/o1 stored in OUT's dtype)",
+        refused=_FLASH_REFUSED, roles=("train",)),
+    "liger": Stack(
+        "Liger-Kernel (liger_rotary_pos_emb)",
+        Preset(_F32, _F32, _F32, _F32, _D, _F32, "transformers' rotary module makes cos/sin (fp32, cast to the dtype); "
+               "liger's triton kernel casts q/k to the cos/sin dtype and rotates in it (per-op rounding modelled; "
+               "triton's FMA fusion not modelled)"),
+        _ALL, "linkedin/Liger-Kernel ead96b6: src/liger_kernel/transformers/rope.py liger_rotary_pos_emb (replaces "
+              "transformers' apply_rotary_pos_emb; cos/sin from the model's rotary module); src/liger_kernel/ops/"
+              "rope.py _triton_rope (q/k tiles .to(sin_row.dtype), q*cos - q2*sin in that dtype, stored in q's)",
+        roles=("train",)),
+    "unsloth": Stack(
+        "Unsloth (fast rope kernel)",
+        Preset(_F32, _F32, _F32, _F32, _D, _F32, "int64 positions .float(), float32 inv_freq (transformers' init "
+               "functions) and angle, cos/sin * attention_scaling in float32 cached in the dtype; the triton kernel "
+               "rotates in the cos/sin dtype (per-op rounding modelled; triton's FMA fusion not modelled)"),
+        ("default", "linear", "yarn", "llama3"),
+        "unslothai/unsloth 015bdef: unsloth/models/llama.py LlamaRotaryEmbedding._unsloth_recompute_inv_freq "
+        "(_compute_config_rope_inv_freq: transformers' ROPE_INIT_FUNCTIONS), _set_cos_sin_cache (arange int64 "
+        ".float(), torch.outer, cos()*attention_scaling .to(dtype): torch's default dtype at init, which "
+        "from_pretrained sets to the model dtype, x.dtype in extend_rope_embedding), LlamaAttention_fast_forward "
+        "(cos/sin .to(Q.dtype)); unsloth/kernels/rope_embedding.py _rope_embedding_QK, _rope_embedding (Q loaded "
+        ".to(sin1.dtype), Q*cos - Q2*sin in that dtype)",
+        refused=_UNSLOTH_REFUSED, roles=("train",)),
+    "torchtune": Stack(
+        "torchtune (RotaryPositionalEmbeddings)",
+        Preset(_F32, _F32, _F32, _F32, _F32, _F32, "float32 theta buffer and positions (theta's dtype), einsum and "
+               "cos/sin in float32, cache kept float32; x.float() rotation, type_as(x)",
+               apply=_D, apply_mode=_FP32_THEN_CAST),
+        ("default", "llama3"), "pytorch/torchtune bd2a0fc: torchtune/modules/position_embeddings.py "
+                               "RotaryPositionalEmbeddings.rope_init, build_rope_cache, forward; torchtune/models/"
+                               "llama3_1/_position_embeddings.py Llama3ScaledRoPE.rope_init, apply_scaling (float32 "
+                               "tensor ops, transformers' llama3 formula op for op)",
+        refused=_TORCHTUNE_REFUSED, roles=("train",)),
+    "maxtext": Stack(
+        "MaxText (RotaryEmbedding)",
+        Preset(_F32, _F32, _F32, _F32, _D, _F32, "float32 timescale min * (max/min) ** fraction, angle = position / "
+               "timescale (a float32 division), sin/cos in float32 (XLA's sin/cos and pow not modelled: correctly "
+               "rounded float32 stands in), cast to the activation dtype, rotation in it",
+               angle_from="position-over-timescale"),
+        ("default", "linear"), "AI-Hypercomputer/maxtext e591f30: src/maxtext/layers/embeddings.py "
+                               "RotaryEmbedding.timescale, __call__ (sinusoid_inp = position / timescale, "
+                               "jnp.sin(...).astype(inputs.dtype), apply_rotary); src/maxtext/layers/attentions.py "
+                               "init_rotary_embedding (RotaryEmbedding for rope_type default, rope_min_timescale 1)",
+        refused=_MAXTEXT_REFUSED, roles=("train",)),
 }
 
 
