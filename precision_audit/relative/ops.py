@@ -57,9 +57,8 @@ def _mp_log(x: float, fmt: Format) -> float:
     import mpmath
 
     with mpmath.workprec(_MP_BITS):
-        v = mpmath.log(mpmath.mpf(x))
-        man, exp = mpmath.mpf(v).man_exp
-    return float(round_to(Fraction(int(man)) * Fraction(2) ** int(exp), fmt)[()])
+        sign, man, exp, _ = mpmath.log(mpmath.mpf(x))._mpf_  # man_exp drops the sign
+    return float(round_to((-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp), fmt)[()])
 
 
 def log_in(x: F64, fmt: str | Format) -> F64:
