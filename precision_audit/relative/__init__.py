@@ -4,6 +4,8 @@
   ``make_log_bucket_position`` along each code path (transformers, lowp, cast-distance),
   every operation rounded as the real code rounds it; :func:`audit_relative` counts the
   distances whose bucket flips.
+* :mod:`.learned`: learned absolute positions (GPT-2, BERT, OPT): exact table lookups,
+  except ids derived from a cumulative sum of a mask held in a float dtype.
 * :mod:`.ops`: per-operation rounding (correctly rounded log, * and /).
 
 >>> [(r.path, r.flipped) for r in audit_relative("t5", lengths=2048, dtypes="bfloat16")]
@@ -12,15 +14,21 @@
 
 from .audit import RelativeRow, audit_relative, bucket_scheme
 from .buckets import DEFAULTS, PATHS, SCHEMES, BucketScheme, exact_buckets, path_buckets
+from .learned import LEARNED_PATHS, OPT_OFFSET, LearnedRow, audit_learned, position_ids
 
 __all__ = [
     "DEFAULTS",
+    "LEARNED_PATHS",
+    "OPT_OFFSET",
     "PATHS",
     "SCHEMES",
     "BucketScheme",
+    "LearnedRow",
     "RelativeRow",
+    "audit_learned",
     "audit_relative",
     "bucket_scheme",
     "exact_buckets",
     "path_buckets",
+    "position_ids",
 ]
