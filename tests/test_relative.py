@@ -365,3 +365,37 @@ def test_cli_bad_input_exits_2(args, msg):
     errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and msg in errors[0]
     assert "Traceback" not in res.output
+
+
+# --------------------------------------------------------------------------- T5 in a bf16 / fp16 model
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_t5_compute_bias_in_a_low_precision_model_reads_the_exact_buckets(fmt, autocast):
+    # the transformers path: relative_position is int64 (arange(dtype=torch.long)) whatever the model dtype, and
+    # .float() puts the log in float32, also under CPU autocast; so model.to(bf16/fp16) reads the float32 buckets
+    transformers = pytest.importorskip("transformers")
+    T5Attention = private("transformers.models.t5.modeling_t5", "T5Attention")
+    cfg = transformers.T5Config(d_model=8, d_kv=4, num_heads=1, relative_attention_num_buckets=32,
+                                relative_attention_max_distance=128)
+    att = T5Attention(cfg, has_relative_attention_bias=True).to(TORCH[fmt])
+    with torch.no_grad():
+        att.relative_attention_bias.weight[:, 0] = torch.arange(32)  # bucket i holds i: exact in both formats
+    L = 600  # every distance from 128 on is in the last bucket
+    with torch.no_grad(), torch.autocast("cpu", dtype=TORCH[fmt], enabled=autocast):
+        bias = att.compute_bias(L, L)[0, 0].double().numpy()  # [query, key]
+    s = BucketScheme("t5")
+    q, k = np.arange(L)[:, None], np.arange(L)[None, :]
+    rel = k - q  # memory - query
+    exact = exact_buckets(s, np.arange(L)).astype(np.float64)
+    want = np.where(rel > 0, 16 + exact[np.abs(rel)], exact[np.abs(rel)])
+    # the float32 path agrees with the exact bucket at every distance (no flip), except possibly where the float32 y
+    # is within ulps of an integer, where a faithful (not correctly rounded) log may truncate one bucket lower:
+    # d = 16, 32, 64 (y = 2, 4, 6 exactly: log of a power of two over log 16) and d = 128 (clipped anyway)
+    d = np.arange(L)
+    edge = _near_integer(_t5_f32_y(d, 16, 128)) & (d >= 8)
+    assert set(np.flatnonzero(edge)) <= {8, 16, 32, 64, 128, 256, 512}
+    keep = ~edge[np.abs(rel)]
+    assert np.array_equal(bias[keep], want[keep])
+    assert np.all(np.abs(bias - want) <= 1)
