@@ -25,8 +25,12 @@ Left padding does not change the figures: a pad has mask 0, its cumsum adds
 nothing and its id is ``0 * 0 - 1 = -1`` (row 1 after the offset), exactly.
 
 >>> rows = audit_learned([256, 8192], "bfloat16", paths=["mask-cumsum", "mask-scan"])
->>> [(r.length, r.path, r.wrong, r.distinct_ids, r.verdict) for r in rows]
-[(256, 'mask-cumsum', 0, 256, 'safe'), (256, 'mask-scan', 0, 256, 'safe'), (8192, 'mask-cumsum', 7361, 833, 'broken'), (8192, 'mask-scan', 7936, 256, 'broken')]
+>>> for r in rows:
+...     print(r.length, r.path, r.wrong, r.distinct_ids, r.verdict)
+256 mask-cumsum 0 256 safe
+256 mask-scan 0 256 safe
+8192 mask-cumsum 7361 833 broken
+8192 mask-scan 7936 256 broken
 """
 
 from __future__ import annotations
