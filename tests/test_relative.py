@@ -274,13 +274,24 @@ def _brute_force(scheme: BucketScheme, path: str, fmt: str, length: int) -> tupl
 
 @pytest.mark.parametrize("scheme", [BucketScheme("t5"), BucketScheme("t5", bidirectional=False),
                                     BucketScheme("deberta"), BucketScheme("t5", num_buckets=64, max_distance=4096)])
-@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "float6_e2m3fn",
+                                 "float4_e2m1fn"])
 def test_audit_equals_brute_force_over_every_distance(scheme, fmt):
     lengths = [100, 300, 512, 5000, N]
     rows = audit_relative(scheme, PATHS, lengths, fmt)
     assert [(r.length, r.path) for r in rows] == [(n, p) for n in lengths for p in PATHS]
     for r in rows:
         assert (r.flipped, r.first_flip, r.max_shift, r.undefined) == _brute_force(scheme, r.path, fmt, r.length)
+        assert r.verdict == ("safe" if not r.flipped else "broken" if r.undefined or r.max_shift > 1 else "degraded")
+
+
+def test_long_contexts_cost_nothing_more():
+    # the sweep stops at the last bucket (or at a saturated cast): 2**53 tokens answer at once.  float4 holds every
+    # distance from 6 on as 6, which is not below max_exact 8 (rounded to float4: 6), so it takes the log branch with
+    # log(6 / 6) = 0: bucket 8 instead of 15 (shift 7) for every distance past 128, so every added distance flips
+    [r] = audit_relative("t5", "lowp", 2**53, "float4_e2m1fn")
+    [b] = audit_relative("t5", "lowp", 70000, "float4_e2m1fn")
+    assert r.flipped - b.flipped == 2**53 - 70000 and r.max_shift == b.max_shift == 7
 
 
 @pytest.mark.parametrize("scheme", [BucketScheme("t5"), BucketScheme("deberta")])

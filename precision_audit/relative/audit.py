@@ -14,7 +14,9 @@ and multiplication by positive constants, truncation, ceil, min), so once
 both the path's and the exact bucket reach the last bucket they stay there:
 the sweep stops at that distance and every longer context costs nothing more,
 up to the distance whose cast overflows (float16: 65520), from which the
-bucket is undefined (the rest of the context is counted as such).
+bucket is undefined (the rest of the context is counted as such).  In a
+saturating format (float6, float4) every distance from ``max_finite`` on is
+held as ``max_finite``: one bucket, counted for the rest of the context.
 
 >>> rows = audit_relative("t5", "lowp", [512, 32768], "bfloat16")
 >>> [(r.length, r.flipped, r.first_flip, r.max_shift) for r in rows]
@@ -26,6 +28,7 @@ bucket is undefined (the rest of the context is counted as such).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -50,7 +53,8 @@ class RelativeRow(Row):
     * ``max_shift``: the largest |bucket - exact bucket| over the flipped distances with a defined bucket.
     * ``undefined``: distances whose value is inf or nan when it reaches ``.to(torch.long)`` (no bucket:
       undefined behaviour; CPU torch gives a huge negative index).
-    * ``verdict``: ``safe`` (nothing flips), ``degraded`` (buckets move), ``broken`` (some bucket undefined).
+    * ``verdict``: ``safe`` (nothing flips), ``degraded`` (buckets move to a neighbouring bucket only: max_shift 1),
+      ``broken`` (a distance reads a bucket two or more away, or its bucket is undefined).
     """
 
     scheme: str
@@ -84,8 +88,12 @@ class _Sweep:
     def __init__(self, scheme: BucketScheme, path: str, fmt: Format, stop: int) -> None:
         self.overflow = (fmt.overflow_integer if path != "transformers" and fmt.overflow != "saturate"
                          and fmt.overflow_integer < stop else None)
+        # a saturating format (float6/float4) holds every distance from max_finite on as max_finite: constant
+        saturated_from = (math.ceil(fmt.max_finite) if path != "transformers" and fmt.overflow == "saturate"
+                          else None)
         limit = stop if self.overflow is None else self.overflow
         flips, shifts, a, chunk = [], [], 0, _FIRST_CHUNK
+        self.tail: tuple[int, float] | None = None  # (from, shift): every distance from there on flips by shift
         while a < limit:
             b = min(limit, a + chunk)
             d = np.arange(a, b, dtype=np.int64)
@@ -95,8 +103,11 @@ class _Sweep:
             flips.append(idx + a)
             shifts.append(np.abs(got[idx] - exact[idx]))
             a, chunk = b, min(2 * chunk, _MAX_CHUNK)
-            if got[-1] == scheme.top and exact[-1] == scheme.top:
+            if exact[-1] == scheme.top and got[-1] == scheme.top:
                 break  # monotone: every longer distance is in the last bucket both ways (until the overflow)
+            if exact[-1] == scheme.top and saturated_from is not None and b - 1 >= saturated_from:
+                self.tail = (b, float(abs(got[-1] - exact[-1])))  # the same bucket for every longer distance
+                break
         self.flips = np.concatenate(flips) if flips else np.zeros(0, np.int64)
         s = np.concatenate(shifts) if shifts else np.zeros(0)
         self.running_max = np.fmax.accumulate(np.where(np.isnan(s), 0.0, s)) if s.size else s
@@ -104,13 +115,15 @@ class _Sweep:
     def row(self, scheme: BucketScheme, path: str, fmt: Format, length: int) -> RelativeRow:
         k = int(np.searchsorted(self.flips, length))
         undefined = 0 if self.overflow is None else max(0, length - self.overflow)
-        first = int(self.flips[0]) if k else (self.overflow if undefined else None)
-        flipped = k + undefined
+        tail = max(0, length - self.tail[0]) if self.tail is not None and self.tail[1] else 0
+        first = int(self.flips[0]) if k else (self.overflow if undefined else self.tail[0] if tail else None)
+        flipped = k + undefined + tail
+        shift = max(int(self.running_max[k - 1]) if k else 0, int(self.tail[1]) if tail else 0)
         return RelativeRow(
             scheme=scheme.scheme, path=path, dtype=fmt.name, length=length, bidirectional=scheme.bidirectional,
             num_buckets=int(scheme.num_buckets or 0), max_distance=int(scheme.max_distance or 0),
-            flipped=flipped, first_flip=first, max_shift=int(self.running_max[k - 1]) if k else 0,
-            undefined=undefined, verdict="broken" if undefined else "degraded" if flipped else "safe",
+            flipped=flipped, first_flip=first, max_shift=shift,
+            undefined=undefined, verdict="broken" if undefined or shift > 1 else "degraded" if flipped else "safe",
         )
 
 
