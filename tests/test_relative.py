@@ -366,9 +366,15 @@ def test_cli_table_and_causal():
     (["--num-buckets", "31"], "num_buckets 31 must be even"),
     (["--max-distance", "10"], "max_distance 10 must be at least num_buckets 32"),
     (["--scheme", "bert"], "'bert' is not one of"),
-    (["--scheme", "deberta", "--causal"], "DeBERTa's log buckets are signed"),
+    (["--scheme", "deberta", "--causal"], "DeBERTa's log buckets are signed, always bidirectional"),
     (["-r", "fp32"], "'fp32' is not one of"),
     (["-l", "0"], "length 0"),
+    (["--scheme", "learned", "-r", "lowp"], "'lowp' is not a path of --scheme learned"),
+    (["--scheme", "xlnet", "--num-buckets", "8"], "--num-buckets applies to --scheme t5 / deberta, not xlnet"),
+    (["--scheme", "learned", "--causal"], "--bidirectional/--causal applies to --scheme t5, not learned"),
+    (["--d-model", "64"], "--d-model applies to --scheme xlnet, not t5"),
+    (["--scheme", "xlnet", "--d-model", "63"], "63 must be even"),
+    (["--scheme", "xlnet", "-l", "100", "--qlen", "101"], "qlen 101 must be at most 100"),
 ])
 def test_cli_bad_input_exits_2(args, msg):
     res = CliRunner().invoke(main, ["relative", *args])
@@ -410,3 +416,18 @@ def test_t5_compute_bias_in_a_low_precision_model_reads_the_exact_buckets(fmt, a
     keep = ~edge[np.abs(rel)]
     assert np.array_equal(bias[keep], want[keep])
     assert np.all(np.abs(bias - want) <= 1)
+
+
+def test_cli_learned_and_xlnet_pass_the_library_rows_through():
+    from precision_audit.relative import audit_learned, audit_relative_sinusoid
+
+    res = CliRunner().invoke(main, ["relative", "--scheme", "learned", "-l", "8K", "-d", "fp16", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["results"] == [r.to_dict() for r in audit_learned(8192, "float16")]
+    res = CliRunner().invoke(main, ["relative", "--scheme", "xlnet", "-l", "300", "-d", "bf16", "--d-model", "16",
+                                    "--qlen", "200", "--attn-type", "uni", "-r", "arange-dtype", "--json"])
+    assert res.exit_code == 0, res.output
+    want = audit_relative_sinusoid(300, 16, "bfloat16", paths="arange-dtype", qlen=200, attn_type="uni")
+    assert json.loads(res.output)["results"] == [r.to_dict() for r in want]
+    table = CliRunner().invoke(main, ["relative", "--scheme", "xlnet", "-l", "300", "-d", "bf16", "--d-model", "16"])
+    assert table.exit_code == 0 and "cross-sign proven" in table.output.splitlines()[0]

@@ -108,7 +108,8 @@ class BucketScheme:
         md = md_default if self.max_distance is None else check_int(self.max_distance, "max_distance",
                                                                      maximum=MAX_DISTANCE)
         if self.scheme == "deberta" and not self.bidirectional:
-            raise ValueError("bidirectional False: DeBERTa's log buckets are signed (bidirectional); --causal is t5's")
+            raise ValueError("bidirectional False: DeBERTa's log buckets are signed, always bidirectional (causal is "
+                             "a t5 setting)")
         smallest = 4 if self.bidirectional or self.scheme == "deberta" else 2
         if nb < smallest:
             raise ValueError(f"num_buckets {nb} must be at least {smallest} for {self._kind()}")
