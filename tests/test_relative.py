@@ -371,7 +371,7 @@ def test_cli_table_and_causal():
     (["-l", "0"], "length 0"),
     (["--scheme", "learned", "-r", "lowp"], "'lowp' is not a path of --scheme learned"),
     (["--scheme", "xlnet", "--num-buckets", "8"], "--num-buckets applies to --scheme t5 / deberta, not xlnet"),
-    (["--scheme", "learned", "--causal"], "--bidirectional/--causal applies to --scheme t5, not learned"),
+    (["--scheme", "learned", "--causal"], "--bidirectional/--causal applies to --scheme t5 / deberta, not learned"),
     (["--d-model", "64"], "--d-model applies to --scheme xlnet, not t5"),
     (["--scheme", "xlnet", "--d-model", "63"], "63 must be even"),
     (["--scheme", "xlnet", "-l", "100", "--qlen", "101"], "qlen 101 must be at most 100"),
