@@ -107,6 +107,17 @@ def test_log_in_is_correctly_rounded(fmt):
     assert got.tolist() == want
 
 
+def test_log_in_mpmath_fallback_agrees(monkeypatch):
+    # every element sent through the mpmath branch (as if all were near a rounding boundary) gives the same values
+    import precision_audit.relative.ops as ops
+
+    x = round_to(np.r_[np.linspace(0.01, 4.0, 400), np.arange(1, 3000, 7)], "bfloat16")
+    want = {f: log_in(x, f) for f in ("bfloat16", "float16", "float32")}
+    monkeypatch.setattr(ops, "_MARGIN_ULPS", 2.0**60)
+    for f, w in want.items():
+        assert np.array_equal(log_in(x, f), w)
+
+
 def _ml_chain_t5(d: np.ndarray, fmt: str, nb: int, md: int) -> tuple[np.ndarray, int]:
     """The lowp T5 bucket computed op by op with ml_dtypes casts (bidirectional halves nb first, done by the caller).
 
