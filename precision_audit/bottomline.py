@@ -21,7 +21,7 @@ from typing import Any
 
 from ._common import Row
 
-__all__ = ["VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]
+__all__ = ["KINDS", "VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]
 
 VERDICT_ORDER: tuple[str, ...] = ("safe", "degraded", "broken")
 
@@ -96,11 +96,35 @@ _ALIBI_LABELS: dict[str, tuple[str, str | None]] = {
 }
 
 
+_FLOAT32_BUCKET = "compute the bucket in float32: .float() on the distance before the log, as transformers does"
+_FLOAT32_DISTANCES = "build the relative distances in float32 (torch.arange(..., dtype=torch.float32)); cast only the encoding"
+_INT64_MASK = "cast the attention mask to int64 before the cumsum that makes position ids"
+_OTHER_LABELS: dict[str, dict[str, tuple[str, str | None]]] = {
+    "relative": {
+        "transformers": ("transformers (distances int64, the bucket log or the sinusoid in float32)", None),
+        "lowp": ("every bucket operation in the dtype (lowp: an ONNX float16 export, MindSpore bfloat16)",
+                 _FLOAT32_BUCKET),
+        "cast-distance": ("the distance cast to the dtype (cast-distance)", _FLOAT32_BUCKET),
+        "arange-dtype": ("relative distances built in the dtype (arange-dtype)", _FLOAT32_DISTANCES),
+        "positions-dtype": ("relative distances cast to the dtype (positions-dtype)", _FLOAT32_DISTANCES),
+    },
+    "learned": {
+        "arange": ("position ids from arange (int64)", None),
+        "mask-int64": ("position ids from an int64 attention mask's cumsum (OPT, left padding)", None),
+        "mask-cumsum": ("position ids from the cumsum of a mask held in the dtype", _INT64_MASK),
+        "mask-scan": ("position ids from a running sum in the dtype", _INT64_MASK),
+    },
+}
+KINDS: tuple[str, ...] = ("rope", "alibi", "relative", "learned")
+
+
 def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
-    if kind not in ("rope", "alibi"):
-        raise ValueError(f"kind {kind!r} must be 'rope' or 'alibi'")
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r} must be one of {', '.join(KINDS)}")
     if kind == "alibi":
         return dict(_ALIBI_LABELS)
+    if kind in _OTHER_LABELS:
+        return dict(_OTHER_LABELS[kind])
     from .rope.stacks import STACKS
 
     out: dict[str, tuple[str, str | None]] = {n: (s.label, s.fix) for n, s in STACKS.items()}
@@ -132,7 +156,7 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
     Each row (a mapping or an object) gives ``key`` (the code path: a stack
     or recipe name), ``dtype``, ``length`` and ``verdict``; rows of several
     layer types at one length combine to their worst verdict.  ``kind``
-    (``rope`` or ``alibi``) chooses how recipe names read.  ``notes`` maps a
+    (:data:`KINDS`) chooses how recipe names read.  ``notes`` maps a
     path to (a note, its fix): a stack that runs another schedule than the
     model declares (its fix replaces the path's own).
     """

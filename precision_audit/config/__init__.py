@@ -60,6 +60,7 @@ from .audit import (
     context_note,
     default_dtype,
     default_lengths,
+    model_paths,
     model_stacks,
     positions_verdict,
     rope_verdict,
@@ -68,6 +69,7 @@ from .audit import (
 )
 from .parse import (
     CONTEXT_KEYS,
+    KINDS,
     ModelConfig,
     load_config,
     load_config_dict,
@@ -78,6 +80,7 @@ from .parse import (
 
 __all__ = [
     "CONTEXT_KEYS",
+    "KINDS",
     "DEFAULT_TOLERANCE",
     "FALLBACK_CONTEXT",
     "VERDICTS",
@@ -92,6 +95,7 @@ __all__ = [
     "load_config",
     "load_config_dict",
     "load_model",
+    "model_paths",
     "model_stacks",
     "positions_verdict",
     "rope_layer_types",
