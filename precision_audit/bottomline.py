@@ -48,7 +48,8 @@ class Summary(Row):
     with that verdict (None if none).  ``label`` names the path for people,
     ``fix`` says what to do when it is not safe (None where no fix is known).
     ``note``: how the schedule the path runs differs from the one the model
-    declares (a stack that computes other frequencies), or None.
+    declares (a stack that computes other frequencies), or None; ``roles``:
+    a stack's uses (``train``, ``serve``; empty for a recipe).
 
     >>> print(Summary("llama.cpp-cpu", "llama.cpp CPU", "bfloat16", (4096,), "broken", None, None, 4096,
     ...               "use another stack", "runs another schedule: ramp bounds rounded"))
@@ -65,6 +66,7 @@ class Summary(Row):
     broken_from: int | None
     fix: str | None = None
     note: str | None = None
+    roles: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         parts = []
@@ -140,6 +142,12 @@ def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
     return out
 
 
+def _roles(path: str) -> tuple[str, ...]:
+    from .rope.stacks import STACKS
+
+    return STACKS[path].roles if path in STACKS else ()
+
+
 def fix_for(path: str, kind: str = "rope") -> str | None:
     """The fix the bottom line names for a code path (a stack, RoPE preset or ALiBi recipe); None if none is known.
 
@@ -181,7 +189,8 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
         label, fix = labels.get(path, (path, None))
         note, note_fix = (notes or {}).get(path, (None, None))
         out.append(Summary(path, label, dtype, lens, max(verdicts, key=VERDICT_ORDER.index), safe_to,
-                           first["degraded"], first["broken"], note_fix or fix, note))
+                           first["degraded"], first["broken"], note_fix or fix, note,
+                           _roles(path) if kind == "rope" else ()))
     return out
 
 

@@ -123,3 +123,38 @@ def test_mrope_is_default_rope_for_text_positions() -> None:
     ref = Qwen2VLRotaryEmbedding(transformers.Qwen2VLConfig(text_config=text).get_text_config()).inv_freq
     assert np.allclose(s.inv_freq(), ref.double().numpy(), rtol=2.0**-22, atol=0)
     assert any("mrope_section" in n for n in model.notes)
+
+
+def test_stack_difference_measures_the_schedule_mismatch() -> None:
+    """precision_audit.rope.compare against the independent float64 figure above: llama.cpp's stored rotation
+    against transformers' on gpt-oss at L = 4096 is the ramp mismatch, max over m < 4096 of
+    |wrap(m (theta_true - theta_false))| = 0.904 rad, up to both paths' bfloat16 cache rounding (2 x 0.0028 rad at
+    the YaRN attention factor's radius, cache_rounding_bound) and ggml's float32 angles."""
+    from precision_audit.rope import cache_rounding_bound, stack
+    from precision_audit.rope.compare import stack_difference
+
+    declared, rounded = _yarn_inv_freq(False), _yarn_inv_freq(True)
+    expected = _wrapped(np.arange(4096)[:, None] * (rounded - declared)[None, :]).max()
+    s = load_config(DATA / "gpt-oss-20b.json").schedule
+    (row,) = stack_difference(s, stack("llama.cpp-cpu", "bf16", s), stack("transformers", "bf16", s), [4096])
+    slack = 2 * cache_rounding_bound("bfloat16", s.cos_sin_scale) + 2e-3
+    assert abs(row.max_rotation_difference - expected) <= slack
+    (same,) = stack_difference(s, stack("vllm", "bf16", s), stack("sglang", "bf16", s), [4096])
+    # the same float32 cos/sin, once stored in bfloat16 and once kept: at most bfloat16's rounding apart
+    assert 0 < same.max_rotation_difference <= cache_rounding_bound("bfloat16", s.cos_sin_scale)
+
+
+def test_trained_on_compares_serving_stacks_with_the_training_one() -> None:
+    path = str(DATA / "llama-3.1-8b.json")
+    r = _run("config", path, "-l", "4K", "--stack", "vllm", "--stack", "openvino", "--trained-on", "torchtune",
+             "--json")
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.output)["trained_on"]
+    by = {s["path"]: s for s in t["summary"]}
+    assert t["stack"] == "torchtune" and set(by) == {"vllm", "openvino"}
+    assert by["vllm"]["verdict"] == "safe" and by["openvino"]["verdict"] == "broken"
+    assert all(row["reference"] == "torchtune" for row in t["results"])
+    bad = _run("config", str(DATA / "gpt-oss-20b.json"), "--trained-on", "torchtune")
+    assert bad.exit_code == 2 and "does not run rope type 'yarn'" in bad.output
+    text = _run("config", path, "-l", "4K", "--stack", "vllm", "--stack", "torchtune").output
+    assert " serving stacks:" in text and " training stacks:" in text

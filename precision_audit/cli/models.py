@@ -253,12 +253,17 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
               help="Exit 1 when a judged row is this bad or worse, printing each on stderr with why (for CI).  "
                    "Judged: the stacks named with --stack, else transformers as built (a GGUF file: llama.cpp "
                    "CPU); plus the recipes named with --recipe (ALiBi: else fp32).")
+@click.option("--trained-on", "trained_on", default=None, metavar="STACK",
+              help="The stack the model was trained with (a training stack such as torchtune, or transformers): "
+                   "also compare every serving stack audited with what that stack stores, the angles the model "
+                   "learned, rounding included.  [default: none]")
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
-              help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON.')
+              help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON '
+                   '(with --trained-on also "trained_on": {"stack", "summary", "results"}).')
 def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
-               as_json: bool) -> None:
+               trained_on: str | None, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
@@ -300,13 +305,42 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     paths = [*names, *recipes] if model.kind == "rope" else list(recipes) or list(model_paths(model))
     summaries = bottom_line([r for r in rows if r.component != "positions" and r.recipe in paths], key="recipe",
                             kind=model.kind, notes=stack_notes(model, names) if model.kind == "rope" else None)
+    trained = _against_training(model, names, trained_on, lens, dts, tolerance) if trained_on else None
     if as_json:
         echo_json({"auditor": "config", "model": model.to_dict(), "context_note": context_note(model),
                    "engine": engine, "tolerance": tolerance, "summary": [s.to_dict() for s in summaries],
-                   "skipped": skipped, "results": dicts})
+                   "skipped": skipped, "results": dicts, **({"trained_on": trained} if trained else {})})
     else:
         _print_config(model, dicts, tolerance, summaries, skipped)
+        if trained:
+            click.echo(f"\nAgainst the stack it was trained on ({trained['label']}): the rotation difference from "
+                       "the cos/sin it stored, judged as above:")
+            click.echo("\n".join("  " + s for s in trained["lines"]))
     judge_rows([r for r in rows if r.component != "positions"], fail_on, judged)
+
+
+def _against_training(model: Any, names: Sequence[str], trained_on: str, lens: Sequence[int], dts: Sequence[str],
+                      tolerance: float) -> dict[str, Any]:
+    """``--trained-on``: every serving stack audited against the training stack (a usage error if it is unknown
+    or does not run the model)."""
+    from dataclasses import replace
+
+    from ..bottomline import bottom_line
+    from ..config import training_differences
+    from ..rope import STACKS
+
+    if model.kind != "rope":
+        raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses {_KIND_WORDS[model.kind]}",
+                                 param_hint="'--trained-on'")
+    serving = [n for n in names if "serve" in STACKS[n].roles and n != trained_on]
+    try:
+        rows = training_differences(model, serving, trained_on, lens, dts, tolerance)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--trained-on'") from None
+    label = STACKS[trained_on].label
+    summaries = [replace(s, label=f"{s.label} against {label}") for s in bottom_line(rows, key="recipe")]
+    return {"stack": trained_on, "label": label, "summary": [s.to_dict() for s in summaries],
+            "results": [r.to_dict() for r in rows], "lines": [str(s) for s in summaries]}
 
 
 # --- live code: transformers' rotary modules and ALiBi builders (precision_audit.hf) ---------------

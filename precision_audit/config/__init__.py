@@ -65,6 +65,7 @@ from .audit import (
     positions_verdict,
     rope_verdict,
     stack_notes,
+    training_differences,
     work_to_scan,
 )
 from .parse import (
@@ -102,4 +103,5 @@ __all__ = [
     "rope_verdict",
     "schedule_from_config",
     "stack_notes",
+    "training_differences",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "rope_verdict",
     "sinusoid_verdict",
     "stack_notes",
+    "training_differences",
     "work_to_scan",
 ]
 
@@ -109,7 +110,9 @@ class ConfigRow(Row):
     encoder or decoder): ``changed`` distances 0..L-1 whose bucket differs from the exact one, ``first_changed``,
     ``max_shift`` (buckets); relative sinusoids (``relative``, XLNet): ``changed`` distances sharing a stored
     row, ``max_abs_error``; learned ids (``learned``): ``changed`` wrong ids, ``first_changed``,
-    ``colliding_positions`` tokens sharing an id, ``max_abs_error``.  Absent metrics are None.
+    ``colliding_positions`` tokens sharing an id, ``max_abs_error``.  A row measured against another stack
+    (:func:`training_differences`) names it in ``reference``: its rotation errors are then differences from
+    that stack's stored cos/sin.  Absent metrics are None.
     """
 
     component: str
@@ -132,6 +135,7 @@ class ConfigRow(Row):
     changed: int | None = None
     first_changed: int | None = None
     max_shift: int | None = None
+    reference: str | None = None
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:
@@ -214,7 +218,7 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
     ...                       "factor": 2.0}, "max_position_embeddings": 4096})
     >>> names, skipped = model_stacks(m)
     >>> names, len(skipped)
-    (['transformers', 'transformers-cast', 'openvino', 'openvino-fixed'], 10)
+    (['transformers', 'transformers-cast', 'openvino', 'openvino-fixed', 'liger'], 15)
     """
     from ..rope import select_stacks
 
@@ -395,6 +399,50 @@ def sinusoid_verdict(duplicate_rows: int, nn_shrink: float) -> str:
     ('safe', 'degraded', 'broken')
     """
     return "broken" if duplicate_rows else "degraded" if nn_shrink > 0.5 else "safe"
+
+
+def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: str, lengths: Iterable[int],
+                         dtypes: Sequence[str], tolerance: float = DEFAULT_TOLERANCE) -> list[ConfigRow]:
+    """Each of ``stacks`` against the stack the model was trained on (``trained_on``): per layer type, dtype and
+    length, the rotation difference between their stored cos/sin (:func:`precision_audit.rope.compare.
+    stack_difference`), judged as a rotation error against the stored format's bound.  ValueError when
+    ``trained_on`` does not run the model's rope types.
+
+    >>> from precision_audit.config import load_config_dict
+    >>> m = load_config_dict({"model_type": "llama", "head_dim": 64, "max_position_embeddings": 4096})
+    >>> [(r.recipe, r.reference, r.max_rotation_error) for r in training_differences(m, ["vllm"], "transformers",
+    ...                                                                                  [4096], ["bf16"])]
+    [('vllm', 'transformers', 0.0)]
+    >>> r = training_differences(m, ["vllm"], "torchtune", [4096], ["bf16"])[0]  # torchtune keeps float32 cos/sin
+    >>> 0 < r.max_rotation_error <= r.cache_bound, r.verdict
+    (True, 'safe')
+    """
+    from ..rope import select_stacks, stack
+    from ..rope.compare import stack_difference
+
+    select_stacks([trained_on], [s.scaling for _, s in model.rope])  # the training stack must run the model
+    rows = []
+    for layer_type, s in model.rope:
+        for d in dict.fromkeys(get_format(x).name for x in dtypes):
+            ref = stack(trained_on, d, s)
+            for n in stacks:
+                if n == trained_on:
+                    continue
+                for r in stack_difference(s, stack(n, d, s), ref, lengths):
+                    bound = _stored_bound(stack(n, d, s), s)
+                    rows.append(ConfigRow(
+                        component="rope", recipe=n, dtype=d, length=r.length, stack=n, reference=trained_on,
+                        layer_type=None if layer_type == "all" else layer_type,
+                        verdict=rope_verdict(r.max_rotation_difference, 0, bound, tolerance),
+                        max_rotation_error=r.max_rotation_difference, mean_rotation_error=r.mean_rotation_difference,
+                        cache_bound=bound, ratio=r.max_rotation_difference / bound))
+    return rows
+
+
+def _stored_bound(recipe: Any, schedule: Any) -> float:
+    from ..rope import cache_rounding_bound, stored_format
+
+    return cache_rounding_bound(stored_format(recipe), schedule.cos_sin_scale)
 
 
 def _table_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str],
