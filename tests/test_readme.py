@@ -134,3 +134,22 @@ def test_keep_rows_finds_the_table_below_a_preamble():
     assert keep("h  L\n-- --\nx  1\ny  2\n\nfooter\n", ["y"]) == "h  L\n-- --\n...\ny  2\n\nfooter\n"
     with pytest.raises(ValueError, match="no table"):
         keep("no table here\n", ["x"])
+
+
+def test_named_api_exists():
+    # every `precision_audit.x.y` the README and the pages name is importable (a rename must update the docs)
+    names = set()
+    for page in [README, *PAGES]:
+        names |= {n.rstrip(".") for n in re.findall(r"precision_audit(?:\.\w+)+\.?", page.read_text())}
+    assert "precision_audit.fix.keep_rotary_fp32" in names
+    for name in sorted(names):
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                assert hasattr(obj, attr), f"{name}: {'.'.join(parts[:cut])} has no {attr}"
+                obj = getattr(obj, attr)
+            break
