@@ -28,8 +28,8 @@ Helpers, each emitting one block:
   marking each gap with ``...``; ``status=True`` adds the exit status);
 * :func:`report`: ``precision-audit report`` into a temporary folder, then one
   section of the ``report.md`` it wrote;
-* :func:`incidents`: the catalog's verdicts, a markdown table built from
-  ``precision-audit reproduce NAME --json``;
+* :func:`incidents`: the catalog as a markdown table
+  (``precision_audit.incidents.catalog_markdown``);
 * :func:`stacks`: the stack presets, a markdown table built from
   ``precision_audit.rope.STACKS``;
 * :func:`pytest_failure`: the README's guard example run by pytest, its
@@ -48,7 +48,6 @@ The file is also the docs site's mkdocs hook (``hooks:`` in ``mkdocs.yml``):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -174,19 +173,13 @@ def _cell(text: object) -> str:
 
 
 def incidents() -> None:
-    """Emit the catalog's verdicts as a markdown table, from ``precision-audit reproduce NAME --json``."""
+    """Emit the incident catalog as a markdown table (``precision_audit.incidents.catalog_markdown``)."""
     import cog  # type: ignore[import-not-found]
 
-    listed = json.loads(execute("precision-audit reproduce --list --json")[0])["results"]
-    cog.outl("| name | verdict | the tool's explanation |")
-    cog.outl("| --- | --- | --- |")
-    for item in listed:
-        data = json.loads(execute(f"precision-audit reproduce {item['name']} --json")[0])
-        row = data.get("incident") or data["results"][0]  # baichuan's JSON: position rows, the incident beside
-        name = f"`{row['name']}`"
-        if str(row.get("url", "")).startswith("https://"):
-            name = f"[{name}]({row['url']})"
-        cog.outl(f"| {name} | {row['verdict']} | {_cell(row['explanation'])} |")
+    sys.path.insert(0, str(ROOT))
+    from precision_audit.incidents import catalog_markdown
+
+    cog.outl(catalog_markdown().rstrip("\n"))
 
 
 def stacks() -> None:
@@ -196,11 +189,12 @@ def stacks() -> None:
     sys.path.insert(0, str(ROOT))
     from precision_audit.rope import STACKS
 
-    cog.outl("| `--stack` | what it models | rope types it runs | source read |")
-    cog.outl("| --- | --- | --- | --- |")
+    cog.outl("| `--stack` | trains / serves | what it models | rope types it runs | source read |")
+    cog.outl("| --- | --- | --- | --- | --- |")
     for name, st in STACKS.items():
-        types = ", ".join(st.rope_types) if len(st.rope_types) < 8 else "all"
-        cog.outl(f"| `{name}` | {_cell(st.label)}: {_cell(st.preset.code)} | {types} | {_cell(st.source)} |")
+        types = ", ".join(st.rope_types) if len(st.rope_types) < 7 else "all"
+        cog.outl(f"| `{name}` | {', '.join(st.roles)} | {_cell(st.label)}: {_cell(st.preset.code)} | {types} | "
+                 f"{_cell(st.source)} |")
 
 
 def pytest_failure(name: str = "test_rotary.py") -> None:
