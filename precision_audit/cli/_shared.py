@@ -449,13 +449,14 @@ def stacks_for(names: Sequence[str], schedules: Any) -> tuple[list[str], list[st
 
 
 def stack_option(help_default: str) -> Callable[[Any], Any]:
-    """``--stack NAME`` (repeatable; ``all``), the same on every command that takes it."""
+    """``--stack NAME`` (repeatable; ``all``, ``serve``, ``train``), the same on every command that takes it."""
     from ..rope import STACKS
 
     return click.option(
-        "--stack", "stacks", type=click.Choice(["all", *STACKS]), multiple=True, metavar="NAME",
-        help="Inference stack (repeatable): the code path a stack runs, written from its source: "
-             + ", ".join(STACKS) + "; all = every stack that runs the model's rope type.  " + help_default)
+        "--stack", "stacks", type=click.Choice(["all", "serve", "train", *STACKS]), multiple=True, metavar="NAME",
+        help="Serving or training stack (repeatable): the code path a stack runs, written from its source: "
+             + ", ".join(STACKS) + "; all = every stack that runs the rope type, serve / train = every serving / "
+             "training stack that does.  " + help_default)
 
 
 def bottom_line_text(summaries: Sequence[Any]) -> str:

@@ -310,8 +310,8 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
 
 
 def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool = True) -> tuple[list[str], list[str]]:
-    """The stacks ``names`` asks for (``all``: every stack) that run each of ``rope_types``, and why the others
-    were left out.  With ``strict``, a stack named explicitly that does not run one of the types raises
+    """The stacks ``names`` asks for (``all``: every stack; ``train`` / ``serve``: every stack in that role) that
+    run each of ``rope_types``, and why the others were left out.  With ``strict``, a stack named explicitly that does not run one of the types raises
     ValueError; without, it is left out with its reason like the others.  An unknown name always raises.
 
     >>> select_stacks(["all"], ["yarn"])[0][:5]
@@ -322,16 +322,19 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool 
     ValueError: stack 'mlx' does not run rope type 'yarn': mlx-lm scales q/k by the mscale in the data dtype (not modelled yet) (it runs default, llama3)
     >>> select_stacks(["mlx", "vllm"], ["yarn"], strict=False)[0]
     ['vllm']
+    >>> select_stacks(["train"], ["default"])[0]
+    ['transformers', 'transformers-cast', 'transformer-engine', 'flash-attn', 'liger', 'unsloth', 'torchtune', 'maxtext']
     """
     out: list[str] = []
     skipped: list[str] = []
-    for n in dict.fromkeys(n for name in names for n in (STACKS if name == "all" else [name])):
+    groups = {"all": tuple(STACKS), **{role: tuple(k for k, v in STACKS.items() if role in v.roles) for role in ROLES}}
+    for n in dict.fromkeys(n for name in names for n in groups.get(name, [name])):
         row = STACKS[check_choice(n, "stack", tuple(STACKS))]
         try:
             for t in dict.fromkeys(rope_types):
                 row.check(n, t)
         except ValueError as e:
-            if strict and ("all" not in names or n in names):
+            if strict and (n in names or not any(g in names for g in groups)):
                 raise
             skipped.append(str(e))
             continue
