@@ -64,7 +64,7 @@ __all__ = [
 
 
 def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, Any]]) -> str:
-    from .cli import table
+    from .render import table
 
     return table(rows, columns)
 

@@ -22,6 +22,8 @@ import click
 
 from .._common import parse_length
 from ..formats import format_names, get_format
+from ..render import cell as _cell
+from ..render import table
 
 __all__ = [
     "DTYPE", "DTYPE_HELP", "JSON_HELP", "LENGTH", "AuditCommand", "AuditGroup", "DtypeType", "LengthType",
@@ -64,29 +66,6 @@ JSON_HELP = 'Print {"auditor": ..., "results": [row, ...]} as JSON instead of a 
 
 Column = tuple[str, Any]
 """A table column: (title, row key or function of the row dict)."""
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if value == 0:
-            return "0"
-        if abs(value) >= 1e5 or abs(value) < 1e-3:
-            return f"{value:.3e}"
-        return f"{value:.4g}"
-    return str(value)
-
-
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str | Callable[[dict[str, Any]], Any]]]) -> str:
-    """Render rows as an aligned text table; each column is (title, key or function)."""
-    cells = [[t for t, _ in columns]]
-    for r in rows:
-        cells.append([_cell(k(r) if callable(k) else r.get(k)) for _, k in columns])
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def echo_json(obj: Any) -> None:
