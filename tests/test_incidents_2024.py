@@ -21,39 +21,11 @@ import pytest
 
 import _thirdparty
 from precision_audit.incidents import reproduce
+from test_incidents import bf16, fp16, fp32, rne, thetas  # the same oracles (frexp/rint, mpmath)
 
 mpmath.mp.prec = 100
 FP16_MAX = 65504.0
 DATA = Path(__file__).parent / "data"
-
-
-def rne(x, p: int, *, max_finite: float | None = None) -> np.ndarray:
-    """Round float64 values to p significant bits, ties to even (normal range), inf beyond max_finite."""
-    x = np.asarray(x, dtype=np.float64)
-    m, e = np.frexp(x)
-    out = np.ldexp(np.rint(np.ldexp(m, p)), e - p)
-    if max_finite is not None:
-        out = np.where(np.abs(out) > max_finite, np.copysign(np.inf, x), out)
-    return out
-
-
-def fp16(x):
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        return np.where(np.abs(x) < 2.0**-14, np.ldexp(np.rint(np.ldexp(x, 24)), -24),
-                        rne(x, 11, max_finite=FP16_MAX))
-
-
-def bf16(x):
-    return rne(x, 8)
-
-
-def fp32(x):
-    return rne(x, 24)
-
-
-def thetas(dim: int, base: float) -> np.ndarray:
-    return np.array([float(mpmath.mpf(base) ** (-mpmath.mpf(2 * i) / dim)) for i in range(dim // 2)])
 
 
 def wrapped(d: np.ndarray) -> np.ndarray:
