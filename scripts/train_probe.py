@@ -91,14 +91,28 @@ class Probe(torch.nn.Module):
         xq = self.rms(x[torch.arange(n)[:, None], torch.from_numpy(b.queries)], self.norm)
         return torch.log_softmax(xq @ self.unembed, dim=-1)
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The weights under the names precision_audit.effect.model reads."""
-        out = {"emb": self.emb, "norm": self.norm, "unembed": self.unembed}
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "Probe":
+        """A model holding the given weights (the names :meth:`arrays` writes)."""
+        model = cls()
+        with torch.no_grad():
+            for name, param in model.named(model).items():
+                param.copy_(torch.from_numpy(np.asarray(arrays[name], dtype=np.float32)))
+        return model
+
+    @staticmethod
+    def named(model: "Probe") -> dict[str, torch.nn.Parameter]:
+        """The parameters under the names precision_audit.effect.model reads."""
+        out = {"emb": model.emb, "norm": model.norm, "unembed": model.unembed}
         for layer in range(LAYERS):
-            out[f"l{layer}.norm"] = self.norms[layer]
-            for c, m in zip("qkvo", self.w[4 * layer: 4 * layer + 4]):
+            out[f"l{layer}.norm"] = model.norms[layer]
+            for c, m in zip("qkvo", model.w[4 * layer: 4 * layer + 4]):
                 out[f"l{layer}.w{c}"] = m
-        return {k: v.detach().numpy().astype(np.float32) for k, v in out.items()}
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The weights under the names precision_audit.effect.model reads, as float32 arrays."""
+        return {k: v.detach().numpy().astype(np.float32) for k, v in self.named(self).items()}
 
 
 def batches(rng: np.random.Generator) -> list[tuple[Batch, np.ndarray]]:
