@@ -94,14 +94,16 @@ def forward(w: dict[str, F64], tokens: npt.NDArray[np.int64], cos: F64, sin: F64
     half = HEAD_DIM // 2
     for layer in range(LAYERS):
         h = _rms(x, w[f"l{layer}.norm"])
-        qkv = (h @ _qkv(w, layer)).reshape(n, t, 3, HEADS, HEAD_DIM)
+        # projections as one 2-D product each: a stack of n small products makes OpenBLAS start its threads
+        # n times (seconds on a busy machine)
+        qkv = (h.reshape(n * t, -1) @ _qkv(w, layer)).reshape(n, t, 3, HEADS, HEAD_DIM)
         q, k = (qkv[:, :, i] * c2 + np.roll(qkv[:, :, i], half, axis=-1) * s2 for i in (0, 1))
         s = np.matmul(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 3, 1)) / np.sqrt(HEAD_DIM) + mask
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         a = (s / s.sum(axis=-1, keepdims=True)) @ qkv[:, :, 2].transpose(0, 2, 1, 3)
-        x = x + a.transpose(0, 2, 1, 3).reshape(n, t, HEADS * HEAD_DIM) @ w[f"l{layer}.wo"]
+        x = x + (a.transpose(0, 2, 1, 3).reshape(n * t, HEADS * HEAD_DIM) @ w[f"l{layer}.wo"]).reshape(n, t, -1)
     xq = _rms(x[np.arange(n)[:, None], queries], w["norm"])
-    logits = xq @ w["unembed"]
+    logits = (xq.reshape(-1, xq.shape[-1]) @ w["unembed"]).reshape(*xq.shape[:-1], -1)
     logits = logits - logits.max(axis=-1, keepdims=True)
     return logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
 
