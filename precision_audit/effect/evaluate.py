@@ -158,6 +158,7 @@ def evaluate(path: str | Recipe, dtype: str = "bfloat16", offset: int = 0, gap: 
     ValueError: unknown task 'copy'; valid: local, gap
     """
     offset, gap, sequences = _check(task, offset, gap, sequences)
+    seed = check_int(seed, "seed", minimum=0)
     recipe = path_recipe(path, dtype)
     b = _batch(task, gap, sequences, seed)
     acc, nll = _score(_weights(), b, *_tables(recipe, _placed(b, offset)))
@@ -177,7 +178,10 @@ def evaluate_many(paths: Iterable[str | Recipe], dtypes: Sequence[str] = ("bfloa
     >>> [(r.task, r.offset) for r in rows]
     [('local', 0), ('local', 1048576), ('gap', 0), ('gap', 1048576)]
     """
-    paths = list(paths)
+    paths, dtypes, offsets, tasks, gaps = (_many(v) for v in (paths, dtypes, offsets, tasks, gaps))
+    for name, v in (("paths", paths), ("dtypes", dtypes), ("offsets", offsets), ("tasks", tasks), ("gaps", gaps)):
+        if not v:
+            raise ValueError(f"{name}: none given")
     out = []
     for task in dict.fromkeys(tasks):
         for gap in (dict.fromkeys(gaps) if task == "gap" else (None,)):
@@ -188,6 +192,13 @@ def evaluate_many(paths: Iterable[str | Recipe], dtypes: Sequence[str] = ("bfloa
                         if progress is not None:
                             progress(1)
     return out
+
+
+def _many(value: Any) -> list[Any]:
+    """One value (text, a number, a recipe, None) or an iterable of them -> a list."""
+    if value is None or isinstance(value, (str, int, Recipe)) or not isinstance(value, Iterable):
+        return [value]
+    return list(value)
 
 
 def exact_accuracy(weights: dict[str, Any] | None = None, *, sequences: int = 1024,
