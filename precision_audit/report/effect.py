@@ -26,7 +26,7 @@ TASK_TITLES = {"local": "local order (induction: needs the previous token, dista
 # stacks: colours and markers that the four presets do not use (a stack that computes what fp32 computes
 # draws over it: the legend says which coincide)
 _STACK_STYLE = [dict(color=OKABE_ITO["sky"], marker="v", ls=":"), dict(color=OKABE_ITO["purple"], marker="<", ls=":"),
-                dict(color=OKABE_ITO["black"], marker=">", ls=":"), dict(color=OKABE_ITO["yellow"], marker="x", ls=":"),
+                dict(color=OKABE_ITO["black"], marker=">", ls=":"), dict(color="#777777", marker="x", ls=":"),
                 dict(color=OKABE_ITO["sky"], marker="P", ls="-."), dict(color=OKABE_ITO["purple"], marker="*", ls="-."),
                 dict(color=OKABE_ITO["black"], marker="h", ls="-.")]
 
@@ -103,8 +103,8 @@ def plot_effect(rows: Sequence[EffectRow], path: str | Path, title: str | None =
     ncol = min(3, len(labels))
     fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     dt = ", ".join(sorted(dtypes))
-    fig.suptitle(title or f"What RoPE precision costs a trained probe ({dt} cos/sin cache; rest of the model in "
-                          "float64)", fontsize=11)
+    fig.suptitle(title or f"What RoPE precision costs a trained probe (each path's cos/sin for a {dt} model; "
+                          "the rest of the probe in float64)", fontsize=11)
     legend_lines = sum(max(lab.count("\n") + 1 for lab in labels[i:i + ncol]) for i in range(0, len(labels), ncol))
     fig.tight_layout(rect=(0, min(0.45, 0.03 + 0.037 * legend_lines), 1, 0.97))
     return save_figure(fig, path)
