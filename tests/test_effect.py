@@ -172,6 +172,13 @@ def test_drop_bounds(path, offset, task, low, high):
         assert r.nll > 10 * r.exact_nll
 
 
+def test_every_trained_gap_is_resolved_exactly():
+    # the distances the probe resolves (GAPS, 1 .. 4096): each one >= 99 % with exact RoPE among tokens at
+    # G +- 1, G +- 2 (measured 100 % for every gap at offsets 0 and 1M, 64 sequences each)
+    for g in GAPS:
+        assert evaluate("fp64", "float64", offset=M1, gap=g, task="gap", sequences=64).exact_accuracy >= 0.99, g
+
+
 def test_one_gap_resolves_g_from_g_plus_minus_1():
     # exact RoPE at G = 4096 among tokens at 4094, 4095, 4097, 4098: every query right (measured 100 %)
     r = evaluate("fp32", "bfloat16", offset=M1, gap=4096, task="gap", sequences=64)
