@@ -158,7 +158,10 @@ def test_fp64_path_in_float64_is_exact(task):
     ("fp32", M1, "local", 0.99, 1.0),
     ("fp32", M1, "gap", 0.99, 1.0),
     ("vllm", M1, "gap", 0.99, 1.0),
-    # ... and fails at 16M, where a float32 angle's ulp reaches 1 rad (measured 68.4 % local, 41.4 % gap)
+    # ... still at 4M (a float32 angle ~4e6 rad has ulp 0.5 rad there; measured 100 %), and fails at 16M = 2**24,
+    # where float32 positions have ulp 2 (odd positions collide) and the angle ulp is 2 rad (measured 68.4 % local,
+    # 41.4 % gap)
+    ("fp32", 2**22, "gap", 0.99, 1.0),
     ("fp32", 2**24, "local", 0.3, 0.9),
     ("fp32", 2**24, "gap", 0.1, 0.7),
     # float64 angles stay exact there (measured 100 %)
