@@ -80,6 +80,16 @@ def test_reproduce_baichuan_json():
     assert rows["bfloat16", 8192]["exact_fraction"] == 0.109375
     assert all(rows["float32", n]["exact_fraction"] == 1.0 for n in (1024, 131072))
     assert set(rows["float16", 65536]) == ROW_KEYS
+    # on a model (issue 28): the shipped probe at the end of an 8192 context.  Bounds from the measured table
+    # (tests/test_effect.py): bfloat16 positions collide above 256 (runs of 33 at 8K: local order is lost, the
+    # probe falls to about a third, far from its exact 100 %); the float32 fix keeps every position exact, so the
+    # probe scores what exact RoPE scores
+    probe = {(r["task"], r["path"]): r for r in doc["probe"]}
+    assert set(probe) == {(t, p) for t in ("local", "gap") for p in ("lowp", "fp32")}
+    assert all(r["exact_accuracy"] >= 0.99 and r["offset"] + 1 <= 8192 for r in doc["probe"])
+    assert probe["local", "lowp"]["accuracy"] < 0.5 and probe["gap", "lowp"]["accuracy"] < 0.2
+    assert probe["local", "fp32"]["accuracy"] == probe["local", "fp32"]["exact_accuracy"]
+    assert probe["gap", "fp32"]["accuracy"] == probe["gap", "fp32"]["exact_accuracy"]
 
 
 @pytest.mark.parametrize(

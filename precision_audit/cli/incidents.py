@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..render import table
 from ._shared import AuditCommand, Column, echo_json, echo_table, wide_option
 
 
@@ -161,18 +162,26 @@ def _baichuan(as_json: bool, res: Any) -> None:
     float32 (the fix), for L = 1K .. 128K, each measured by rounding every
     position.
     """
+    from ..effect import baichuan_effect
     from ..positions import BAICHUAN_DTYPES, reproduce_baichuan
 
     rows = reproduce_baichuan()
     at = {(r.dtype, r.length): r for r in rows}
     summary = _baichuan_summary(at, max(r.length for r in rows))
+    probe = baichuan_effect()
     if as_json:
         echo_json({"auditor": "positions", "reproduction": "baichuan", "results": [r.to_dict() for r in rows],
-                   "summary": summary, "incident": res.to_dict()})
+                   "summary": summary, "probe": [r.to_dict() for r in probe], "incident": res.to_dict()})
         return
     click.echo("Position ids 0..L-1 cast to each format (exact = positions that survive; "
                "max run = most neighbouring tokens sharing one position)\n")
     _baichuan_table(at, sorted({r.length for r in rows}), BAICHUAN_DTYPES)
     click.echo("\n" + summary)
+    click.echo("\nOn a model: the project's RoPE probe (precision-audit effect) at the end of an 8192-token context, "
+               "its cos/sin built in bfloat16 from bfloat16 position ids (lowp) and by the float32 fix (fp32):\n")
+    click.echo(table([r.to_dict() for r in probe], [
+        ("task", "task"), ("path", "path"), ("offset", "offset"),
+        ("accuracy", lambda r: f"{100 * r['accuracy']:.1f}%"),
+        ("exact RoPE", lambda r: f"{100 * r['exact_accuracy']:.1f}%"), ("NLL", "nll")]))
     click.echo(f"\npublished: {res.published}  ({res.published_source})\nmeasured:  {res.measured}\n"
                f"verdict: {res.verdict}" + "".join(f"\n  - {r}" for r in res.reasons))
