@@ -315,6 +315,10 @@ def test_prefix_reductions_and_chunking_agree():
         for key in ("mean_angle_error", "mean_rotation_error", "mean_angle_error_profile",
                     "mean_rotation_error_profile"):  # sums: only the summation order differs
             np.testing.assert_allclose(a.pop(key), b.pop(key), rtol=1e-12)
+        pa, pb = a.pop("pair_errors"), b.pop("pair_errors")  # pair means: sums too
+        assert [p.pop("mean_rotation_error") for p in pa] == pytest.approx([p.pop("mean_rotation_error") for p in pb],
+                                                                           rel=1e-12)
+        assert pa == pb
         assert a == b  # maxima and collision counts are exact
 
 
@@ -428,7 +432,7 @@ ROW_KEYS = {
     "recipe", "dtype", "length", "head_dim", "base", "rotary_dim", "scaling", "stages", "how", "engine", "max_angle_error",
     "mean_angle_error", "max_rotation_error", "mean_rotation_error", "colliding_positions", "cache_bound",
     "angle_error_profile", "mean_angle_error_profile", "rotation_error_profile", "mean_rotation_error_profile",
-    "error_budget", "stack",
+    "error_budget", "stack", "pair_errors",
 }
 
 
