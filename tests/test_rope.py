@@ -464,7 +464,7 @@ def test_cli_table_stages_budget_scaling():
     # the numbers: bf16 positions 0..1023 take 256 + 128 + 128 + 1 = 513 values (0..255, even 256..510,
     # multiples of 4 in 512..1020, and 1024 from 1022/1023); neighbouring distinct positions differ by >= 1 rad
     # at theta_0 = 1, so exactly 1024 - 513 = 511 rows repeat their predecessor's
-    (line,) = [ln for ln in res.output.splitlines() if "positions=bf16" in ln and "1024" in ln.split()]
+    line = [ln for ln in res.output.splitlines() if "positions=bf16" in ln and "1024" in ln.split()][0]  # main table
     header = [c.strip() for c in res.output.splitlines()[0].split("  ") if c.strip()]
     assert line.split()[header.index("colliding")] == "511"
     # a custom recipe may store the cache in another format than --dtype: its rows carry that format

@@ -89,7 +89,10 @@ def check_distances(distances: int | Iterable[int] | None, lengths: Sequence[int
     """
     if distances is None:
         return None
-    items = [distances] if isinstance(distances, (int, np.integer)) else list(distances)
+    if isinstance(distances, (int, np.integer)) or not isinstance(distances, Iterable) or isinstance(distances, str):
+        items = [distances]
+    else:
+        items = list(distances)
     out = []
     for d in items:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
