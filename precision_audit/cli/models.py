@@ -12,7 +12,8 @@ import click
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
 from ._shared import fail_on as judge_rows
-from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, echo_json,
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
+                      distances_from_options, echo_json, worst_pair,
                       echo_table, emit, pct, progress_bar, stack_option, stacks_for, wide_option)
 
 # --- report -----------------------------------------------------------------------------------
@@ -151,7 +152,8 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
     cols.append(("recipe", "recipe"))
     if model.kind == "rope":
         cols += [("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
-                 ("x cache bound", lambda r: None if r["ratio"] is None else f"{r['ratio']:.3g}")]
+                 ("x cache bound", lambda r: None if r["ratio"] is None else f"{r['ratio']:.3g}"),
+                 ("worst pair err", worst_pair)]
     else:
         cols += [("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
                  ("max dP", "max_prob_change")]
@@ -169,6 +171,8 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
     click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
                "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
                "equals the previous one's; '-' = not measured for that component."
+               + ("\nworst pair err = the largest pairwise rotation error (rad) between positions D apart "
+                  "(@D), over the distances audited (--distance); --json has each." if model.kind == "rope" else "")
                + "".join(f"\nskipped: {why}" for why in skipped))
 
 
@@ -222,12 +226,13 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
               help="Exit 1 when a judged row is this bad or worse, printing each on stderr with why (for CI).  "
                    "Judged: the stacks named with --stack, else transformers as built (a GGUF file: llama.cpp "
                    "CPU); plus the recipes named with --recipe (ALiBi: else fp32).")
+@distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON.')
 def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
-               as_json: bool) -> None:
+               distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
@@ -250,6 +255,7 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     from ..bottomline import bottom_line
     from ..config import audit_config, default_dtype, default_lengths, work_to_scan
 
+    asked = distances_from_options(distances, no_pairs)
     lens = tuple(lengths) or default_lengths(model)
     dts = dtypes or (default_dtype(model),)
     _check_config_lengths(model, lens, bool(lengths))
@@ -257,7 +263,7 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     total = work_to_scan(model, lens, dts, recipes or None, names)
     with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
         rows = audit_config(model, lens, dts, recipes=recipes or None, stacks=names, engine=engine,
-                            tolerance=tolerance, positions=not no_positions, progress=bar.update)
+                            tolerance=tolerance, positions=not no_positions, progress=bar.update, distances=asked)
     dicts = [r.to_dict() for r in rows]
     paths = [*names, *recipes] if model.kind == "rope" else list(recipes) or list(_ALIBI_RECIPES)
     summaries = bottom_line([r for r in rows if r.component != "positions" and r.recipe in paths], key="recipe",
