@@ -285,3 +285,33 @@ def test_cli_bad_distance_exits_2(args: list[str]) -> None:
     errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and ("distance" in errors[0] or "--no-pairs" in errors[0])
     assert "Traceback" not in res.output
+
+
+def test_live_module_pairs_match_brute_force() -> None:
+    # a transformers rotary module after module.to(bf16): its cos/sin from one call over every position (here),
+    # the pair errors by the brute force above; the audit calls it in chunks of 256 positions (8 frequencies),
+    # D <= 256 paired across chunks, D > 256 from another call at positions m - D
+    pytest.importorskip("transformers")
+    import torch
+
+    from precision_audit.hf import audit_model_type, build_rotary_module, find_rotary_classes
+    from precision_audit.hf import audit_rope_module
+
+    cfg = {"model_type": "llama", "head_dim": 16, "hidden_size": 64, "num_attention_heads": 4, "rope_theta": 10000.0}
+    rows = audit_model_type("llama", [1000], config=cfg, cast_module=True, distances=[1, 300])
+    assert [p.distance for p in rows[0].pair_errors] == [1, 300]
+    (cls,) = find_rotary_classes("llama")[:1]
+    module, conf = build_rotary_module(cls)
+    module = module.to(torch.bfloat16)
+    s = RopeSchedule(head_dim=int(conf.hidden_size // conf.num_attention_heads),
+                     base=float(conf.rope_parameters["rope_theta"]))
+    L, ds = 700, (1, 16, 255, 256, 300, 699)
+    (row,) = audit_rope_module(module, s, L, match=False, chunk_elems=256 * s.n_freq, distances=ds)
+    with torch.no_grad():
+        c, sn = module(torch.zeros(1, L, 1, dtype=torch.bfloat16), torch.arange(L)[None])
+    cc, ss = (t[0, :, : s.n_freq].double().numpy() for t in (c, sn))
+    assert [p.distance for p in row.pair_errors] == list(ds)
+    for p in row.pair_errors:
+        mx, mean = brute(cc, ss, s.inv_freq(), p.distance, L)
+        assert p.max_rotation_error == pytest.approx(mx, abs=1e-13)
+        assert p.mean_rotation_error == pytest.approx(mean, abs=1e-13)

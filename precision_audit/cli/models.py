@@ -329,12 +329,13 @@ HF_ROPE_VERDICT_HELP = (
               help="Rotary class of the model type's modeling module.  [default: its first text *RotaryEmbedding]")
 @click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
               help="Exit 1 when a module row is this bad or worse, printing each on stderr with why (for CI).")
+@distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "hf-rope", "summary": [...], "results": [row, ...]} as JSON.')
 def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...],
                 dtypes: tuple[str, ...], cast_module: bool, layer_type: str | None, class_name: str | None,
-                fail_on: str, as_json: bool) -> None:
+                fail_on: str, distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Audit the rotary module transformers builds for a model type (no weights, no downloads).
 
     Calls the module for positions 0..L-1 with x in DTYPE and measures its
@@ -355,16 +356,17 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
             raise click.UsageError("give --model-type (or a --config whose model_type names it)")
         model_type = config["model_type"]
     lengths = lengths or (8192,)
+    asked = distances_from_options(distances, no_pairs)
     rows = [row for dtype in dict.fromkeys(dtypes)
             for row in audit_model_type(model_type, lengths, dtype=dtype, cast_module=cast_module, config=config,
-                                        layer_type=layer_type, class_name=class_name)]
+                                        layer_type=layer_type, class_name=class_name, distances=asked)]
     summaries = module_bottom_line(rows)
     cols: list[Column] = [
         ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("dtype", "dtype"),
         ("length", "length"), ("cast", "cast_module"), ("inv_freq in", "inv_freq_dtype"),
         ("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
-        ("x cache bound", lambda r: f"{r['ratio']:.3g}"), ("colliding", "colliding_positions"),
-        ("matches", "matches_recipe"), ("verdict", "verdict"),
+        ("x cache bound", lambda r: f"{r['ratio']:.3g}"), ("worst pair err", worst_pair),
+        ("colliding", "colliding_positions"), ("matches", "matches_recipe"), ("verdict", "verdict"),
     ]
     schedules = "; ".join(dict.fromkeys(f"{r.layer_type + ': ' if r.layer_type else ''}{r.schedule}" for r in rows))
     diagnoses = "; ".join(dict.fromkeys(f"{r.matches_recipe} = {r.diagnosis}" for r in rows))
@@ -373,6 +375,8 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
     emit("hf-rope", rows, as_json, cols, extra={"summary": [s.to_dict() for s in summaries]},
          footer=f"\nSchedule from the config: {schedules}.\nErrors in rad against the exact m*theta_i, wrapped to "
                 f"[-pi, pi]; matches = the rope preset with the closest max/mean error: {diagnoses}.\n"
+                "worst pair err = the largest pairwise rotation error between positions D apart (@D) over the "
+                "distances audited (--distance); --json has each.\n"
                 + HF_ROPE_VERDICT_HELP)
     judge_rows([{**r.to_dict(), "module": f"{r.module_class} " + ("after module.to(dtype)" if r.cast_module
                                                                   else "as built")} for r in rows],

@@ -31,7 +31,7 @@ the absolute errors.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +39,7 @@ import numpy as np
 from .._common import Row
 from .oracle import _TWO_PI, F64
 
-__all__ = ["DEFAULT_DISTANCES", "PairError", "check_distances", "row_distances"]
+__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "pair_block", "row_distances"]
 
 DEFAULT_DISTANCES: tuple[int, ...] = (1, 16, 256, 4096)  # and L // 2; each capped at L - 1
 
@@ -167,3 +167,52 @@ class PairAcc:
     def snapshot(self, distances: Iterable[int]) -> dict[int, tuple[F64, F64]]:
         """Copies of the max and sum of the given distances."""
         return {d: (self.max[d].copy(), self.sum[d].copy()) for d in distances}
+
+
+class PairPass:
+    """The pair errors of a chunked pass over positions that yields signed rotation errors chunk by chunk
+    (a live module's cos/sin: :mod:`precision_audit.hf.modules`).
+
+    ``lengths`` and ``distances`` as :func:`~precision_audit.rope.audit` takes them;
+    ``chunk`` positions per chunk: distances up to it are paired across chunks
+    (the last ones kept), longer ones from ``shifted(a, b)``, the signed errors
+    of positions a..b-1 recomputed on demand.
+
+    >>> pp = PairPass([8], [2], chunk=4, nf=1)
+    >>> e = np.array([[0.0], [0.1], [0.0], [-0.1], [0.0], [0.1], [0.0], [-0.1]])
+    >>> for a in (0, 4):
+    ...     pp.add(e[a:a + 4], a, a + 4, shifted=lambda a, b: e[a:b])
+    >>> [(p.distance, round(p.max_rotation_error, 12), round(p.mean_rotation_error, 12)) for p in pp.errors(8)]
+    [(2, 0.2, 0.1)]
+    """
+
+    def __init__(self, lengths: Sequence[int], distances: Sequence[int] | None, chunk: int, nf: int) -> None:
+        self.nf = nf
+        self.rows = {L: row_distances(L, distances) for L in lengths}
+        self.until: dict[int, int] = {}
+        for L, ds in self.rows.items():
+            for d in ds:
+                self.until[d] = max(self.until.get(d, 0), L)
+        self.carry = max((d for d in self.until if d <= chunk), default=0)
+        self.acc = PairAcc(nf, sorted(self.until), self.carry)
+
+    def add(self, signed: F64, start: int, stop: int, shifted: Callable[[int, int], F64]) -> None:
+        """Merge the signed errors of positions start..stop-1 (chunks in position order)."""
+        pairs: dict[int, tuple[F64, F64]] = {}
+        for d, until in self.until.items():
+            if start >= until:
+                continue
+            if d <= self.carry:
+                if stop - start > d:
+                    pairs[d] = pair_block(signed[d:], signed[: stop - start - d])
+            elif max(start, d) < stop:
+                a = max(start, d)
+                pairs[d] = pair_block(signed[a - start :], shifted(a - d, stop - d))
+        k = min(self.carry, stop - start)
+        self.acc.add(start, stop, pairs, signed[:k], signed[stop - start - k :])
+
+    def errors(self, length: int) -> tuple[PairError, ...]:
+        """The pair errors of the row of this length (after its last chunk)."""
+        snap = self.acc.snapshot(self.rows[length])
+        return tuple(PairError(d, float(mx.max()), float(sm.sum() / ((length - d) * self.nf)))
+                     for d, (mx, sm) in sorted(snap.items()))
