@@ -9,10 +9,12 @@ one :class:`RopeRow` per (recipe, length).
 
 from __future__ import annotations
 
+import collections
+import itertools
 import math
 import os
 import queue
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -272,7 +274,7 @@ def _merge(plan: Sequence[_Chunk], run: Callable[[_Chunk], list[_ChunkStats]], w
     snaps: list[list[tuple[_Acc, int]]] = [[] for _ in accs]
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        results = pool.map(run, plan) if pool is not None else map(run, plan)
+        results = _windowed(pool, run, plan, workers + 1) if pool is not None else map(run, plan)
         for (a, b, L), stats in zip(plan, results):
             for acc, st in zip(accs, stats):
                 acc.add(st, a, b)
@@ -281,10 +283,25 @@ def _merge(plan: Sequence[_Chunk], run: Callable[[_Chunk], list[_ChunkStats]], w
             if L is not None:
                 for i, acc in enumerate(accs):
                     snaps[i].append((acc.snapshot((pairs or {}).get(L, ())), L))
+            stats = []  # let the chunk's rows go while the next one is computed
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     return snaps
+
+
+def _windowed(pool: ThreadPoolExecutor, run: Callable[[_Chunk], list[_ChunkStats]], plan: Sequence[_Chunk],
+              ahead: int) -> Iterator[list[_ChunkStats]]:
+    """``pool.map(run, plan)`` with at most ``ahead`` chunks submitted and not yet taken: finished chunks wait
+    for the merge in order, and their stats (pair rows) stay bounded however long the pass."""
+    todo = iter(plan)
+    pending = collections.deque(pool.submit(run, item) for item in itertools.islice(todo, ahead))
+    while pending:
+        done = pending.popleft().result()
+        nxt = next(todo, None)
+        if nxt is not None:
+            pending.append(pool.submit(run, nxt))
+        yield done
 
 
 def check_rope_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:

@@ -121,9 +121,12 @@ def pair_block(cur: F64, prev: F64) -> tuple[F64, F64]:
     (0.283185, 0.533185)
     """
     d = np.abs(cur - prev)
-    np.minimum(d, np.abs(_TWO_PI - d), out=d)
-    d[np.isnan(d)] = math.pi
-    return d.max(axis=0), d.sum(axis=0)
+    mx = d.max(axis=0)
+    if not mx.max() <= math.pi:  # some pair needs the wrap, or is nan
+        np.minimum(d, np.abs(_TWO_PI - d), out=d)
+        d[np.isnan(d)] = math.pi
+        mx = d.max(axis=0)
+    return mx, d.sum(axis=0)
 
 
 class PairAcc:
@@ -161,7 +164,8 @@ class PairAcc:
                 mx, sm = pair_block(head[lo - start : hi - start], self.tail[lo - d - base : hi - d - base])
                 np.maximum(self.max[d], mx, out=self.max[d])
                 self.sum[d] += sm
-            self.tail = np.concatenate([self.tail, tail])[-self.carry :] if self.carry else self.tail
+            keep = max(0, self.tail.shape[0] + tail.shape[0] - self.carry)  # rows of the old tail that leave
+            self.tail = np.concatenate([self.tail[keep:], tail[max(0, tail.shape[0] - self.carry) :]])
         self.position = stop
 
     def snapshot(self, distances: Iterable[int]) -> dict[int, tuple[F64, F64]]:
