@@ -35,6 +35,7 @@ from .tables import _AngleTable, _has_codes, _PairTable
 from .torch_engine import torch_stages
 
 BLOCK_ELEMS = 2**17  # angles per block of rows: its float64 arrays stay in the CPU caches, its calls few
+PAIR_BLOCK_ELEMS = 2**15  # pair errors per block: the block's signed errors stay in the caches for every distance
 
 
 def _wrap_threshold() -> float:
@@ -279,15 +280,17 @@ def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
     spec = plan.pairs
     assert spec is not None
     caches = [cj for job in plan.jobs for cj in job.caches if cj.signed is not None]
-    for d in spec.carried:
-        if start >= spec.until[d]:
-            continue
-        for a in range(start + d, stop, block):  # rows m with m - d in the chunk
-            b = min(stop, a + block)
-            w = work.rows(b - a)
-            for cj in caches:
-                assert cj.signed is not None
-                _pair_rows(cj.signed[a - start : b - start], cj.signed[a - d - start : b - d - start], w, cj, d)
+    carried = [d for d in spec.carried if start < spec.until[d] and start + d < stop]
+    rows = max(1, min(block, PAIR_BLOCK_ELEMS // max(1, work.nf)))
+    for a0 in range(start, stop, rows):  # a block of rows m, for every distance while it is in the caches
+        b = min(stop, a0 + rows)
+        for cj in caches:
+            assert cj.signed is not None
+            for d in carried:  # rows m with m - d in the chunk
+                a = max(a0, start + d)
+                if a < b:
+                    _pair_rows(cj.signed[a - start : b - start], cj.signed[a - d - start : b - d - start],
+                               work.rows(b - a), cj, d)
     for d in spec.shifted:
         if start >= spec.until[d]:
             continue
