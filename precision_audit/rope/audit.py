@@ -274,7 +274,7 @@ def _merge(plan: Sequence[_Chunk], run: Callable[[_Chunk], list[_ChunkStats]], w
     snaps: list[list[tuple[_Acc, int]]] = [[] for _ in accs]
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        results = _windowed(pool, run, plan, workers + 1) if pool is not None else map(run, plan)
+        results = _windowed(pool, run, plan, workers) if pool is not None else map(run, plan)
         for (a, b, L), stats in zip(plan, results):
             for acc, st in zip(accs, stats):
                 acc.add(st, a, b)

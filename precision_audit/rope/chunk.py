@@ -244,8 +244,13 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
 def _pair_stats(st: _ChunkStats, cj: _CacheJob, signed: F64, carry: int) -> None:
     """Put a cache job's pair reductions of the chunk, and its first and last ``carry`` signed rows, in ``st``."""
     st.pairs = {d: (r.max, r.sum) for d, r in cj.pair_red.items() if r.max is not None and r.sum is not None}
-    k = min(carry, signed.shape[0])
-    st.head, st.tail = signed[:k].copy(), signed[signed.shape[0] - k :].copy()
+    n = signed.shape[0]
+    k = min(carry, n)
+    if 2 * k >= n:  # head and tail overlap: one copy holds both
+        whole = signed.copy()
+        st.head, st.tail = whole[:k], whole[n - k :]
+    else:
+        st.head, st.tail = signed[:k].copy(), signed[n - k :].copy()
 
 
 def _pair_rows(cur: F64, prev: F64, w: _Rows, cj: _CacheJob, d: int) -> None:
