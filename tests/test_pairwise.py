@@ -315,3 +315,53 @@ def test_live_module_pairs_match_brute_force() -> None:
         mx, mean = brute(cc, ss, s.inv_freq(), p.distance, L)
         assert p.max_rotation_error == pytest.approx(mx, abs=1e-13)
         assert p.mean_rotation_error == pytest.approx(mean, abs=1e-13)
+
+
+def test_config_and_hf_rope_carry_pairs() -> None:
+    # the same figures through config (a llama config.json) as through the rope auditor on its schedule
+    from precision_audit.config import audit_config, load_config
+
+    model = load_config("tests/data/llama-3.1-8b.json")
+    rows = [r for r in audit_config(model, [4096], ["bfloat16"], recipes=["fp32"], positions=False,
+                                    distances=[1, 2048]) if r.component == "rope"]
+    ((_, s),) = model.rope
+    (ref,) = audit(s, preset("fp32", "bfloat16"), 4096, distances=[1, 2048])
+    assert [r.pair_errors for r in rows] == [ref.pair_errors]
+    res = CliRunner().invoke(main, ["config", "tests/data/llama-3.1-8b.json", "-l", "2K", "-r", "fp32", "--json",
+                                    "--distance", "16", "--no-positions"])
+    assert res.exit_code == 0, res.output
+    assert [[p["distance"] for p in r["pair_errors"]] for r in json.loads(res.output)["results"]] == [[16]]
+    res = CliRunner().invoke(main, ["config", "tests/data/llama-3.1-8b.json", "-l", "2K", "-r", "fp32",
+                                    "--distance", "2K"])
+    assert res.exit_code == 2 and "distance 2048 must be below" in res.output
+
+
+def test_hf_rope_cli_pairs() -> None:
+    pytest.importorskip("transformers")
+    res = CliRunner().invoke(main, ["hf-rope", "-m", "llama", "-l", "2K", "--distance", "1", "--distance", "1K",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.output)["results"]
+    assert [p["distance"] for p in row["pair_errors"]] == [1, 1024]
+    # transformers as built is the fp32 recipe in bf16 (torch kernels): pairs within two cache bounds
+    assert all(p["max_rotation_error"] <= 2 * cache_rounding_bound("bfloat16") + 1e-6 for p in row["pair_errors"])
+    res = CliRunner().invoke(main, ["hf-rope", "-m", "llama", "-l", "2K", "--distance", "0"])
+    assert res.exit_code == 2
+
+
+def test_assert_rope_max_pair_error() -> None:
+    from precision_audit.testing import assert_rope
+
+    s = RopeSchedule(head_dim=32)
+    # lowp-inv-freq at 1024, head_dim 32: the drift D * dtheta reaches ~0.05 rad at D = 256 (the brute force
+    # above), far above the D = 1 figure (a cache-level error, < 2 bounds = 0.0055 rad)
+    (row,) = audit(s, preset("lowp-inv-freq", "bf16"), 1024, distances=[1, 256])
+    cc, ss = stored("lowp-inv-freq", "bfloat16", s, 1024)
+    d1, d256 = (brute(cc, ss, s.inv_freq(), d, 1024)[0] for d in (1, 256))
+    assert d1 < 2 * cache_rounding_bound("bfloat16") < 0.02 < d256
+    with pytest.raises(AssertionError, match="pairwise error <= 0.02 rad at D = 1, 256"):
+        assert_rope(s, "lowp-inv-freq", 1024, max_rotation_error=math.inf, max_pair_error=0.02, distances=[1, 256])
+    assert row.max_rotation_error < math.pi / 2 and row.colliding_positions == 0  # no phase lost: only pairs fail
+    assert_rope(s, "lowp-inv-freq", 1024, max_rotation_error=math.inf, max_pair_error=0.02, distances=[1])
+    with pytest.raises(ValueError, match="max_pair_error"):
+        assert_rope(s, "fp32", 1024, max_pair_error=-1.0)

@@ -72,6 +72,10 @@ class RopeRow(Row):
     ``cache_bound`` is :func:`cache_rounding_bound` of the cache format;
     ``how`` says how each stage's value is made (:attr:`Recipe.how`) and
     ``engine`` who rounded (numpy: correctly rounded; torch: this machine).
+    ``pair_errors``: the pairwise rotation errors at each audited distance D
+    below ``length`` (:class:`~precision_audit.rope.PairError`, increasing D:
+    the error of the rotation from position m - D to m, m in [D, length);
+    see :mod:`.pairs`).
     """
 
     recipe: str
