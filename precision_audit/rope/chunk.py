@@ -35,7 +35,6 @@ from .tables import _AngleTable, _has_codes, _PairTable
 from .torch_engine import torch_stages
 
 BLOCK_ELEMS = 2**17  # angles per block of rows: its float64 arrays stay in the CPU caches, its calls few
-PAIR_BLOCK_ELEMS = 2**15  # pair errors per block: the block's signed errors stay in the caches for every distance
 
 
 def _wrap_threshold() -> float:
@@ -217,6 +216,7 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
         for cj in job.caches:
             cj.rot, cj.collisions, cj.first, cj.last, cj.wraps = _Reduction(), 0, None, None, False
             cj.pair_red, cj.pair_wraps = {}, {}
+    live = [] if plan.pairs is None else [d for d in plan.pairs.carried if start < plan.pairs.until[d]]
     with np.errstate(invalid="ignore", over="ignore"):
         for a in range(start, stop, block):
             b = min(stop, a + block)
@@ -225,7 +225,7 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             _oracle_into(m, hi, lo, w)
             pos = {f: round_to(m, f) for f in plan.position_formats}
             for job in plan.jobs:
-                _angle_block(job, pos[job.recipe.positions], plan, w, a - start)
+                _angle_block(job, pos[job.recipe.positions], plan, w, a - start, live)
         if plan.pairs is not None:
             _chunk_pairs(plan, hi, lo, start, stop, work, block)
     out: list[_ChunkStats | None] = [None] * plan.n_recipes
@@ -253,49 +253,50 @@ def _pair_stats(st: _ChunkStats, cj: _CacheJob, signed: F64, carry: int) -> None
         st.head, st.tail = signed[:k].copy(), signed[n - k :].copy()
 
 
-def _pair_rows(cur: F64, prev: F64, w: _Rows, cj: _CacheJob, d: int) -> None:
+def _block_pairs(cj: _CacheJob, off: int, n: int, w: _Rows, live: Sequence[int]) -> None:
+    """The pairs of a block's rows ``off..off+n-1`` of the chunk at the distances ``live`` whose earlier row is
+    in the chunk too, right after the block's signed errors were written (still in the caches)."""
+    assert cj.signed is not None
+    for d in live:
+        a = max(off, d)
+        if a < off + n:
+            r = off + n - a
+            _pair_rows(cj.signed[a : off + n], cj.signed[a - d : off + n - d], w.kz[: r + 1], cj, d, w.t[:r])
+
+
+def _pair_rows(cur: F64, prev: F64, w: Any, cj: _CacheJob, d: int, t: F64 | None = None) -> None:
     """Fold ``|wrap(cur - prev)|`` (wrapped signed errors of positions m and m - d, as many rows as ``w``;
     nan: pi) into the cache job's reduction for distance ``d``; in ``w.k``, scratch ``w.t``.
 
     ``cur - prev`` lies in [-2T, 2T], where ``|wrap(x)| = min(|x|, |2pi - |x||)`` (as for the rotation
     errors); that step is skipped while no difference exceeds T (and done at once for a job's blocks after
-    one that needed it)."""
-    x = w.k
+    one that needed it).  ``w``: the rows' buffers (:class:`_Rows`), or the ``kz`` buffer itself (one more row
+    than ``cur``) with the scratch ``t``."""
+    kz, t = (w, t) if t is not None else (w.kz, w.t)
+    x = kz[1:]
     np.subtract(cur, prev, out=x)
     np.abs(x, out=x)
     wraps = cj.pair_wraps.get(d, False)
     if not wraps:
-        xmax = _colmax(x, w.t)
+        xmax = _colmax(x, t)
         wraps = cj.pair_wraps[d] = not xmax.max() <= _WRAP_T  # some pair needs wrapping, or is nan
     if wraps:
-        np.subtract(_TWO_PI, x, out=w.t)
-        np.abs(w.t, out=w.t)
-        np.minimum(x, w.t, out=x)  # nan stays nan
-        xmax = _colmax(x, w.t)
+        np.subtract(_TWO_PI, x, out=t)
+        np.abs(t, out=t)
+        np.minimum(x, t, out=x)  # nan stays nan
+        xmax = _colmax(x, t)
         if not np.isfinite(xmax).all():
             x[~np.isfinite(x)] = math.pi
-            xmax = _colmax(x, w.t)
-    cj.pair_red.setdefault(d, _Reduction()).add(xmax, w.kz)
+            xmax = _colmax(x, t)
+    cj.pair_red.setdefault(d, _Reduction()).add(xmax, kz)
 
 
 def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Work, block: int) -> None:
-    """The pairs of chunk start..stop-1 that the chunk holds: both positions in it (distances up to the
-    carry), or position m - D in a block recomputed here (longer distances); only up to each distance's
-    largest length (a chunk never straddles a length)."""
+    """The pairs of chunk start..stop-1 at the distances above the carry: position m - D in a block recomputed
+    here, only up to each distance's largest length (a chunk never straddles a length).  (Shorter distances:
+    both positions in the chunk, :func:`_block_pairs`; the earlier one in another chunk, at the merge.)"""
     spec = plan.pairs
     assert spec is not None
-    caches = [cj for job in plan.jobs for cj in job.caches if cj.signed is not None]
-    carried = [d for d in spec.carried if start < spec.until[d] and start + d < stop]
-    rows = max(1, min(block, PAIR_BLOCK_ELEMS // max(1, work.nf)))
-    for a0 in range(start, stop, rows):  # a block of rows m, for every distance while it is in the caches
-        b = min(stop, a0 + rows)
-        for cj in caches:
-            assert cj.signed is not None
-            for d in carried:  # rows m with m - d in the chunk
-                a = max(a0, start + d)
-                if a < b:
-                    _pair_rows(cj.signed[a - start : b - start], cj.signed[a - d - start : b - d - start],
-                               work.rows(b - a), cj, d)
     for d in spec.shifted:
         if start >= spec.until[d]:
             continue
@@ -353,9 +354,9 @@ class _Stored:
         return cc, ss, rot
 
 
-def _angle_block(job: _AngleJob, pos: F64, plan: _Plan, w: _Rows, off: int = 0) -> None:
+def _angle_block(job: _AngleJob, pos: F64, plan: _Plan, w: _Rows, off: int = 0, live: Sequence[int] = ()) -> None:
     """One angle job on one block (rows ``off..`` of the chunk): the angle and its errors, then each cache
-    and its errors."""
+    and its errors (and its pairs at the distances ``live`` within the chunk)."""
     angle = _angle_into(job.recipe, pos, job.inv, w)
     _angle_errors(angle, w, job)
     stored = _Stored(job, angle, plan, w, pos)
@@ -364,6 +365,8 @@ def _angle_block(job: _AngleJob, pos: F64, plan: _Plan, w: _Rows, off: int = 0) 
         signed = None if cj.signed is None else cj.signed[off : off + rot.shape[0]]
         has_nan = _rotation_errors(rot, w, cj.rot, cj, signed)
         _collisions(cj, cc, ss, has_nan)
+        if signed is not None and live:
+            _block_pairs(cj, off, rot.shape[0], w, live)
 
 
 def _bounded(pos: F64, job: _AngleJob) -> bool:
