@@ -112,18 +112,20 @@ def brute(cc: np.ndarray, ss: np.ndarray, theta: np.ndarray, d: int, length: int
 
 YARN = RopeSchedule(head_dim=16, base=10000.0, scaling="yarn", factor=4.0, original_max_position_embeddings=256)
 PLAIN = RopeSchedule(head_dim=16, base=10000.0)
+PROPORTIONAL = RopeSchedule(head_dim=32, rotary_dim=8, scaling="proportional", base=1e6)  # 12 of 16 theta are 0
 
 
 @pytest.mark.parametrize(("schedule", "name", "dtype"), [
     (PLAIN, "lowp", "bfloat16"), (PLAIN, "lowp", "float16"), (PLAIN, "lowp-inv-freq", "bfloat16"),
     (PLAIN, "lowp-inv-freq", "float16"), (PLAIN, "fp32", "bfloat16"), (PLAIN, "fp32", "float16"),
     (PLAIN, "fp64", "bfloat16"), (YARN, "fp32", "bfloat16"), (YARN, "lowp-inv-freq", "bfloat16"),
+    (PROPORTIONAL, "lowp", "bfloat16"), (PROPORTIONAL, "fp32", "float16"),
 ])
 def test_pairs_match_brute_force(schedule: RopeSchedule, name: str, dtype: str) -> None:
     # chunks of 256 positions (2048 angles / 8 frequencies): D <= 256 paired across chunks at the merge,
     # D > 256 from recomputed blocks; lengths 1500 and 700 end mid-chunk (fp16 angles stay below 1500: finite)
     lengths, ds = [700, 1500], (1, 16, 255, 256, 257, 699, 1499)
-    rows = audit(schedule, preset(name, dtype), lengths, distances=ds, chunk_elems=2048)
+    rows = audit(schedule, preset(name, dtype), lengths, distances=ds, chunk_elems=256 * schedule.n_freq)
     cc, ss = stored(name, dtype, schedule, max(lengths))
     theta = schedule.inv_freq()
     for row in rows:
@@ -365,3 +367,21 @@ def test_assert_rope_max_pair_error() -> None:
     assert_rope(s, "lowp-inv-freq", 1024, max_rotation_error=math.inf, max_pair_error=0.02, distances=[1])
     with pytest.raises(ValueError, match="max_pair_error"):
         assert_rope(s, "fp32", 1024, max_pair_error=-1.0)
+
+
+@pytest.mark.parametrize("name", ["llama.cpp-cpu", "llama.cpp-cuda", "mlx", "vllm"])
+def test_stack_pairs_match_their_stored_values(name: str) -> None:
+    # stacks whose angle is not position * inv_freq (repeated products, powf): the audit's chunked pairs (chunks of
+    # 256 positions, so both the merge and the recomputed blocks) against the brute force on the stack's own
+    # stored values (run_recipe, the numpy engine's single pass over every position)
+    from precision_audit.rope import run_recipe, stack
+
+    s = RopeSchedule(head_dim=16, base=10000.0)
+    rec = stack(name, "bfloat16", s)
+    ds = (1, 200, 256, 700)
+    (row,) = audit(s, rec, 1000, distances=ds, chunk_elems=256 * s.n_freq)
+    st = run_recipe(rec, s, np.arange(1000))
+    for p in row.pair_errors:
+        mx, mean = brute(st["cos"], st["sin"], s.inv_freq(), p.distance, 1000)
+        assert p.max_rotation_error == pytest.approx(mx, abs=1e-13)
+        assert p.mean_rotation_error == pytest.approx(mean, abs=1e-13)
