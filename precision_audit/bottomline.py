@@ -21,7 +21,7 @@ from typing import Any
 
 from ._common import Row
 
-__all__ = ["VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]
+__all__ = ["KINDS", "VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]
 
 VERDICT_ORDER: tuple[str, ...] = ("safe", "degraded", "broken")
 
@@ -47,6 +47,13 @@ class Summary(Row):
     the shortest is not); ``degraded_from`` / ``broken_from`` the first length
     with that verdict (None if none).  ``label`` names the path for people,
     ``fix`` says what to do when it is not safe (None where no fix is known).
+    ``note``: how the schedule the path runs differs from the one the model
+    declares (a stack that computes other frequencies), or None; ``roles``:
+    a stack's uses (``train``, ``serve``; empty for a recipe).
+
+    >>> print(Summary("llama.cpp-cpu", "llama.cpp CPU", "bfloat16", (4096,), "broken", None, None, 4096,
+    ...               "use another stack", "runs another schedule: ramp bounds rounded"))
+    llama.cpp CPU, bfloat16: broken at every length audited; runs another schedule: ramp bounds rounded -> use another stack
     """
 
     path: str
@@ -58,6 +65,8 @@ class Summary(Row):
     degraded_from: int | None
     broken_from: int | None
     fix: str | None = None
+    note: str | None = None
+    roles: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         parts = []
@@ -69,6 +78,8 @@ class Summary(Row):
             parts.append("broken at every length audited" if self.broken_from == self.lengths[0]
                          else f"broken from {human_length(self.broken_from)}")
         text = f"{self.label}, {self.dtype}: " + ", ".join(parts)
+        if self.note:
+            text += f"; {self.note}"
         if self.verdict != "safe" and self.fix:
             text += f" -> {self.fix}"
         return text
@@ -87,12 +98,36 @@ _ALIBI_LABELS: dict[str, tuple[str, str | None]] = {
 }
 
 
+_FLOAT32_BUCKET = "compute the bucket in float32: .float() on the distance before the log, as transformers does"
+_FLOAT32_DISTANCES = "build the relative distances in float32 (torch.arange(..., dtype=torch.float32)); cast only the encoding"
+_INT64_MASK = "cast the attention mask to int64 before the cumsum that makes position ids"
+_OTHER_LABELS: dict[str, dict[str, tuple[str, str | None]]] = {
+    "relative": {
+        "transformers": ("transformers (distances int64, the bucket log or the sinusoid in float32)", None),
+        "lowp": ("every bucket operation in the dtype (lowp: an ONNX float16 export, MindSpore bfloat16)",
+                 _FLOAT32_BUCKET),
+        "cast-distance": ("the distance cast to the dtype (cast-distance)", _FLOAT32_BUCKET),
+        "arange-dtype": ("relative distances built in the dtype (arange-dtype)", _FLOAT32_DISTANCES),
+        "positions-dtype": ("relative distances cast to the dtype (positions-dtype)", _FLOAT32_DISTANCES),
+    },
+    "learned": {
+        "arange": ("position ids from arange (int64)", None),
+        "mask-int64": ("position ids from an int64 attention mask's cumsum (OPT, left padding)", None),
+        "mask-cumsum": ("position ids from the cumsum of a mask held in the dtype", _INT64_MASK),
+        "mask-scan": ("position ids from a running sum in the dtype", _INT64_MASK),
+    },
+}
+KINDS: tuple[str, ...] = ("rope", "alibi", "relative", "learned")
+
+
 def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
-    if kind not in ("rope", "alibi"):
-        raise ValueError(f"kind {kind!r} must be 'rope' or 'alibi'")
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r} must be one of {', '.join(KINDS)}")
     if kind == "alibi":
         return dict(_ALIBI_LABELS)
-    from .rope.recipes import STACKS
+    if kind in _OTHER_LABELS:
+        return dict(_OTHER_LABELS[kind])
+    from .rope.stacks import STACKS
 
     out: dict[str, tuple[str, str | None]] = {n: (s.label, s.fix) for n, s in STACKS.items()}
     out.update({
@@ -107,6 +142,12 @@ def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
     return out
 
 
+def _roles(path: str) -> tuple[str, ...]:
+    from .rope.stacks import STACKS
+
+    return STACKS[path].roles if path in STACKS else ()
+
+
 def fix_for(path: str, kind: str = "rope") -> str | None:
     """The fix the bottom line names for a code path (a stack, RoPE preset or ALiBi recipe); None if none is known.
 
@@ -116,13 +157,16 @@ def fix_for(path: str, kind: str = "rope") -> str | None:
     return _labels(kind).get(path, (path, None))[1]
 
 
-def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope") -> list[Summary]:
+def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
+                notes: Mapping[str, tuple[str, str | None]] | None = None) -> list[Summary]:
     """One :class:`Summary` per (code path, dtype) of ``rows``, in first-seen order.
 
     Each row (a mapping or an object) gives ``key`` (the code path: a stack
     or recipe name), ``dtype``, ``length`` and ``verdict``; rows of several
     layer types at one length combine to their worst verdict.  ``kind``
-    (``rope`` or ``alibi``) chooses how recipe names read.
+    (:data:`KINDS`) chooses how recipe names read.  ``notes`` maps a
+    path to (a note, its fix): a stack that runs another schedule than the
+    model declares (its fix replaces the path's own).
     """
     labels = _labels(kind)
     groups: dict[tuple[str, str], dict[int, str]] = {}
@@ -143,8 +187,10 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope") -> l
             safe_to = L
         first = {v: next((L for L, w in zip(lens, verdicts) if w == v), None) for v in VERDICT_ORDER[1:]}
         label, fix = labels.get(path, (path, None))
+        note, note_fix = (notes or {}).get(path, (None, None))
         out.append(Summary(path, label, dtype, lens, max(verdicts, key=VERDICT_ORDER.index), safe_to,
-                           first["degraded"], first["broken"], fix))
+                           first["degraded"], first["broken"], note_fix or fix, note,
+                           _roles(path) if kind == "rope" else ()))
     return out
 
 

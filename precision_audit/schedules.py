@@ -27,7 +27,7 @@ compare every type with transformers' ``ROPE_INIT_FUNCTIONS``.
 
 Operation order.  A formula does not fix the order of its floating-point
 operations, and a float32 result is bit-exact only in the order the real code
-uses.  ``_llama3``, ``_yarn`` and ``_yarn_bounds`` therefore take theirs from
+uses.  ``_llama3``, ``_yarn`` and ``yarn_bounds`` therefore take theirs from
 transformers' ``src/transformers/modeling_rope_utils.py``
 (``_compute_llama3_parameters``; ``_compute_yarn_parameters`` with its
 ``find_correction_range`` and ``linear_ramp_factor``; read at transformers
@@ -66,7 +66,9 @@ __all__ = [
     "ROPE_TYPES",
     "RopeSchedule",
     "schedule_from_rope_parameters",
+    "round_mp",
     "ulp_distance",
+    "yarn_bounds",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -80,8 +82,8 @@ MAX_HEAD_DIM = 8192
 # op into the op's math type, float32, so they are rounded to float32 there).
 
 
-def _round_mp(v: Any, fmt: Format) -> float:
-    """An mpmath value correctly rounded to ``fmt``.
+def round_mp(v: Any, fmt: Format) -> float:
+    """An mpmath value correctly rounded to ``fmt`` (a :class:`~precision_audit.formats.Format`).
 
     float(v) rounds to nearest float64; if inexact it is turned into the
     round-to-odd float64 value (step toward v when its last bit is even), which
@@ -149,7 +151,7 @@ class _Rounded:
 
         x, y = np.broadcast_arrays(self._arr(a), self._arr(b))
         with mpmath.workprec(160):
-            out = [_round_mp(mpmath.power(mpmath.mpf(float(p)), mpmath.mpf(float(q))), self.fmt)
+            out = [round_mp(mpmath.power(mpmath.mpf(float(p)), mpmath.mpf(float(q))), self.fmt)
                    for p, q in zip(x.ravel(), y.ravel())]
         return np.array(out, dtype=np.float64).reshape(x.shape)
 
@@ -260,11 +262,19 @@ def _dynamic(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
     return _default(s, o, seq_len, base=grown)
 
 
-def _yarn_bounds(s: "RopeSchedule") -> tuple[float, float]:
-    """YaRN's ramp ends: the dims whose wavelength fits beta_fast / beta_slow rotations in L0.
+def yarn_bounds(s: "RopeSchedule") -> tuple[float, float]:
+    """YaRN's ramp ends (in float64): the dims whose wavelength fits beta_fast / beta_slow rotations in L0,
+    rounded to whole dims (floor / ceil) when the schedule says ``truncate``.
 
     Operation order (and the ``+ 0.001``) from transformers' ``find_correction_range`` /
     ``linear_ramp_factor`` (Apache-2.0; see the module docstring).
+
+    >>> gpt_oss = dict(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0,
+    ...                original_max_position_embeddings=4096)
+    >>> [round(b, 4) for b in yarn_bounds(RopeSchedule(**gpt_oss, truncate=False))]
+    [8.0928, 17.398]
+    >>> yarn_bounds(RopeSchedule(**gpt_oss, truncate=True))
+    (8, 18)
     """
     d, L0 = s.rotary, s.original_max_position_embeddings
 
@@ -290,7 +300,7 @@ def _yarn(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
     powers = o.pow(s.base, o.div(o.arange(0, d, 2), d))
     extrapolated = o.div(1.0, powers)
     interpolated = o.div(1.0, o.mul(s.factor, powers))
-    low, high = _yarn_bounds(s)
+    low, high = yarn_bounds(s)
     ramp = o.clamp(o.div(o.sub(o.arange(0, d // 2), low), high - low), 0.0, 1.0)
     keep = o.sub(1, ramp)  # weight of the extrapolated frequency
     return o.add(o.mul(interpolated, o.sub(1, keep)), o.mul(extrapolated, keep))
@@ -344,7 +354,9 @@ _FORMULAS: dict[str, Callable[["RopeSchedule", Any, int | None], Any]] = {
     "proportional": _proportional,
 }
 ROPE_TYPES: tuple[str, ...] = tuple(_FORMULAS)
-_TYPE_ALIASES = {"none": "default", "su": "longrope"}  # "su": LongRoPE's name in early Phi-3 configs
+# "su": LongRoPE's name in early Phi-3 configs; "mrope": Qwen2-VL / Qwen2.5-VL (transformers' Qwen2VLConfig maps it
+# to "default": the sections only choose which of the (temporal, height, width) ids feeds each frequency)
+_TYPE_ALIASES = {"none": "default", "su": "longrope", "mrope": "default"}
 
 
 # --------------------------------------------------------------------------- the schedule

@@ -48,8 +48,8 @@ from ._common import (
     check_schedule,
     describe,
 )
-from .config import (DEFAULT_TOLERANCE, PHASE_LOST, ModelConfig, load_config, load_config_dict, load_model,
-                     rope_verdict, schedule_from_config)
+from .config import (DEFAULT_TOLERANCE, FALLBACK_CONTEXT, PHASE_LOST, ModelConfig, load_config, load_config_dict,
+                     load_model, rope_verdict, schedule_from_config)
 from .formats import get_format
 from .schedules import RopeSchedule
 
@@ -274,6 +274,10 @@ def _fix_line(path: str) -> str:
     return f"\nFix: {fix}." if fix else ""
 
 
+# the path judged when none is named: the code the model runs as built
+_DEFAULT_PATH = {"rope": "fp32", "alibi": "fp32", "relative": "transformers", "learned": "mask-int64"}
+
+
 def _recipe_or_stack(recipe: Any, stack: Any, default: str | None) -> tuple[str | None, str | None]:
     """Check that one of ``recipe`` / ``stack`` is given (``recipe`` falls back to ``default``), not both."""
     _check_text(stack, "stack", optional=True)
@@ -392,8 +396,11 @@ def assert_config(
 
     ``path``: a ``config.json`` path (or its folder), a ``.gguf`` file, a Hub
     id, a config dict or a ModelConfig.  ``length`` defaults to the config's
-    context; ``recipe`` is a RoPE preset or an ALiBi recipe (default ``fp32``,
-    which exists for both); ``stack`` instead judges that inference stack's
+    context (:data:`~precision_audit.config.FALLBACK_CONTEXT` when it declares
+    none); ``recipe`` is a RoPE preset or an ALiBi recipe (default ``fp32``,
+    which exists for both), a relative-bucket / sinusoid path (default
+    ``transformers``) or a learned-id path (default ``mask-int64``: OPT's ids
+    from an int64 mask); ``stack`` instead judges that inference stack's
     code path (RoPE models; see :data:`precision_audit.rope.STACKS`).  Every
     layer type's schedule is checked.  ``max_rotation_error`` applies to RoPE
     models.
@@ -420,15 +427,13 @@ def assert_config(
 
     max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
     _check_text(recipe, "recipe", optional=True)
-    recipe, stack = _recipe_or_stack(recipe, stack, "fp32")
     if length is not None:
         length = check_length(length)
     model = _load(path)
+    recipe, stack = _recipe_or_stack(recipe, stack, _DEFAULT_PATH.get(model.kind, "fp32"))
     if model.kind != "rope" and max_rotation_error is not None:
         raise ValueError(f"{model.name} uses {model.kind}: max_rotation_error applies to RoPE models only")
-    lengths = None if length is None else [length]
-    if lengths is None and model.max_position_embeddings is not None:
-        lengths = [model.max_position_embeddings]
+    lengths = [length if length is not None else model.max_position_embeddings or FALLBACK_CONTEXT]
     if stack is not None:
         rows = audit_config(model, lengths, [dtype], stacks=[stack], tolerance=tolerance, positions=False)
     else:
@@ -439,12 +444,17 @@ def assert_config(
         what = "stack" if stack is not None else "recipe"
         cols = [("layer", "layer_type")] * any(r.layer_type for r in rows) + [(what, "recipe")] + _ROPE_COLUMNS
         limit = _limit_text(max_rotation_error, tolerance, rows[0].cache_bound if rows else cache_rounding_bound(dtype))
-    else:
+    elif model.kind == "alibi":
         bad = [r for r in rows if r.verdict != "safe"]
         cols = [("recipe", "recipe"), ("dtype", "dtype"), ("length", "length"),
                 ("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
                 ("max dP", "max_prob_change"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
         limit = f"verdict safe (no colliding biases, bias error <= {tolerance:g} half-ulps)"
+    else:
+        bad = [r for r in rows if r.verdict != "safe"]
+        cols = [("path", "recipe"), ("side", "layer_type"), ("dtype", "dtype"), ("length", "length"),
+                ("changed", "changed"), ("first changed", "first_changed"), ("verdict", "verdict")]
+        limit = "verdict safe (every bucket, row or position id exact)"
     if bad:
         path_name = stack if stack is not None else str(recipe)
         raise AssertionError(

@@ -1,7 +1,6 @@
-"""Regenerate (or check) every output block of README.md from the command it shows.
+"""Regenerate (or check) every output block of README.md and docs/*.md from the command it shows.
 
-Each output block in the README sits between cog markers that name its
-command::
+Each output block sits between cog markers that name its command::
 
     <!-- [[[cog run("precision-audit rope -l 8K") ]]] -->
     ```
@@ -11,10 +10,12 @@ command::
     <!-- [[[end]]] -->
 
 ``python scripts/readme.py`` re-runs every command and rewrites the blocks in
-place (cogapp, ``cog -r``); ``python scripts/readme.py --check`` re-runs them
-and fails, printing a diff, if any block differs from what the command prints
-now (``cog --check``).  CI runs the check, so the README cannot drift from the
-tool.  Commands run in a fresh process each, as a user's shell would run them,
+place (cogapp, ``cog -r``) in ``README.md`` and in every ``docs/*.md`` page, in
+one run; ``python scripts/readme.py --check`` re-runs them and fails, printing
+a diff, if any block differs from what the command prints now (``cog
+--check``).  CI runs the check, so the README and the docs cannot drift from
+the tool.  A new page ``docs/NAME.md`` is picked up without any change here.
+Commands run in a fresh process each, as a user's shell would run them,
 with a fixed terminal width and no terminal attached (no colour, no progress).
 ``precision-audit`` runs this checkout's code (``python -c "from
 precision_audit.cli import main; ..."`` with the checkout first on
@@ -27,8 +28,8 @@ Helpers, each emitting one block:
   marking each gap with ``...``; ``status=True`` adds the exit status);
 * :func:`report`: ``precision-audit report`` into a temporary folder, then one
   section of the ``report.md`` it wrote;
-* :func:`incidents`: the catalog's verdicts, a markdown table built from
-  ``precision-audit reproduce NAME --json``;
+* :func:`incidents`: the catalog as a markdown table
+  (``precision_audit.incidents.catalog_markdown``);
 * :func:`stacks`: the stack presets, a markdown table built from
   ``precision_audit.rope.STACKS``;
 * :func:`pytest_failure`: the README's guard example run by pytest, its
@@ -40,11 +41,13 @@ Some blocks depend on a dependency's version (``hf-scan`` lists the installed
 transformers' rotary classes): regenerating writes the versions used to
 ``.ci/constraints.txt``, CI installs exactly those (``pip -c``), and the check
 refuses to compare under other versions, naming them.
+
+The file is also the docs site's mkdocs hook (``hooks:`` in ``mkdocs.yml``):
+:func:`on_page_markdown` makes the README the site's front page.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -56,6 +59,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 WIDTH = "200"  # wide enough that no README table wraps
 CLI = "import sys; from precision_audit.cli import main; sys.exit(main(prog_name='precision-audit'))"
 FENCE = "```"
@@ -95,13 +99,17 @@ def output(command: str) -> str:
 def _keep_rows(text: str, rows: Sequence[str]) -> str:
     """The table of ``text`` with only the rows whose first or second cell is in ``rows``; each gap becomes ``...``.
 
-    The table is the header and its rule (the first two lines) and the lines
-    up to the first empty line; everything after it is kept as printed.
+    The table's rule is the first line of dashes (and spaces), its header the
+    line above; its rows run to the next empty line.  Everything before the
+    header and after the rows is kept as printed.
     """
     lines = text.splitlines()
-    end = lines.index("") if "" in lines else len(lines)
-    out, gap = lines[:2], False
-    for line in lines[2:end]:
+    rule = next((i for i, line in enumerate(lines) if line.strip() and not line.strip(" -")), None)
+    if not rule:
+        raise ValueError(f"no table (a header and a rule of dashes) in:\n{text}")
+    end = lines.index("", rule) if "" in lines[rule:] else len(lines)
+    out, gap = lines[:rule + 1], False
+    for line in lines[rule + 1:end]:
         if set(line.split()[:2]) & set(rows):
             if gap:
                 out.append("...")
@@ -165,19 +173,13 @@ def _cell(text: object) -> str:
 
 
 def incidents() -> None:
-    """Emit the catalog's verdicts as a markdown table, from ``precision-audit reproduce NAME --json``."""
+    """Emit the incident catalog as a markdown table (``precision_audit.incidents.catalog_markdown``)."""
     import cog  # type: ignore[import-not-found]
 
-    listed = json.loads(execute("precision-audit reproduce --list --json")[0])["results"]
-    cog.outl("| name | verdict | the tool's explanation |")
-    cog.outl("| --- | --- | --- |")
-    for item in listed:
-        data = json.loads(execute(f"precision-audit reproduce {item['name']} --json")[0])
-        row = data.get("incident") or data["results"][0]  # baichuan's JSON: position rows, the incident beside
-        name = f"`{row['name']}`"
-        if str(row.get("url", "")).startswith("https://"):
-            name = f"[{name}]({row['url']})"
-        cog.outl(f"| {name} | {row['verdict']} | {_cell(row['explanation'])} |")
+    sys.path.insert(0, str(ROOT))
+    from precision_audit.incidents import catalog_markdown
+
+    cog.outl(catalog_markdown().rstrip("\n"))
 
 
 def stacks() -> None:
@@ -187,11 +189,12 @@ def stacks() -> None:
     sys.path.insert(0, str(ROOT))
     from precision_audit.rope import STACKS
 
-    cog.outl("| `--stack` | what it models | rope types it runs | source read |")
-    cog.outl("| --- | --- | --- | --- |")
+    cog.outl("| `--stack` | trains / serves | what it models | rope types it runs | source read |")
+    cog.outl("| --- | --- | --- | --- | --- |")
     for name, st in STACKS.items():
-        types = ", ".join(st.rope_types) if len(st.rope_types) < 8 else "all"
-        cog.outl(f"| `{name}` | {_cell(st.label)}: {_cell(st.preset.code)} | {types} | {_cell(st.source)} |")
+        types = ", ".join(st.rope_types) if len(st.rope_types) < 7 else "all"
+        cog.outl(f"| `{name}` | {', '.join(st.roles)} | {_cell(st.label)}: {_cell(st.preset.code)} | {types} | "
+                 f"{_cell(st.source)} |")
 
 
 def pytest_failure(name: str = "test_rotary.py") -> None:
@@ -238,17 +241,43 @@ def include(path: str) -> None:
 
 PINS = ROOT / ".ci" / "constraints.txt"  # CI installs these versions: the ones the output blocks were generated with
 PINNED = ("transformers",)  # the packages whose version changes an output block (hf-scan lists transformers' classes)
+# The docs site's builder: no output block depends on it, so --check does not compare it; pinned so that CI's
+# `mkdocs build --strict` runs the version the pages were last built with (kept from the file when not installed).
+SITE_PINNED = ("mkdocs", "mkdocs-material")
 
 
-def _installed() -> dict[str, str]:
-    from importlib.metadata import version
+def _installed(names: Sequence[str] = PINNED) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
 
-    return {name: version(name) for name in PINNED}
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
 
 
 def _pins() -> dict[str, str]:
+    if not PINS.exists():
+        return {}
     found = (re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line) for line in PINS.read_text().splitlines())
     return {m[1]: m[2] for m in found if m}
+
+
+def _write_pins() -> None:
+    """Record the versions the blocks were generated with (and the site builder's, installed or as pinned before)."""
+    blocks, old = _installed(), _pins()
+    missing = [n for n in PINNED if n not in blocks]
+    if missing:
+        raise SystemExit(f"readme.py: {', '.join(missing)} not installed: the output blocks need it "
+                         "(pip install -c .ci/constraints.txt -e '.[test,hf]')")
+    site = {n: v for n, v in old.items() if n in SITE_PINNED} | _installed(SITE_PINNED)
+    PINS.write_text("# Written by scripts/readme.py: the versions the README's and docs' output blocks were generated "
+                    "with,\n# and the docs site's builder (mkdocs). .ci/run installs them (pip -c); python "
+                    "scripts/readme.py --check\n# refuses other versions of the first group.\n"
+                    + "".join(f"{n}=={v}\n" for n, v in blocks.items())
+                    + "".join(f"{n}=={site[n]}\n" for n in SITE_PINNED if n in site))
 
 
 def main(argv: list[str]) -> int:
@@ -257,22 +286,46 @@ def main(argv: list[str]) -> int:
     check = "--check" in argv
     if check:
         pins, installed = _pins(), _installed()
-        wrong = [f"{n} {installed[n]} (the README was generated with {pins.get(n, '?')})"
-                 for n in PINNED if pins.get(n) != installed[n]]
+        wrong = [f"{n} {installed.get(n, '(not installed)')} "
+                 f"(the README and docs were generated with {pins.get(n, '?')})"
+                 for n in PINNED if pins.get(n) != installed.get(n)]
         if wrong:
             print(f"readme.py --check: installed {', '.join(wrong)}: install the versions in {PINS.relative_to(ROOT)} "
                   "(pip install -c .ci/constraints.txt ...), or regenerate with python scripts/readme.py",
                   file=sys.stderr)
             return 1
     else:
-        PINS.write_text("# Written by scripts/readme.py: the versions the README's output blocks were generated with.\n"
-                        "# .ci/run installs them (pip -c); python scripts/readme.py --check refuses other versions.\n"
-                        + "".join(f"{n}=={v}\n" for n, v in _installed().items()))
+        _write_pins()
     helpers = "run, report, incidents, stacks, pytest_failure, include"
     args = ["cog", "-p", f"from readme import {helpers}", "-I", str(ROOT / "scripts")]
     args += ["--check", "--diff"] if check else ["-r"]
-    args.append(str(README))
+    args += [str(page) for page in pages()]
     return Cog().main(args)
+
+
+def pages() -> list[Path]:
+    """The files whose output blocks are generated: README.md, then every docs/*.md page."""
+    return [README] + sorted(DOCS.glob("*.md"))
+
+
+def site_front_page(readme: str) -> str:
+    """The README as the docs site's front page (``docs/index.md``): its ``docs/`` links made relative to docs/.
+
+    >>> site_front_page("[Tests](docs/tests.md#ci), ![x](figures/x.png), [top](#quick-start)")
+    '[Tests](tests.md#ci), ![x](figures/x.png), [top](#quick-start)'
+    """
+    return re.sub(r"\]\(docs/", "](", readme)
+
+
+def on_page_markdown(markdown: str, page: object, **kwargs: object) -> str:
+    """mkdocs hook: the README in place of ``docs/index.md`` (a stub that says so); other pages as they are.
+
+    ``figures/`` links resolve through the ``docs/figures`` link to the top-level folder; any other link
+    out of ``docs/`` fails ``mkdocs build --strict``.
+    """
+    if getattr(getattr(page, "file", None), "src_uri", None) == "index.md":
+        return site_front_page(README.read_text(encoding="utf-8"))
+    return markdown
 
 
 if __name__ == "__main__":

@@ -136,6 +136,12 @@ EXPECTED = {
     "qwen2.5-coder-32b-instruct-yarn.json": ("rope", _qwen25_coder_yarn),
     "bloom-7b1.json": ("alibi", lambda: (js("bloom-7b1.json")["n_head"], None)),
     "baichuan2-13b-base.json": ("alibi", lambda: (js("baichuan2-13b-base.json")["num_attention_heads"], 4096)),
+    # relative and learned encodings (their fields against transformers' own classes: tests/test_config_relative.py)
+    "t5-v1_1-xxl-encoder.json": ("relative", lambda: ({"scheme": "t5", "num_buckets": 32, "max_distance": 128},
+                                                      None)),
+    "deberta-v3-base.json": ("relative", lambda: ({"scheme": "deberta", "num_buckets": 256, "max_distance": 512},
+                                                  512)),
+    "gpt2.json": ("learned", lambda: ({"scheme": None}, js("gpt2.json")["n_positions"])),
 }
 
 
@@ -147,6 +153,10 @@ def test_shipped_config_fields(name):
     if kind == "alibi":
         heads, ctx = expect()
         assert (m.num_heads, m.max_position_embeddings) == (heads, ctx)
+        return
+    if kind in ("relative", "learned"):
+        fields, ctx = expect()
+        assert {"scheme": m.scheme, **dict(m.scheme_params)} == fields and m.max_position_embeddings == ctx
         return
     per_type, ctx = expect()
     assert m.max_position_embeddings == ctx
@@ -353,7 +363,7 @@ def test_alibi_detection(cfg, kind):
 
 
 @pytest.mark.parametrize("cfg, message", [
-    ({"model_type": "gpt2", "n_embd": 768, "n_head": 12}, "cannot tell the position encoding of model_type 'gpt2'"),
+    ({"model_type": "fancy", "n_embd": 768, "n_head": 12}, "cannot tell the position encoding of model_type 'fancy'"),
     ({"model_type": "llama", "hidden_size": 4096}, "no head_dim, and no hidden_size with num_attention_heads"),
     ({"model_type": "llama", "hidden_size": 100, "num_attention_heads": 3}, "hidden_size 100 is not divisible"),
     ({"model_type": "bloom", "hidden_size": 64}, "ALiBi model without num_attention_heads"),
@@ -370,10 +380,11 @@ def test_malformed_configs_name_the_problem(cfg, message):
 
 
 def test_model_config_validates():
-    with pytest.raises(ValueError, match="kind 'learned'"):
-        ModelConfig(name="m", model_type="gpt2", kind="learned")
-    with pytest.raises(ValueError, match="no context length"):
-        default_lengths(load_config(DATA / "bloom-7b1.json"))
+    with pytest.raises(ValueError, match="kind 'sinusoid' must be one of rope, alibi, relative, learned"):
+        ModelConfig(name="m", model_type="gpt2", kind="sinusoid")
+    with pytest.raises(ValueError, match="kind 'relative' needs scheme t5, deberta or xlnet"):
+        ModelConfig(name="m", model_type="t5", kind="relative")
+    assert default_lengths(load_config(DATA / "bloom-7b1.json")) == (2048, 4096, 8192)  # FALLBACK_CONTEXT, 2x, 4x
     with pytest.raises(ValueError, match="pick one with layer_type"):
         load_config(DATA / "gemma-4-31b-it.json").schedule
 
@@ -395,7 +406,8 @@ def _distinct_bf16(n: int) -> int:
     return len(np.unique(np.arange(n, dtype=np.float64).astype(ml_dtypes.bfloat16)))
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+# relative and learned encodings have no float position-id rows: tests/test_config_relative.py audits them
+@pytest.mark.parametrize("name", [n for n in CONFIGS if EXPECTED[n][0] in ("rope", "alibi")])
 def test_every_shipped_config_audits(name):
     m = load_config(DATA / name)
     L = 1024
@@ -488,7 +500,7 @@ def test_cli_fail_on():
     ("{oops", "not valid JSON"),
     ("[1, 2]", "the top level must be a JSON object, got list"),
     ('{"model_type": "llama", "head_dim": 64, "rope_scaling": {"rope_type": "warp"}}', "unknown rope type 'warp'"),
-    ('{"model_type": "opt", "hidden_size": 64}', "cannot tell the position encoding"),
+    ('{"model_type": "fancy", "hidden_size": 64}', "cannot tell the position encoding"),
 ])
 def test_cli_bad_files_exit_2(tmp_path, content, message):
     p = tmp_path / "config.json"
@@ -511,9 +523,12 @@ def test_cli_bad_options_exit_2(args, message):
     assert res.exit_code == 2 and message in res.output, res.output
 
 
-def test_cli_alibi_without_context_needs_length():
-    res = run("config", str(DATA / "bloom-7b1.json"))
-    assert res.exit_code == 2 and "declares no context length" in res.output and "--length" in res.output
+def test_cli_alibi_without_context_is_audited_at_the_fallback_context():
+    res = run("config", str(DATA / "bloom-7b1.json"), "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert "declares no context length" in out["context_note"] and "--length" in out["context_note"]
+    assert {r["length"] for r in out["results"]} == {2048, 4096, 8192}
 
 
 def test_cli_directory_holding_config(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import mpmath
 import numpy as np
@@ -19,7 +20,15 @@ from click.testing import CliRunner
 
 from precision_audit.attention import apply_errors, apply_rotation, attention_errors
 from precision_audit.cli import main
-from precision_audit.incidents import CATALOG, IncidentResult, angle_overflow, incident_names, reproduce
+from precision_audit.incidents import (
+    CATALOG,
+    VERDICTS,
+    IncidentResult,
+    angle_overflow,
+    catalog_markdown,
+    incident_names,
+    reproduce,
+)
 from precision_audit.rope import Recipe, RopeSchedule, preset
 
 mpmath.mp.prec = 100
@@ -65,19 +74,55 @@ def results() -> dict[str, IncidentResult]:
     return {n: reproduce(n) for n in incident_names()}
 
 
-def test_catalog_has_the_eight_reports_with_references(results):
+def test_catalog_has_the_reports_with_references(results):
     assert set(incident_names()) >= {"baichuan", "gpt-neox-1003", "transformers-25681", "transformers-29285",
                                       "modded-nanogpt-39", "candle-3520", "cactus-688", "mlx-lm-1076"}
     for name, r in results.items():
-        assert r.verdict in ("reproduced", "differs")
+        assert r.verdict in VERDICTS
         assert (r.verdict == "differs") == bool(r.reasons)
-        assert r.published and r.measured and r.explanation
-        if name != "baichuan":
-            repo, _, num = r.reference.partition("#")
-            assert "/" in repo and num.isdigit() and r.url.endswith(num)
+        assert r.verdict_line.startswith(r.verdict)
+        assert r.published and r.measured and r.explanation and r.fix and r.stack
+        assert 2023 <= r.year <= 2026 and set(r.headline) <= set(r.measured) and r.headline
+        repo, _, num = r.reference.partition("#")
+        if num:  # a GitHub report: its issue / pull request address
+            assert "/" in repo and num.isdigit() and r.url == f"https://github.com/{repo}/issues/{num}"
+        else:  # an article or a paper: its own address, where one is known
+            assert name == "baichuan" or r.url.startswith("https://")
         d = r.to_dict()
-        assert {"name", "reference", "published", "measured", "verdict", "explanation"} <= set(d)
+        assert {"name", "reference", "year", "stack", "published", "measured", "verdict", "verdict_line",
+                "explanation", "fix"} <= set(d)
         json.dumps(d)
+
+
+def test_verdict_lines(results):
+    # an entry without checks is 'not recomputable' with its reason; a failing check makes 'differs: <reasons>'
+    assert results["transformer-engine-1245"].verdict_line == "not recomputable: qualitative (a loss gap, no figure)"
+    c = results["candle-3520"]
+    assert c.verdict_line == "differs: " + "; ".join(c.reasons)
+    assert results["gpt-neox-1003"].verdict_line == "reproduced"
+    assert results["vllm-27722"].verdict_line.startswith("reproduced (not recomputable: ")
+
+
+def test_incident_validation(results):
+    inc = CATALOG["gpt-neox-1003"]
+    with pytest.raises(ValueError, match="must be owner/repo#number"):
+        replace(inc, reference="gpt-neox issue 1003")
+    with pytest.raises(ValueError, match="year 1999 out of range"):
+        replace(inc, year=1999)
+    with pytest.raises(ValueError, match="stack and fix must be given"):
+        replace(inc, fix="")
+    with pytest.raises(ValueError, match="verdict 'maybe' must be one of"):
+        replace(results["baichuan"], verdict="maybe")
+
+
+def test_catalog_markdown(results):
+    text = catalog_markdown(list(results.values()))
+    lines = text.splitlines()
+    assert lines[0] == "| id | year | stack | code path | published | measured | verdict | fix |"
+    assert len(lines) == 2 + len(results)
+    assert all(line.count(" | ") >= 7 for line in lines)  # 8 cells each ('|' inside a cell is escaped)
+    row = next(line for line in lines if "vllm-27722" in line)
+    assert "low = 8.092779" in row and "pairwise_error_4096 = 0.9042" in row and "vllm#28244" in row
 
 
 def test_unknown_incident_is_a_value_error():
@@ -289,12 +334,24 @@ def run(*args: str):
 def test_cli_list_and_errors():
     res = run("reproduce", "--list")
     assert res.exit_code == 0
+    lines = res.output.splitlines()[2:]
+    assert len(lines) == len(CATALOG)  # one line each
     for name, inc in CATALOG.items():
-        assert name in res.output and inc.reference in res.output
+        (line,) = [x for x in lines if f" {name} " in f" {x} "]
+        assert inc.reference in line and str(inc.year) in line and inc.stack in line
+    # grouped: sorted by stack, then year
+    order = [next(i for i in CATALOG.values() if f" {i.name} " in f" {x} ") for x in lines]
+    assert [(i.stack.lower(), i.year) for i in order] == sorted((i.stack.lower(), i.year) for i in order)
+    listed = json.loads(run("reproduce", "--list", "--json").output)["results"]
+    assert {r["name"] for r in listed} == set(CATALOG) and all({"stack", "year"} <= set(r) for r in listed)
     bad = run("reproduce", "nope")
-    assert bad.exit_code == 2 and "candle-3520" in bad.output and "mlx-lm-1076" in bad.output
+    assert bad.exit_code == 2 and f"'nope' is not one of the {len(CATALOG)} incidents (see --list)." in bad.output
+    near = run("reproduce", "candle-352")
+    assert near.exit_code == 2 and "closest: candle-3520" in near.output and len(near.output) < 300
     assert run("reproduce").exit_code == 2
     assert run("reproduce", "cactus-688", "--list").exit_code == 2
+    assert run("reproduce", "cactus-688", "--all").exit_code == 2
+    assert run("reproduce", "--all", "--list").exit_code == 2
 
 
 def test_cli_reproduce_json_and_text():
@@ -314,3 +371,17 @@ def test_cli_attention_apply():
     (row,) = json.loads(res.output)["results"]
     assert row["apply"] == "bfloat16" and row["mode"] == "fp32-then-cast"
     assert run("attention", "--apply", "bf17").exit_code == 2
+
+
+def test_cli_all_json_and_text(results, monkeypatch):
+    # --all runs reproduce_all(): fed the fixture's results here (the same rows, measured once)
+    import precision_audit.incidents as incidents
+
+    monkeypatch.setattr(incidents, "reproduce_all", lambda names=None: list(results.values()))
+    doc = json.loads(run("reproduce", "--all", "--json").output)
+    assert doc["auditor"] == "reproduce" and [r["name"] for r in doc["results"]] == list(results)
+    assert {r["name"]: r["verdict"] for r in doc["results"]} == {n: r.verdict for n, r in results.items()}
+    text = run("reproduce", "--all").output
+    assert "tinygrad-4587: differs: claim:" in text and "not recomputable" in text
+    one = run("reproduce", "tinygrad-4587").output
+    assert "fix: compute the positions" in one and "(2024, tinygrad)" in one

@@ -122,8 +122,8 @@ def test_bottom_line_every_field():
                                   (64 * K, "degraded")])
     (s,) = bottom_line(r)
     assert s == Summary("transformers-cast", s.label, "bfloat16", (8 * K, 16 * K, 32 * K, 64 * K), "broken", 8 * K, 32 * K,
-                        16 * K, s.fix)
-    assert s.label != "transformers-cast" and s.fix  # a known stack: its label and fix
+                        16 * K, s.fix, None, ("train", "serve"))
+    assert s.label != "transformers-cast" and s.fix  # a known stack: its label, fix and roles
 
 
 def test_bottom_line_worst_of_layer_types_in_any_order():
@@ -154,12 +154,12 @@ def test_bottom_line_groups_by_path_and_dtype_and_key():
     assert [(s.path, s.dtype, s.lengths, s.verdict) for s in bottom_line(objs, key="recipe")] == got
 
 
-def test_bottom_line_kind_is_rope_or_alibi():
+def test_bottom_line_kind_is_one_of_the_kinds():
     # the default kind reads stack and RoPE preset names; any other kind is refused by name
     (s,) = bottom_line(rows("lowp-inv-freq", "bfloat16", [(8 * K, "broken")]))
     assert s.fix == "call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"
     for bad in ("ROPE", "sinusoidal", None):
-        with pytest.raises(ValueError, match=r"^kind .* must be 'rope' or 'alibi'$"):
+        with pytest.raises(ValueError, match=r"^kind .* must be one of rope, alibi, relative, learned$"):
             bottom_line(rows("fp32", "bfloat16", [(8 * K, "safe")]), kind=bad)
 
 

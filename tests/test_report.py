@@ -191,11 +191,14 @@ def test_model_type_config_read_as_transformers_reads_it() -> None:
     np.testing.assert_array_equal(spec.rope.inv_freq_in("float32", engine="torch"), theirs)
 
 
-def test_model_type_without_download() -> None:
+def test_model_type_without_download(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    res = run("report", "--model-type", "gpt2", "--out", "unused")
+    res = run("report", "--model-type", "mamba", "--out", str(tmp_path / "unused"))  # no attention positions
     assert res.exit_code == 2 and "cannot tell the position encoding" in res.output
-    assert not Path("unused").exists()
+    assert not (tmp_path / "unused").exists()
+    res = run("report", "--model-type", "gpt2", "--out", str(tmp_path / "gpt2"), "-q")  # learned positions
+    assert res.exit_code == 0, res.output
+    assert "position ids from arange (int64), bfloat16: safe to 1K" in (tmp_path / "gpt2" / "report.md").read_text()
 
 
 @pytest.mark.parametrize("args", [

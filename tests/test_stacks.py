@@ -58,8 +58,21 @@ PRECISION = {"float32": 24, "float16": 11, "bfloat16": 8}  # significand bits of
 
 # the stacks whose kernel runs here (with the referee) and those whose kernel does not
 KERNEL_HERE = {"llama.cpp-cpu": "ggml's rope op (ggml-python)", "mlx-cpu": "mx.fast.rope (mlx[cpu])",
-               "transformers": "transformers' rotary modules", "transformers-cast": "the same, after .to(bf16)"}
-NO_KERNEL_HERE = {"vllm": "CUDA kernels", "llama.cpp-cuda": "CUDA", "mlx": "Metal"}
+               "transformers": "transformers' rotary modules", "transformers-cast": "the same, after .to(bf16)",
+               # training stacks (tests/test_stacks_training.py)
+               "torchtune": "RotaryPositionalEmbeddings / Llama3ScaledRoPE (plain torch, referees._torchtune)",
+               "liger": "its cos/sin: transformers' rotary module (the triton rotation: source only)",
+               "unsloth": "its cos/sin: transformers' init functions and module steps (the triton rotation: "
+                          "source only)"}
+NO_KERNEL_HERE = {"vllm": "CUDA kernels", "llama.cpp-cuda": "CUDA", "mlx": "Metal",
+                  # serving stacks: modelled from source, checked against independent models in
+                  # tests/test_stacks_serving.py
+                  "vllm-pre-28244": "CUDA", "sglang": "CUDA (FlashInfer)", "sglang-fallback": "CUDA",
+                  "tensorrt-llm": "TensorRT", "tensorrt-llm-kernel": "CUDA", "openvino": "OpenVINO GPU plugin",
+                  "openvino-fixed": "OpenVINO GPU plugin",
+                  # training stacks: modelled from source, checked against mpmath models of it
+                  "transformer-engine": "CUDA (sincosf)", "flash-attn": "CUDA cos/sin, triton rotation",
+                  "maxtext": "JAX (maxtext not installed)"}
 
 LLAMA31_CFG = json.loads((DATA / "llama-3.1-8b.json").read_text())
 S_LLAMA31 = load_config(DATA / "llama-3.1-8b.json").schedule
@@ -69,6 +82,9 @@ SCHEDULES = {
     "base5e5": RopeSchedule(head_dim=128, base=500000.0),
     "llama-3.1": S_LLAMA31,
     "yarn-qwen2.5": schedule_from_rope_parameters(QWEN25_YARN, head_dim=128),
+    # gpt-oss declares truncate=False; ggml has no such switch (it always rounds the ramp bounds): the tool's
+    # llama.cpp rows must be what the kernel computes, measured against the declared schedule (issue 29)
+    "yarn-gpt-oss": load_config(DATA / "gpt-oss-20b.json").schedule,
 }
 
 
@@ -139,16 +155,17 @@ def _ggml_args(case: str) -> dict[str, Any]:
     """``ggml_rope_ext``'s arguments as llama.cpp passes them for the case (notes/stacks-llamacpp.md).
 
     Llama 3.1: no scaling type in the GGUF, the converter's ``rope_freqs`` divide theta, NORMAL pairs (llama).
-    Qwen2.5 YaRN: ``freq_scale = 1/4``, ``ext_factor = 1``, ``n_ctx_orig`` = L0, beta 32 / 1 (qwen2's loader
-    reads no betas), the context's ``attn_factor``; NEOX pairs (qwen2).
+    YaRN (Qwen2.5, gpt-oss): ``freq_scale = 1/factor``, ``ext_factor = 1``, ``n_ctx_orig`` = L0, beta 32 / 1
+    (qwen2's loader reads no betas; gpt-oss declares 32 / 1), the context's ``attn_factor``; NEOX pairs.  The
+    kernel has no truncate switch: its ramp bounds are whole dims whatever the config declares.
     """
     s = SCHEDULES[case]
     args: dict[str, Any] = dict(n_dims=s.rotary, freq_base=s.base, mode="neox")
     if case == "llama-3.1":
         args.update(freq_factors=ggml_model.converter_llama3_factors(LLAMA31_CFG), mode="normal")
-    elif case == "yarn-qwen2.5":
-        args.update(freq_scale=0.25, ext_factor=1.0, attn_factor=ggml_model.llama_cpp_attn_factor(4.0),
-                    n_ctx_orig=32768)
+    elif case.startswith("yarn-"):
+        args.update(freq_scale=float(np.float32(1 / s.factor)), ext_factor=1.0,
+                    attn_factor=ggml_model.llama_cpp_attn_factor(s.factor), n_ctx_orig=s.original_max_position_embeddings)
     return args
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import auditors, incidents, models
+from . import auditors, incidents, models, relative
 from ._shared import AuditGroup, emit, table
 
 __all__ = ["emit", "main", "table"]
@@ -39,6 +39,6 @@ def main() -> None:
 
 for _command in (auditors.positions, incidents.reproduce, auditors.sinusoidal_cmd, auditors.rope_cmd,
                  auditors.alibi_cmd, auditors.attention_cmd, models.report_cmd, models.config_cmd,
-                 models.hf_rope_cmd, models.hf_scan_cmd, models.hf_alibi_cmd):
+                 models.hf_rope_cmd, models.hf_scan_cmd, models.hf_alibi_cmd, relative.relative_cmd):
     main.add_command(_command)
 del _command

@@ -464,25 +464,43 @@ def stacks_for(names: Sequence[str], schedules: Any) -> tuple[list[str], list[st
 
 
 def stack_option(help_default: str) -> Callable[[Any], Any]:
-    """``--stack NAME`` (repeatable; ``all``), the same on every command that takes it."""
+    """``--stack NAME`` (repeatable; ``all``, ``serve``, ``train``), the same on every command that takes it."""
     from ..rope import STACKS
 
     return click.option(
-        "--stack", "stacks", type=click.Choice(["all", *STACKS]), multiple=True, metavar="NAME",
-        help="Inference stack (repeatable): the code path a stack runs, written from its source: "
-             + ", ".join(STACKS) + "; all = every stack that runs the model's rope type.  " + help_default)
+        "--stack", "stacks", type=click.Choice(["all", "serve", "train", *STACKS]), multiple=True, metavar="NAME",
+        help="Serving or training stack (repeatable): the code path a stack runs, written from its source: "
+             + ", ".join(STACKS) + "; all = every stack that runs the rope type, serve / train = every serving / "
+             "training stack that does.  " + help_default)
 
 
 def bottom_line_text(summaries: Sequence[Any]) -> str:
     """The bottom line block: one sentence per code path and dtype (verdict words coloured on a terminal)."""
     lines = ["Bottom line (longest audited context that is safe, and the fix where one is known):"]
-    for s in summaries:
-        text = str(s)
-        if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
-            for word, colour in (("safe", "green"), ("degraded", "yellow"), ("broken", "red")):
-                text = text.replace(f" {word} ", " " + click.style(word, fg=colour) + " ")
-        lines.append("  " + text)
+    groups = _role_groups(summaries)
+    for title, group in groups:
+        if len(groups) > 1:
+            lines.append(f" {title}:")
+        for s in group:
+            text = str(s)
+            if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+                for word, colour in (("safe", "green"), ("degraded", "yellow"), ("broken", "red")):
+                    text = text.replace(f" {word} ", " " + click.style(word, fg=colour) + " ")
+            lines.append("  " + text)
     return "\n".join(lines)
+
+
+_ROLE_TITLES = {("train", "serve"): "trains and serves", ("serve",): "serving stacks", ("train",): "training stacks",
+                (): "code paths"}
+
+
+def _role_groups(summaries: Sequence[Any]) -> list[tuple[str, list[Any]]]:
+    """Summaries grouped by the roles of their stack (trains and serves, serving, training, recipes), in that
+    order; one group when all share their roles."""
+    out: dict[tuple[str, ...], list[Any]] = {k: [] for k in _ROLE_TITLES}
+    for s in summaries:
+        out.setdefault(tuple(getattr(s, "roles", ())), []).append(s)
+    return [(_ROLE_TITLES.get(k, ", ".join(k)), v) for k, v in out.items() if v]
 
 
 def fail_on(rows: Sequence[Any], threshold: str, paths: Sequence[str] | None, key: str = "recipe") -> None:

@@ -14,14 +14,12 @@ import click
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..formats import get_format
 from ..rope import PRESETS as _ROPE_PRESETS
-from ..rope import STACKS
 from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
 from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, distance_options,
                       distances_from_options, emit, one_value, pair_table, pct, progress_bar, rope_even,
                       schedule_from_options, schedule_options, stack_option, stacks_for, wide_option)
 
-_STACK_NAMES = list(STACKS)
 
 # --- positions --------------------------------------------------------------------------------
 
@@ -176,10 +174,7 @@ def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...
                    "inv_freq buffer downcast to DTYPE, used in fp32; fp32 = the fix (fp32 until the cache); "
                    "fp64 = float64 angle and cos/sin.  inv_freq is always the formula in fp32 (fp64 for fp64), "
                    "as model code computes it.  Cache in DTYPE.  [default: all four, unless --stages]")
-@click.option("--stack", "stacks", type=click.Choice(["all", *_STACK_NAMES]), multiple=True, metavar="NAME",
-              help="Inference stack (repeatable): the code path a stack runs, written from its source: "
-                   + ", ".join(_STACK_NAMES) + "; all = every stack that runs the schedule's rope type.  "
-                   "[default: none, unless no --recipe/--stages]")
+@stack_option("[default: none, unless no --recipe/--stages]")
 @click.option("--stages", "stages", multiple=True, callback=_rope_stages, metavar="STAGE=DTYPE,...",
               help="Custom recipe (repeatable), e.g. positions=bf16,inv_freq=fp32; stages: "
                    + ", ".join(_ROPE_STAGES) + "; stages not given keep the fp32 recipe's (cache: DTYPE).  "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import difflib
 from typing import Any
 
 import click
@@ -16,74 +16,104 @@ def _incident_names() -> list[str]:
     return incident_names()
 
 
+class IncidentChoice(click.Choice):
+    """An incident name; a bad one fails in one short line (the catalog is long: --list shows it)."""
+
+    def get_invalid_choice_message(self, value: Any, ctx: Any) -> str:  # click >= 8.2
+        close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=3, cutoff=0.5)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        return f"{value!r} is not one of the {len(self.choices)} incidents (see --list){hint}."
+
+
 def _fig(value: Any) -> str:
     """A figure with up to 7 significant digits (1044.268, not 1044: the digits are the point)."""
-    if isinstance(value, float):
-        if value == 0 or not math.isfinite(value) or 1e-4 <= abs(value) < 1e7:
-            return f"{value:.7g}"
-        return f"{value:.4e}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fig(v) for v in value) + "]"
-    return str(value)
+    from ..incidents import format_figure
+
+    return format_figure(value)
 
 
 def _echo_verdict(res: Any) -> None:
-    """Published next to measured figures (a table), the verdict and its reasons, the explanation."""
+    """Published next to measured figures (a table), the verdict and its reasons, the explanation, the fix."""
     keys = list(res.published) + [k for k in res.measured if k not in res.published]
     rows = [{"figure": k, "published": _fig(res.published[k]) if k in res.published else "-",
              "measured": _fig(res.measured[k]) if k in res.measured else "-"} for k in keys]
     width = max(len(r["published"]) for r in rows)
-    lines = [f"{res.name}: {res.reference} ({res.year}) - {res.what}", f"code path: {res.code_path}",
+    lines = [f"{res.name}: {res.reference} ({res.year}, {res.stack}) - {res.what}", f"code path: {res.code_path}",
              f"recipe: {', '.join(f'{k}={v}' for k, v in res.recipe.items())}",
              f"settings: {', '.join(f'{k}={_fig(v)}' for k, v in res.settings.items())}",
              f"published figures from: {res.published_source}", ""]
     click.echo("\n".join(lines))
     echo_table(rows, [("figure", "figure"), ("published", lambda r: r["published"].ljust(width)[:80]),
                       ("measured", "measured")])
-    lines = ["", f"verdict: {res.verdict}"] + [f"  - {r}" for r in res.reasons]
-    lines += ["", res.explanation]
+    head = res.verdict_line if res.verdict != "differs" else res.verdict
+    lines = ["", f"verdict: {head}"] + [f"  - {r}" for r in res.reasons]
+    lines += ["", res.explanation, "", f"fix: {res.fix}"]
     click.echo("\n".join(lines))
 
 
 def _list_catalog(as_json: bool) -> None:
-    """Print the catalog: name, reference, year, what (a table or JSON)."""
+    """Print the catalog grouped by stack and year, one line each (a table or JSON)."""
     from ..incidents import CATALOG
 
-    rows = [{"name": i.name, "reference": i.reference, "year": i.year, "what": i.what} for i in CATALOG.values()]
+    entries = sorted(CATALOG.values(), key=lambda i: (i.stack.lower(), i.year, i.name))
+    rows = [{"stack": i.stack, "year": i.year, "name": i.name, "reference": i.reference, "what": i.what}
+            for i in entries]
     if as_json:
         echo_json({"auditor": "reproduce", "results": rows})
     else:
-        echo_table(rows, [("name", "name"), ("reference", "reference"), ("year", "year"), ("what", "what")])
+        echo_table(rows, [("stack", "stack"), ("year", "year"), ("name", "name"), ("reference", "reference"),
+                          ("what", "what")])
+
+
+def _run_all(as_json: bool) -> None:
+    """Run every entry: JSON rows, or one line each (name, year, stack, verdict) and the reasons."""
+    from ..incidents import reproduce_all
+
+    results = reproduce_all()
+    if as_json:
+        echo_json({"auditor": "reproduce", "results": [r.to_dict() for r in results]})
+        return
+    echo_table([{"name": r.name, "year": r.year, "stack": r.stack, "verdict": r.verdict} for r in results],
+               [("name", "name"), ("year", "year"), ("stack", "stack"), ("verdict", "verdict")])
+    notes = [f"{r.name}: {r.verdict_line}" for r in results if r.verdict_line != "reproduced"]
+    if notes:
+        click.echo("\n" + "\n".join(notes))
 
 
 @click.command("reproduce", cls=AuditCommand)
-@click.argument("name", required=False, type=click.Choice(_incident_names()), metavar="NAME")
-@click.option("--list", "as_list", is_flag=True, help="List the catalog: name, reference, year, what.")
+@click.argument("name", required=False, type=IncidentChoice(_incident_names()), metavar="NAME")
+@click.option("--list", "as_list", is_flag=True,
+              help="List the catalog grouped by stack and year, one line each: stack, year, name, reference, what.")
+@click.option("--all", "run_all", is_flag=True,
+              help="Run every entry: one line each (name, year, stack, verdict), then every verdict line other "
+                   "than a plain 'reproduced' (the reasons); with --json every entry's full row.")
 @click.option("--json", "as_json", is_flag=True,
-              help='Print {"auditor": "reproduce", "results": [row]} (row: name, reference, published, measured, '
-                   'verdict, explanation, ...) as JSON instead of text.')
+              help='Print {"auditor": "reproduce", "results": [row]} (row: name, reference, year, stack, published, '
+                   'measured, verdict, verdict_line, reasons, explanation, fix, ...) as JSON instead of text.')
 @wide_option
-def reproduce(name: str | None, as_list: bool, as_json: bool) -> None:
+def reproduce(name: str | None, as_list: bool, run_all: bool, as_json: bool) -> None:
     """Reproduce a published incident: its figures next to the tool's, with a verdict.
 
-    NAME is one of the catalog (see --list): baichuan, gpt-neox-1003,
-    transformers-25681, transformers-29285, modded-nanogpt-39, candle-3520,
-    cactus-688, mlx-lm-1076.  Each runs the report's code path as a recipe
-    and judges every figure the report states: reproduced, or differs with
-    the reason in numbers.
+    NAME is one of the catalog (see --list).  Each runs the report's code
+    path as a recipe and judges every figure the report states: reproduced,
+    differs (the reason in numbers), or not recomputable (the report states
+    no figure the tool can recompute, and why).  --all runs every entry.
 
     Example: precision-audit reproduce candle-3520
     """
     from ..incidents import CATALOG
     from ..incidents import reproduce as run_incident
 
+    if sum((name is not None, as_list, run_all)) > 1:
+        raise click.UsageError("give one of NAME, --list or --all")
     if as_list:
-        if name is not None:
-            raise click.UsageError("give NAME or --list, not both")
         _list_catalog(as_json)
         return
+    if run_all:
+        _run_all(as_json)
+        return
     if name is None:
-        raise click.UsageError(f"missing NAME (one of: {', '.join(CATALOG)}) or --list")
+        raise click.UsageError(f"missing NAME (one of: {', '.join(CATALOG)}), --list or --all")
     res = run_incident(name)
     if name == "baichuan":
         _baichuan(as_json, res)

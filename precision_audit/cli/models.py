@@ -54,7 +54,8 @@ def _report_stacks(spec: Any, stacks: tuple[str, ...]) -> list[str] | None:
                                  param_hint="'--stack'")
     model = spec.model_config()
     if model.kind != "rope":
-        raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses ALiBi", param_hint="'--stack'")
+        raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses {_KIND_WORDS[model.kind]}",
+                                 param_hint="'--stack'")
     _model_stacks(model, stacks)
     return list(stacks)
 
@@ -111,6 +112,16 @@ def report_cmd(model: str | None, model_type: str | None, stacks: tuple[str, ...
 
 # --- config -----------------------------------------------------------------------------------
 
+# the paths --fail-on judges when no --recipe is named: the code the model runs as built
+_JUDGED = {"alibi": ("fp32",), "relative": ("transformers",), "learned": ("arange", "mask-int64")}
+_KIND_WORDS = {"rope": "RoPE", "alibi": "ALiBi", "relative": "relative positions", "learned": "learned positions"}
+RELATIVE_VERDICT_HELP = (
+    "Verdict per row: relative buckets: broken = a distance moves 2 or more buckets or has none (overflow), "
+    "degraded = distances move one bucket, safe = every bucket exact; relative sinusoids: broken = distances "
+    "share a stored row, degraded = a row's nearest neighbour more than half-way closer; learned ids: broken "
+    "= tokens share an id, degraded = wrong but distinct ids, safe = every id exact.\nchanged = distances "
+    "0..L-1 whose bucket differs from the exact one (relative buckets), distances sharing a stored row "
+    "(relative sinusoids) or wrong ids (learned); '-' = not measured.")
 CONFIG_VERDICT_HELP = (
     "Verdict per row: broken = phase lost (max rotation error >= pi/2) or colliding positions > 0 (or an "
     "ALiBi bias overflowed / swapped order); degraded = max rotation error above TOLERANCE x the cache "
@@ -134,11 +145,15 @@ def _check_config_lengths(model: Any, lens: tuple[int, ...], given: bool) -> Non
             from ..rope import check_rope_lengths
 
             check_rope_lengths(lens)
-        else:
+        elif model.kind == "alibi":
             from .._common import check_lengths
             from ..alibi import MAX_ALIBI_LENGTH
 
             check_lengths(lens, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
+        else:
+            from .._common import check_lengths
+
+            check_lengths(lens)
     except ValueError as e:
         hint = "" if given else f"; the default lengths are the config's context {lens[0]}, 2x and 4x: give --length"
         raise click.UsageError(f"{e}{hint}") from None
@@ -154,6 +169,9 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
         cols += [("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
                  ("x cache bound", lambda r: None if r["ratio"] is None else f"{r['ratio']:.3g}"),
                  ("worst pair err", worst_pair)]
+    elif model.kind in ("relative", "learned"):
+        return cols + [("changed", "changed"), ("first changed", "first_changed"), ("max shift", "max_shift"),
+                       ("max |err|", "max_abs_error"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
     else:
         cols += [("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
                  ("max dP", "max_prob_change")]
@@ -164,10 +182,19 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
 def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float, summaries: Sequence[Any],
                   skipped: Sequence[str]) -> None:
     """The model's description, the bottom line, the table, the verdict key and the stacks left out."""
-    click.echo(model.describe() + "\n")
+    from ..config import context_note
+
+    note = context_note(model)
+    click.echo(model.describe() + (f"\nnote: {note}" if note else "") + "\n")
+    if not dicts:
+        click.echo("No stack named runs this model." + "".join(f"\nskipped: {why}" for why in skipped))
+        return
     if summaries:
         click.echo(bottom_line_text(summaries) + "\n")
     echo_table(dicts, _config_columns(model, dicts))
+    if model.kind in ("relative", "learned"):
+        click.echo("\n" + RELATIVE_VERDICT_HELP)
+        return
     click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
                "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
                "equals the previous one's; '-' = not measured for that component."
@@ -177,7 +204,8 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
 
 
 def _model_stacks(model: Any, stacks: Sequence[str]) -> tuple[list[str], list[str]]:
-    """:func:`precision_audit.config.model_stacks` with a stack that cannot run the model as a usage error."""
+    """:func:`precision_audit.config.model_stacks` with an unknown stack name as a usage error (a stack that
+    cannot run the model is left out with its reason)."""
     from ..config import model_stacks
 
     try:
@@ -195,8 +223,9 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
     """
     if model.kind != "rope":
         if stacks:
-            raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses ALiBi", param_hint="'--stack'")
-        return [], [], list(recipes) or ["fp32"]
+            raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses {_KIND_WORDS[model.kind]}",
+                                     param_hint="'--stack'")
+        return [], [], list(recipes) or list(_JUDGED[model.kind])
     names, skipped = ([], []) if recipes and not stacks else _model_stacks(model, stacks)
     judged = [n for n in names if stacks] or ([] if recipes else
                                               [("llama.cpp-cpu" if model.origin == "gguf" else "transformers")])
@@ -214,8 +243,10 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
 @click.option("--recipe", "-r", "recipes", multiple=True, metavar="NAME",
               help="Code path (repeatable): RoPE presets " + ", ".join(_ROPE_PRESETS) + " (what-if paths: lowp = "
                    "positions and angles in the dtype, lowp-inv-freq = a downcast inv_freq buffer, fp32 = the fix, "
-                   "fp64 = beyond it); ALiBi recipes " + ", ".join(_ALIBI_RECIPES) + ".  [default: RoPE none (the "
-                   "stacks), ALiBi all]")
+                   "fp64 = beyond it); ALiBi recipes " + ", ".join(_ALIBI_RECIPES) + "; relative buckets "
+                   "(T5, DeBERTa) transformers, lowp, cast-distance; XLNet sinusoids transformers, arange-dtype, "
+                   "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan.  [default: RoPE none (the "
+                   "stacks), others all]")
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
                    "positions; stacks and ALiBi run numpy).")
@@ -226,24 +257,33 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
               help="Exit 1 when a judged row is this bad or worse, printing each on stderr with why (for CI).  "
                    "Judged: the stacks named with --stack, else transformers as built (a GGUF file: llama.cpp "
                    "CPU); plus the recipes named with --recipe (ALiBi: else fp32).")
+@click.option("--trained-on", "trained_on", default=None, metavar="STACK",
+              help="The stack the model was trained with (a training stack such as torchtune, or transformers): "
+                   "also compare every serving stack audited with what that stack stores, the angles the model "
+                   "learned, rounding included.  [default: none]")
 @distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
-              help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON.')
+              help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON '
+                   '(with --trained-on also "trained_on": {"stack", "summary", "results"}).')
 def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
-               distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
+               trained_on: str | None, distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
     llama.cpp .gguf file (its metadata: never a weight), or a Hub id
     ORG/NAME[@REVISION] (its config.json only, through the local cache;
     HF_HUB_OFFLINE is honoured; needs the [hub] extra).  Nothing is executed.
-    The output opens with the bottom line: per stack (the code an inference
-    stack runs, written from its source) and dtype, the longest audited
-    context that is safe and the fix where one is known; the table follows.
-    By default at the model's context and 2x, 4x (context extension), in the
-    dtype the config was saved in (torch_dtype; bfloat16 if it names none).
+    The output opens with the bottom line: per stack (the code a serving or
+    training stack runs, written from its source) and dtype, the longest
+    audited context that is safe and the fix where one is known; the table
+    follows.  A stack that computes another schedule than the config
+    declares is named as such.  By default at the model's context and 2x,
+    4x (context extension; 2K when the config declares none), in the dtype
+    the config was saved in (torch_dtype; bfloat16 if it names none).  T5 /
+    DeBERTa buckets, XLNet relative sinusoids and learned absolute positions
+    (GPT-2, BERT, OPT) get their own paths and a bottom line too.
 
     Verdicts: broken = phase lost (max rotation error >= pi/2) or colliding
     positions > 0; degraded = max rotation error above TOLERANCE (8) x the
@@ -253,27 +293,61 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
     from ..bottomline import bottom_line
-    from ..config import audit_config, default_dtype, default_lengths, work_to_scan
+    from ..config import (audit_config, context_note, default_dtype, default_lengths, model_paths, stack_notes,
+                          work_to_scan)
 
     asked = distances_from_options(distances, no_pairs)
     lens = tuple(lengths) or default_lengths(model)
     dts = dtypes or (default_dtype(model),)
     _check_config_lengths(model, lens, bool(lengths))
     names, skipped, judged = _config_paths(model, stacks, recipes)
-    total = work_to_scan(model, lens, dts, recipes or None, names)
-    with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
-        rows = audit_config(model, lens, dts, recipes=recipes or None, stacks=names, engine=engine,
-                            tolerance=tolerance, positions=not no_positions, progress=bar.update, distances=asked)
+    rows = []
+    if names or recipes or model.kind != "rope":  # else every stack named was left out (skipped says why)
+        total = work_to_scan(model, lens, dts, recipes or None, names)
+        with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
+            rows = audit_config(model, lens, dts, recipes=recipes or None, stacks=names, engine=engine,
+                                tolerance=tolerance, positions=not no_positions, progress=bar.update,
+                                distances=asked)
     dicts = [r.to_dict() for r in rows]
-    paths = [*names, *recipes] if model.kind == "rope" else list(recipes) or list(_ALIBI_RECIPES)
+    paths = [*names, *recipes] if model.kind == "rope" else list(recipes) or list(model_paths(model))
     summaries = bottom_line([r for r in rows if r.component != "positions" and r.recipe in paths], key="recipe",
-                            kind=model.kind)
+                            kind=model.kind, notes=stack_notes(model, names) if model.kind == "rope" else None)
+    trained = _against_training(model, names, trained_on, lens, dts, tolerance) if trained_on else None
     if as_json:
-        echo_json({"auditor": "config", "model": model.to_dict(), "engine": engine, "tolerance": tolerance,
-                   "summary": [s.to_dict() for s in summaries], "skipped": skipped, "results": dicts})
+        echo_json({"auditor": "config", "model": model.to_dict(), "context_note": context_note(model),
+                   "engine": engine, "tolerance": tolerance, "summary": [s.to_dict() for s in summaries],
+                   "skipped": skipped, "results": dicts, **({"trained_on": trained} if trained else {})})
     else:
         _print_config(model, dicts, tolerance, summaries, skipped)
+        if trained:
+            click.echo(f"\nAgainst the stack it was trained on ({trained['label']}): the rotation difference from "
+                       "the cos/sin it stored, judged as above:")
+            click.echo("\n".join("  " + s for s in trained["lines"]))
     judge_rows([r for r in rows if r.component != "positions"], fail_on, judged)
+
+
+def _against_training(model: Any, names: Sequence[str], trained_on: str, lens: Sequence[int], dts: Sequence[str],
+                      tolerance: float) -> dict[str, Any]:
+    """``--trained-on``: every serving stack audited against the training stack (a usage error if it is unknown
+    or does not run the model)."""
+    from dataclasses import replace
+
+    from ..bottomline import bottom_line
+    from ..config import training_differences
+    from ..rope import STACKS
+
+    if model.kind != "rope":
+        raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses {_KIND_WORDS[model.kind]}",
+                                 param_hint="'--trained-on'")
+    serving = [n for n in names if "serve" in STACKS[n].roles and n != trained_on]
+    try:
+        rows = training_differences(model, serving, trained_on, lens, dts, tolerance)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--trained-on'") from None
+    label = STACKS[trained_on].label
+    summaries = [replace(s, label=f"{s.label} against {label}") for s in bottom_line(rows, key="recipe")]
+    return {"stack": trained_on, "label": label, "summary": [s.to_dict() for s in summaries],
+            "results": [r.to_dict() for r in rows], "lines": [str(s) for s in summaries]}
 
 
 # --- live code: transformers' rotary modules and ALiBi builders (precision_audit.hf) ---------------

@@ -21,18 +21,26 @@ __all__ = [
     "PHASE_LOST",
     "VERDICTS",
     "VERDICT_RULES",
+    "COMPONENTS",
     "ConfigRow",
+    "FALLBACK_CONTEXT",
     "alibi_verdict",
     "audit_config",
+    "context_note",
     "default_dtype",
     "default_lengths",
+    "model_paths",
     "model_stacks",
     "positions_verdict",
     "rope_verdict",
+    "sinusoid_verdict",
+    "stack_notes",
+    "training_differences",
     "work_to_scan",
 ]
 
 
+COMPONENTS: tuple[str, ...] = ("rope", "alibi", "positions", "relative", "learned")
 DEFAULT_TOLERANCE = 8.0
 VERDICTS: tuple[str, ...] = ("safe", "degraded", "broken")
 PHASE_LOST = math.pi / 2
@@ -101,9 +109,14 @@ class ConfigRow(Row):
     previous one's.  RoPE metrics in rad; ``ratio`` = max rotation error / the
     cache format's rounding bound.  ALiBi metrics: ``min_distinct_biases``,
     ``max_run``, ``max_abs_error``, ``max_prob_change``; positions:
-    ``max_run``, ``max_abs_error``, ``non_finite``.  Absent metrics are None.
-    ``pair_errors`` (rope rows): the pairwise rotation errors at distances D
-    (:class:`~precision_audit.rope.PairError`; verdicts do not use them yet).
+    ``max_run``, ``max_abs_error``, ``non_finite``; relative buckets (``relative``, T5 / DeBERTa; ``layer_type``
+    encoder or decoder): ``changed`` distances 0..L-1 whose bucket differs from the exact one, ``first_changed``,
+    ``max_shift`` (buckets); relative sinusoids (``relative``, XLNet): ``changed`` distances sharing a stored
+    row, ``max_abs_error``; learned ids (``learned``): ``changed`` wrong ids, ``first_changed``,
+    ``colliding_positions`` tokens sharing an id, ``max_abs_error``.  A row measured against another stack
+    (:func:`training_differences`) names it in ``reference``: its rotation errors are then differences from
+    that stack's stored cos/sin.  Absent metrics are None.  ``pair_errors`` (rope rows): the pairwise rotation
+    errors at distances D (:class:`~precision_audit.rope.PairError`; verdicts do not use them yet).
     """
 
     component: str
@@ -123,27 +136,54 @@ class ConfigRow(Row):
     max_prob_change: float | None = None
     non_finite: int | None = None
     stack: str | None = None
+    changed: int | None = None
+    first_changed: int | None = None
+    max_shift: int | None = None
+    reference: str | None = None
     pair_errors: tuple[PairError, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.component not in ("rope", "alibi", "positions"):
-            raise ValueError(f"component {self.component!r} must be rope, alibi or positions")
+        if self.component not in COMPONENTS:
+            raise ValueError(f"component {self.component!r} must be one of {', '.join(COMPONENTS)}")
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} must be one of {', '.join(VERDICTS)}")
 
 
+FALLBACK_CONTEXT = 2048
+"""The context audited when a config declares none (BLOOM's config.json): the pretraining context of GPT-3,
+OPT, BLOOM and LLaMA-1, the shortest in common use, so the audit starts where those models ran."""
+
+
 def default_lengths(model: ModelConfig) -> tuple[int, ...]:
-    """The model's context and 2x, 4x (context extension).
+    """The model's context and 2x, 4x (context extension); :data:`FALLBACK_CONTEXT` when it declares none
+    (:func:`context_note` says so); learned absolute positions: the context alone (the table ends there).
 
     >>> from precision_audit.config import load_config_dict
     >>> default_lengths(load_config_dict({"model_type": "llama", "head_dim": 128, "max_position_embeddings": 4096}))
     (4096, 8192, 16384)
+    >>> default_lengths(load_config_dict({"model_type": "bloom", "n_head": 32}))
+    (2048, 4096, 8192)
+    >>> default_lengths(load_config_dict({"model_type": "gpt2", "n_positions": 1024}))
+    (1024,)
     """
-    L = model.max_position_embeddings
-    if L is None:
-        raise ValueError(f"{model.source or model.name}: the config declares no context length "
-                         f"({', '.join(CONTEXT_KEYS)}); give the lengths to audit (--length)")
+    L = model.max_position_embeddings or FALLBACK_CONTEXT
+    if model.kind == "learned" and model.max_position_embeddings:
+        return (L,)  # a table of L learned positions has no row beyond them: nothing to extend
     return (L, 2 * L, 4 * L)
+
+
+def context_note(model: ModelConfig) -> str | None:
+    """The note printed when the config declares no context length (None when it declares one).
+
+    >>> from precision_audit.config import load_config_dict
+    >>> print(context_note(load_config_dict({"model_type": "bloom", "n_head": 32})))
+    the config declares no context length (max_position_embeddings, n_positions, seq_length, max_sequence_length, max_seq_len, model_max_length): audited at 2K, 4K, 8K (give --length to choose)
+    """
+    if model.max_position_embeddings is not None:
+        return None
+    lens = ", ".join(f"{n // 1024}K" for n in default_lengths(model))
+    return (f"the config declares no context length ({', '.join(CONTEXT_KEYS)}): audited at {lens} "
+            "(give --length to choose)")
 
 
 def default_dtype(model: ModelConfig) -> str:
@@ -171,17 +211,19 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
     """The stacks to audit a model on, and why the others were left out.
 
     ``stacks``: names of :data:`precision_audit.rope.STACKS` (``all``: every
-    stack that runs each of the model's rope types; a stack named explicitly
-    that does not run one raises ValueError); default: every stack that runs
-    the model, or llama.cpp's for a model read from a GGUF file.  An ALiBi
-    model has none (naming one raises ValueError).
+    stack that runs each of the model's rope types); default: every stack
+    that runs the model, or llama.cpp's for a model read from a GGUF file.
+    A stack that does not run one of the model's rope types is left out with
+    its reason, named or not (one stack never stops the audit of the others);
+    an unknown name raises ValueError.  An ALiBi model has none (naming one
+    raises ValueError).
 
     >>> from precision_audit.config import load_config_dict
     >>> m = load_config_dict({"model_type": "llama", "head_dim": 64, "rope_scaling": {"rope_type": "dynamic",
     ...                       "factor": 2.0}, "max_position_embeddings": 4096})
     >>> names, skipped = model_stacks(m)
     >>> names, len(skipped)
-    (['transformers', 'transformers-cast'], 5)
+    (['transformers', 'transformers-cast', 'openvino', 'openvino-fixed', 'liger'], 15)
     """
     from ..rope import select_stacks
 
@@ -190,19 +232,61 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
             raise ValueError(f"stacks model RoPE code paths; {model.name} uses {model.kind}")
         return [], []
     asked = list(stacks) if stacks else list(GGUF_STACKS if model.origin == "gguf" else ("all",))
-    return select_stacks(asked, [s.scaling for _, s in model.rope])
+    return select_stacks(asked, [s.scaling for _, s in model.rope], strict=False)
 
 
-def _recipe_names(kind: str, recipes: Sequence[str] | None) -> list[str]:
-    """The RoPE presets or ALiBi recipes asked for (default: all), validated."""
-    from ..alibi import RECIPES
-    from ..rope import PRESETS
+def stack_notes(model: ModelConfig, stacks: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """Per stack that runs another schedule than the model declares: (what differs, the fix), for
+    :func:`precision_audit.bottomline.bottom_line`'s ``notes``.
 
-    table, what = (PRESETS, "RoPE") if kind == "rope" else (RECIPES, "ALiBi")
+    >>> from precision_audit.config import load_config_dict
+    >>> oss = load_config_dict({"model_type": "gpt_oss", "head_dim": 64, "rope_theta": 150000,
+    ...     "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+    ...                      "original_max_position_embeddings": 4096, "truncate": False}})
+    >>> print(stack_notes(oss, ["vllm", "llama.cpp-cpu"])["llama.cpp-cpu"][0])
+    runs another schedule: rounds YaRN's ramp bounds to whole dims (8, 18); the config declares 8.0928, 17.3980 (truncate=false)
+    """
+    from ..rope import STACKS
+
+    out: dict[str, tuple[str, str | None]] = {}
+    for name in stacks:
+        row = STACKS[name]
+        found = [(t, m) for t, s in model.rope if (m := row.runs_other_schedule(s))]
+        if found:
+            what = "; ".join(m if t == "all" else f"{t}: {m}" for t, m in dict(found).items())
+            out[name] = (f"runs another schedule: {what}", row.mismatch_fix)
+    return out
+
+
+def model_paths(model: ModelConfig) -> tuple[str, ...]:
+    """Every code path the audit of a model's kind knows (RoPE presets, ALiBi recipes, bucket / sinusoid /
+    learned-id paths).
+
+    >>> from precision_audit.config import load_config_dict
+    >>> model_paths(load_config_dict({"model_type": "t5"}))
+    ('transformers', 'lowp', 'cast-distance')
+    """
+    if model.kind == "rope":
+        from ..rope import PRESETS
+
+        return tuple(PRESETS)
+    if model.kind == "alibi":
+        from ..alibi import RECIPES
+
+        return tuple(RECIPES)
+    from ..relative import LEARNED_PATHS, PATHS, SINUSOID_PATHS
+
+    return LEARNED_PATHS if model.kind == "learned" else SINUSOID_PATHS if model.scheme == "xlnet" else PATHS
+
+
+def _recipe_names(model: ModelConfig, recipes: Sequence[str] | None) -> list[str]:
+    """The code paths asked for (default: all of the model's kind), validated."""
+    table = model_paths(model)
+    what = {"rope": "RoPE recipe", "alibi": "ALiBi recipe"}.get(model.kind, f"{model.scheme or model.kind} path")
     names = list(recipes) if recipes else list(table)
     bad = [r for r in names if r not in table]
     if bad:
-        raise ValueError(f"unknown {what} recipe {bad[0]!r}; valid: {', '.join(table)}")
+        raise ValueError(f"unknown {what} {bad[0]!r}; valid: {', '.join(table)}")
     return names
 
 
@@ -218,7 +302,9 @@ def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[st
     lens = check_lengths(lengths)
     n = len(dict.fromkeys(get_format(d).name for d in dtypes))
     if model.kind == "alibi":
-        return 2 * lens[-1] * n * len(_recipe_names("alibi", recipes))
+        return 2 * lens[-1] * n * len(_recipe_names(model, recipes))
+    if model.kind != "rope":
+        return 0  # relative buckets and learned ids: closed-form sweeps, no progress to report
     from ..rope import positions_to_scan
 
     passes = (1 if not stacks or recipes is not None else 0) + (1 if stacks else 0)  # presets, stacks
@@ -262,11 +348,14 @@ def audit_config(
     if stacks and model.kind != "rope":
         raise ValueError(f"{model.name}: stacks model RoPE code paths; this model uses {model.kind}")
     rows: list[ConfigRow] = []
-    names = [] if stacks and recipes is None else _recipe_names(model.kind, recipes)
+    names = [] if stacks and recipes is None else _recipe_names(model, recipes)
     if model.kind == "rope":
         rows += _rope_rows(model, lens, fmts, names, list(stacks or ()), engine, tolerance, progress, distances)
-    else:
+    elif model.kind == "alibi":
         rows += _alibi_rows(model, lens, fmts, names, tolerance, progress)
+    else:
+        rows += _table_rows(model, lens, fmts, names)
+        positions = False  # the learned-id and bucket audits are about the position ids themselves
     if positions:
         from ..positions import audit_positions
 
@@ -276,7 +365,7 @@ def audit_config(
                 component="positions", recipe="position ids", dtype=p.dtype, length=p.length,
                 verdict=positions_verdict(colliding, p.non_finite), colliding_positions=colliding,
                 max_run=p.max_run, max_abs_error=p.max_abs_error, non_finite=p.non_finite))
-    order = {"rope": 0, "alibi": 0, "positions": 1}
+    order = {"rope": 0, "alibi": 0, "relative": 0, "learned": 0, "positions": 1}
     layer_rank = {t: i for i, (t, _) in enumerate(model.rope)}
     rec_rank = {n: i for i, n in enumerate([*names, *(stacks or ())])}
     rows.sort(key=lambda r: (fmts.index(r.dtype), r.length, order[r.component],
@@ -309,6 +398,89 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
                 max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
                 colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
                 ratio=r.max_rotation_error / r.cache_bound, stack=r.stack, pair_errors=r.pair_errors))
+    return rows
+
+
+def sinusoid_verdict(duplicate_rows: int, nn_shrink: float) -> str:
+    """A relative sinusoid table's verdict: ``broken`` when distances share a stored row, ``degraded`` when the
+    nearest neighbour of some row moved more than half-way towards it, ``safe`` otherwise.
+
+    >>> sinusoid_verdict(0, 0.0007), sinusoid_verdict(0, 0.6), sinusoid_verdict(384, 1.0)
+    ('safe', 'degraded', 'broken')
+    """
+    return "broken" if duplicate_rows else "degraded" if nn_shrink > 0.5 else "safe"
+
+
+def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: str, lengths: Iterable[int],
+                         dtypes: Sequence[str], tolerance: float = DEFAULT_TOLERANCE) -> list[ConfigRow]:
+    """Each of ``stacks`` against the stack the model was trained on (``trained_on``): per layer type, dtype and
+    length, the rotation difference between their stored cos/sin (:func:`precision_audit.rope.compare.
+    stack_difference`), judged as a rotation error against the stored format's bound.  ValueError when
+    ``trained_on`` does not run the model's rope types.
+
+    >>> from precision_audit.config import load_config_dict
+    >>> m = load_config_dict({"model_type": "llama", "head_dim": 64, "max_position_embeddings": 4096})
+    >>> [(r.recipe, r.reference, r.max_rotation_error) for r in training_differences(m, ["vllm"], "transformers",
+    ...                                                                                  [4096], ["bf16"])]
+    [('vllm', 'transformers', 0.0)]
+    >>> r = training_differences(m, ["vllm"], "torchtune", [4096], ["bf16"])[0]  # torchtune keeps float32 cos/sin
+    >>> 0 < r.max_rotation_error <= r.cache_bound, r.verdict
+    (True, 'safe')
+    """
+    from ..rope import select_stacks, stack
+    from ..rope.compare import stack_difference
+
+    select_stacks([trained_on], [s.scaling for _, s in model.rope])  # the training stack must run the model
+    rows = []
+    for layer_type, s in model.rope:
+        for d in dict.fromkeys(get_format(x).name for x in dtypes):
+            ref = stack(trained_on, d, s)
+            for n in stacks:
+                if n == trained_on:
+                    continue
+                for r in stack_difference(s, stack(n, d, s), ref, lengths):
+                    bound = _stored_bound(stack(n, d, s), s)
+                    rows.append(ConfigRow(
+                        component="rope", recipe=n, dtype=d, length=r.length, stack=n, reference=trained_on,
+                        layer_type=None if layer_type == "all" else layer_type,
+                        verdict=rope_verdict(r.max_rotation_difference, 0, bound, tolerance),
+                        max_rotation_error=r.max_rotation_difference, mean_rotation_error=r.mean_rotation_difference,
+                        cache_bound=bound, ratio=r.max_rotation_difference / bound))
+    return rows
+
+
+def _stored_bound(recipe: Any, schedule: Any) -> float:
+    from ..rope import cache_rounding_bound, stored_format
+
+    return cache_rounding_bound(stored_format(recipe), schedule.cos_sin_scale)
+
+
+def _table_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str],
+                names: Sequence[str]) -> list[ConfigRow]:
+    """Relative buckets (T5: the encoder's bidirectional and the decoder's causal ones), relative sinusoids or
+    learned position ids, per path, dtype and length (:mod:`precision_audit.relative`)."""
+    from ..relative import audit_learned, audit_relative, audit_relative_sinusoid
+
+    p = dict(model.scheme_params)
+    rows = []
+    if model.kind == "learned":
+        for r in audit_learned(lens, fmts, paths=names):
+            rows.append(ConfigRow(component="learned", recipe=r.path, dtype=r.dtype, length=r.length,
+                                  verdict=r.verdict, changed=r.wrong, first_changed=r.first_wrong,
+                                  colliding_positions=r.collided, max_abs_error=float(r.max_error)))
+    elif model.scheme == "xlnet":
+        for x in audit_relative_sinusoid(lens, p["d_model"], fmts, paths=names, attn_type=p["attn_type"]):
+            rows.append(ConfigRow(component="relative", recipe=x.path, dtype=x.dtype, length=x.klen,
+                                  verdict=sinusoid_verdict(x.duplicate_rows, x.nn_shrink), changed=x.duplicate_rows,
+                                  max_abs_error=x.max_abs_error))
+    else:
+        sides = ((True, "encoder"), (False, "decoder")) if model.scheme == "t5" else ((True, None),)
+        for bidirectional, side in sides:
+            for r in audit_relative(model.scheme, names, lens, fmts, bidirectional=bidirectional,  # type: ignore[arg-type]
+                                    num_buckets=p["num_buckets"], max_distance=p["max_distance"]):
+                rows.append(ConfigRow(component="relative", recipe=r.path, dtype=r.dtype, length=r.length,
+                                      layer_type=side, verdict=r.verdict, changed=r.flipped,
+                                      first_changed=r.first_flip, max_shift=r.max_shift))
     return rows
 
 

@@ -20,6 +20,7 @@ from ..schedules import _IGNORED_KEYS, _PARAM_KEYS, RopeSchedule, schedule_from_
 
 __all__ = [
     "CONTEXT_KEYS",
+    "KINDS",
     "ModelConfig",
     "load_config",
     "load_config_dict",
@@ -48,6 +49,14 @@ _ROPE_FAMILIES = frozenset({
     "internlm", "internlm2", "baichuan", "starcoder2", "stablelm", "olmo", "olmo2", "cohere", "granite", "yi",
 })
 _ALIBI_FAMILIES = frozenset({"bloom"})
+# Families with learned absolute position embeddings (a table indexed by integer ids) and with relative encodings.
+_LEARNED_FAMILIES = frozenset({
+    "gpt2", "gpt_neo", "gpt_bigcode", "bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra",
+    "albert", "ernie", "megatron-bert", "opt", "bart", "mbart", "biogpt", "whisper", "deberta",
+})
+_T5_FAMILIES = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers"})
+_OFFSET_FAMILIES = {"opt": 2, "bart": 2, "mbart": 2}  # OPTLearnedPositionalEmbedding / BART: ids + 2
+KINDS: tuple[str, ...] = ("rope", "alibi", "relative", "learned")
 
 
 def _fail(source: str, problem: str) -> ValueError:
@@ -59,8 +68,12 @@ class ModelConfig:
     """What a ``config.json`` says about a model's position encoding.
 
     ``kind`` is ``"rope"`` (``rope`` holds one ``(layer_type, schedule)`` pair
-    per attention layer type; ``"all"`` when every layer shares one) or
-    ``"alibi"`` (``num_heads`` heads, the reference slopes).
+    per attention layer type; ``"all"`` when every layer shares one),
+    ``"alibi"`` (``num_heads`` heads, the reference slopes), ``"relative"``
+    (``scheme`` ``t5`` / ``deberta`` buckets or ``xlnet`` relative sinusoids,
+    ``scheme_params`` their settings) or ``"learned"`` (absolute positions
+    looked up in a table: GPT-2, BERT, OPT; ``scheme_params`` may hold OPT's
+    ``offset``).
     ``max_position_embeddings`` is the context length the config declares
     (``context_key`` names the key it came from; None if it declares none),
     ``torch_dtype`` the dtype it was saved in, ``notes`` what the parser
@@ -72,6 +85,8 @@ class ModelConfig:
     Traceback (most recent call last):
     ...
     ValueError: ModelConfig x: kind 'alibi' needs num_heads
+    >>> load_config_dict({"model_type": "t5", "relative_attention_num_buckets": 32}).describe()
+    'model (model_type t5): relative position buckets (t5: num_buckets=32, max_distance=128); no context length in the config'
     """
 
     name: str
@@ -86,10 +101,15 @@ class ModelConfig:
     notes: tuple[str, ...] = field(default=())
     alibi_bias_max: float | None = None
     origin: str = "config.json"
+    scheme: str | None = None
+    scheme_params: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.kind not in ("rope", "alibi"):
-            raise ValueError(f"ModelConfig {self.name}: kind {self.kind!r} must be 'rope' or 'alibi'")
+        if self.kind not in KINDS:
+            raise ValueError(f"ModelConfig {self.name}: kind {self.kind!r} must be one of {', '.join(KINDS)}")
+        if self.kind == "relative" and self.scheme not in ("t5", "deberta", "xlnet"):
+            raise ValueError(f"ModelConfig {self.name}: kind 'relative' needs scheme t5, deberta or xlnet, "
+                             f"got {self.scheme!r}")
         if self.kind == "rope" and not self.rope:
             raise ValueError(f"ModelConfig {self.name}: kind 'rope' needs at least one schedule")
         if self.kind == "alibi" and not (isinstance(self.num_heads, int) and self.num_heads >= 1):
@@ -124,6 +144,11 @@ class ModelConfig:
         head = f"{self.name} (model_type {self.model_type}): "
         if self.kind == "alibi":
             return head + f"ALiBi, {self.num_heads} heads; {ctx}"
+        if self.kind in ("relative", "learned"):
+            what = {"t5": "relative position buckets", "deberta": "relative log buckets",
+                    "xlnet": "relative sinusoids", None: "learned absolute positions (a table lookup)"}[self.scheme]
+            params = ", ".join(f"{k}={v}" for k, v in self.scheme_params)
+            return head + what + (f" ({self.scheme or 'ids'}: {params})" if params else "") + f"; {ctx}"
         lines = [head + f"RoPE; {ctx}"]
         lines += [f"  {t}: {s.describe()}" for t, s in self.rope]
         return "\n".join(lines)
@@ -140,7 +165,8 @@ class ModelConfig:
             "name": self.name, "model_type": self.model_type, "kind": self.kind, "rope": rope,
             "num_heads": self.num_heads, "max_position_embeddings": self.max_position_embeddings,
             "context_key": self.context_key, "torch_dtype": self.torch_dtype, "source": self.source,
-            "notes": list(self.notes), "origin": self.origin,
+            "notes": list(self.notes), "origin": self.origin, "scheme": self.scheme,
+            "scheme_params": dict(self.scheme_params),
         })
 
 
@@ -277,6 +303,43 @@ def _alibi_flag(cfg: _Fields) -> bool | None:
     return None
 
 
+def _relative_or_learned(cfg: _Fields, model_type: str, notes: list[str]) -> tuple[str, str | None,
+                                                                                   tuple[tuple[str, Any], ...]] | None:
+    """``("relative", scheme, params)`` or ``("learned", None, params)`` when the config says so (its fields,
+    then its family), else None.  Field names and defaults are transformers' config classes' (T5Config,
+    DebertaV2Config, XLNetConfig, BertConfig)."""
+    pet = cfg.get("position_embedding_type")
+    if model_type in _T5_FAMILIES or cfg.get("relative_attention_num_buckets") is not None:
+        nb = cfg.get("relative_attention_num_buckets") or 32
+        md = cfg.get("relative_attention_max_distance") or 128
+        return "relative", "t5", (("num_buckets", int(nb)), ("max_distance", int(md)))
+    if model_type == "deberta-v2" or (cfg.get("position_buckets") or 0) > 0:
+        if cfg.get("relative_attention") and (cfg.get("position_buckets") or 0) > 0:
+            mr = cfg.get("max_relative_positions")
+            if mr is None or mr < 1:
+                mr = cfg.get("max_position_embeddings") or 512
+                notes.append(f"max_relative_positions < 1: the max_position_embeddings {mr} (as transformers)")
+            return "relative", "deberta", (("num_buckets", int(cfg.get("position_buckets"))),
+                                           ("max_distance", int(mr)))
+        notes.append("relative positions without log buckets: integer distances, exact in every dtype")
+        return "learned", None, ()
+    if model_type in ("xlnet", "transfo-xl"):
+        d = cfg.get("d_model") or cfg.get("d_embed") or 1024
+        attn = cfg.get("attn_type") or ("bi" if model_type == "xlnet" else "uni")
+        return "relative", "xlnet", (("d_model", int(d)), ("attn_type", str(attn)))
+    if isinstance(pet, str) and pet.lower() in ("absolute", "relative_key", "relative_key_query"):
+        if pet.lower() != "absolute":
+            notes.append(f"position_embedding_type {pet}: learned embeddings of integer distances, exact")
+        return "learned", None, _offset(model_type)
+    if model_type in _LEARNED_FAMILIES:
+        return "learned", None, _offset(model_type)
+    return None
+
+
+def _offset(model_type: str) -> tuple[tuple[str, Any], ...]:
+    return (("offset", _OFFSET_FAMILIES[model_type]),) if model_type in _OFFSET_FAMILIES else ()
+
+
 def _position_kind(cfg: _Fields, model_type: str, source: str) -> str:
     """``"alibi"`` or ``"rope"`` from explicit fields, then the family (rules in :func:`load_config_dict`)."""
     flag = _alibi_flag(cfg)
@@ -290,8 +353,8 @@ def _position_kind(cfg: _Fields, model_type: str, source: str) -> str:
     if model_type in _ROPE_FAMILIES or any(cfg.get(k) is not None for k in rope_keys):
         return "rope"
     raise _fail(source, f"cannot tell the position encoding of model_type {model_type!r}: no rope_theta, "
-                        "rope_parameters, rope_scaling or partial rotary field, and no alibi field "
-                        "(learned or relative positions are not audited)")
+                        "rope_parameters, rope_scaling or partial rotary field, no alibi field, and no "
+                        "position_embedding_type or relative-attention field")
 
 
 def _context(cfg: _Fields, top: _Fields, source: str) -> tuple[str | None, int | None]:
@@ -562,6 +625,12 @@ def load_config_dict(data: Any, *, name: str = "model", source: str = "config") 
     dtype = cfg.first(dkeys)[1] or top.first(dkeys)[1]
     dtype = None if dtype is None else str(dtype).removeprefix("torch.")
     nm = top.get("_name_or_path") or name
+    other = None if _alibi_flag(cfg) else _relative_or_learned(cfg, model_type, notes)
+    if other is not None:
+        kind, scheme, params = other
+        return ModelConfig(name=str(nm), model_type=model_type, kind=kind, scheme=scheme, scheme_params=params,
+                           max_position_embeddings=max_pos, context_key=ck, torch_dtype=dtype, source=source,
+                           notes=tuple(notes))
     kind = _position_kind(cfg, model_type, source)
     common: dict[str, Any] = dict(name=str(nm), model_type=model_type, max_position_embeddings=max_pos,
                                   context_key=ck, torch_dtype=dtype, source=source)

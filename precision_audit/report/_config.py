@@ -40,9 +40,10 @@ class ModelSpec:
     model: ModelConfig | None = field(default=None, repr=False, compare=False)  # every layer type, for the stacks
 
     def __post_init__(self) -> None:
-        if self.rope is None and self.alibi_heads is None:
-            raise ValueError(f"model_type {self.model_type!r}: the config has neither RoPE nor ALiBi "
-                             "(the report covers those position encodings)")
+        if self.rope is None and self.alibi_heads is None and (self.model is None or self.model.kind in
+                                                               ("rope", "alibi")):
+            raise ValueError(f"model_type {self.model_type!r}: the config has no position encoding the report "
+                             "knows (RoPE, ALiBi, relative buckets or sinusoids, learned positions)")
         if self.max_context is not None and self.max_context < 1:
             raise ValueError(f"max context {self.max_context} must be at least 1")
 
@@ -82,6 +83,8 @@ def _spec(mc: ModelConfig) -> ModelSpec:
             slopes = mpt_slopes(int(mc.num_heads or 1), bias_max)
         return ModelSpec(mc.name, mc.model_type, dtype, mc.max_position_embeddings, None, mc.num_heads, slopes,
                          tuple(notes), mc)
+    if mc.kind in ("relative", "learned"):  # no schedule, no slopes: the report audits it through `config`
+        return ModelSpec(mc.name, mc.model_type, dtype, mc.max_position_embeddings, None, None, None, tuple(notes), mc)
     by_type = dict(mc.rope)
     key = "full_attention" if "full_attention" in by_type else next(iter(by_type))
     if len(by_type) > 1:

@@ -98,14 +98,14 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
     or, for ALiBi, per recipe, and per dtype: the longest of those lengths
     that is safe and the fix (see :func:`precision_audit.bottomline.bottom_line`).
     """
-    ctx = max_context or spec.max_context
-    if not ctx:
-        raise ValueError(f"the config of {spec.name!r} gives no maximum context; pass --max-length")
+    ctx = max_context or spec.max_context or _config.FALLBACK_CONTEXT  # the bottom line says so
     if 4 * ctx > MAX_ROPE_LENGTH:
         raise ValueError(f"max context {ctx} x 4 exceeds the audits' limit {MAX_ROPE_LENGTH} (2**26)")
     model = spec.model_config()
     names, skipped = _config.model_stacks(model, stacks)
     c = _Context(spec, list(dict.fromkeys(dtypes or [spec.dtype])), ctx, progress)
+    if model.kind in ("relative", "learned"):
+        return _table_report(c, model)
     sections = [_positions_section(c)]
     if spec.rope is not None:
         sections += _rope_sections(c, spec.rope)
@@ -116,6 +116,50 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
     model_section = Section("Model", [Table(("setting", "value"), _settings_rows(settings))])
     return Report(f"precision_audit: {spec.name}", "model", settings,
                   [bottom, _verdict_section(c), model_section, *sections])
+
+
+def _table_report(c: _Context, model: _config.ModelConfig) -> Report:
+    """Relative buckets, relative sinusoids or learned ids: the rows `config` gives, as bottom line and verdict
+    table (one row per code path, encoder / decoder side and dtype), with the bucket figure for T5 / DeBERTa."""
+    from ..bottomline import bottom_line
+
+    checks = [c.ctx] if model.kind == "learned" and c.spec.max_context else c.checks
+    _say(c.progress, f"{model.scheme or 'learned ids'}: every path in {', '.join(c.dts)} at "
+                     + ", ".join(length_label(n) for n in checks))
+    rows = _config.audit_config(model, checks, c.dts)
+    summaries = bottom_line(rows, key="recipe", kind=model.kind)
+    note = None if c.spec.max_context else _config.context_note(model)
+    bottom = Section("Bottom line", [
+        Para(f"{model.describe()}. Per code path and dtype: the longest length audited that is safe, and the fix; "
+             "`precision-audit config` prints the same lines."),
+        Bullets(tuple(str(s) for s in summaries)),
+        *([Para(f"Note: {note}.")] if note else []),
+    ], {"summary": [s.to_dict() for s in summaries]})
+    table: dict[tuple[str, ...], dict[int, str]] = {}
+    for r in rows:
+        key = (r.recipe + (f" ({r.layer_type})" if r.layer_type else ""), r.dtype)
+        table.setdefault(key, {})[r.length] = r.verdict + ("" if r.changed in (None, 0) else f" ({r.changed})")
+    header = ("code path", "dtype", *(length_label(n) for n in checks))
+    verdict = Section("Verdict", [
+        Table(header, tuple((*k, *(v.get(n, "-") for n in checks)) for k, v in table.items())),
+        Para("In brackets: distances whose bucket changed (relative buckets), distances sharing a stored row "
+             "(relative sinusoids) or wrong position ids (learned)."),
+    ], {"rows": [r.to_dict() for r in rows]})
+    sections = [bottom, verdict]
+    if model.scheme in ("t5", "deberta"):
+        from ..relative import audit_relative
+        from .relative import plot_relative
+
+        p = dict(model.scheme_params)
+        fig_rows = audit_relative(model.scheme, lengths=length_grid(64, max(checks)), dtypes=c.dts,
+                                  num_buckets=p["num_buckets"], max_distance=p["max_distance"])
+        sections.append(Section("Relative buckets", [Figure(
+            "relative_buckets.png", "Distances whose bucket flips vs context length, per path and dtype",
+            lambda path: plot_relative(fig_rows, path))], {"relative": [r.to_dict() for r in fig_rows]}))
+    settings = _settings(c.spec, c.dts, c.ctx)
+    settings["encoding"] = model.scheme or "learned"
+    model_section = Section("Model", [Table(("setting", "value"), _settings_rows(settings))])
+    return Report(f"precision_audit: {c.spec.name}", "model", settings, [*sections, model_section])
 
 
 def _bottom_line_section(c: _Context, model: _config.ModelConfig, stacks: Sequence[str],
@@ -129,7 +173,7 @@ def _bottom_line_section(c: _Context, model: _config.ModelConfig, stacks: Sequen
         if stacks:
             _say(c.progress, f"bottom line: {len(stacks)} stacks, cache in {', '.join(c.dts)}, at {checks}")
             rows = _config.audit_config(model, c.checks, c.dts, stacks=stacks, positions=False)
-        summaries = bottom_line(rows, key="recipe")
+        summaries = bottom_line(rows, key="recipe", notes=_config.stack_notes(model, stacks))
         what = ("Per inference stack (the code it runs, written from its source; every layer type's schedule) and "
                 "dtype")
     else:
@@ -141,6 +185,9 @@ def _bottom_line_section(c: _Context, model: _config.ModelConfig, stacks: Sequen
              "fix where one is known; `precision-audit config` prints the same lines."),
         Bullets(tuple(str(s) for s in summaries) or ("no stack runs this model's rope type",)),
     ]
+    note = None if c.ctx != _config.FALLBACK_CONTEXT or c.spec.max_context else _config.context_note(model)
+    if note:
+        blocks.append(Para(f"Note: {note}."))
     if skipped:
         blocks += [Para("Left out:"), Bullets(tuple(skipped))]
     return Section("Bottom line", blocks, {

@@ -40,7 +40,8 @@ three-term 2*pi (Cody-Waite), i.e. accurate to ~1e-16 rad at 2**26.
 [('lowp', True), ('fp32', False)]
 
 The package's modules: :mod:`.recipes` (the vocabulary: stages, recipes,
-presets), :mod:`.oracle` (exact angles), :mod:`.engine` (the numpy engine),
+presets), :mod:`.hows` (how stacks make values), :mod:`.stacks` (the stacks'
+code paths), :mod:`.oracle` (exact angles), :mod:`.engine` (the numpy engine),
 :mod:`.tables` (lookup tables for 16-bit formats), :mod:`.torch_engine`,
 :mod:`.pairs` (pairwise errors at distances D) and :mod:`.audit` (the chunked
 driver and its rows).  Every public name is
@@ -50,7 +51,8 @@ importable from ``precision_audit.rope``.
 from __future__ import annotations
 
 from ..schedules import RopeSchedule
-from .audit import RopeRow, audit, cache_rounding_bound, check_rope_lengths, default_workers, positions_to_scan
+from .audit import (RopeRow, audit, cache_rounding_bound, check_rope_lengths, default_workers, positions_to_scan,
+                    stored_format)
 from .engine import ENGINES, recipe_stages, run_recipe
 from .oracle import MAX_ROPE_LENGTH, exact_angles, wrap
 from .pairs import DEFAULT_DISTANCES, PairError, row_distances
@@ -58,17 +60,14 @@ from .recipes import (
     APPLY_MODES,
     PRESETS,
     SCALINGS,
-    STACKS,
     STAGES,
     Recipe,
-    Stack,
     effective_recipe,
     parse_stages,
     preset,
-    select_stacks,
-    stack,
     stored_inv_freq,
 )
+from .stacks import STACKS, Stack, select_stacks, stack
 from .torch_engine import torch_stages
 
 __all__ = [
@@ -95,6 +94,7 @@ __all__ = [
     "run_recipe",
     "select_stacks",
     "stack",
+    "stored_format",
     "stored_inv_freq",
     "torch_stages",
     "wrap",

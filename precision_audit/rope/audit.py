@@ -32,7 +32,8 @@ from .oracle import F64, MAX_ROPE_LENGTH, _split
 from .pairs import PairAcc, PairError, check_distances, row_distances
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 
-__all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan"]
+__all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan",
+           "stored_format"]
 
 
 def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
@@ -69,7 +70,8 @@ class RopeRow(Row):
     ``*_profile`` lists one value per frequency index i (max over positions,
     or mean).  ``error_budget`` maps each stage to the max rotation error with
     that stage alone made exact (float64), or is None if not computed.
-    ``cache_bound`` is :func:`cache_rounding_bound` of the cache format;
+    ``cache_bound`` is :func:`cache_rounding_bound` of the cache format (of the
+    rotation's when that is coarser: :func:`stored_format`, also ``dtype``);
     ``how`` says how each stage's value is made (:attr:`Recipe.how`) and
     ``engine`` who rounded (numpy: correctly rounded; torch: this machine).
     ``pair_errors``: the pairwise rotation errors at each audited distance D
@@ -466,13 +468,30 @@ def _active(theta: F64, invs: Sequence[F64 | AngleMaker]) -> npt.NDArray[np.bool
     return active
 
 
+def stored_format(r: Recipe) -> str:
+    """The format a recipe's rotated q/k end in: the coarser of the cache and the rotation (``apply``) formats.
+
+    A float32 cache (SGLang, TensorRT-LLM) rotating bfloat16 q/k still ends in bfloat16: its row is a
+    bfloat16 row, and bfloat16's rounding is the floor of its error.
+
+    >>> from precision_audit.rope import stack
+    >>> stored_format(stack("sglang", "bf16")), stored_format(stack("vllm", "fp16"))
+    ('bfloat16', 'float16')
+    """
+    return max((r.cache, r.apply), key=lambda f: cache_rounding_bound(f))
+
+
+def _stored_bound(r: Recipe, scale: float) -> float:
+    return cache_rounding_bound(stored_format(r), scale)
+
+
 def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
          budget: dict[str, float] | None) -> RopeRow:
     """The row of recipe ``r`` at length ``L`` from its accumulator over positions 0..L-1."""
     nf = schedule.n_freq
     return RopeRow(
         recipe=r.name,
-        dtype=r.cache,
+        dtype=stored_format(r),
         length=L,
         head_dim=schedule.head_dim,
         base=schedule.base,
@@ -486,7 +505,7 @@ def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
         max_rotation_error=float(acc.rot_max.max()),
         mean_rotation_error=float(acc.rot_sum.sum() / (L * nf)),
         colliding_positions=acc.collisions,
-        cache_bound=cache_rounding_bound(r.cache, schedule.cos_sin_scale),
+        cache_bound=_stored_bound(r, schedule.cos_sin_scale),
         angle_error_profile=tuple(acc.ang_max.tolist()),
         mean_angle_error_profile=tuple((acc.ang_sum / L).tolist()),
         rotation_error_profile=tuple(acc.rot_max.tolist()),

@@ -1,4 +1,4 @@
-"""How inference stacks make RoPE values where they differ from ``position * inv_freq``.
+"""How inference and training stacks make RoPE values where they differ from ``position * inv_freq``.
 
 Each function here is one "how" of the recipe vocabulary
 (:mod:`precision_audit.rope.recipes`), used by every stack that computes that
@@ -17,6 +17,14 @@ Inverse frequencies (``inv_freq_from``):
 * ``"exp2-log2"``: ``exp2(-fl32(i / (d/2)) * fl32(log2f(base)))``, exp2 correctly
   rounded: MLX's Metal and CUDA kernels (``mlx/backend/metal/kernels/rope.metal``
   ``rope_single_impl``; ``mlx/backend/cuda/rope.cu``).
+* ``"pow64-recip32"``: ``fl32(s / fl32(base ** (2i/d)))`` with the power in
+  float64 (numpy), ``s = fl32(1/factor)`` for linear scaling (1 otherwise);
+  llama3: the same, then Llama 3's band scaling in float64 per value, rounded
+  once to float32 (TensorRT-LLM pins numpy < 2, where a Python float and a
+  float32 scalar compute in float64): TensorRT-LLM's table
+  (NVIDIA/TensorRT-LLM ``tensorrt_llm/functional.py``
+  ``RopeEmbeddingUtils.create_sinusoidal_positions_for_attention_plugin`` and
+  ``apply_llama3_scaling``).
 
 Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
 ``src/ggml-cpu/ops.cpp`` ``ggml_rope_cache_init``/``rope_yarn``,
@@ -34,6 +42,18 @@ Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
   ``interp * (1 - mix_i) + extrap * mix_i`` with the first product fused into
   the sum (an FMA, as GCC contracts it on FMA hardware).
 
+Angles as a division (``angle_from="position-over-timescale"``), MaxText's
+``RotaryEmbedding`` (AI-Hypercomputer/maxtext e591f30, ``src/maxtext/layers/
+embeddings.py``, ``RotaryEmbedding.timescale`` and ``__call__``): the
+timescale ``min * (max/min) ** fraction`` with ``fraction = fl32(2i / d)``,
+``min = 1``, ``max = base``, the power in float32 (correctly rounded here),
+times the linear factor where one is set (a float32 product), and the angle
+``fl32(position / timescale)``: one float32 division, not a product by an
+inverse frequency.  TensorRT-LLM's on-the-fly kernel computes the same
+(``cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttentionUtils.h``
+``rotary_embedding_coefficient``: ``t_step / pow(base, zid / (float) dim)``,
+CUDA's ``powf``, max 2 ulp by the CUDA Math API, modelled correctly rounded).
+
 >>> [float(v) for v in exp32(np.float32([0.0, -1.0]))]
 [1.0, 0.3678794503211975]
 """
@@ -41,22 +61,25 @@ Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
-from ..formats import round_to
-from ..schedules import RopeSchedule
+from ..formats import get_format, round_to
+from ..schedules import RopeSchedule, round_mp, yarn_bounds
 from .oracle import F64
 
-__all__ = ["ANGLE_HOWS", "INV_FREQ_HOWS", "AngleMaker", "angle_maker", "exp32", "fma32", "how_inv_freq"]
+__all__ = [
+    "ANGLE_HOWS", "INV_FREQ_HOWS", "TIMESCALE_ROPE_TYPES", "AngleMaker", "angle_maker", "exp32", "fma32",
+    "ggml_mismatch", "how_inv_freq", "mpmath_pow", "rounded_ramp_mismatch", "timescales",
+]
 
 F32 = npt.NDArray[np.float32]
 _f = np.float32
 
-ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product")
-INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2")
+ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product", "position-over-timescale")
+INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2", "pow64-recip32")
 
 
 def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> F32:
@@ -117,6 +140,8 @@ def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
     """
     if how not in INV_FREQ_HOWS:
         raise ValueError(f"unknown inv_freq how {how!r}; valid: {', '.join(INV_FREQ_HOWS)}")
+    if how == "pow64-recip32":
+        return _pow64_recip32(schedule)
     if schedule.scaling != "default":
         raise ValueError(f"inv_freq how {how!r} builds the default schedule only, not rope type {schedule.scaling!r}")
     half = schedule.rotary // 2
@@ -130,14 +155,48 @@ def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
     return np.asarray(round_to(np.exp2(e.astype(np.float64)), "float32"), dtype=np.float64)
 
 
+def _pow64_recip32(s: RopeSchedule) -> F64:
+    """TensorRT-LLM's table frequencies (see the module docstring): default, linear and llama3."""
+    if s.scaling not in ("default", "linear", "llama3"):
+        raise ValueError(f"inv_freq how 'pow64-recip32' builds the default, linear and llama3 schedules, "
+                         f"not rope type {s.scaling!r}")
+    d = s.rotary
+    powers = np.array([float(mpmath_pow(float(s.base), (2 * i) / d)) for i in range(d // 2)], dtype=np.float64)
+    scale = _f(1.0 / s.factor) if s.scaling == "linear" else _f(1)
+    inv = (scale / powers.astype(np.float32)).astype(np.float32).astype(np.float64)
+    if s.scaling != "llama3":
+        return inv
+    L0, lo, hi, factor = s.original_max_position_embeddings, s.low_freq_factor, s.high_freq_factor, s.factor
+    wavelen = 2 * math.pi / inv
+    smooth = (L0 / wavelen - lo) / (hi - lo)
+    mid = (1 - smooth) * inv / factor + smooth * inv
+    out = np.where(wavelen < L0 / hi, inv, np.where(wavelen > L0 / lo, inv / factor, mid))
+    return out.astype(np.float32).astype(np.float64)
+
+
+def mpmath_pow(x: float, y: float, fmt: str = "float64") -> float:
+    """``x ** y`` correctly rounded to ``fmt`` (a correctly rounded libm's ``pow`` / ``powf`` stands in).
+
+    >>> mpmath_pow(10000.0, 0.5), mpmath_pow(10000.0, -0.25, "float32")
+    (100.0, 0.10000000149011612)
+    """
+    import mpmath
+
+    with mpmath.workprec(160):
+        return round_mp(mpmath.mpf(x) ** mpmath.mpf(y), get_format(fmt))
+
+
 @dataclass(frozen=True)
 class AngleMaker:
-    """ggml's float32 angles for pair i at position p: see the module docstring.
+    """A stack's float32 angles for pair i at position p, where they are not ``p * inv_freq``: see the module
+    docstring.
 
-    ``theta_scale`` is ``powf(base, -2/d)``; ``freq_factors`` the divisors
-    (or None); ``freq_scale`` the linear factor; ``mix`` YaRN's per-pair ramp
-    mix (None without YaRN); ``power`` chooses ``p * powf(ts, i)`` (CUDA)
-    over repeated multiplication (CPU).
+    ggml: ``theta_scale`` is ``powf(base, -2/d)``; ``freq_factors`` the
+    divisors (or None); ``freq_scale`` the linear factor; ``mix`` YaRN's
+    per-pair ramp mix (None without YaRN); ``power`` chooses
+    ``p * powf(ts, i)`` (CUDA) over repeated multiplication (CPU).
+    ``timescale`` (MaxText): the float32 timescales; when given the angle is
+    ``fl32(p / timescale_i)`` and the ggml fields are unused.
     """
 
     theta_scale: np.float32
@@ -146,10 +205,14 @@ class AngleMaker:
     freq_scale: np.float32
     mix: F32 | None
     power: bool
+    timescale: F32 | None = None
 
     def angles_into(self, pos: F64, out: F64) -> None:
         """Write the float32 angles of float32 positions ``pos`` (n,) into ``out`` (n, nf), as float64."""
         p = pos.astype(np.float32)
+        if self.timescale is not None:  # one float32 division (IEEE: correctly rounded)
+            out[:] = np.divide(p[:, None], self.timescale[None, :], dtype=np.float32)
+            return
         if self.power:
             powers = round_to(np.power(float(self.theta_scale), np.arange(self.nf, dtype=np.float64)), "float32")
             cols = (p[:, None] * np.asarray(powers, dtype=np.float32)[None, :]).astype(np.float32)
@@ -207,18 +270,102 @@ def _llama3_factors(s: RopeSchedule) -> F32:
 GGML_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "yarn", "llama3")
 
 
-def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
-    """ggml's angle computation (``how``: ``repeated-product`` or ``power-product``) for a schedule.
+def ggml_mismatch(schedule: RopeSchedule) -> str | None:
+    """How the schedule llama.cpp (ggml) runs differs from the declared one, in words; None if it runs it.
 
-    Refuses, naming the rope type, what ggml does not compute this way
-    (dynamic NTK, LongRoPE, proportional; YaRN without truncated ramp bounds).
+    ggml always rounds YaRN's ramp bounds to whole dims (``ggml_rope_yarn_corr_dims``: floor / ceil in
+    float32); a schedule that declares ``truncate=False`` (gpt-oss) keeps them fractional, so 9 of gpt-oss'
+    32 frequencies differ (vLLM#27722 found the same in vLLM, fixed there by vLLM#28244).
+
+    >>> oss = RopeSchedule(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, beta_fast=32.0,
+    ...                    beta_slow=1.0, truncate=False, original_max_position_embeddings=4096)
+    >>> ggml_mismatch(oss)
+    "rounds YaRN's ramp bounds to whole dims (8, 18); the config declares 8.0928, 17.3980 (truncate=false)"
+    """
+    s = schedule
+    if s.scaling != "yarn" or s.truncate:
+        return None
+    return _ramp_note(s, *_corr_dims(s.rotary, s.original_max_position_embeddings, s.base, s.beta_fast, s.beta_slow))
+
+
+def rounded_ramp_mismatch(schedule: RopeSchedule) -> str | None:
+    """:func:`ggml_mismatch` for code that rounds YaRN's ramp bounds in float64 (``math.floor`` / ``math.ceil``
+    of the correction dims, whatever ``truncate`` says): vLLM before vllm-project/vllm#28244, TensorRT-LLM's
+    ``create_sinusoidal_positions_yarn``.
+
+    >>> oss = RopeSchedule(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, beta_fast=32.0,
+    ...                    beta_slow=1.0, truncate=False, original_max_position_embeddings=4096)
+    >>> rounded_ramp_mismatch(oss) == ggml_mismatch(oss)
+    True
+    """
+    s = schedule
+    if s.scaling != "yarn" or s.truncate:
+        return None
+    return _ramp_note(s, *yarn_bounds(replace(s, truncate=True)))
+
+
+def _ramp_note(s: RopeSchedule, lo: float, hi: float) -> str:
+    dlo, dhi = yarn_bounds(s)
+    return (f"rounds YaRN's ramp bounds to whole dims ({lo:g}, {hi:g}); the config declares {dlo:.4f}, "
+            f"{dhi:.4f} (truncate=false)")
+
+
+TIMESCALE_ROPE_TYPES: tuple[str, ...] = ("default", "linear")
+"""The rope types MaxText's ``RotaryEmbedding`` runs (linear: ``rope_linear_scaling_factor``)."""
+
+
+def timescales(schedule: RopeSchedule) -> F32:
+    """MaxText's float32 timescales ``fl32(fl32(base) ** fl32(2i / d))`` (times the linear factor in float32).
+
+    ``min_timescale`` is 1 (MaxText's ``rope_min_timescale``), so ``min * power`` is exact; the power is
+    taken correctly rounded (XLA's float32 pow is not modelled).
+
+    >>> timescales(RopeSchedule(head_dim=4, base=10000.0)).tolist()  # 1, 1e4 ** 0.5
+    [1.0, 100.0]
+    """
+    s = schedule
+    if s.scaling not in TIMESCALE_ROPE_TYPES:
+        raise ValueError(f"MaxText's RotaryEmbedding does not implement rope type {s.scaling!r}; "
+                         f"it implements {', '.join(TIMESCALE_ROPE_TYPES)}")
+    d = s.rotary
+    fraction = (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32)
+    # correctly rounded to float32 at once (numpy's float64 power differs between CPUs, and rounding it again
+    # to float32 could round twice)
+    ts = np.array([mpmath_pow(float(_f(s.base)), float(f), "float32") for f in fraction], dtype=np.float32)
+    if s.scaling == "linear":
+        ts = (ts * _f(s.factor)).astype(np.float32)
+    return ts
+
+
+def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
+    """The angle computation of a non-product ``how`` (:data:`ANGLE_HOWS`) for a schedule.
+
+    ``repeated-product`` / ``power-product`` (ggml) refuse, naming the rope
+    type, what ggml does not compute this way (dynamic NTK, LongRoPE,
+    proportional).  YaRN's ramp bounds are always rounded to whole dims
+    (floor/ceil, as ``ggml_rope_yarn_corr_dims`` does), whatever the
+    schedule's ``truncate`` says: a schedule that declares ``truncate=False``
+    (gpt-oss) runs with other frequencies here, which the audit measures
+    against the declared ones (see :func:`ggml_mismatch`).
+    ``position-over-timescale`` (MaxText): :func:`timescales`.
 
     >>> m = angle_maker("repeated-product", RopeSchedule(head_dim=4, base=10000.0))
     >>> out = np.empty((1, 2)); m.angles_into(np.array([3.0]), out); out.tolist()  # 3 * fl32(1e4**-0.5)
     [[3.0, 0.029999999329447746]]
+    >>> m = angle_maker("position-over-timescale", RopeSchedule(head_dim=4, base=10000.0))
+    >>> m.angles_into(np.array([3.0]), out); out.tolist()  # 3 / 100, one float32 division
+    [[3.0, 0.029999999329447746]]
     """
     if how not in ANGLE_HOWS[1:]:
-        raise ValueError(f"unknown ggml angle how {how!r}; valid: {', '.join(ANGLE_HOWS[1:])}")
+        raise ValueError(f"unknown angle how {how!r}; valid: {', '.join(ANGLE_HOWS[1:])}")
+    if how == "position-over-timescale":
+        ts = timescales(schedule)
+        return AngleMaker(_f(1), ts.size, None, _f(1), None, False, timescale=ts)
+    return _ggml_maker(how, schedule)
+
+
+def _ggml_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
+    """ggml's angle computation (``repeated-product`` or ``power-product``) for a schedule."""
     s = schedule
     if s.scaling not in GGML_ROPE_TYPES:
         raise ValueError(f"llama.cpp (ggml) does not implement rope type {s.scaling!r}; "
@@ -229,9 +376,6 @@ def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     fs = _f(1.0 / s.factor) if s.scaling in ("linear", "yarn") else _f(1)
     mix = None
     if s.scaling == "yarn":
-        if not s.truncate:
-            raise ValueError("llama.cpp (ggml) rounds YaRN's ramp bounds (truncate=True); this schedule has "
-                             "truncate=False")
         lo, hi = _corr_dims(d, s.original_max_position_embeddings, s.base, s.beta_fast, s.beta_slow)
         i = np.arange(d // 2, dtype=np.float32)
         y = ((i - _f(lo)) / _f(max(_f(0.001), _f(_f(hi) - _f(lo))))).astype(np.float32)

@@ -16,7 +16,6 @@ recipe's code holds and runs for a given schedule and pass.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,9 +27,6 @@ from .oracle import F64
 
 __all__ = [
     "APPLY_MODES",
-    "STACKS",
-    "Stack",
-    "stack",
     "DTYPE",
     "PRESETS",
     "SCALINGS",
@@ -40,7 +36,6 @@ __all__ = [
     "effective_recipe",
     "parse_stages",
     "preset",
-    "select_stacks",
     "stored_inv_freq",
 ]
 
@@ -56,6 +51,9 @@ _HOW_TEXT = {
     "repeated-product": "float32: theta = p, then theta *= powf(base, -2/d) per pair; / freq factor, "
                         "* freq_scale, YaRN mix (ggml CPU)",
     "power-product": "float32: p * powf(powf(base, -2/d), i); / freq factor, * freq_scale, YaRN mix (ggml CUDA)",
+    "pow64-recip32": "fl32(scale / fl32(base ** (2i/d) in float64)) (numpy float32 table; llama3 bands in float64)",
+    "position-over-timescale": "float32: p / (base ** (2i/d) [* linear factor]), a division (MaxText, TensorRT-LLM's "
+                               "on-the-fly kernel)",
 }
 
 
@@ -77,6 +75,10 @@ class Recipe:
     a model in that dtype runs ``q*cos + rotate_half(q)*sin``); ``apply_mode``
     ``"elementwise"`` rounds every product and sum to it, ``"fp32-then-cast"``
     computes the rotation in float32 and casts the result (fused kernels).
+    ``overrides``: schedule fields the code computes its frequencies with in
+    place of the declared ones (a stack that always rounds YaRN's ramp bounds:
+    ``(("truncate", True),)``); errors stay measured against the declared
+    schedule, so the difference shows as error (see :meth:`runs_on`).
 
     >>> r = preset("fp32", "bf16")
     >>> r.stages
@@ -100,10 +102,15 @@ class Recipe:
     apply_mode: str = "elementwise"
     angle_from: str = "product"
     stack: str | None = None
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"recipe name {self.name!r} must be a non-empty string")
+        fields = RopeSchedule.__dataclass_fields__
+        bad = [k for k, _ in self.overrides if k not in fields]
+        if bad:
+            raise ValueError(f"recipe {self.name!r}: override {bad[0]!r} is not a schedule field")
         for stage in STAGES:
             try:
                 fmt = get_format(getattr(self, stage))
@@ -157,6 +164,16 @@ class Recipe:
                         else f"rotation in float32, cast to {self.apply}")
         return out
 
+    def runs_on(self, schedule: RopeSchedule) -> RopeSchedule:
+        """The schedule this recipe's code computes its frequencies from: ``schedule`` with :attr:`overrides`.
+
+        >>> oss = RopeSchedule(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, truncate=False,
+        ...                    original_max_position_embeddings=4096)
+        >>> replace(preset("fp32"), overrides=(("truncate", True),)).runs_on(oss).truncate
+        True
+        """
+        return replace(schedule, **dict(self.overrides)) if self.overrides else schedule
+
     def with_exact(self, stage: str) -> "Recipe":
         """The same recipe with one stage made exact (float64), for the error budget."""
         if stage not in STAGES:
@@ -189,6 +206,7 @@ class Preset:
     apply: str | None = None
     apply_mode: str = "elementwise"
     angle_from: str = "product"
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         self.recipe("preset", "float32")  # a bad format or mode fails here, with Recipe's message
@@ -199,7 +217,8 @@ class Preset:
     def recipe(self, name: str, dtype: str) -> Recipe:
         """The preset as a :class:`Recipe` named ``name`` for the canonical dtype name ``dtype``."""
         return Recipe(name, *self(dtype), inv_freq_from=_fill(self.inv_freq_from, dtype),
-                      apply=_fill(self.apply, dtype), apply_mode=self.apply_mode, angle_from=self.angle_from)
+                      apply=_fill(self.apply, dtype), apply_mode=self.apply_mode, angle_from=self.angle_from,
+                      overrides=self.overrides)
 
 
 def _fill(fmt: str | None, dtype: str) -> str | None:
@@ -233,143 +252,6 @@ def preset(name: str, dtype: str | Format = "bfloat16") -> Recipe:
     """
     row = PRESETS[check_choice(name, "recipe", tuple(PRESETS))]
     return row.recipe(name, get_format(dtype).name)
-
-
-@dataclass(frozen=True)
-class Stack:
-    """An inference or training stack's RoPE code path, written from its published source.
-
-    ``preset`` is the path as recipe fields (see :class:`Preset`);
-    ``inv_freq_by_type`` overrides ``inv_freq_from`` per rope type (MLX takes
-    mlx-lm's ``freqs`` for scaled types and computes the default one itself);
-    ``rope_types`` are the types it implements as modelled, every other type
-    is refused with ``refused``'s reason (or "not implemented"); ``source``
-    cites the code read; ``fix`` is what a user does when the path is not safe.
-    """
-
-    label: str
-    preset: Preset
-    rope_types: tuple[str, ...]
-    source: str
-    fix: str | None = None
-    inv_freq_by_type: tuple[tuple[str, str], ...] = ()
-    refused: tuple[tuple[str, str], ...] = ()
-
-    def check(self, name: str, rope_type: str) -> None:
-        """Raise ValueError naming the stack and the rope type if the stack does not run that type."""
-        if rope_type not in self.rope_types:
-            why = dict(self.refused).get(rope_type, "not implemented there")
-            raise ValueError(f"stack {name!r} does not run rope type {rope_type!r}: {why} "
-                             f"(it runs {', '.join(self.rope_types)})")
-
-
-_VLLM_REFUSED = (("dynamic", "vLLM fixes one NTK base for L0*factor at every length"),
-                 ("longrope", "vLLM picks one factor set per deployment from max_model_len"))
-_GGML_REFUSED = (("dynamic", "ggml has no dynamic NTK"),
-                 ("longrope", "rope_factors_long/short are not modelled yet"),
-                 ("proportional", "not modelled yet"))
-_MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
-                ("yarn", "mlx-lm scales q/k by the mscale in the data dtype (not modelled yet)"),
-                ("longrope", "mlx-lm always uses the long factors and scales q/k (not modelled yet)"),
-                ("dynamic", "mlx-lm recomputes the base per call in float64 (not modelled yet)"),
-                ("proportional", "not modelled yet"))
-_ALL = ROPE_TYPES
-_GGML = ("default", "linear", "yarn", "llama3")
-_FP32_THEN_CAST = "fp32-then-cast"
-
-# One row per stack.  Each cites the code read (repository @ commit: file, function); docs/stacks notes in
-# the README give the float steps.  transformers' rows are its preset paths; the others add their hows.
-STACKS: dict[str, Stack] = {
-    "transformers": Stack(
-        "transformers as built", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 rotary module, cos/sin cast"),
-        _ALL, "huggingface/transformers 5.x: modeling_rope_utils.py ROPE_INIT_FUNCTIONS; models/llama/"
-              "modeling_llama.py LlamaRotaryEmbedding.forward (fp32 angle, cos*attention_scaling, .to(x.dtype)), "
-              "apply_rotary_pos_emb (q*cos + rotate_half(q)*sin in the model dtype)"),
-    "transformers-cast": Stack(
-        "transformers after model.to(dtype)", Preset(_F32, _D, _F32, _F32, _D, _F32, "inv_freq buffer downcast"),
-        _ALL, "huggingface/transformers 5.x: inv_freq and original_inv_freq are buffers that module.to(dtype) casts; "
-              "forward upcasts them (dynamic rebuilds in fp32 above max_position_embeddings)",
-        fix="call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"),
-    "vllm": Stack(
-        "vLLM", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cos/sin cache stored in the dtype",
-                       apply=_D, apply_mode=_FP32_THEN_CAST),
-        ("default", "linear", "yarn", "llama3"),
-        "vllm-project/vllm: model_executor/layers/rotary_embedding/base.py _compute_inv_freq, "
-        "_compute_cos_sin_cache (float32, .to(dtype)); csrc/pos_encoding_kernels.cu (rotation in float)",
-        refused=_VLLM_REFUSED),
-    "llama.cpp-cpu": Stack(
-        "llama.cpp CPU", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CPU rope, K stored in the KV-cache type",
-                                apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="repeated-product"),
-        _GGML, "ggml-org/ggml d99724f (= llama.cpp 0c1e570): src/ggml-cpu/ops.cpp ggml_rope_cache_init, rope_yarn, "
-               "rotate_pairs; src/ggml.c ggml_rope_yarn_corr_dims; convert_hf_to_gguf LlamaModel rope_freqs",
-        refused=_GGML_REFUSED),
-    "llama.cpp-cuda": Stack(
-        "llama.cpp CUDA", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CUDA rope (fast-math intrinsics not modelled)",
-                                 apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="power-product"),
-        _GGML, "ggml-org/ggml d99724f: src/ggml-cuda/rope.cu rope_norm/rope_neox (pos * powf(theta_scale, i)), "
-               "built with -use_fast_math (src/ggml-cuda/CMakeLists.txt)",
-        refused=_GGML_REFUSED),
-    "mlx": Stack(
-        "MLX (Metal)", Preset(_F32, _F32, _F32, _F32, _D, "exp2-log2", "mx.fast.rope Metal kernel",
-                              apply=_D, apply_mode=_FP32_THEN_CAST),
-        ("default", "llama3"), "ml-explore/mlx 846d176: mlx/backend/metal/kernels/rope.metal rope_single_impl "
-                               "(exp2, metal::fast::cos/sin not modelled); mlx-lm d78bf58 rope_utils.py Llama3RoPE",
-        inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
-    "mlx-cpu": Stack(
-        "MLX (CPU)", Preset(_F32, _F32, _F32, _F32, _D, "exp-log", "mx.fast.rope CPU fallback"),
-        ("default", "llama3"), "ml-explore/mlx 846d176: mlx/fast.cpp fast::rope fallback, mlx/backend/cpu/simd/"
-                               "math.h simd::exp (rotation op by op in the data dtype)",
-        inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
-}
-
-
-def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | None = None) -> Recipe:
-    """The recipe of stack ``name`` (:data:`STACKS`) for a dtype, checked against ``schedule``'s rope type.
-
-    >>> stack("llama.cpp-cpu", "fp16").how["angle"][:34]
-    'float32: theta = p, then theta *= '
-    >>> stack("vllm", "bf16", RopeSchedule(head_dim=64, scaling="dynamic", factor=2.0))
-    Traceback (most recent call last):
-    ...
-    ValueError: stack 'vllm' does not run rope type 'dynamic': vLLM fixes one NTK base for L0*factor at every length (it runs default, linear, yarn, llama3)
-    """
-    row = STACKS[check_choice(name, "stack", tuple(STACKS))]
-    if schedule is not None:
-        check_schedule(schedule)
-    recipe = replace(row.preset.recipe(name, get_format(dtype).name), stack=name)
-    if schedule is not None:
-        row.check(name, schedule.scaling)
-        src = dict(row.inv_freq_by_type).get(schedule.scaling)
-        if src is not None:
-            recipe = replace(recipe, inv_freq_from=src)
-    return recipe
-
-
-def select_stacks(names: Sequence[str], rope_types: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The stacks ``names`` asks for (``all``: every stack) that run each of ``rope_types``, and why ``all`` left
-    the others out.  A stack named explicitly that does not run one of the types raises ValueError.
-
-    >>> select_stacks(["all"], ["yarn"])[0]
-    ['transformers', 'transformers-cast', 'vllm', 'llama.cpp-cpu', 'llama.cpp-cuda']
-    >>> select_stacks(["mlx"], ["yarn"])[0]
-    Traceback (most recent call last):
-    ...
-    ValueError: stack 'mlx' does not run rope type 'yarn': mlx-lm scales q/k by the mscale in the data dtype (not modelled yet) (it runs default, llama3)
-    """
-    out: list[str] = []
-    skipped: list[str] = []
-    for n in dict.fromkeys(n for name in names for n in (STACKS if name == "all" else [name])):
-        row = STACKS[check_choice(n, "stack", tuple(STACKS))]
-        try:
-            for t in dict.fromkeys(rope_types):
-                row.check(n, t)
-        except ValueError as e:
-            if "all" not in names or n in names:
-                raise
-            skipped.append(str(e))
-            continue
-        out.append(n)
-    return out, skipped
 
 
 def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None = None) -> Recipe:
@@ -441,6 +323,7 @@ def stored_inv_freq(recipe: Recipe, schedule: RopeSchedule, seq_len: int | None 
     [1.0, 0.10009765625, 0.010009765625, 0.00099945068359375]
     """
     r = effective_recipe(recipe, schedule, seq_len)
+    schedule = r.runs_on(schedule)
     if r.angle_from != "product":
         if engine != "numpy":
             raise ValueError(f"recipe {r.name!r} makes its angles by {r.angle_from!r}: the numpy engine only")

@@ -1,0 +1,294 @@
+"""Catalog entries reported in 2024: transformers#29285, modded-nanogpt#39, tinygrad#4587, TransformerEngine#1245,
+flash-attention#823.
+
+>>> [i.name for i in INCIDENTS]
+['transformers-29285', 'modded-nanogpt-39', 'tinygrad-4587', 'transformer-engine-1245', 'flash-attention-823']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..attention import apply_errors, attention_errors
+from ..formats import get_format, round_to
+from ..positions import predict_positions
+from ..rope import RopeSchedule, audit, preset
+from .core import Figures, Incident, angle_overflow, claim, close, rounded, stages_of
+
+__all__ = ["INCIDENTS"]
+
+
+# ---- transformers-29285
+
+_GEMMA = RopeSchedule(head_dim=256, base=10000.0)
+
+
+def _measure_29285() -> Figures:
+    recs = [preset("lowp", "bf16"), preset("lowp", "fp16"), preset("fp32", "bf16")]
+    rows = {(r.recipe, r.dtype, r.length): r for r in audit(_GEMMA, recs, [1024, 2048, 8192])}
+    return {
+        "bf16_max_angle_error_1024": rounded(rows["lowp", "bfloat16", 1024].max_angle_error),
+        "bf16_max_angle_error_8192": rounded(rows["lowp", "bfloat16", 8192].max_angle_error),
+        "bf16_mean_angle_error_8192": rounded(rows["lowp", "bfloat16", 8192].mean_angle_error),
+        "bf16_colliding_positions_8192": rows["lowp", "bfloat16", 8192].colliding_positions,
+        "fp16_max_angle_error_2048": rounded(rows["lowp", "float16", 2048].max_angle_error),
+        "fp16_max_angle_error_8192": rounded(rows["lowp", "float16", 8192].max_angle_error),
+        "fp16_mean_angle_error_8192": rounded(rows["lowp", "float16", 8192].mean_angle_error),
+        "fix_fp32_max_angle_error_8192": rounded(rows["fp32", "bfloat16", 8192].max_angle_error),
+    }
+
+
+# ---- modded-nanogpt-39
+
+_NANOGPT = RopeSchedule(head_dim=128, base=10000.0)
+_NANOGPT_LENGTHS = (1024, 8192, 65536)
+
+
+def _measure_nanogpt() -> Figures:
+    bug = apply_errors(_NANOGPT, preset("fp32", "bf16"), _NANOGPT_LENGTHS, "bf16", "elementwise")
+    fix = apply_errors(_NANOGPT, preset("fp32", "fp32"), _NANOGPT_LENGTHS, "bf16", "fp32-then-cast")
+    cache = audit(_NANOGPT, preset("fp32", "bf16"), [1024, 65536])
+    att_bug = attention_errors(_NANOGPT, preset("fp32", "bf16"), 65536, [1, 1024, 65535], apply="bf16")
+    att_fix = attention_errors(_NANOGPT, preset("fp32", "fp32"), 65536, [1, 1024, 65535], apply="bf16",
+                               mode="fp32-then-cast")
+    out: Figures = {}
+    for name, rows in (("bf16_cache", bug), ("fp32_cache", fix)):
+        for r in rows:
+            out[f"{name}_max_rel_error_{r.band_start}_{r.band_stop}"] = rounded(r.max_rel_error, 4)
+    out["bf16_cache_max_rotation_error_1024"] = rounded(cache[0].max_rotation_error, 4)
+    out["bf16_cache_max_rotation_error_65536"] = rounded(cache[1].max_rotation_error, 4)
+    out["bf16_cache_bound"] = rounded(cache[0].cache_bound, 4)
+    fp32_cache = audit(_NANOGPT, preset("fp32", "fp32"), 65536)[0]
+    out["fp32_cache_max_rotation_error_65536"] = rounded(fp32_cache.max_rotation_error, 4)
+    out["bf16_cache_max_logit_error_65536"] = rounded(max(r.max_logit_error for r in att_bug), 4)
+    out["fp32_cache_max_logit_error_65536"] = rounded(max(r.max_logit_error for r in att_fix), 4)
+    out["bf16_cache_spread_65536"] = rounded(max(r.score_spread for r in att_bug), 4)
+    out["fp32_cache_spread_65536"] = rounded(max(r.score_spread for r in att_fix), 4)
+    return out
+
+
+def _nanogpt_no_growth(m: Mapping[str, Any]) -> bool:
+    first = m["bf16_cache_max_rel_error_0_1024"]
+    last = m["bf16_cache_max_rel_error_8192_65536"]
+    return bool(last > 2 * first)
+
+
+# ---- tinygrad-4587
+
+_LLAMA3 = RopeSchedule(head_dim=128, base=500000.0)
+_TINYGRAD_L = 131072
+
+
+def _measure_tinygrad() -> Figures:
+    f16 = get_format("float16")
+    edge = round_to([65504.0, 65519.0, 65520.0], "float16")
+    p = predict_positions(_TINYGRAD_L, "float16")
+    ov = angle_overflow(_LLAMA3, preset("lowp", "fp16"), _TINYGRAD_L)
+    firsts = sorted({x for x in ov.first_overflow if x is not None})
+    fix = audit(_LLAMA3, preset("fp32", "fp16"), [65536, _TINYGRAD_L])
+    return {
+        "half_max": f16.max_finite,
+        "fp16_of_65504_65519_65520": [float(x) for x in edge],
+        "first_position_inf": p.overflow_position,
+        "first_context_with_inf": p.overflow_position + 1,
+        "non_finite_positions_131072": p.non_finite,
+        "first_angle_overflow_positions": firsts,
+        "frequencies_overflowing": sum(x is not None for x in ov.first_overflow),
+        "non_finite_angles_131072": ov.non_finite,
+        "fix_max_rotation_error_65536": rounded(fix[0].max_rotation_error, 4),
+        "fix_max_rotation_error_131072": rounded(fix[1].max_rotation_error, 4),
+        "fix_non_finite_angles_131072": angle_overflow(_LLAMA3, preset("fp32", "fp16"), _TINYGRAD_L).non_finite,
+    }
+
+
+# ---- transformer-engine-1245
+
+_LLAMA31 = RopeSchedule(head_dim=128, base=500000.0, scaling="llama3", factor=8.0, low_freq_factor=1.0,
+                        high_freq_factor=4.0, original_max_position_embeddings=8192)
+_LLAMA2 = RopeSchedule(head_dim=128, base=10000.0)
+_TE_LENGTHS = (8192, 131072)
+
+
+def _measure_te() -> Figures:
+    f32 = preset("fp32", "fp32")
+    out: Figures = {}
+    for model, sched in (("llama31", _LLAMA31), ("llama2", _LLAMA2)):
+        for name, fmt in (("bf16_out", "bf16"), ("fp32_out", "fp32")):
+            for r in apply_errors(sched, f32, _TE_LENGTHS, fmt, "fp32-then-cast"):
+                out[f"{model}_{name}_max_rel_error_{r.band_start}_{r.band_stop}"] = rounded(r.max_rel_error, 4)
+    out["bf16_unit_roundoff"] = 2.0**-8
+    return out
+
+
+# ---- flash-attention-823
+
+_FA = RopeSchedule(head_dim=128, base=10000.0)
+_FA_LENGTHS = (2048, 8192)
+
+
+def _measure_fa() -> Figures:
+    out: Figures = {}
+    for name, recipe, fmt in (("bf16_cos_sin", preset("fp32", "bf16"), "bf16"),
+                              ("fp32_cos_sin_bf16_out", preset("fp32", "fp32"), "bf16"),
+                              ("fp16_cos_sin", preset("fp32", "fp16"), "fp16"),
+                              ("fp32_cos_sin_fp16_out", preset("fp32", "fp32"), "fp16")):
+        for r in apply_errors(_FA, recipe, _FA_LENGTHS, fmt, "fp32-then-cast"):
+            out[f"{name}_max_rel_error_{r.band_start}_{r.band_stop}"] = rounded(r.max_rel_error, 4)
+    return out
+
+
+INCIDENTS: tuple[Incident, ...] = (
+
+    Incident(
+        name="transformers-29285",
+        reference="huggingface/transformers#29285",
+        year=2024,
+        stack="transformers",
+        fix="compute inv_freq @ position_ids and cos/sin with autocast disabled (float32), cast cos/sin to the "
+            "model dtype after (transformers#29285)",
+        what="RoPE angles computed in bf16 under autocast (Llama/Gemma)",
+        code_path="inv_freq_expanded.float() @ position_ids_expanded.float() inside torch.autocast(bf16): the "
+                  "matmul casts both to bf16 and returns bf16; emb.cos()/sin() in bf16",
+        recipe=stages_of(preset("lowp", "bf16")),
+        settings={"head_dim": 256, "base": 10000.0, "length": 8192, "model": "Gemma"},
+        published={"bf16": "positional encodings lose precision dramatically, especially for very large "
+                           "context lengths",
+                   "fp16": "on float16 this issue does not occur (training loss curves match)"},
+        published_source="PR description (danielhanchen, 2024-02-26); figures there are plots, no numbers",
+        measure=_measure_29285,
+        checks=(claim("bf16", lambda m: m["bf16_max_angle_error_8192"] > 1.0
+                      and m["bf16_max_angle_error_8192"] > m["bf16_max_angle_error_1024"],
+                      "bf16 max angle error {bf16_max_angle_error_1024} rad at 1024, "
+                      "{bf16_max_angle_error_8192} rad at 8192"),
+                claim("fp16", lambda m: m["fp16_max_angle_error_8192"] < 10 * m["fix_fp32_max_angle_error_8192"],
+                      "the same path in fp16 has max angle error {fp16_max_angle_error_2048} rad at 2048 and "
+                      "{fp16_max_angle_error_8192} rad at 8192 (mean {fp16_mean_angle_error_8192}); fp32 fix "
+                      "{fix_fp32_max_angle_error_8192} rad")),
+        explanation="Under bf16 autocast positions above 256 collide and the product keeps 8 bits, so angles "
+                    "are off by up to pi at 8K. The fp16 claim does not hold for RoPE itself: fp16 positions are "
+                    "exact only to 2048 and the fp16 product rounds the angle to a spacing of 4 near 8K; the "
+                    "matching loss curves say the damage did not show in that training run, not that fp16 "
+                    "angles are accurate.",
+        headline=("bf16_max_angle_error_8192", "fp16_max_angle_error_8192", "fix_fp32_max_angle_error_8192"),
+    ),
+    Incident(
+        name="modded-nanogpt-39",
+        reference="KellerJordan/modded-nanogpt#39",
+        year=2024,
+        stack="modded-nanogpt (PyTorch)",
+        fix="keep cos/sin float32 (.float()), rotate in float32 and cast the result with .type_as(x)",
+        what="cos/sin cache stored in bf16, rotation applied in bf16",
+        code_path="fp32 inv_freq, positions, outer product and cos/sin; cos_cached = freqs.cos().bfloat16(); "
+                  "apply: y1 = x1*cos + x2*sin on bf16 q/k (each op rounded to bf16). Fix: .float() cache, so the "
+                  "apply runs in fp32 and .type_as(x) casts the result",
+        recipe={**stages_of(preset("fp32", "bf16")), "apply": "bfloat16 (elementwise)"},
+        settings={"head_dim": 128, "base": 10000.0, "lengths": list(_NANOGPT_LENGTHS)},
+        published={"claim": "significant precision issues; numerical errors accumulate in long context",
+                   "val_loss_fp32_cache": 3.2783, "val_loss_bf16_cache": "3.28... (cut off in the stored copy)"},
+        published_source="issue text (banyan-god, 2024-11-29) and comment with step 1750/1750 val_loss; the "
+                         "context length used is not stated (settings here: 1K and the 64K speedrun context)",
+        measure=_measure_nanogpt,
+        checks=(claim("claim", _nanogpt_no_growth,
+                      "max relative error of the rotated q with the bf16 cache {bf16_cache_max_rel_error_0_1024} "
+                      "in [0, 1024) and {bf16_cache_max_rel_error_8192_65536} in [8192, 65536) (fp32 cache: "
+                      "{fp32_cache_max_rel_error_0_1024} and {fp32_cache_max_rel_error_8192_65536}); cache "
+                      "rotation error {bf16_cache_max_rotation_error_1024} rad at 1K, "
+                      "{bf16_cache_max_rotation_error_65536} rad at 64K (bound {bf16_cache_bound})"),),
+        explanation="Storing cos/sin in bf16 costs one bf16 rounding per entry (<= 2.8e-3 rad of rotation) and "
+                    "the bf16 elementwise apply a few more; both are the same at every position, so the relative "
+                    "error of the rotated q does not grow with context length. The rotation error that does grow "
+                    "(to 5.9e-3 rad at 64K) is the fp32 angle's, shared by the fix. The fp32 cache with a cast "
+                    "result halves the relative error of the rotated q; the val_loss difference (3.2783 vs "
+                    "3.28..) is the only evidence of an effect and the tool cannot measure it.",
+        headline=("bf16_cache_max_rel_error_0_1024", "bf16_cache_max_rel_error_8192_65536",
+                  "fp32_cache_max_rel_error_8192_65536"),
+    ),
+    Incident(
+        name="tinygrad-4587",
+        reference="tinygrad/tinygrad#4587",
+        year=2024,
+        stack="tinygrad",
+        what="llama precompute_freqs_cis built the positions and angles in half",
+        code_path="extra/models/llama.py precompute_freqs_cis(dim, end, theta, dtype=half) before the PR: arange(end) "
+                  "and the frequencies in half, their product in half, cos/sin in half; the PR moves .half() after "
+                  "cos and sin (positions, frequencies and angles in float32)",
+        recipe=stages_of(preset("lowp", "fp16")),
+        settings={"head_dim": 128, "base": 500000.0, "context": _TINYGRAD_L, "model": "Llama 3 (settings here)"},
+        published={"half_max": 65504.0,
+                   "claim": "otherwise arange has inf if either dim or context length exceeds half.max"},
+        published_source="PR description (chenyuxyz, 2024-05-14); half.max is fp16's largest finite value, 65504",
+        measure=_measure_tinygrad,
+        checks=(close("half_max", 0.0),
+                claim("claim", lambda m: m["first_context_with_inf"] == int(m["half_max"]) + 1,
+                      "positions up to 65519 round to {fp16_of_65504_65519_65520[1]:g} (finite); the first inf is "
+                      "position {first_position_inf} (context {first_context_with_inf}), where every one of "
+                      "{frequencies_overflowing} angles is inf from then on")),
+        explanation="fp16's largest finite value is 65504 = 2047 * 32; 65520 is the midpoint to 2**16 and ties to "
+                    "even (2048 * 32 = 2**16, beyond the format), so it is the first integer that rounds to inf. A "
+                    "context exceeding half.max is not yet broken: positions 65505..65519 round down to 65504 (they "
+                    "collide, they are not inf); from position 65520 every angle of the half path is inf and "
+                    "cos/sin are NaN. The fix (float32 until cos/sin, then .half()) keeps every angle finite; its "
+                    "rotation error (9.5e-3 rad at 128K) is the float32 angle's and the fp16 cache's.",
+        fix="compute the positions, frequencies, angles and cos/sin in float32 and cast cos/sin to half (the PR)",
+        headline=("first_position_inf", "first_context_with_inf", "non_finite_angles_131072"),
+    ),
+    Incident(
+        name="transformer-engine-1245",
+        reference="NVIDIA/TransformerEngine#1245",
+        year=2024,
+        stack="Transformer Engine",
+        what="fused RoPE on bf16 q/k (Llama 3.1, base 500k) vs the same kernel on fp32 q/k",
+        code_path="RotaryPositionEmbedding builds freqs in float32; tex.fused_rope_forward(t, freqs) takes q/k in "
+                  "bf16 (FSDP mixed precision), computes the rotation in float32 (TransformerEngine#645) and writes "
+                  "bf16; compared with passing t and freqs as float32 (float32 output)",
+        recipe={**stages_of(preset("fp32", "fp32")), "apply": "bfloat16 (fp32-then-cast)"},
+        settings={"head_dim": 128, "llama31": "base 500000, llama3 factor 8", "llama2": "base 10000",
+                  "bands": [0, *_TE_LENGTHS]},
+        published={"claim": "a large gap in train/val loss between FP8 autocast enabled and disabled with Llama 3.1 "
+                            "(base 500k), not with Llama 2 (base 10k), traced to lower precision RoPE computation"},
+        published_source="issue text (viclzhu, 2024-10-12); the loss gap is shown without a number in the stored copy",
+        measure=_measure_te,
+        checks=(),
+        explanation="The fused kernel rotates in float32 either way; with bf16 q/k the only extra step is the final "
+                    "bf16 cast of the rotated q/k (unit roundoff 2**-8 per component) whatever the base: the max "
+                    "relative error of the rotated q is 2.1e-3 (base 500k, Llama 3.1) and 2.2e-3 (base 10k, Llama 2) "
+                    "below 8K, 2.6e-3 and 2.4e-3 up to 128K, where the float32 angle's own error (1.7e-3 and 1.5e-3 "
+                    "with a float32 output) is as large as the cast. Nothing here separates base 500k from 10k; what "
+                    "the loss gap comes from is not a RoPE precision figure the tool can measure.",
+        fix="none needed for the RoPE precision itself (the rotation is float32 and cast once); keep q/k float32 "
+            "into the kernel only if the bf16 cast of its output matters",
+        not_recomputable="qualitative (a loss gap, no figure)",
+        headline=("llama31_bf16_out_max_rel_error_8192_131072", "llama2_bf16_out_max_rel_error_8192_131072"),
+    ),
+    Incident(
+        name="flash-attention-823",
+        reference="Dao-AILab/flash-attention#823",
+        year=2024,
+        stack="flash-attention",
+        what="rotary kernel requires cos/sin in the input dtype (bf16)",
+        code_path="csrc/rotary/rotary_cuda.cu apply_rotary: cos/sin must have q's dtype, so bf16 cos/sin go into "
+                  "a float32 rotation whose result is stored in bf16; the reporter's reference: everything in "
+                  "float32, then one cast to bf16 (the same kernel fed float32 cos/sin gives exactly that)",
+        recipe={**stages_of(preset("fp32", "bf16")), "apply": "bfloat16 (fp32-then-cast)"},
+        settings={"head_dim": 128, "base": 10000.0, "bands": [0, *_FA_LENGTHS], "note": "the report's settings "
+                  "are not stated: these are the tool's"},
+        published={"bf16_relative_error": 0.24, "fp16": "little error for float16"},
+        published_source="issue text (adefossez, 2024-02-12): 'as much as 24% relative error in my use case when "
+                         "using bfloat16'",
+        measure=_measure_fa,
+        checks=(),
+        explanation="Rounding cos/sin to bf16 moves each rotated pair by at most about 2**-8 of its length: with "
+                    "bf16 cos/sin the max relative error of the rotated q (2-norm over the rotated dims) is 2.8e-3, "
+                    "against 2.1e-3 when the same float32 rotation gets float32 cos/sin (the final bf16 cast alone); "
+                    "in fp16 both are below 5e-4. A 24 % error is therefore not the norm-relative error of this path; "
+                    "an element-wise relative error (unbounded where a rotated component is near zero) or a "
+                    "downstream quantity can reach it, and the report does not say which.",
+        fix="pass cos/sin in float32 to a float32 rotation and cast the result once (the reporter's reference); the "
+            "maintainer pointed to the Triton rotary kernel instead",
+        not_recomputable="the 24 % is from 'my use case': head dim, base, positions and error metric are not stated",
+        headline=("bf16_cos_sin_max_rel_error_2048_8192", "fp32_cos_sin_bf16_out_max_rel_error_2048_8192"),
+    ),
+)
