@@ -237,11 +237,11 @@ def _column_widths(cells: Sequence[Sequence[str]], width: int) -> tuple[list[int
     ``cells[0]`` holds the titles.  The widest columns narrow first, in steps that each cost more:
     titles wrap at spaces; text cells wrap to 8 characters; titles fold inside words; text to 4
     characters; numbers are cut only as the last resort (every column 4 characters); a table that is
-    still too wide overflows.
+    still too wide overflows.  A verdict is kept whole, as a number is.
     """
     n = len(cells[0])
     natural = [max(len(row[i]) for row in cells) for i in range(n)]
-    numeric = [all(_NUMBER.match(row[i]) for row in cells[1:]) for i in range(n)]
+    numeric = [all(_NUMBER.match(row[i]) for row in cells[1:]) or cells[0][i] == "verdict" for i in range(n)]
     body = [max([len(row[i]) for row in cells[1:]], default=1) for i in range(n)]
     word = [max(len(w) for w in cells[0][i].split() or [""]) for i in range(n)]  # the title's longest word
     text = [body[i] if numeric[i] else min(body[i], 8) for i in range(n)]
@@ -559,18 +559,16 @@ def distance_label(d: int) -> str:
     return str(d)
 
 
-def worst_pair(row: dict[str, Any]) -> str | None:
-    """A table cell: the row's largest pairwise max rotation error and its distance (None: no pairs).
+def worst_pair(row: dict[str, Any]) -> float | None:
+    """A table cell: the row's largest pairwise max rotation error over its distances (None: no pairs); a
+    number, so a narrow terminal never cuts it (``--json`` names each distance's).
 
     >>> worst_pair({"pair_errors": [{"distance": 1, "max_rotation_error": 0.0054},
     ...                             {"distance": 4096, "max_rotation_error": 2.6}]})
-    '2.6 @4K'
+    2.6
     """
     pairs = row.get("pair_errors") or []
-    if not pairs:
-        return None
-    p = max(pairs, key=lambda q: (q["max_rotation_error"], -q["distance"]))
-    return f"{_cell(p['max_rotation_error'])} @{distance_label(p['distance'])}"
+    return max((p["max_rotation_error"] for p in pairs), default=None)
 
 
 def pair_table(rows: Sequence[dict[str, Any]], keys: Sequence[Column]) -> str:

@@ -167,8 +167,7 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
     cols.append(("recipe", "recipe"))
     if model.kind == "rope":
         cols += [("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
-                 ("x cache bound", lambda r: None if r["ratio"] is None else f"{r['ratio']:.3g}"),
-                 ("worst pair err", worst_pair)]
+                 ("x cache bound", lambda r: None if r["ratio"] is None else f"{r['ratio']:.3g}")]
     elif model.kind in ("relative", "learned"):
         return cols + [("changed", "changed"), ("first changed", "first_changed"), ("max shift", "max_shift"),
                        ("max |err|", "max_abs_error"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
@@ -176,6 +175,8 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
         cols += [("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
                  ("max dP", "max_prob_change")]
     cols += [("max run", "max_run"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
+    if model.kind == "rope":  # informative: the verdict does not use it (yet)
+        cols.append(("worst pair err", worst_pair))
     return cols
 
 
@@ -198,8 +199,8 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
     click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
                "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
                "equals the previous one's; '-' = not measured for that component."
-               + ("\nworst pair err = the largest pairwise rotation error (rad) between positions D apart "
-                  "(@D), over the distances audited (--distance); --json has each." if model.kind == "rope" else "")
+               + ("\nworst pair err = the largest pairwise rotation error (rad) between positions D apart, over "
+                  "the distances audited (--distance); --json has each distance's." if model.kind == "rope" else "")
                + "".join(f"\nskipped: {why}" for why in skipped))
 
 
@@ -439,8 +440,8 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
         ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("dtype", "dtype"),
         ("length", "length"), ("cast", "cast_module"), ("inv_freq in", "inv_freq_dtype"),
         ("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
-        ("x cache bound", lambda r: f"{r['ratio']:.3g}"), ("worst pair err", worst_pair),
-        ("colliding", "colliding_positions"), ("matches", "matches_recipe"), ("verdict", "verdict"),
+        ("x cache bound", lambda r: f"{r['ratio']:.3g}"), ("colliding", "colliding_positions"),
+        ("matches", "matches_recipe"), ("verdict", "verdict"), ("worst pair err", worst_pair),
     ]
     schedules = "; ".join(dict.fromkeys(f"{r.layer_type + ': ' if r.layer_type else ''}{r.schedule}" for r in rows))
     diagnoses = "; ".join(dict.fromkeys(f"{r.matches_recipe} = {r.diagnosis}" for r in rows))
@@ -449,8 +450,8 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
     emit("hf-rope", rows, as_json, cols, extra={"summary": [s.to_dict() for s in summaries]},
          footer=f"\nSchedule from the config: {schedules}.\nErrors in rad against the exact m*theta_i, wrapped to "
                 f"[-pi, pi]; matches = the rope preset with the closest max/mean error: {diagnoses}.\n"
-                "worst pair err = the largest pairwise rotation error between positions D apart (@D) over the "
-                "distances audited (--distance); --json has each.\n"
+                "worst pair err = the largest pairwise rotation error between positions D apart over the "
+                "distances audited (--distance); --json has each distance's.\n"
                 + HF_ROPE_VERDICT_HELP)
     judge_rows([{**r.to_dict(), "module": f"{r.module_class} " + ("after module.to(dtype)" if r.cast_module
                                                                   else "as built")} for r in rows],
