@@ -107,6 +107,7 @@ def brute(cc: np.ndarray, ss: np.ndarray, theta: np.ndarray, d: int, length: int
     rot = np.arctan2(s1 * c0 - c1 * s0, c1 * c0 + s1 * s0)
     x = rot - np.array([mp_wrapped(d, t) for t in theta])[None, :]
     err = np.abs(x - TWO_PI * np.rint(x / TWO_PI))
+    err[np.isnan(err)] = math.pi  # a non-finite stored value: the phase is lost
     return float(err.max()), float(err.mean())
 
 
@@ -238,6 +239,8 @@ def test_reference_figures_of_the_issue() -> None:
 
 def test_pair_error_record() -> None:
     assert PairError(4, 0.1, 0.01).to_dict() == {"distance": 4, "max_rotation_error": 0.1, "mean_rotation_error": 0.01}
+    # a mean of errors that are all pi (non-finite rows) may round a few ulps above pi (deepseek-v3 in fp16 did)
+    assert PairError(4, math.pi, 3.141592653590176).mean_rotation_error > math.pi
     for bad in [dict(distance=0), dict(distance=True), dict(distance=2.0), dict(max_rotation_error=4.0),
                 dict(mean_rotation_error=-1.0), dict(max_rotation_error=float("nan"))]:
         kw = {"distance": 4, "max_rotation_error": 0.1, "mean_rotation_error": 0.01, **bad}
@@ -384,4 +387,25 @@ def test_stack_pairs_match_their_stored_values(name: str) -> None:
     for p in row.pair_errors:
         mx, mean = brute(st["cos"], st["sin"], s.inv_freq(), p.distance, 1000)
         assert p.max_rotation_error == pytest.approx(mx, abs=1e-13)
+        assert p.mean_rotation_error == pytest.approx(mean, abs=1e-13)
+
+
+def test_non_finite_rows_count_pi() -> None:
+    # lowp in float16: positions from 65520 round to inf, so angles and cos/sin are nan there; each pair that
+    # touches such a row has error pi (as the absolute errors count it).  fp16 max 65504; 65519.x rounds down.
+    s = RopeSchedule(head_dim=4, base=10000.0)
+    L, ds = 65600, (1, 50, 300)
+    (row,) = audit(s, preset("lowp", "float16"), L, distances=ds, chunk_elems=512)
+    with np.errstate(invalid="ignore", over="ignore"):
+        pos = np.arange(L, dtype=np.float64).astype(np.float16).astype(np.float64)  # IEEE cast: inf from 65520
+        assert np.isinf(pos[65520:]).all() and np.isfinite(pos[:65520]).all()
+        inv = stored_inv_freq(preset("lowp", "float16"), s)
+        angle = rne(pos[:, None] * inv[None, :], "float16")  # finite positions: products below 65504
+        angle[~np.isfinite(pos)] = np.nan  # inf * inv = inf; cos(inf) = nan
+        cc = trig("cos", np.nan_to_num(angle), "float16")
+        ss = trig("sin", np.nan_to_num(angle), "float16")
+        cc[np.isnan(angle)], ss[np.isnan(angle)] = np.nan, np.nan
+    for p in row.pair_errors:
+        mx, mean = brute(cc, ss, s.inv_freq(), p.distance, L)
+        assert mx == math.pi == p.max_rotation_error
         assert p.mean_rotation_error == pytest.approx(mean, abs=1e-13)

@@ -42,6 +42,7 @@ from .oracle import _TWO_PI, F64
 __all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "pair_block", "row_distances"]
 
 DEFAULT_DISTANCES: tuple[int, ...] = (1, 16, 256, 4096)  # and L // 2; each capped at L - 1
+_PI_ROUNDED = math.pi * (1 + 2.0**-40)  # pi, and the rounding of a mean of errors pi (or of a wrap near pi)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class PairError(Row):
             raise ValueError(f"distance {self.distance!r} must be a positive integer")
         for name in ("max_rotation_error", "mean_rotation_error"):
             v = getattr(self, name)
-            if not (isinstance(v, float) and 0.0 <= v <= math.pi):
+            if not (isinstance(v, float) and 0.0 <= v <= _PI_ROUNDED):
                 raise ValueError(f"{name} {v!r} must be a float in [0, pi]")
 
 
