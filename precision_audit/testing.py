@@ -33,7 +33,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -300,7 +300,7 @@ def assert_rope(
     max_rotation_error: float | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     max_pair_error: float | None = None,
-    distances: Any = None,
+    distances: int | Iterable[int] | None = None,
 ) -> None:
     """Fail unless a RoPE code path is accurate at ``length``: a recipe (a preset name or a
     :class:`~precision_audit.rope.Recipe`) or the code path of ``stack`` (a name of
