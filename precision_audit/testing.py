@@ -33,7 +33,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,7 +207,7 @@ def audit_rope_module(
     _, tolerance = _check_limits(None, tolerance)
     _check_module(module, layer_type)
     schedule = _schedule_of(module, config, layer_type)
-    (row,) = _audit(module, schedule, length, dtype=fmt.name, layer_type=layer_type, match=False,
+    (row,) = _audit(module, schedule, length, dtype=fmt.name, layer_type=layer_type, match=False, distances=(),
                     chunk_elems=chunk * schedule.n_freq)
     bound = cache_rounding_bound(fmt, schedule.cos_sin_scale)
     err, colliding = row.max_rotation_error, row.colliding_positions
@@ -299,10 +299,18 @@ def assert_rope(
     dtype: str = "bfloat16",
     max_rotation_error: float | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
+    max_pair_error: float | None = None,
+    distances: int | Iterable[int] | None = None,
 ) -> None:
     """Fail unless a RoPE code path is accurate at ``length``: a recipe (a preset name or a
     :class:`~precision_audit.rope.Recipe`) or the code path of ``stack`` (a name of
     :data:`precision_audit.rope.STACKS`: vllm, llama.cpp-cpu, ...; give one of the two).
+
+    ``max_pair_error`` (rad): also fail when the pairwise rotation error between
+    positions D apart (what attention sees; :mod:`precision_audit.rope.pairs`)
+    exceeds it at a distance of ``distances`` (as :func:`~precision_audit.rope.audit`
+    takes them; default 1, 16, 256, 4096 and L/2).  Pair errors are computed only
+    when ``max_pair_error`` is given.
 
     >>> assert_rope(RopeSchedule(head_dim=128), "fp32", 32768)
     >>> assert_rope(RopeSchedule(head_dim=128), length=32768, stack="llama.cpp-cpu")
@@ -311,6 +319,12 @@ def assert_rope(
     ... except AssertionError as e:
     ...     print(str(e).splitlines()[0])
     RoPE recipe fp32 fails at length 32768 in bfloat16 (limit: max rotation error <= 0.001 rad, no colliding positions)
+    >>> assert_rope(RopeSchedule(head_dim=128), "fp32", 32768, max_pair_error=0.01)
+    >>> try:
+    ...     assert_rope(RopeSchedule(head_dim=128), "fp32", 32768, max_pair_error=0.005, distances=[1, 256])
+    ... except AssertionError as e:
+    ...     print(str(e).splitlines()[0])
+    RoPE recipe fp32 fails at length 32768 in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions; pairwise error <= 0.005 rad at D = 1, 256)
     >>> try:
     ...     assert_rope(RopeSchedule(head_dim=128), length=32768, stack="transformers-cast")
     ... except AssertionError as e:
@@ -323,6 +337,8 @@ def assert_rope(
     from .rope import stack as stack_recipe
 
     max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
+    if max_pair_error is not None:
+        max_pair_error = check_number(max_pair_error, "max_pair_error", positive=True)
     check_schedule(schedule)
     recipe, stack = _recipe_or_stack(recipe, stack, None)
     if length is None:
@@ -333,15 +349,22 @@ def assert_rope(
         rec = recipe if isinstance(recipe, Recipe) else preset(recipe, dtype)
     else:
         raise ArgumentTypeError(f"recipe {describe(recipe)} must be a preset name or a Recipe")
-    (r,) = audit(schedule, rec, [check_length(length)])
-    if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound, max_rotation_error, tolerance):
+    (r,) = audit(schedule, rec, [check_length(length)], distances=distances if max_pair_error is not None else ())
+    pairs_fail = max_pair_error is not None and any(p.max_rotation_error > max_pair_error for p in r.pair_errors)
+    if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound, max_rotation_error, tolerance) or pairs_fail:
         row = {**r.to_dict(), "ratio": r.max_rotation_error / r.cache_bound,
                "verdict": rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound, tolerance)}
         what = "stack" if stack is not None else "recipe"
+        limit = _limit_text(max_rotation_error, tolerance, r.cache_bound)
+        cols = [(what, "recipe")] + _ROPE_COLUMNS
+        if max_pair_error is not None:
+            limit += (f"; pairwise error <= {max_pair_error:.4g} rad at D = "
+                      + ", ".join(str(p.distance) for p in r.pair_errors))
+            cols += [(f"pair err D={p.distance}", (lambda v: lambda _: v)(p.max_rotation_error))
+                     for p in r.pair_errors]
         raise AssertionError(
-            f"RoPE {what} {rec.name} fails at length {r.length} in {r.dtype} "
-            f"(limit: {_limit_text(max_rotation_error, tolerance, r.cache_bound)})\n\n"
-            + _table([row], [(what, "recipe")] + _ROPE_COLUMNS)
+            f"RoPE {what} {rec.name} fails at length {r.length} in {r.dtype} (limit: {limit})\n\n"
+            + _table([row], cols)
             + f"\n\n{schedule.describe()}; stages: "
             + ", ".join(f"{k} {v}" for k, v in rec.how.items())
             + (_fix_line(rec.name) if isinstance(recipe, str) or stack is not None else ""))

@@ -15,8 +15,10 @@ in every run, about 0.15 s):
   RoPE audit; the child times the computation only (no process start);
 * each RoPE recipe: ``precision-audit rope -l N --recipe R --head-dim 128``
   (N x 64 angles), wall time of the whole command, and its ratio to the floor;
-  the four presets in one run; each stack's recipe alone and several recipes
-  and dtypes in one ``audit()`` call (Python API, a fresh process each);
+  the four presets in one run (with the default pair distances 1, 16, 256,
+  4096 and L/2; then without pairs, and with one distance); each stack's recipe
+  alone and several recipes and dtypes in one ``audit()`` call (Python API, a
+  fresh process each, default pair distances);
 * torch: the script a user would write (full float64 tables, ``torch.atan2``);
 * positions (M positions/s), alibi and sinusoidal at the sizes printed;
 * peak RSS of the RoPE audit at 16 x N positions and of the other auditors at
@@ -182,6 +184,10 @@ def _run(a: argparse.Namespace) -> None:
         line(f"rope --recipe {name} -d bf16 -l 2**{k}", run, floor)
     run = best(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128"])
     line(f"rope -d bf16 -l 2**{k}: the four presets in one run", run, floor, target=2.0)
+    run = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128", "--no-pairs"])
+    line("  the same without the pairwise errors (--no-pairs)", run, floor)
+    run = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128", "--distance", "1"])
+    line("  the same with one pair distance (--distance 1)", run, floor)
     for name in ("transformers", "vllm", "llama.cpp-cpu", "mlx"):
         run = best(["-c", STACK, str(n), name, "bfloat16"])
         line(f"rope stack {name}, bf16, -l 2**{k} (Python API)", run, floor, target=1.5)

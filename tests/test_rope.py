@@ -315,6 +315,10 @@ def test_prefix_reductions_and_chunking_agree():
         for key in ("mean_angle_error", "mean_rotation_error", "mean_angle_error_profile",
                     "mean_rotation_error_profile"):  # sums: only the summation order differs
             np.testing.assert_allclose(a.pop(key), b.pop(key), rtol=1e-12)
+        pa, pb = a.pop("pair_errors"), b.pop("pair_errors")  # pair means: sums too
+        assert [p.pop("mean_rotation_error") for p in pa] == pytest.approx([p.pop("mean_rotation_error") for p in pb],
+                                                                           rel=1e-12)
+        assert pa == pb
         assert a == b  # maxima and collision counts are exact
 
 
@@ -428,7 +432,7 @@ ROW_KEYS = {
     "recipe", "dtype", "length", "head_dim", "base", "rotary_dim", "scaling", "stages", "how", "engine", "max_angle_error",
     "mean_angle_error", "max_rotation_error", "mean_rotation_error", "colliding_positions", "cache_bound",
     "angle_error_profile", "mean_angle_error_profile", "rotation_error_profile", "mean_rotation_error_profile",
-    "error_budget", "stack",
+    "error_budget", "stack", "pair_errors",
 }
 
 
@@ -460,7 +464,7 @@ def test_cli_table_stages_budget_scaling():
     # the numbers: bf16 positions 0..1023 take 256 + 128 + 128 + 1 = 513 values (0..255, even 256..510,
     # multiples of 4 in 512..1020, and 1024 from 1022/1023); neighbouring distinct positions differ by >= 1 rad
     # at theta_0 = 1, so exactly 1024 - 513 = 511 rows repeat their predecessor's
-    (line,) = [ln for ln in res.output.splitlines() if "positions=bf16" in ln and "1024" in ln.split()]
+    line = [ln for ln in res.output.splitlines() if "positions=bf16" in ln and "1024" in ln.split()][0]  # main table
     header = [c.strip() for c in res.output.splitlines()[0].split("  ") if c.strip()]
     assert line.split()[header.index("colliding")] == "511"
     # a custom recipe may store the cache in another format than --dtype: its rows carry that format

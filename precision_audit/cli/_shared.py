@@ -26,8 +26,9 @@ from ..render import cell as _cell
 from ..render import table
 
 __all__ = [
-    "DTYPE", "DTYPE_HELP", "JSON_HELP", "LENGTH", "AuditCommand", "AuditGroup", "DtypeType", "LengthType",
-    "ProgressBar", "echo_json", "echo_table", "emit", "one_value", "pct", "progress_bar", "rope_even",
+    "DISTANCE", "DTYPE", "DTYPE_HELP", "JSON_HELP", "LENGTH", "AuditCommand", "AuditGroup", "DistanceType", "DtypeType",
+    "LengthType", "ProgressBar", "distance_label", "distance_options", "distances_from_options", "echo_json",
+    "echo_table", "emit", "one_value", "pair_table", "pct", "progress_bar", "rope_even", "worst_pair",
     "schedule_from_options", "schedule_options", "stderr_is_tty", "stdout_is_tty", "table", "wide_option",
 ]
 
@@ -42,6 +43,19 @@ class LengthType(click.ParamType):
             return parse_length(value)
         except ValueError as e:
             self.fail(str(e), param, ctx)
+
+
+class DistanceType(click.ParamType):
+    """A pair distance in positions: 1, 16, 4K (k = 1024), at least 1."""
+
+    name = "DISTANCE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        try:
+            return parse_length(value)
+        except ValueError:
+            self.fail(f"distance {value!r} is not a positive whole number of positions (use e.g. 1, 16, 4K)",
+                      param, ctx)
 
 
 class DtypeType(click.ParamType):
@@ -60,6 +74,7 @@ class DtypeType(click.ParamType):
 
 
 LENGTH = LengthType()
+DISTANCE = DistanceType()
 DTYPE = DtypeType()
 DTYPE_HELP = "Number format (repeatable): " + ", ".join(format_names()) + "; aliases bf16, fp16, half, fp32, e4m3, e5m2, ..."
 JSON_HELP = 'Print {"auditor": ..., "results": [row, ...]} as JSON instead of a table.'
@@ -201,11 +216,11 @@ def _column_widths(cells: Sequence[Sequence[str]], width: int) -> tuple[list[int
     ``cells[0]`` holds the titles.  The widest columns narrow first, in steps that each cost more:
     titles wrap at spaces; text cells wrap to 8 characters; titles fold inside words; text to 4
     characters; numbers are cut only as the last resort (every column 4 characters); a table that is
-    still too wide overflows.
+    still too wide overflows.  A verdict is kept whole, as a number is.
     """
     n = len(cells[0])
     natural = [max(len(row[i]) for row in cells) for i in range(n)]
-    numeric = [all(_NUMBER.match(row[i]) for row in cells[1:]) for i in range(n)]
+    numeric = [all(_NUMBER.match(row[i]) for row in cells[1:]) or cells[0][i] == "verdict" for i in range(n)]
     body = [max([len(row[i]) for row in cells[1:]], default=1) for i in range(n)]
     word = [max(len(w) for w in cells[0][i].split() or [""]) for i in range(n)]  # the title's longest word
     text = [body[i] if numeric[i] else min(body[i], 8) for i in range(n)]
@@ -488,3 +503,61 @@ def fail_on(rows: Sequence[Any], threshold: str, paths: Sequence[str] | None, ke
                    + (f" ({'; '.join(detail)})" if detail else ""), err=True)
     if bad:
         raise SystemExit(1)
+
+
+def distance_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--distance D`` (repeatable) and ``--no-pairs``: the pairwise RoPE errors' distances."""
+    f = click.option("--no-pairs", "no_pairs", is_flag=True,
+                     help="Skip the pairwise errors (faster: each distance costs about one more pass over the "
+                          "errors, L/2 and other distances above a chunk one more pass over the recipe).")(f)
+    return click.option(
+        "--distance", "distances", type=DISTANCE, multiple=True, metavar="D",
+        help="Pair distance (repeatable): 1, 16, 4K.  Also report the pairwise error: the error of the rotation "
+             "between positions m - D and m that attention sees (phi(m) - phi(m-D) against D*theta_i; "
+             "coherent drifts cancel at short D, independent per-position errors do not), max and mean over "
+             "m in [D, L).  A row of length L carries the distances below L; one at or above every length "
+             "exits 2.  [default: 1 16 256 4K and L/2, each capped at L-1]")(f)
+
+
+def distances_from_options(distances: Sequence[int], no_pairs: bool) -> tuple[int, ...] | None:
+    """The ``distances`` argument of the audits: None (the defaults), the asked ones, or () with --no-pairs."""
+    if no_pairs and distances:
+        raise click.UsageError("--no-pairs and --distance exclude each other")
+    return () if no_pairs else (tuple(distances) or None)
+
+
+def distance_label(d: int) -> str:
+    """A distance as the CLI takes it: 4096 -> '4K', 1048576 -> '1M', 100 -> '100'.
+
+    >>> [distance_label(d) for d in (1, 100, 4096, 6144, 2**20)]
+    ['1', '100', '4K', '6K', '1M']
+    """
+    for size, suffix in ((2**20, "M"), (2**10, "K")):
+        if d >= size and d % size == 0:
+            return f"{d // size}{suffix}"
+    return str(d)
+
+
+def worst_pair(row: dict[str, Any]) -> float | None:
+    """A table cell: the row's largest pairwise max rotation error over its distances (None: no pairs); a
+    number, so a narrow terminal never cuts it (``--json`` names each distance's).
+
+    >>> worst_pair({"pair_errors": [{"distance": 1, "max_rotation_error": 0.0054},
+    ...                             {"distance": 4096, "max_rotation_error": 2.6}]})
+    2.6
+    """
+    pairs = row.get("pair_errors") or []
+    return max((p["max_rotation_error"] for p in pairs), default=None)
+
+
+def pair_table(rows: Sequence[dict[str, Any]], keys: Sequence[Column]) -> str:
+    """The pairwise maxima as a text table: the ``keys`` columns, then one column per distance (D=...)
+    that any row carries ('-': not below that row's length); empty when no row has pairs."""
+    ds = sorted({p["distance"] for r in rows for p in r.get("pair_errors") or []})
+    if not ds:
+        return ""
+
+    def cell(d: int) -> Callable[[dict[str, Any]], Any]:
+        return lambda r: next((p["max_rotation_error"] for p in r["pair_errors"] if p["distance"] == d), None)
+
+    return table(rows, [*keys, *((f"D={distance_label(d)}", cell(d)) for d in ds)])

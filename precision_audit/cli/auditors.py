@@ -16,8 +16,9 @@ from ..formats import get_format
 from ..rope import PRESETS as _ROPE_PRESETS
 from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
-from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, emit, one_value, pct, progress_bar,
-                      rope_even, schedule_from_options, schedule_options, stack_option, stacks_for, wide_option)
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, distance_options,
+                      distances_from_options, emit, one_value, pair_table, pct, progress_bar, rope_even,
+                      schedule_from_options, schedule_options, stack_option, stacks_for, wide_option)
 
 
 # --- positions --------------------------------------------------------------------------------
@@ -186,6 +187,7 @@ def _rope_stages(ctx: Any, param: Any, value: tuple[str, ...]) -> tuple[str, ...
 @click.option("--budget", is_flag=True,
               help="Also compute the error budget: max rotation error with each stage alone made exact "
                    "(runs each recipe six times).")
+@distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
@@ -193,7 +195,7 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
              rotary_dim: int | None, base: float, recipes: tuple[str, ...], stacks: tuple[str, ...],
              stages: tuple[str, ...],
              rope_parameters: dict[str, Any] | None, max_pos: int | None, engine: str, budget: bool,
-             as_json: bool, **schedule_opts: Any) -> None:
+             distances: tuple[int, ...], no_pairs: bool, as_json: bool, **schedule_opts: Any) -> None:
     """RoPE angles and rotations of each recipe against the exact m * theta_i.
 
     Per recipe and context length (positions 0..L-1, all rotary frequencies),
@@ -201,9 +203,13 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
     error of the rotation the stored cache applies (atan2(sin, cos)), the
     positions whose whole cos/sin row equals the previous one's, and the max
     rotation error as a multiple of the cache format's own rounding bound.
+    A second table gives the pairwise errors: per distance D, the max error of
+    the rotation between positions m - D and m (what attention sees), over
+    m in [D, L); --json has them per row (pair_errors).
 
     Example: precision-audit rope --length 32K --dtype bfloat16 --recipe lowp --recipe fp32
     """
+    asked = distances_from_options(distances, no_pairs)
     lengths = lengths or _ROPE_DEFAULT_LENGTHS
     dtypes = dtypes or ("bfloat16",)
     if not recipes and not stages and not stacks:
@@ -211,7 +217,7 @@ def rope_cmd(ctx: click.Context, lengths: tuple[int, ...], dtypes: tuple[str, ..
     schedule = schedule_from_options(ctx, head_dim, rotary_dim, base, rope_parameters, max_pos, **schedule_opts)
     stack_names, skipped = stacks_for(stacks, schedule)
     by_dtype = _rope_recipes(recipes, stages, dtypes, engine, stack_names, schedule)
-    rows = _rope_rows(schedule, by_dtype, lengths, budget, engine)
+    rows = _rope_rows(schedule, by_dtype, lengths, budget, engine, asked)
     footer = _rope_footer(schedule, rows, budget) + "".join(f"\nskipped: {why}" for why in skipped)
     extra: dict[str, Any] = {"schedule": schedule.describe(), "engine": engine}
     if engine == "torch":
@@ -240,7 +246,7 @@ def _rope_recipes(recipes: Sequence[str], stages: Sequence[str], dtypes: Sequenc
 
 
 def _rope_rows(schedule: Any, by_dtype: dict[str, list[Any]], lengths: Sequence[int], budget: bool,
-               engine: str) -> list[Any]:
+               engine: str, distances: Sequence[int] | None = None) -> list[Any]:
     """Audit every recipe: per dtype, lengths ascending, the recipes of one length side by side (with a bar)."""
     from ..rope import audit, positions_to_scan
 
@@ -249,8 +255,8 @@ def _rope_rows(schedule: Any, by_dtype: dict[str, list[Any]], lengths: Sequence[
     with progress_bar(total, "rope positions", enabled=total >= 2**18) as bar:
         for recs in by_dtype.values():
             rank = {r.name: i for i, r in enumerate(recs)}
-            rows += sorted(audit(schedule, recs, lengths, budget=budget, progress=bar.update, engine=engine),
-                           key=lambda r: (r.length, rank[r.recipe]))
+            rows += sorted(audit(schedule, recs, lengths, budget=budget, progress=bar.update, engine=engine,
+                                 distances=distances), key=lambda r: (r.length, rank[r.recipe]))
     return rows
 
 
@@ -274,7 +280,11 @@ def _rope_footer(schedule: Any, rows: Sequence[Any], budget: bool) -> str:
 
     bounds = ", ".join(f"{d} {cache_rounding_bound(d, schedule.cos_sin_scale):.3e}"
                        for d in dict.fromkeys(r.dtype for r in rows))
-    return (f"\n{schedule.describe()}.  Errors in rad against the exact m*theta_i, wrapped to [-pi, pi]; "
+    pairs = pair_table([r.to_dict() for r in rows], [("dtype", "dtype"), ("length", "length"), ("recipe", "recipe")])
+    if pairs:
+        pairs = ("\npairwise: max rotation error (rad) between positions D apart, |phi(m) - phi(m-D) - D*theta_i| "
+                 "over m in [D, L) ('-': D >= L)\n" + pairs + "\n")
+    return (f"{pairs}\n{schedule.describe()}.  Errors in rad against the exact m*theta_i, wrapped to [-pi, pi]; "
             f"pi = phase lost.\n"
             f"x cache bound = max rot err / the cache format's own rounding bound ({bounds} rad); "
             f"colliding = positions whose cos/sin row equals the previous position's."

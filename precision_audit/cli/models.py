@@ -12,7 +12,8 @@ import click
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
 from ._shared import fail_on as judge_rows
-from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, echo_json,
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
+                      distances_from_options, echo_json, worst_pair,
                       echo_table, emit, pct, progress_bar, stack_option, stacks_for, wide_option)
 
 # --- report -----------------------------------------------------------------------------------
@@ -174,6 +175,8 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
         cols += [("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
                  ("max dP", "max_prob_change")]
     cols += [("max run", "max_run"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
+    if model.kind == "rope":  # informative: the verdict does not use it (yet)
+        cols.append(("worst pair err", worst_pair))
     return cols
 
 
@@ -196,6 +199,8 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
     click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
                "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
                "equals the previous one's; '-' = not measured for that component."
+               + ("\nworst pair err = the largest pairwise rotation error (rad) between positions D apart, over "
+                  "the distances audited (--distance); --json has each distance's." if model.kind == "rope" else "")
                + "".join(f"\nskipped: {why}" for why in skipped))
 
 
@@ -257,13 +262,14 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
               help="The stack the model was trained with (a training stack such as torchtune, or transformers): "
                    "also compare every serving stack audited with what that stack stores, the angles the model "
                    "learned, rounding included.  [default: none]")
+@distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON '
                    '(with --trained-on also "trained_on": {"stack", "summary", "results"}).')
 def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
-               trained_on: str | None, as_json: bool) -> None:
+               trained_on: str | None, distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
@@ -291,6 +297,7 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     from ..config import (audit_config, context_note, default_dtype, default_lengths, model_paths, stack_notes,
                           work_to_scan)
 
+    asked = distances_from_options(distances, no_pairs)
     lens = tuple(lengths) or default_lengths(model)
     dts = dtypes or (default_dtype(model),)
     _check_config_lengths(model, lens, bool(lengths))
@@ -300,7 +307,8 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
         total = work_to_scan(model, lens, dts, recipes or None, names)
         with progress_bar(total, f"{model.kind} positions", enabled=total >= 2**18) as bar:
             rows = audit_config(model, lens, dts, recipes=recipes or None, stacks=names, engine=engine,
-                                tolerance=tolerance, positions=not no_positions, progress=bar.update)
+                                tolerance=tolerance, positions=not no_positions, progress=bar.update,
+                                distances=asked)
     dicts = [r.to_dict() for r in rows]
     paths = [*names, *recipes] if model.kind == "rope" else list(recipes) or list(model_paths(model))
     summaries = bottom_line([r for r in rows if r.component != "positions" and r.recipe in paths], key="recipe",
@@ -396,12 +404,13 @@ HF_ROPE_VERDICT_HELP = (
               help="Rotary class of the model type's modeling module.  [default: its first text *RotaryEmbedding]")
 @click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
               help="Exit 1 when a module row is this bad or worse, printing each on stderr with why (for CI).")
+@distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "hf-rope", "summary": [...], "results": [row, ...]} as JSON.')
 def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...],
                 dtypes: tuple[str, ...], cast_module: bool, layer_type: str | None, class_name: str | None,
-                fail_on: str, as_json: bool) -> None:
+                fail_on: str, distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Audit the rotary module transformers builds for a model type (no weights, no downloads).
 
     Calls the module for positions 0..L-1 with x in DTYPE and measures its
@@ -422,16 +431,17 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
             raise click.UsageError("give --model-type (or a --config whose model_type names it)")
         model_type = config["model_type"]
     lengths = lengths or (8192,)
+    asked = distances_from_options(distances, no_pairs)
     rows = [row for dtype in dict.fromkeys(dtypes)
             for row in audit_model_type(model_type, lengths, dtype=dtype, cast_module=cast_module, config=config,
-                                        layer_type=layer_type, class_name=class_name)]
+                                        layer_type=layer_type, class_name=class_name, distances=asked)]
     summaries = module_bottom_line(rows)
     cols: list[Column] = [
         ("model type", "model_type"), ("class", "class"), ("layer", "layer_type"), ("dtype", "dtype"),
         ("length", "length"), ("cast", "cast_module"), ("inv_freq in", "inv_freq_dtype"),
         ("max rot err", "max_rotation_error"), ("mean rot err", "mean_rotation_error"),
         ("x cache bound", lambda r: f"{r['ratio']:.3g}"), ("colliding", "colliding_positions"),
-        ("matches", "matches_recipe"), ("verdict", "verdict"),
+        ("matches", "matches_recipe"), ("verdict", "verdict"), ("worst pair err", worst_pair),
     ]
     schedules = "; ".join(dict.fromkeys(f"{r.layer_type + ': ' if r.layer_type else ''}{r.schedule}" for r in rows))
     diagnoses = "; ".join(dict.fromkeys(f"{r.matches_recipe} = {r.diagnosis}" for r in rows))
@@ -440,6 +450,8 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
     emit("hf-rope", rows, as_json, cols, extra={"summary": [s.to_dict() for s in summaries]},
          footer=f"\nSchedule from the config: {schedules}.\nErrors in rad against the exact m*theta_i, wrapped to "
                 f"[-pi, pi]; matches = the rope preset with the closest max/mean error: {diagnoses}.\n"
+                "worst pair err = the largest pairwise rotation error between positions D apart over the "
+                "distances audited (--distance); --json has each distance's.\n"
                 + HF_ROPE_VERDICT_HELP)
     judge_rows([{**r.to_dict(), "module": f"{r.module_class} " + ("after module.to(dtype)" if r.cast_module
                                                                   else "as built")} for r in rows],

@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._common import Row, check_lengths
 from ..formats import get_format, spacing
 from .parse import CONTEXT_KEYS, ModelConfig
+
+if TYPE_CHECKING:
+    from ..rope import PairError
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -112,7 +115,8 @@ class ConfigRow(Row):
     row, ``max_abs_error``; learned ids (``learned``): ``changed`` wrong ids, ``first_changed``,
     ``colliding_positions`` tokens sharing an id, ``max_abs_error``.  A row measured against another stack
     (:func:`training_differences`) names it in ``reference``: its rotation errors are then differences from
-    that stack's stored cos/sin.  Absent metrics are None.
+    that stack's stored cos/sin.  Absent metrics are None.  ``pair_errors`` (rope rows): the pairwise rotation
+    errors at distances D (:class:`~precision_audit.rope.PairError`; verdicts do not use them yet).
     """
 
     component: str
@@ -136,6 +140,7 @@ class ConfigRow(Row):
     first_changed: int | None = None
     max_shift: int | None = None
     reference: str | None = None
+    pair_errors: tuple[PairError, ...] = ()
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:
@@ -317,6 +322,7 @@ def audit_config(
     tolerance: float = DEFAULT_TOLERANCE,
     positions: bool = True,
     progress: Callable[[int], None] | None = None,
+    distances: int | Iterable[int] | None = None,
 ) -> list[ConfigRow]:
     """Audit every code path of a model: rows per dtype, length, then component, recipes and stacks.
 
@@ -328,7 +334,8 @@ def audit_config(
     all) with the reference slopes; plus (``positions``) the position ids cast
     to each dtype.  ``lengths`` default to :func:`default_lengths`.
     ``engine`` as for the rope and positions auditors (stacks and ALiBi run numpy).
-    RoPE lengths above 2**26 raise ValueError (the oracle's limit).
+    RoPE lengths above 2**26 raise ValueError (the oracle's limit).  ``distances``:
+    the pair distances of the RoPE rows, as :func:`precision_audit.rope.audit` takes them.
     """
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not tolerance > 0:
         raise ValueError(f"tolerance {tolerance!r} must be a number > 0")
@@ -343,7 +350,7 @@ def audit_config(
     rows: list[ConfigRow] = []
     names = [] if stacks and recipes is None else _recipe_names(model, recipes)
     if model.kind == "rope":
-        rows += _rope_rows(model, lens, fmts, names, list(stacks or ()), engine, tolerance, progress)
+        rows += _rope_rows(model, lens, fmts, names, list(stacks or ()), engine, tolerance, progress, distances)
     elif model.kind == "alibi":
         rows += _alibi_rows(model, lens, fmts, names, tolerance, progress)
     else:
@@ -368,7 +375,8 @@ def audit_config(
 
 def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], names: Sequence[str],
                stacks: Sequence[str], engine: str, tolerance: float,
-               progress: Callable[[int], None] | None) -> list[ConfigRow]:
+               progress: Callable[[int], None] | None,
+               distances: int | Iterable[int] | None = None) -> list[ConfigRow]:
     """Every preset and stack of every dtype, one audit (one pass) per layer type's schedule."""
     from ..rope import audit, check_rope_lengths, preset, stack
 
@@ -378,16 +386,18 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
         lt = None if layer_type == "all" else layer_type
         found = []
         if names:
-            found += audit(s, [preset(n, d) for d in fmts for n in names], lens, progress=progress, engine=engine)
+            found += audit(s, [preset(n, d) for d in fmts for n in names], lens, progress=progress, engine=engine,
+                           distances=distances)
         if stacks:  # a stack's hows are modelled by the numpy engine (its kernels are not torch's)
-            found += audit(s, [stack(n, d, s) for d in fmts for n in stacks], lens, progress=progress)
+            found += audit(s, [stack(n, d, s) for d in fmts for n in stacks], lens, progress=progress,
+                           distances=distances)
         for r in found:
             rows.append(ConfigRow(
                 component="rope", recipe=r.recipe, dtype=r.dtype, length=r.length, layer_type=lt,
                 verdict=rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound, tolerance),
                 max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
                 colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
-                ratio=r.max_rotation_error / r.cache_bound, stack=r.stack))
+                ratio=r.max_rotation_error / r.cache_bound, stack=r.stack, pair_errors=r.pair_errors))
     return rows
 
 

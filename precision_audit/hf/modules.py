@@ -37,7 +37,8 @@ import numpy.typing as npt
 from .._common import Row, unknown_name
 from ..config import rope_layer_types, rope_verdict, schedule_from_config
 from ..formats import get_format, spacing
-from ..rope import audit, cache_rounding_bound, check_rope_lengths, exact_angles, preset, wrap
+from ..rope import PairError, audit, cache_rounding_bound, check_rope_lengths, exact_angles, preset, wrap
+from ..rope.pairs import PairPass, check_distances
 from ..schedules import RopeSchedule
 from ._transformers import _quiet, require_transformers
 
@@ -167,13 +168,47 @@ class _Errors:
     max_rotation_error: float
     mean_rotation_error: float
     colliding_positions: int
+    pair_errors: tuple[PairError, ...] = ()
+
+
+class _Caller:
+    """The module's stored cos/sin (its layout picked once) and their signed rotation errors for a range of
+    positions; every call also holds the group's last position ``top - 1``, as one forward over the whole
+    sequence does: dynamic and longrope modules pick their frequencies from the largest id."""
+
+    def __init__(self, module: Any, tdt: Any, nf: int, layer_type: str | None, top: int, theta: F64) -> None:
+        self.module, self.tdt, self.nf, self.layer_type, self.top, self.theta = module, tdt, nf, layer_type, top, theta
+        self.pick: Callable[[F64], F64] | None = None
+
+    def cos_sin(self, start: int, stop: int) -> tuple[F64, F64]:
+        import torch
+
+        n = stop - start
+        pos = torch.cat([torch.tensor([self.top - 1]), torch.arange(start, stop)])[None]
+        c, s = _call(self.module, torch.zeros(1, n + 1, 1, dtype=self.tdt), pos, self.layer_type)
+        c, s = _as_rows(c, n + 1, "cos")[1:], _as_rows(s, n + 1, "sin")[1:]
+        if self.pick is None:
+            self.pick = _layout(c, self.nf)
+        c, s = self.pick(c), self.pick(s)
+        if s.shape != c.shape:
+            raise ValueError(f"the module returned sin of {s.shape[1]} columns and cos of {c.shape[1]}")
+        return c, s
+
+    def signed(self, c: F64, s: F64, start: int, stop: int) -> F64:
+        """wrap(atan2 - exact) of stored rows (the attention factor divided out); nan where not finite."""
+        k = _scale(self.module, self.layer_type)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return wrap(np.arctan2(s / k, c / k) - exact_angles(np.arange(start, stop), self.theta))
+
+    def shifted(self, start: int, stop: int) -> F64:
+        return self.signed(*self.cos_sin(start, stop), start, stop)
 
 
 def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dtype: Any, layer_type: str | None,
-                 chunk_elems: int, progress: Callable[[int], None] | None) -> list[_Errors]:
-    """One pass per frequency group over positions 0..L-1; prefix reductions give every length."""
-    import torch
-
+                 chunk_elems: int, progress: Callable[[int], None] | None,
+                 distances: Sequence[int] | None = ()) -> list[_Errors]:
+    """One pass per frequency group over positions 0..L-1; prefix reductions give every length (and the pair
+    errors at ``distances``, :class:`~precision_audit.rope.pairs.PairPass`: () none, None the defaults)."""
     _, tdt = _torch_dtype(dtype)
     nf = schedule.n_freq
     groups: dict[int | None, list[int]] = {}
@@ -184,39 +219,31 @@ def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dt
     # groups in ascending order: a dynamic module keeps the largest frequencies it has grown to
     for key, ls in sorted(groups.items(), key=lambda kv: max(kv[1])):
         theta = schedule.inv_freq(key)
-        top = max(ls)
+        caller = _Caller(module, tdt, nf, layer_type, max(ls), theta)
+        pairs = None if distances == () else PairPass(ls, distances, chunk, nf)
         worst, total, collisions = 0.0, 0.0, 0
         last: F64 | None = None
-        pick: Callable[[F64], F64] | None = None
         start = 0
         for L in sorted(ls):
             while start < L:
                 stop = min(L, start + chunk)
                 n = stop - start
-                # every call also holds the group's last position, as one forward over the whole
-                # sequence does: dynamic and longrope modules pick their frequencies from the largest id
-                pos = torch.cat([torch.tensor([top - 1]), torch.arange(start, stop)])[None]
-                c, s = _call(module, torch.zeros(1, n + 1, 1, dtype=tdt), pos, layer_type)
-                c, s = _as_rows(c, n + 1, "cos")[1:], _as_rows(s, n + 1, "sin")[1:]
-                if pick is None:
-                    pick = _layout(c, nf)
-                c, s = pick(c), pick(s)
-                if s.shape != c.shape:
-                    raise ValueError(f"the module returned sin of {s.shape[1]} columns and cos of {c.shape[1]}")
+                c, s = caller.cos_sin(start, stop)
                 rows = np.concatenate([c, s], axis=1)
                 prev = rows if last is None else np.concatenate([last[None, :], rows])
                 same = (prev[1:] == prev[:-1]) | (np.isnan(prev[1:]) & np.isnan(prev[:-1]))
                 collisions += int(np.count_nonzero(same.all(axis=1)))
                 last = rows[-1].copy()
-                k = _scale(module, layer_type)
-                with np.errstate(invalid="ignore", over="ignore"):
-                    err = np.abs(wrap(np.arctan2(s / k, c / k) - exact_angles(np.arange(start, stop), theta)))
+                signed = caller.signed(c, s, start, stop)
+                if pairs is not None:
+                    pairs.add(signed, start, stop, caller.shifted)
+                err = np.abs(signed)
                 err[~np.isfinite(err)] = math.pi
                 worst, total = max(worst, float(err.max())), total + float(err.sum())
                 if progress is not None:
                     progress(n)
                 start = stop
-            out.append(_Errors(L, worst, total / (L * nf), collisions))
+            out.append(_Errors(L, worst, total / (L * nf), collisions, () if pairs is None else pairs.errors(L)))
     return sorted(out, key=lambda e: e.length)
 
 
@@ -232,7 +259,7 @@ def _preset_figures(schedule: RopeSchedule, dtype: str,
             seen.add(key)
             recs.append(r)
     out: dict[str, dict[int, tuple[float, float]]] = {}
-    for row in audit(schedule, recs, lengths):
+    for row in audit(schedule, recs, lengths, distances=()):
         out.setdefault(row.recipe, {})[row.length] = (row.max_rotation_error, row.mean_rotation_error)
     return out
 
@@ -280,6 +307,8 @@ class ModuleRow(Row):
     cos/sin scale (:func:`~precision_audit.rope.cache_rounding_bound`),
     ``ratio`` the max rotation error over it and ``verdict`` the config
     command's (:func:`precision_audit.config.rope_verdict`, tolerance 8).
+    ``pair_errors``: the pairwise rotation errors at distances D
+    (:class:`~precision_audit.rope.PairError`, as the rope auditor's).
     ``to_dict()`` names ``module_class`` ``class``.
     """
 
@@ -301,6 +330,7 @@ class ModuleRow(Row):
     cache_bound: float | None = None
     ratio: float | None = None
     verdict: str | None = None
+    pair_errors: tuple[PairError, ...] = ()
 
     def __post_init__(self) -> None:
         if self.length < 1:
@@ -325,6 +355,7 @@ def audit_rope_module(
     cast_module: bool | None = None,
     chunk_elems: int = 2**19,
     progress: Callable[[int], None] | None = None,
+    distances: int | Iterable[int] | None = None,
 ) -> list[ModuleRow]:
     """Audit a live rotary module (or callable) against the schedule it is meant to implement.
 
@@ -340,7 +371,9 @@ def audit_rope_module(
     hold the schedule's frequencies (in any format, within two of its ulps),
     else ValueError: the figures would measure the wrong schedule.
     ``match=True`` adds :func:`match_recipe`.  ``model_type`` and
-    ``cast_module`` only label the rows.
+    ``cast_module`` only label the rows.  ``distances``: the pair distances,
+    as :func:`precision_audit.rope.audit` takes them (() for none); a distance
+    above a chunk calls the module again for positions m - D.
 
     >>> import torch
     >>> s = RopeSchedule(head_dim=8)
@@ -353,9 +386,10 @@ def audit_rope_module(
     ('fp32', True)
     """
     lens = check_rope_lengths(lengths)
+    asked = check_distances(distances, lens)
     name, _ = _torch_dtype(dtype)
     buf_fmt = _check_buffer(module, schedule, layer_type)
-    errs = _module_pass(module, schedule, lens, name, layer_type, chunk_elems, progress)
+    errs = _module_pass(module, schedule, lens, name, layer_type, chunk_elems, progress, asked)
     cls = module.__class__.__name__ if not inspect.isfunction(module) else module.__qualname__
     bound = cache_rounding_bound(name, schedule.cos_sin_scale)
     rows = []
@@ -370,7 +404,7 @@ def audit_rope_module(
             colliding_positions=e.colliding_positions, matches_recipe=m[0], diagnosis=m[1],
             recipe_max_rotation_error=m[2], recipe_mean_rotation_error=m[3], cache_bound=bound,
             ratio=e.max_rotation_error / bound,
-            verdict=rope_verdict(e.max_rotation_error, e.colliding_positions, bound),
+            verdict=rope_verdict(e.max_rotation_error, e.colliding_positions, bound), pair_errors=e.pair_errors,
         ))
     return rows
 
@@ -584,13 +618,15 @@ def audit_model_type(
     layer_type: str | None = None,
     class_name: str | None = None,
     progress: Callable[[int], None] | None = None,
+    distances: int | Iterable[int] | None = None,
 ) -> list[ModuleRow]:
     """Build a model type's rotary module (default config, or a config.json dict) and audit it.
 
     ``cast_module=True`` applies ``.to(dtype)`` first, as ``model.to(dtype)``
     does.  The first text ``*RotaryEmbedding`` class is used unless
     ``class_name`` names another; per-layer-type modules (Gemma) give one
-    row set per layer type unless ``layer_type`` picks one.
+    row set per layer type unless ``layer_type`` picks one.  ``distances`` as
+    for :func:`audit_rope_module`.
     """
     classes = find_rotary_classes(model_type)
     if class_name is not None:
@@ -616,7 +652,7 @@ def audit_model_type(
     for lt in lts:
         sched = schedule_from_config(cfg, lt)
         rows += audit_rope_module(module, sched, lengths, dtype=name, layer_type=lt, model_type=model_type,
-                                  cast_module=cast_module, progress=progress)
+                                  cast_module=cast_module, progress=progress, distances=distances)
     return rows
 
 

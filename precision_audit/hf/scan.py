@@ -207,9 +207,9 @@ def _scan_class(found: _Found, length: int, dtype: str, fix: bool = False) -> li
     for lt in lts:
         try:
             sched = schedule_from_config(cfg, lt)
-            (built,) = audit_rope_module(module, sched, length, dtype=dtype, layer_type=lt, match=False)
+            (built,) = audit_rope_module(module, sched, length, dtype=dtype, layer_type=lt, match=False, distances=())
             cast_mod, _ = build_rotary_module(cls, cfg)
-            (cast,) = audit_rope_module(cast_mod.to(tdt), sched, length, dtype=dtype, layer_type=lt, match=False)
+            (cast,) = audit_rope_module(cast_mod.to(tdt), sched, length, dtype=dtype, layer_type=lt, match=False, distances=())
             thr, r = damage_threshold(sched, dtype, length)
             m = match_recipe(sched, dtype, length, cast.max_rotation_error, cast.mean_rotation_error)
             if built.max_rotation_error > thr:
@@ -227,7 +227,7 @@ def _scan_class(found: _Found, length: int, dtype: str, fix: bool = False) -> li
 
                 fix_mod, _ = build_rotary_module(cls, cfg)
                 keep_rotary_fp32(fix_mod)
-                (fx,) = audit_rope_module(fix_mod.to(tdt), sched, length, dtype=dtype, layer_type=lt, match=False)
+                (fx,) = audit_rope_module(fix_mod.to(tdt), sched, length, dtype=dtype, layer_type=lt, match=False, distances=())
                 fixed = dict(fix_max_rotation_error=fx.max_rotation_error,
                              fix_mean_rotation_error=fx.mean_rotation_error,
                              fix_restored=(fx.max_rotation_error, fx.mean_rotation_error)

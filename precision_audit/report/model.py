@@ -216,6 +216,14 @@ def _positions_section(c: _Context) -> Section:
     ], {"position_check": [r.to_dict() for r in pos_check], "positions": [r.to_dict() for r in grid_rows]})
 
 
+def _worst_pair(r: Any) -> str:
+    """The row's largest pairwise rotation error and its distance (rad @D; '-': none)."""
+    if not r.pair_errors:
+        return "-"
+    p = max(r.pair_errors, key=lambda q: (q.max_rotation_error, -q.distance))
+    return f"{fmt(p.max_rotation_error)} @{length_label(p.distance)}"
+
+
 def _rope_sections(c: _Context, sched: RopeSchedule) -> list[Section]:
     """RoPE per cache dtype: the four presets' verdicts, tables and figures; then the attention logits."""
     ctx, checks, marks = c.ctx, c.checks, c.marks
@@ -240,9 +248,10 @@ def _rope_sections(c: _Context, sched: RopeSchedule) -> list[Section]:
         pair = [error_grid(sched, preset("lowp", d), ctx), error_grid(sched, preset("fp32", d), ctx)]
         grids += [g.to_dict() for g in pair]
         rope_blocks += [
-            Table(("cache", "length", "recipe", "max rot err (rad)", "x cache bound", "colliding positions"),
+            Table(("cache", "length", "recipe", "max rot err (rad)", "x cache bound", "worst pair err (rad @D)",
+                   "colliding positions"),
                   tuple((d, length_label(n), r.recipe, fmt(r.max_rotation_error),
-                         f"{r.max_rotation_error / r.cache_bound:.3g}", str(r.colliding_positions))
+                         f"{r.max_rotation_error / r.cache_bound:.3g}", _worst_pair(r), str(r.colliding_positions))
                         for n in checks for r in rows if r.length == n)),
             Figure(f"rope_error_vs_length_{d}.png", f"Rotation error vs context length, cache in {d}",
                    lambda p, rows=rows: plot_error_vs_length(rows, p, marks=marks)),

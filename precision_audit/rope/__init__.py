@@ -42,8 +42,9 @@ three-term 2*pi (Cody-Waite), i.e. accurate to ~1e-16 rad at 2**26.
 The package's modules: :mod:`.recipes` (the vocabulary: stages, recipes,
 presets), :mod:`.hows` (how stacks make values), :mod:`.stacks` (the stacks'
 code paths), :mod:`.oracle` (exact angles), :mod:`.engine` (the numpy engine),
-:mod:`.tables` (lookup tables for 16-bit formats), :mod:`.torch_engine` and
-:mod:`.audit` (the chunked driver and its rows).  Every public name is
+:mod:`.tables` (lookup tables for 16-bit formats), :mod:`.torch_engine`,
+:mod:`.pairs` (pairwise errors at distances D) and :mod:`.audit` (the chunked
+driver and its rows).  Every public name is
 importable from ``precision_audit.rope``.
 """
 
@@ -54,6 +55,7 @@ from .audit import (RopeRow, audit, cache_rounding_bound, check_rope_lengths, de
                     stored_format)
 from .engine import ENGINES, recipe_stages, run_recipe
 from .oracle import MAX_ROPE_LENGTH, exact_angles, wrap
+from .pairs import DEFAULT_DISTANCES, PairError, row_distances
 from .recipes import (
     APPLY_MODES,
     PRESETS,
@@ -69,10 +71,12 @@ from .stacks import STACKS, Stack, select_stacks, stack
 from .torch_engine import torch_stages
 
 __all__ = [
+    "DEFAULT_DISTANCES",
     "PRESETS",
     "SCALINGS",
     "STACKS",
     "STAGES",
+    "PairError",
     "Recipe",
     "Stack",
     "RopeRow",
@@ -86,6 +90,7 @@ __all__ = [
     "parse_stages",
     "preset",
     "recipe_stages",
+    "row_distances",
     "run_recipe",
     "select_stacks",
     "stack",

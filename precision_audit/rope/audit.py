@@ -9,10 +9,12 @@ one :class:`RopeRow` per (recipe, length).
 
 from __future__ import annotations
 
+import collections
+import itertools
 import math
 import os
 import queue
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -23,10 +25,11 @@ from .._common import (Row, check_callable, check_choice, check_flag, check_int,
                        check_schedule)
 from ..formats import Format, get_format, round_to, spacing
 from ..schedules import RopeSchedule
-from .chunk import _block_rows, _chunk_stats, _ChunkStats, _Plan, _torch_chunk_stats
+from .chunk import _block_rows, _chunk_stats, _ChunkStats, _PairSpec, _Plan, _torch_chunk_stats
 from .engine import ENGINES, _Work
 from .hows import AngleMaker
 from .oracle import F64, MAX_ROPE_LENGTH, _split
+from .pairs import PairAcc, PairError, check_distances, row_distances
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 
 __all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan",
@@ -71,6 +74,10 @@ class RopeRow(Row):
     rotation's when that is coarser: :func:`stored_format`, also ``dtype``);
     ``how`` says how each stage's value is made (:attr:`Recipe.how`) and
     ``engine`` who rounded (numpy: correctly rounded; torch: this machine).
+    ``pair_errors``: the pairwise rotation errors at each audited distance D
+    below ``length`` (:class:`~precision_audit.rope.PairError`, increasing D:
+    the error of the rotation from position m - D to m, m in [D, length);
+    see :mod:`.pairs`).
     """
 
     recipe: str
@@ -95,12 +102,17 @@ class RopeRow(Row):
     mean_rotation_error_profile: tuple[float, ...] = field(repr=False)
     error_budget: dict[str, float] | None = None
     stack: str | None = None
+    pair_errors: tuple[PairError, ...] = ()
 
     def __post_init__(self) -> None:
         if self.length < 1:
             raise ValueError(f"length {self.length!r} must be at least 1")
         if not 0 <= self.colliding_positions < self.length:
             raise ValueError(f"colliding_positions {self.colliding_positions!r} not in [0, {self.length})")
+        ds = [p.distance for p in self.pair_errors if isinstance(p, PairError)]
+        if len(ds) != len(self.pair_errors) or ds != sorted(set(ds)) or any(d >= self.length for d in ds):
+            raise ValueError(f"pair_errors {self.pair_errors!r} must be PairError records of increasing distances "
+                             f"below the length {self.length}")
 
 
 class _Acc:
@@ -113,9 +125,14 @@ class _Acc:
         self.rot_sum = np.zeros(nf)
         self.collisions = 0
         self.last: F64 | None = None
+        self.pairs: PairAcc | None = None  # pair errors, when asked
+        self.pair_snap: dict[int, tuple[F64, F64]] = {}  # a snapshot's pair max and sum per distance
 
-    def add(self, c: _ChunkStats) -> None:
-        """Merge the next chunk (chunks must come in position order: sums are order-sensitive)."""
+    def add(self, c: _ChunkStats, start: int = 0, stop: int = 0) -> None:
+        """Merge the next chunk, positions ``start..stop-1`` (chunks must come in position order: sums are
+        order-sensitive)."""
+        if self.pairs is not None:
+            self.pairs.add(start, stop, c.pairs, c.head, c.tail)
         np.maximum(self.ang_max, c.ang_max, out=self.ang_max)
         self.ang_sum += c.ang_sum
         np.maximum(self.rot_max, c.rot_max, out=self.rot_max)
@@ -129,13 +146,19 @@ class _Acc:
         for name in ("ang_max", "ang_sum", "rot_max", "rot_sum"):
             getattr(out, name)[active] = getattr(self, name)
         out.collisions = self.collisions
+        for d, (mx, sm) in self.pair_snap.items():
+            pm, ps = np.zeros(active.size), np.zeros(active.size)
+            pm[active], ps[active] = mx, sm
+            out.pair_snap[d] = (pm, ps)
         return out
 
-    def snapshot(self) -> "_Acc":
+    def snapshot(self, distances: Sequence[int] = ()) -> "_Acc":
         snap = _Acc(0)
         snap.ang_max, snap.ang_sum = self.ang_max.copy(), self.ang_sum.copy()
         snap.rot_max, snap.rot_sum = self.rot_max.copy(), self.rot_sum.copy()
         snap.collisions = self.collisions
+        if self.pairs is not None:
+            snap.pair_snap = self.pairs.snapshot(distances)
         return snap
 
 
@@ -187,7 +210,7 @@ def _plan(lengths: Sequence[int], chunk: int) -> list[_Chunk]:
 def _pass(
     recipes: Sequence[Recipe], theta: F64, inv_freqs: Sequence[F64 | AngleMaker], lengths: Sequence[int],
     scale: float, chunk_elems: int, progress: Callable[[int], None] | None = None, workers: int = 1,
-    engine: str = "numpy",
+    engine: str = "numpy", pairs: dict[int, Sequence[int]] | None = None, pair_recipes: Iterable[int] = (),
 ) -> list[list[tuple[_Acc, int]]]:
     """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length.
 
@@ -197,7 +220,8 @@ def _pass(
     ``workers`` threads (numpy releases the GIL) and are merged in position
     order, so the result does not depend on ``workers``.  Stages that recipes
     share are computed once per chunk (:mod:`.chunk`).  ``engine``: who computes the
-    recipe's stages (numpy: correctly rounded; torch: this machine's kernels).
+    recipe's stages (numpy: correctly rounded; torch: this machine's kernels).  ``pairs`` maps each length
+    to the pair distances its snapshot carries, for the recipes (indices) ``pair_recipes``.
     """
     nf = theta.size
     if len(inv_freqs) != len(recipes) or any(_nf(v) != nf for v in inv_freqs):
@@ -207,12 +231,13 @@ def _pass(
     hi, lo = _split(theta)
     chunk = max(256, chunk_elems // max(nf, 1))
     block = _block_rows(nf, chunk, engine)
-    plan = _Plan.build(recipes, invs, scale, max(lengths, default=0) * nf) if engine == "numpy" else None
+    spec = _pair_spec(pairs, pair_recipes, chunk)
+    plan = _Plan.build(recipes, invs, scale, max(lengths, default=0) * nf, spec) if engine == "numpy" else None
     steps = _plan(lengths, chunk)
     workers = max(1, min(int(workers), len(steps)))
     spare: queue.SimpleQueue[tuple[_Work, _Plan | None]] = queue.SimpleQueue()
     for _ in range(workers):
-        spare.put((_Work(block, nf), plan.fresh() if plan is not None else None))
+        spare.put((_Work(block, nf), plan.fresh(nf) if plan is not None else None))
 
     def run(item: _Chunk) -> list[_ChunkStats]:
         a, b, _ = item
@@ -221,34 +246,68 @@ def _pass(
         w, p = spare.get()
         try:
             if p is None:
-                return _torch_chunk_stats(recipes, hi, lo, invs, scale, a, b, w.rows(b - a))
+                return _torch_chunk_stats(recipes, hi, lo, invs, scale, a, b, w, spec)
             return _chunk_stats(p, hi, lo, a, b, w, block)
         finally:
             spare.put((w, p))
 
-    return _merge(steps, run, workers, [_Acc(nf) for _ in recipes], progress)
+    accs = [_Acc(nf) for _ in recipes]
+    if spec is not None:
+        for i in spec.recipes:
+            accs[i].pairs = PairAcc(nf, list(spec.until), spec.carry)
+    return _merge(steps, run, workers, accs, progress, pairs or {})
+
+
+def _pair_spec(pairs: dict[int, Sequence[int]] | None, pair_recipes: Iterable[int], chunk: int) -> _PairSpec | None:
+    """The distances of a pass, each up to the largest length that carries it; carried across chunks up to
+    a chunk's positions, recomputed above."""
+    until: dict[int, int] = {}
+    for L, ds in (pairs or {}).items():
+        for d in ds:
+            until[d] = max(until.get(d, 0), L)
+    who = frozenset(pair_recipes)
+    if not until or not who:
+        return None
+    carry = max((d for d in until if d <= chunk), default=0)
+    return _PairSpec(dict(sorted(until.items())), carry, chunk, who)
 
 
 def _merge(plan: Sequence[_Chunk], run: Callable[[_Chunk], list[_ChunkStats]], workers: int, accs: list[_Acc],
-           progress: Callable[[int], None] | None) -> list[list[tuple[_Acc, int]]]:
+           progress: Callable[[int], None] | None, pairs: dict[int, Sequence[int]] | None = None
+           ) -> list[list[tuple[_Acc, int]]]:
     """``run`` every chunk (on ``workers`` threads), merge the stats into ``accs`` in position order;
-    a snapshot of every accumulator at each length that ends a chunk."""
+    a snapshot of every accumulator at each length that ends a chunk (with the pair distances ``pairs[L]``)."""
     snaps: list[list[tuple[_Acc, int]]] = [[] for _ in accs]
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        results = pool.map(run, plan) if pool is not None else map(run, plan)
+        results = _windowed(pool, run, plan, workers) if pool is not None else map(run, plan)
         for (a, b, L), stats in zip(plan, results):
             for acc, st in zip(accs, stats):
-                acc.add(st)
+                acc.add(st, a, b)
             if progress is not None and b > a:
                 progress(b - a)
             if L is not None:
                 for i, acc in enumerate(accs):
-                    snaps[i].append((acc.snapshot(), L))
+                    snaps[i].append((acc.snapshot((pairs or {}).get(L, ())), L))
+            stats = []  # let the chunk's rows go while the next one is computed
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     return snaps
+
+
+def _windowed(pool: ThreadPoolExecutor, run: Callable[[_Chunk], list[_ChunkStats]], plan: Sequence[_Chunk],
+              ahead: int) -> Iterator[list[_ChunkStats]]:
+    """``pool.map(run, plan)`` with at most ``ahead`` chunks submitted and not yet taken: finished chunks wait
+    for the merge in order, and their stats (pair rows) stay bounded however long the pass."""
+    todo = iter(plan)
+    pending = collections.deque(pool.submit(run, item) for item in itertools.islice(todo, ahead))
+    while pending:
+        done = pending.popleft().result()
+        nxt = next(todo, None)
+        if nxt is not None:
+            pending.append(pool.submit(run, nxt))
+        yield done
 
 
 def check_rope_lengths(lengths: int | Iterable[int]) -> tuple[int, ...]:
@@ -293,6 +352,7 @@ def audit(
     progress: Callable[[int], None] | None = None,
     engine: str = "numpy",
     workers: int | None = None,
+    distances: int | Iterable[int] | None = None,
 ) -> list[RopeRow]:
     """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
 
@@ -314,10 +374,20 @@ def audit(
     runs every stage (inv_freq formula included) with this machine's torch
     kernels instead of correctly rounded operations.
 
+    Each row carries ``pair_errors`` (:mod:`.pairs`): the rotation error between
+    positions D apart, at each distance D of ``distances`` below its length;
+    by default 1, 16, 256, 4096 and L/2, each capped at L - 1 (an empty tuple:
+    none, and no cost).  Distances up to a chunk's positions are paired across
+    chunks at the merge; a longer one recomputes the block of positions
+    ``m - D`` (about one more pass over the positions in [D, L)).  A distance at or
+    above every length raises ValueError.
+
     >>> row = audit(RopeSchedule(head_dim=64), preset("fp32", "bf16"), 2048)[0]
     >>> fp32_angle = 2047 * 2.0**-23 * (1 + 2.0**-24)  # theta rounding + product half-ulp, theta <= 1
     >>> row.max_rotation_error <= fp32_angle + row.cache_bound + cache_rounding_bound("fp32")
     True
+    >>> [(p.distance, p.max_rotation_error <= 2 * row.max_rotation_error) for p in row.pair_errors]
+    [(1, True), (16, True), (256, True), (1024, True), (2047, True)]
     """
     check_schedule(schedule)
     recs = check_recipes(recipes, Recipe, hint="build one with preset(name, dtype) or parse_stages(text, dtype)")
@@ -327,6 +397,8 @@ def audit(
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1):
         raise ValueError(f"workers {workers!r} must be a positive integer")
     lens = check_rope_lengths(lengths)
+    asked = check_distances(distances, lens)
+    pairs = {L: row_distances(L, asked) for L in lens}
     check_choice(engine, "engine", ENGINES)
     variants: list[Recipe] = []
     dtypes: list[str] = []  # the cache dtype of the recipe each variant belongs to
@@ -336,9 +408,10 @@ def audit(
             variants.extend(r.with_exact(s) for s in STAGES)
         dtypes += [r.cache] * (len(variants) - len(dtypes))
     n_workers = default_workers() if workers is None else workers
-    results = _scan(schedule, variants, dtypes, lens, chunk_elems, progress, engine, n_workers)
-    rows: list[RopeRow] = []
     stride = 1 + (len(STAGES) if budget else 0)
+    results = _scan(schedule, variants, dtypes, lens, chunk_elems, progress, engine, n_workers, pairs,
+                    {i * stride for i in range(len(recs))})
+    rows: list[RopeRow] = []
     for i, r in enumerate(recs):
         for L in lens:
             bud = None
@@ -349,11 +422,13 @@ def audit(
 
 
 def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[str], lens: Sequence[int],
-          chunk_elems: int, progress: Callable[[int], None] | None, engine: str, workers: int
+          chunk_elems: int, progress: Callable[[int], None] | None, engine: str, workers: int,
+          pairs: dict[int, Sequence[int]] | None = None, pair_variants: Iterable[int] = ()
           ) -> dict[tuple[int, int], _Acc]:
     """Each variant's accumulator at each length, keyed (variant index, length): a pass per frequency group
     (and per set of computed frequencies, chosen per cache dtype ``dtypes[i]`` of the variant's recipe:
-    see :func:`_active`)."""
+    see :func:`_active`); the variants ``pair_variants`` with the pair distances ``pairs[L]``."""
+    want = set(pair_variants)
     scale = schedule.cos_sin_scale
     results: dict[tuple[int, int], _Acc] = {}
     for key, ls in _frequency_groups(schedule, lens):
@@ -370,7 +445,8 @@ def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[s
             parts = [invs[i] if active.all() else invs[i][active] for i in members]
             # progress counts the positions of the first pass only (positions_to_scan: one per group)
             snaps = _pass([runs[i] for i in members], theta[active], parts, ls, scale, chunk_elems,
-                          progress if n == 0 else None, workers, engine)
+                          progress if n == 0 else None, workers, engine, {L: (pairs or {}).get(L, ()) for L in ls},
+                          [j for j, i in enumerate(members) if i in want])
             for i, per_len in zip(members, snaps):
                 for acc, L in per_len:
                     results[(i, L)] = acc if active.all() else acc.padded(active)
@@ -436,4 +512,6 @@ def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
         mean_rotation_error_profile=tuple((acc.rot_sum / L).tolist()),
         error_budget=budget,
         stack=r.stack,
+        pair_errors=tuple(PairError(d, float(mx.max()), float(sm.sum() / ((L - d) * nf)))
+                          for d, (mx, sm) in sorted(acc.pair_snap.items())),
     )

@@ -67,6 +67,9 @@ class _ChunkStats:
     collisions: int  # rows equal to the previous row, inside the chunk
     first: F64  # stored (cos, sin) of the chunk's first and last position
     last: F64
+    pairs: dict[int, tuple[F64, F64]] = field(default_factory=dict)  # distance: per-frequency max, sum
+    head: F64 | None = None  # signed rotation errors of the first and last ``carry`` rows (pairs only)
+    tail: F64 | None = None
 
 
 @dataclass
@@ -102,6 +105,9 @@ class _CacheJob:
     first: F64 | None = None
     last: F64 | None = None
     wraps: bool = False  # the last block's rotation errors needed wrapping
+    signed: F64 | None = None  # the chunk's signed rotation errors (pairs only: :attr:`_Plan.pairs`)
+    pair_red: dict[int, _Reduction] = field(default_factory=dict)  # per distance, the chunk so far
+    pair_wraps: dict[int, bool] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,6 +133,26 @@ def _inv_key(inv: Any) -> tuple[Any, ...]:
     return ("array", np.asarray(inv).tobytes())
 
 
+@dataclass(frozen=True)
+class _PairSpec:
+    """The pair distances of a pass: each with the largest position + 1 that needs it (the largest length
+    of a row carrying it); those up to ``carry`` are formed across chunks at the merge (:class:`.pairs.PairAcc`),
+    the longer ones from a recomputed block of positions m - D.  ``recipes``: who needs them."""
+
+    until: dict[int, int]
+    carry: int
+    rows: int  # positions per chunk (the signed-error buffer)
+    recipes: frozenset[int]
+
+    @property
+    def carried(self) -> list[int]:
+        return [d for d in self.until if d <= self.carry]
+
+    @property
+    def shifted(self) -> list[int]:
+        return [d for d in self.until if d > self.carry]
+
+
 @dataclass
 class _Plan:
     """The jobs of a pass: each distinct angle once, each distinct cache of an angle once."""
@@ -136,9 +162,11 @@ class _Plan:
     scale: float
     position_formats: list[str]
     atan2_fast: bool
+    pairs: _PairSpec | None = None
 
     @staticmethod
-    def build(recipes: Sequence[Recipe], invs: Sequence[Any], scale: float, angles: int) -> "_Plan":
+    def build(recipes: Sequence[Recipe], invs: Sequence[Any], scale: float, angles: int,
+              pairs: _PairSpec | None = None) -> "_Plan":
         """Group the recipes of a pass over ``angles`` angles (tables only for long passes)."""
         by_angle: dict[tuple[Any, ...], _AngleJob] = {}
         tables = angles >= _tables._TABLE_MIN_ELEMENTS
@@ -159,13 +187,18 @@ class _Plan:
                 job.caches.append(cj)
             cj.members.append(i)
         return _Plan(list(by_angle.values()), len(recipes), scale,
-                     list(dict.fromkeys(r.positions for r in recipes)), atan2_fast)
+                     list(dict.fromkeys(r.positions for r in recipes)), atan2_fast, pairs)
 
-    def fresh(self) -> "_Plan":
-        """A copy with empty running reductions (one per worker)."""
+    def fresh(self, nf: int) -> "_Plan":
+        """A copy with empty running reductions (one per worker), and a signed-error buffer per cache
+        that needs pairs (``nf`` frequencies)."""
         jobs = [_AngleJob(j.recipe, j.inv, j.trig, [_CacheJob(c.cache, c.recipe, c.members, c.table, c.pairs, c.fast)
                                                     for c in j.caches]) for j in self.jobs]
-        return _Plan(jobs, self.n_recipes, self.scale, self.position_formats, self.atan2_fast)
+        if self.pairs is not None:
+            for cj in (c for j in jobs for c in j.caches):
+                if self.pairs.recipes.intersection(cj.members):
+                    cj.signed = np.empty((self.pairs.rows, nf))
+        return _Plan(jobs, self.n_recipes, self.scale, self.position_formats, self.atan2_fast, self.pairs)
 
 
 def _block_rows(nf: int, chunk: int, engine: str) -> int:
@@ -182,6 +215,8 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
         job.ang = _Reduction()
         for cj in job.caches:
             cj.rot, cj.collisions, cj.first, cj.last, cj.wraps = _Reduction(), 0, None, None, False
+            cj.pair_red, cj.pair_wraps = {}, {}
+    live = [] if plan.pairs is None else [d for d in plan.pairs.carried if start < plan.pairs.until[d]]
     with np.errstate(invalid="ignore", over="ignore"):
         for a in range(start, stop, block):
             b = min(stop, a + block)
@@ -190,43 +225,148 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             _oracle_into(m, hi, lo, w)
             pos = {f: round_to(m, f) for f in plan.position_formats}
             for job in plan.jobs:
-                _angle_block(job, pos[job.recipe.positions], plan, w)
+                _angle_block(job, pos[job.recipe.positions], plan, w, a - start, live)
+        if plan.pairs is not None:
+            _chunk_pairs(plan, hi, lo, start, stop, work, block)
     out: list[_ChunkStats | None] = [None] * plan.n_recipes
     for job in plan.jobs:
         for cj in job.caches:
             assert job.ang.max is not None and job.ang.sum is not None and cj.rot.max is not None
             assert cj.rot.sum is not None and cj.first is not None and cj.last is not None
             st = _ChunkStats(job.ang.max, job.ang.sum, cj.rot.max, cj.rot.sum, cj.collisions, cj.first, cj.last)
+            if cj.signed is not None and plan.pairs is not None:
+                _pair_stats(st, cj, cj.signed[: stop - start], plan.pairs.carry)
             for i in cj.members:
                 out[i] = st
     return out  # type: ignore[return-value]
 
 
-def _angle_block(job: _AngleJob, pos: F64, plan: _Plan, w: _Rows) -> None:
-    """One angle job on one block: the angle and its errors, then each cache and its errors."""
+def _pair_stats(st: _ChunkStats, cj: _CacheJob, signed: F64, carry: int) -> None:
+    """Put a cache job's pair reductions of the chunk, and its first and last ``carry`` signed rows, in ``st``."""
+    st.pairs = {d: (r.max, r.sum) for d, r in cj.pair_red.items() if r.max is not None and r.sum is not None}
+    n = signed.shape[0]
+    k = min(carry, n)
+    if 2 * k >= n:  # head and tail overlap: one copy holds both
+        whole = signed.copy()
+        st.head, st.tail = whole[:k], whole[n - k :]
+    else:
+        st.head, st.tail = signed[:k].copy(), signed[n - k :].copy()
+
+
+def _block_pairs(cj: _CacheJob, off: int, n: int, w: _Rows, live: Sequence[int]) -> None:
+    """The pairs of a block's rows ``off..off+n-1`` of the chunk at the distances ``live`` whose earlier row is
+    in the chunk too, right after the block's signed errors were written (still in the caches)."""
+    assert cj.signed is not None
+    for d in live:
+        a = max(off, d)
+        if a < off + n:
+            r = off + n - a
+            _pair_rows(cj.signed[a : off + n], cj.signed[a - d : off + n - d], w.kz[: r + 1], cj, d, w.t[:r])
+
+
+def _pair_rows(cur: F64, prev: F64, w: Any, cj: _CacheJob, d: int, t: F64 | None = None) -> None:
+    """Fold ``|wrap(cur - prev)|`` (wrapped signed errors of positions m and m - d, as many rows as ``w``;
+    nan: pi) into the cache job's reduction for distance ``d``; in ``w.k``, scratch ``w.t``.
+
+    ``cur - prev`` lies in [-2T, 2T], where ``|wrap(x)| = min(|x|, |2pi - |x||)`` (as for the rotation
+    errors); that step is skipped while no difference exceeds T (and done at once for a job's blocks after
+    one that needed it).  ``w``: the rows' buffers (:class:`_Rows`), or the ``kz`` buffer itself (one more row
+    than ``cur``) with the scratch ``t``."""
+    kz, t = (w, t) if t is not None else (w.kz, w.t)
+    x = kz[1:]
+    np.subtract(cur, prev, out=x)
+    np.abs(x, out=x)
+    wraps = cj.pair_wraps.get(d, False)
+    if not wraps:
+        xmax = _colmax(x, t)
+        wraps = cj.pair_wraps[d] = not xmax.max() <= _WRAP_T  # some pair needs wrapping, or is nan
+    if wraps:
+        np.subtract(_TWO_PI, x, out=t)
+        np.abs(t, out=t)
+        np.minimum(x, t, out=x)  # nan stays nan
+        xmax = _colmax(x, t)
+        if not np.isfinite(xmax).all():
+            x[~np.isfinite(x)] = math.pi
+            xmax = _colmax(x, t)
+    cj.pair_red.setdefault(d, _Reduction()).add(xmax, kz)
+
+
+def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Work, block: int) -> None:
+    """The pairs of chunk start..stop-1 at the distances above the carry: position m - D in a block recomputed
+    here, only up to each distance's largest length (a chunk never straddles a length).  (Shorter distances:
+    both positions in the chunk, :func:`_block_pairs`; the earlier one in another chunk, at the merge.)"""
+    spec = plan.pairs
+    assert spec is not None
+    for d in spec.shifted:
+        if start >= spec.until[d]:
+            continue
+        for a in range(max(start, d), stop, block):
+            b = min(stop, a + block)
+            w = work.rows(b - a)
+            m = np.arange(a - d, b - d, dtype=np.float64)
+            _oracle_into(m, hi, lo, w)
+            pos = {f: round_to(m, f) for f in plan.position_formats}
+            for job in plan.jobs:
+                if not any(cj.signed is not None for cj in job.caches):
+                    continue
+                angle = _angle_into(job.recipe, pos[job.recipe.positions], job.inv, w)
+                stored = _Stored(job, angle, plan, w, pos[job.recipe.positions])
+                for cj in job.caches:
+                    if cj.signed is None:
+                        continue
+                    _, _, rot = stored.of(cj)
+                    _signed_into(rot, w)  # position m - d's signed error, in w.p1 (free here)
+                    _pair_rows(cj.signed[a - start : b - start], w.p1, w, cj, d)
+
+
+def _signed_into(rot: F64, w: _Rows) -> None:
+    """``wrap(rot - exact)`` into ``w.p1`` (scratch ``w.p2``): no wrap needed while every value is within T."""
+    np.subtract(rot, w.ex, out=w.p1)
+    if not (np.max(w.p1) <= _WRAP_T and np.min(w.p1) >= -_WRAP_T):  # nan stays nan either way
+        _wrap_into(w.p1, w.p2)
+
+
+class _Stored:
+    """The stored cos/sin of an angle job's caches on one block, and their atan2, each computed as the
+    audit computes it (table, fast path, or cos/sin then the cache rounding); the trig values once."""
+
+    def __init__(self, job: _AngleJob, angle: F64, plan: _Plan, w: _Rows, pos: F64) -> None:
+        self.job, self.angle, self.plan, self.w = job, angle, plan, w
+        self.trig: tuple[F64, F64] | None = None
+        self.est: fastcache._Estimate | None = None
+        if any(c.fast for c in job.caches):
+            self.est = fastcache.estimate(angle, w.est, (w.s1, w.s2, w.t), _bounded(pos, job))
+
+    def of(self, cj: _CacheJob) -> tuple[F64, F64, F64]:
+        """Stored cos, sin and atan2 (in ``w.cc``, ``w.ss``, ``w.rot`` or the trig buffers)."""
+        w, job = self.w, self.job
+        if cj.table is not None and _has_codes(cj.table.fmt, self.angle):
+            return cj.table.lookup(self.angle, w)
+        if cj.fast and self.est is not None:
+            cc, ss = w.cc, w.ss
+            fastcache.stored_into(self.est, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t, w.rot))
+        else:
+            if self.trig is None:
+                self.trig = _trig_into(self.angle, job.trig, w)
+            cc = _cache_into(self.trig[0], job.trig, cj.cache, self.plan.scale, w.cc, (w.s1, w.s2))
+            ss = _cache_into(self.trig[1], job.trig, cj.cache, self.plan.scale, w.ss, (w.s1, w.s2))
+        rot = np.arctan2(ss, cc, out=w.rot) if cj.pairs is None else cj.pairs.lookup(cc, ss, w.rot, w)
+        return cc, ss, rot
+
+
+def _angle_block(job: _AngleJob, pos: F64, plan: _Plan, w: _Rows, off: int = 0, live: Sequence[int] = ()) -> None:
+    """One angle job on one block (rows ``off..`` of the chunk): the angle and its errors, then each cache
+    and its errors (and its pairs at the distances ``live`` within the chunk)."""
     angle = _angle_into(job.recipe, pos, job.inv, w)
     _angle_errors(angle, w, job)
-    est: fastcache._Estimate | None = None
-    trig: tuple[F64, F64] | None = None
-    fast = [c for c in job.caches if c.fast]
-    if fast:
-        est = fastcache.estimate(angle, w.est, (w.s1, w.s2, w.t), _bounded(pos, job))
+    stored = _Stored(job, angle, plan, w, pos)
     for cj in job.caches:
-        rot = None
-        if cj.table is not None and _has_codes(cj.table.fmt, angle):
-            cc, ss, rot = cj.table.lookup(angle, w)
-        elif cj.fast and est is not None:
-            cc, ss = w.cc, w.ss
-            fastcache.stored_into(est, job.trig, cj.cache, plan.scale, w.ccss, (w.s1, w.s2, w.t, w.rot))
-        else:
-            if trig is None:
-                trig = _trig_into(angle, job.trig, w)
-            cc = _cache_into(trig[0], job.trig, cj.cache, plan.scale, w.cc, (w.s1, w.s2))
-            ss = _cache_into(trig[1], job.trig, cj.cache, plan.scale, w.ss, (w.s1, w.s2))
-        if rot is None:
-            rot = np.arctan2(ss, cc, out=w.rot) if cj.pairs is None else cj.pairs.lookup(cc, ss, w.rot, w)
-        has_nan = _rotation_errors(rot, w, cj.rot, cj)
+        cc, ss, rot = stored.of(cj)
+        signed = None if cj.signed is None else cj.signed[off : off + rot.shape[0]]
+        has_nan = _rotation_errors(rot, w, cj.rot, cj, signed)
         _collisions(cj, cc, ss, has_nan)
+        if signed is not None and live:
+            _block_pairs(cj, off, rot.shape[0], w, live)
 
 
 def _bounded(pos: F64, job: _AngleJob) -> bool:
@@ -278,7 +418,8 @@ def _angle_errors(angle: F64, w: _Rows, job: _AngleJob) -> None:
     job.ang.add(dmax, w.kz)
 
 
-def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction, job: _CacheJob | None = None) -> bool:
+def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction, job: _CacheJob | None = None,
+                     signed: F64 | None = None) -> bool:
     """Per frequency: max and sum of ``|wrap(rot - exact)|`` (nan: pi); whether a nan occurred.
     In ``w.k``, scratch ``w.t``.
 
@@ -286,10 +427,14 @@ def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction, job: _CacheJob | None 
     lies within [-2T, 2T] and ``wrap(x) = x - 2pi * rint(x / 2pi)`` is x itself for ``|x| <= T`` and
     ``x -+ 2pi`` (exact) above: ``|wrap(x)| = |2pi - |x||``, the same bits (T is pi).  As for the angle errors, the
     wrap is skipped while no error exceeds T (and done at once for a cache job's blocks after one that
-    needed it)."""
+    needed it).  ``signed``: where to keep ``wrap(rot - exact)`` (within [-T, T]), or None."""
     r, t = w.k, w.t
-    np.subtract(rot, w.ex, out=r)
-    np.abs(r, out=r)
+    if signed is None:
+        np.subtract(rot, w.ex, out=r)
+        np.abs(r, out=r)
+    else:
+        np.subtract(rot, w.ex, out=signed)
+        np.abs(signed, out=r)
     wraps = job is None or job.wraps
     if not wraps:
         rmax = _colmax(r, t)
@@ -304,6 +449,8 @@ def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction, job: _CacheJob | None 
         r[~np.isfinite(r)] = math.pi
         rmax = _colmax(r, t)
     acc.add(rmax, w.kz)
+    if signed is not None and wraps:
+        _wrap_into(signed, t)
     return has_nan
 
 
@@ -339,20 +486,53 @@ def _collisions(cj: _CacheJob, cc: F64, ss: F64, has_nan: bool) -> None:
 
 
 def _torch_chunk_stats(recipes: Sequence[Recipe], hi: F64, lo: F64, invs: Sequence[Any], scale: float,
-                       start: int, stop: int, w: _Rows) -> list[_ChunkStats]:
+                       start: int, stop: int, work: _Work, pairs: _PairSpec | None = None) -> list[_ChunkStats]:
     """The torch engine: each recipe's stages with torch's kernels on the whole chunk (one oracle)."""
     m = np.arange(start, stop, dtype=np.float64)
+    w = work.rows(stop - start)
     out = []
+    jobs: list[tuple[int, _CacheJob]] = []
     with np.errstate(invalid="ignore", over="ignore"):
         _oracle_into(m, hi, lo, w)
-        for r, inv in zip(recipes, invs):
+        for i, (r, inv) in enumerate(zip(recipes, invs)):
             st = torch_stages(r, inv, m, scale)
             job = _CacheJob(get_format(r.cache), r, [])
             aj = _AngleJob(r, inv, get_format(r.trig), [])
             _angle_errors(st["angle"], w, aj)
             ang = aj.ang
-            has_nan = _rotation_errors(np.arctan2(st["sin"], st["cos"], out=w.rot), w, job.rot)
+            if pairs is not None and i in pairs.recipes:
+                job.signed = np.empty_like(w.rot)
+                jobs.append((i, job))
+            has_nan = _rotation_errors(np.arctan2(st["sin"], st["cos"], out=w.rot), w, job.rot, None, job.signed)
             _collisions(job, st["cos"], st["sin"], has_nan)
             out.append(_ChunkStats(ang.max, ang.sum, job.rot.max, job.rot.sum, job.collisions,  # type: ignore[arg-type]
                                    job.first, job.last))  # type: ignore[arg-type]
+        if pairs is not None:
+            _torch_pairs(recipes, hi, lo, invs, scale, start, stop, work, pairs, jobs)
+            for i, job in jobs:
+                assert job.signed is not None
+                _pair_stats(out[i], job, job.signed, pairs.carry)
     return out
+
+
+def _torch_pairs(recipes: Sequence[Recipe], hi: F64, lo: F64, invs: Sequence[Any], scale: float, start: int,
+                 stop: int, work: _Work, spec: _PairSpec, jobs: Sequence[tuple[int, _CacheJob]]) -> None:
+    """:func:`_chunk_pairs` for the torch engine (the shifted block by torch's kernels, a recipe at a time)."""
+    for d in spec.carried:
+        if start < spec.until[d] and stop - start > d:
+            w = work.rows(stop - start - d)
+            for _, job in jobs:
+                assert job.signed is not None
+                _pair_rows(job.signed[d:], job.signed[: stop - start - d], w, job, d)
+    for d in spec.shifted:
+        a = max(start, d)
+        if start >= spec.until[d] or a >= stop:
+            continue
+        w = work.rows(stop - a)
+        m = np.arange(a - d, stop - d, dtype=np.float64)
+        _oracle_into(m, hi, lo, w)
+        for i, job in jobs:
+            st = torch_stages(recipes[i], invs[i], m, scale)
+            _signed_into(np.arctan2(st["sin"], st["cos"], out=w.rot), w)
+            assert job.signed is not None
+            _pair_rows(job.signed[a - start :], w.p1, w, job, d)
