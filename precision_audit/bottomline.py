@@ -49,7 +49,9 @@ class Summary(Row):
     ``fix`` says what to do when it is not safe (None where no fix is known).
     ``note``: how the schedule the path runs differs from the one the model
     declares (a stack that computes other frequencies), or None; ``roles``:
-    a stack's uses (``train``, ``serve``; empty for a recipe).
+    a stack's uses (``train``, ``serve``; empty for a recipe);
+    ``degraded_why`` / ``broken_why``: what is lost at the first degraded /
+    broken length (a row's ``why``, when rows give one).
 
     >>> print(Summary("llama.cpp-cpu", "llama.cpp CPU", "bfloat16", (4096,), "broken", None, None, 4096,
     ...               "use another stack", "runs another schedule: ramp bounds rounded"))
@@ -67,16 +69,20 @@ class Summary(Row):
     fix: str | None = None
     note: str | None = None
     roles: tuple[str, ...] = ()
+    degraded_why: str | None = None
+    broken_why: str | None = None
 
     def __str__(self) -> str:
         parts = []
         if self.safe_to is not None:
             parts.append(f"safe to {human_length(self.safe_to)}")
         if self.degraded_from is not None and (self.broken_from is None or self.degraded_from < self.broken_from):
-            parts.append(f"degraded from {human_length(self.degraded_from)}")
+            parts.append(f"degraded from {human_length(self.degraded_from)}"
+                         + (f" ({self.degraded_why})" if self.degraded_why else ""))
         if self.broken_from is not None:
-            parts.append("broken at every length audited" if self.broken_from == self.lengths[0]
-                         else f"broken from {human_length(self.broken_from)}")
+            parts.append(("broken at every length audited" if self.broken_from == self.lengths[0]
+                          else f"broken from {human_length(self.broken_from)}")
+                         + (f" ({self.broken_why})" if self.broken_why else ""))
         text = f"{self.label}, {self.dtype}: " + ", ".join(parts)
         if self.note:
             text += f"; {self.note}"
@@ -170,12 +176,17 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
     """
     labels = _labels(kind)
     groups: dict[tuple[str, str], dict[int, str]] = {}
+    whys: dict[tuple[str, str, int, str], str] = {}
     for r in rows:
-        g = groups.setdefault((str(_get(r, key)), str(_get(r, "dtype"))), {})
+        k = (str(_get(r, key)), str(_get(r, "dtype")))
+        g = groups.setdefault(k, {})
         L, v = int(_get(r, "length")), str(_get(r, "verdict"))
         if v not in VERDICT_ORDER:
             raise ValueError(f"verdict {v!r} must be one of {', '.join(VERDICT_ORDER)}")
         g[L] = max(g.get(L, "safe"), v, key=VERDICT_ORDER.index)
+        why = r.get("why") if isinstance(r, Mapping) else getattr(r, "why", None)
+        if why:
+            whys.setdefault((*k, L, v), str(why))
     out = []
     for (path, dtype), by_len in groups.items():
         lens = tuple(sorted(by_len))
@@ -190,7 +201,9 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
         note, note_fix = (notes or {}).get(path, (None, None))
         out.append(Summary(path, label, dtype, lens, max(verdicts, key=VERDICT_ORDER.index), safe_to,
                            first["degraded"], first["broken"], note_fix or fix, note,
-                           _roles(path) if kind == "rope" else ()))
+                           _roles(path) if kind == "rope" else (),
+                           whys.get((path, dtype, first["degraded"] or 0, "degraded")),
+                           whys.get((path, dtype, first["broken"] or 0, "broken"))))
     return out
 
 

@@ -14,11 +14,11 @@ rows, their verdict and the limit they crossed), so a failing CI log says why.
 * :func:`assert_rope`: a schedule and a RoPE recipe or stack (``stack=``);
 * :func:`assert_positions`: position ids cast to a format.
 
-The default limit is the verdict rule of :mod:`precision_audit.config`: a
-row passes when it is ``safe`` (no collision, max rotation error at most
-``tolerance`` = 8 times the cache format's own rounding bound).  Give
-``max_rotation_error`` (rad) to set your own limit instead; collisions and a
-lost phase (>= pi/2) always fail.
+The default limit is the verdict rule of :mod:`precision_audit.verdicts`: a
+row passes when it is ``safe`` (no collision, every pairwise rotation error
+below pi/8, the error the probe model starts to notice).  Give
+``max_rotation_error`` (rad) to set your own limit on the absolute error
+instead; collisions and a lost phase (>= pi/2) always fail.
 
 >>> assert_positions(2048, "float16")  # every integer up to 2048 is a float16 value
 >>> try:
@@ -48,8 +48,8 @@ from ._common import (
     check_schedule,
     describe,
 )
-from .config import (DEFAULT_TOLERANCE, FALLBACK_CONTEXT, PHASE_LOST, ModelConfig, load_config, load_config_dict,
-                     load_model, rope_verdict, schedule_from_config)
+from .config import FALLBACK_CONTEXT, ModelConfig, load_config, load_config_dict, load_model, schedule_from_config
+from .verdicts import DEFAULT_TOLERANCE, NOTICED, PHASE_LOST, rope_verdict
 from .formats import get_format
 from .schedules import RopeSchedule
 
@@ -72,16 +72,16 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, Any]]
 def _limit_text(max_rotation_error: float | None, tolerance: float, bound: float) -> str:
     if max_rotation_error is not None:
         return f"max rotation error <= {max_rotation_error:.4g} rad, no colliding positions"
-    return (f"verdict safe: max rotation error <= {tolerance:g} x cache bound = {tolerance * bound:.4g} rad, "
-            f"no colliding positions")
+    return f"verdict safe: no colliding positions, pairwise rotation errors < pi/8 = {NOTICED:.4g} rad"
 
 
-def _fails(max_err: float, colliding: int, bound: float, max_rotation_error: float | None, tolerance: float) -> bool:
+def _fails(max_err: float, colliding: int, bound: float, max_rotation_error: float | None, tolerance: float,
+           pair_errors: Sequence[Any] = ()) -> bool:
     if colliding > 0 or not math.isfinite(max_err) or max_err >= PHASE_LOST:
         return True
     if max_rotation_error is not None:
         return max_err > max_rotation_error
-    return rope_verdict(max_err, colliding, bound, tolerance) != "safe"
+    return rope_verdict(max_err, colliding, pair_errors=pair_errors) != "safe"
 
 
 def _check_limits(max_rotation_error: float | None, tolerance: float) -> tuple[float | None, float]:
@@ -247,7 +247,7 @@ def assert_rope_module(
     ...     assert_rope_module(Rotary().to(torch.bfloat16), length=8192, config=schedule)
     ... except AssertionError as e:
     ...     print(str(e).splitlines()[0])
-    rotary module Rotary fails at length 8192 in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)
+    rotary module Rotary fails at length 8192 in bfloat16 (limit: verdict safe: no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad)
     """
     max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
     a = audit_rope_module(module, length=length, dtype=dtype, config=config, layer_type=layer_type,
@@ -309,8 +309,8 @@ def assert_rope(
     ``max_pair_error`` (rad): also fail when the pairwise rotation error between
     positions D apart (what attention sees; :mod:`precision_audit.rope.pairs`)
     exceeds it at a distance of ``distances`` (as :func:`~precision_audit.rope.audit`
-    takes them; default 1, 16, 256, 4096 and L/2).  Pair errors are computed only
-    when ``max_pair_error`` is given.
+    takes them; default 1, 16, 256, 4096 and L/2).  The default verdict judges
+    those pairwise errors too.
 
     >>> assert_rope(RopeSchedule(head_dim=128), "fp32", 32768)
     >>> assert_rope(RopeSchedule(head_dim=128), length=32768, stack="llama.cpp-cpu")
@@ -324,13 +324,13 @@ def assert_rope(
     ...     assert_rope(RopeSchedule(head_dim=128), "fp32", 32768, max_pair_error=0.005, distances=[1, 256])
     ... except AssertionError as e:
     ...     print(str(e).splitlines()[0])
-    RoPE recipe fp32 fails at length 32768 in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions; pairwise error <= 0.005 rad at D = 1, 256)
+    RoPE recipe fp32 fails at length 32768 in bfloat16 (limit: verdict safe: no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad; pairwise error <= 0.005 rad at D = 1, 256)
     >>> try:
     ...     assert_rope(RopeSchedule(head_dim=128), length=32768, stack="transformers-cast")
     ... except AssertionError as e:
     ...     lines = str(e).splitlines()
     >>> print(lines[0]); print(lines[-1])
-    RoPE stack transformers-cast fails at length 32768 in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)
+    RoPE stack transformers-cast fails at length 32768 in bfloat16 (limit: verdict safe: no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad)
     Fix: call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype).
     """
     from .rope import Recipe, audit, preset
@@ -349,9 +349,10 @@ def assert_rope(
         rec = recipe if isinstance(recipe, Recipe) else preset(recipe, dtype)
     else:
         raise ArgumentTypeError(f"recipe {describe(recipe)} must be a preset name or a Recipe")
-    (r,) = audit(schedule, rec, [check_length(length)], distances=distances if max_pair_error is not None else ())
+    (r,) = audit(schedule, rec, [check_length(length)], distances=distances)
     pairs_fail = max_pair_error is not None and any(p.max_rotation_error > max_pair_error for p in r.pair_errors)
-    if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound, max_rotation_error, tolerance) or pairs_fail:
+    if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound, max_rotation_error, tolerance,
+              r.pair_errors) or pairs_fail:
         row = {**r.to_dict(), "ratio": r.max_rotation_error / r.cache_bound,
                "verdict": rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound, tolerance)}
         what = "stack" if stack is not None else "recipe"
@@ -413,13 +414,13 @@ def assert_config(
     ...     assert_config(llama2, recipe="lowp-inv-freq")
     ... except AssertionError as e:
     ...     print(str(e).splitlines()[0])
-    meta-llama/Llama-2-7b-hf fails on recipe lowp-inv-freq in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)
+    meta-llama/Llama-2-7b-hf fails on recipe lowp-inv-freq in bfloat16 (limit: verdict safe: no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad)
     >>> try:
     ...     assert_config(llama2, stack="transformers-cast")
     ... except AssertionError as e:
     ...     lines = str(e).splitlines()
     >>> print(lines[0]); print(lines[-1])
-    meta-llama/Llama-2-7b-hf fails on stack transformers-cast in bfloat16 (limit: verdict safe: max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)
+    meta-llama/Llama-2-7b-hf fails on stack transformers-cast in bfloat16 (limit: verdict safe: no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad)
     Fix: call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype).
     """
     from .config import audit_config
@@ -440,7 +441,7 @@ def assert_config(
         rows = audit_config(model, lengths, [dtype], recipes=[str(recipe)], tolerance=tolerance, positions=False)
     if model.kind == "rope":
         bad = [r for r in rows if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound,  # type: ignore[arg-type]
-                                         max_rotation_error, tolerance)]
+                                         max_rotation_error, tolerance, r.pair_errors)]
         what = "stack" if stack is not None else "recipe"
         cols = [("layer", "layer_type")] * any(r.layer_type for r in rows) + [(what, "recipe")] + _ROPE_COLUMNS
         limit = _limit_text(max_rotation_error, tolerance, rows[0].cache_bound if rows else cache_rounding_bound(dtype))

@@ -123,10 +123,11 @@ RELATIVE_VERDICT_HELP = (
     "0..L-1 whose bucket differs from the exact one (relative buckets), distances sharing a stored row "
     "(relative sinusoids) or wrong ids (learned); '-' = not measured.")
 CONFIG_VERDICT_HELP = (
-    "Verdict per row: broken = phase lost (max rotation error >= pi/2) or colliding positions > 0 (or an "
-    "ALiBi bias overflowed / swapped order); degraded = max rotation error above TOLERANCE x the cache "
-    "format's own rounding bound (ALiBi: a head's bias error above TOLERANCE half-ulps of its largest "
-    "bias); safe otherwise.")
+    "Verdict per row (precision_audit.verdicts; calibrated on the probe model, docs/effect.md): broken = colliding "
+    "positions > 0 or a pairwise rotation error >= pi/2 (two positions' relative rotation a quarter turn off; ALiBi: "
+    "a bias overflowed / swapped order); degraded = a pairwise rotation error >= pi/8, where the probe starts to "
+    "lose accuracy (ALiBi: a head's bias error above TOLERANCE half-ulps of its largest bias); safe otherwise. "
+    "The absolute rotation error is shown, not judged: attention sees only differences.")
 
 
 def _config_path(ctx: Any, param: Any, value: str) -> Any:
@@ -252,7 +253,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
                    "positions; stacks and ALiBi run numpy).")
 @click.option("--tolerance", type=click.FloatRange(min=0.0, min_open=True), default=8.0, show_default=True,
-              help="degraded above TOLERANCE x the cache format's rounding bound.")
+              help="ALiBi: degraded when a head's bias error exceeds TOLERANCE half-ulps of its largest bias (RoPE is "
+                   "judged on pairwise errors, see the verdict key).")
 @click.option("--no-positions", is_flag=True, help="Leave out the position-id rows.")
 @click.option("--fail-on", type=click.Choice(["never", "broken", "degraded"]), default="never", show_default=True,
               help="Exit 1 when a judged row is this bad or worse, printing each on stderr with why (for CI).  "
@@ -286,10 +288,11 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     DeBERTa buckets, XLNet relative sinusoids and learned absolute positions
     (GPT-2, BERT, OPT) get their own paths and a bottom line too.
 
-    Verdicts: broken = phase lost (max rotation error >= pi/2) or colliding
-    positions > 0; degraded = max rotation error above TOLERANCE (8) x the
-    cache format's own rounding bound, i.e. the code path, not the format,
-    sets the precision; safe otherwise.
+    Verdicts judge what attention sees, the rotation between two positions
+    (pairwise errors at distances 1, 16, 256, 4K and L/2): broken = colliding
+    positions or a pairwise error >= pi/2; degraded = a pairwise error >=
+    pi/8, where the project's probe model starts to lose accuracy; safe
+    otherwise.  The bottom line says what is lost and from where.
 
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
@@ -382,9 +385,9 @@ def _read_config(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | No
 
 
 HF_ROPE_VERDICT_HELP = (
-    "Verdict per row (as `config` gives it): broken = phase lost (max rotation error >= pi/2) or colliding "
-    "positions > 0; degraded = max rotation error above 8 x the cache format's own rounding bound (x cache bound "
-    "> 8); safe otherwise.")
+    "Verdict per row (as `config` gives it): broken = colliding positions > 0 or a pairwise rotation error >= "
+    "pi/2; degraded = a pairwise rotation error >= pi/8; safe otherwise (without pairwise errors, --no-pairs: "
+    "twice the max rotation error stands in).")
 
 
 @click.command("hf-rope", cls=_HfCommand)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .._common import Row, check_lengths
-from ..formats import get_format, spacing
+from ..formats import get_format
+from ..verdicts import (DEFAULT_TOLERANCE, PHASE_LOST, VERDICT_RULES, VERDICTS, alibi_verdict, positions_verdict,
+                        rope_verdict, rope_why, sinusoid_verdict)
 from .parse import CONTEXT_KEYS, ModelConfig
 
 if TYPE_CHECKING:
@@ -41,60 +40,7 @@ __all__ = [
 
 
 COMPONENTS: tuple[str, ...] = ("rope", "alibi", "positions", "relative", "learned")
-DEFAULT_TOLERANCE = 8.0
-VERDICTS: tuple[str, ...] = ("safe", "degraded", "broken")
-PHASE_LOST = math.pi / 2
-VERDICT_RULES = (
-    "**broken**: the phase is lost (max rotation error >= pi/2) or positions collide (position ids, cos/sin "
-    "rows or ALiBi biases of neighbouring tokens equal, a bias overflowed or two swapped order); "
-    f"**degraded**: max rotation error above {DEFAULT_TOLERANCE:g}x the cache format's own rounding bound "
-    f"(ALiBi: a head's bias error above {DEFAULT_TOLERANCE:g} half-ulps of its largest bias), i.e. 3 bits "
-    "below what storing cos/sin in the dtype costs anyway; **safe** otherwise."
-)
-
-
-
-def rope_verdict(max_rotation_error: float, colliding: int, cache_bound: float,
-                 tolerance: float = DEFAULT_TOLERANCE) -> str:
-    """``broken`` (error >= pi/2 or collisions), ``degraded`` (error > tolerance x cache bound), else ``safe``.
-
-    >>> rope_verdict(0.002, 0, 0.00277), rope_verdict(0.03, 0, 0.00277), rope_verdict(0.003, 5, 0.00277)
-    ('safe', 'degraded', 'broken')
-    """
-    if not math.isfinite(max_rotation_error) or max_rotation_error >= PHASE_LOST or colliding > 0:
-        return "broken"
-    return "degraded" if max_rotation_error > tolerance * cache_bound else "safe"
-
-
-def positions_verdict(colliding: int, non_finite: int) -> str:
-    """Position ids are exact (``safe``) or collide/overflow (``broken``); nothing in between.
-
-    >>> positions_verdict(0, 0), positions_verdict(7296, 0)
-    ('safe', 'broken')
-    """
-    return "broken" if colliding or non_finite else "safe"
-
-
-def alibi_verdict(row: Any, tolerance: float = DEFAULT_TOLERANCE) -> str:
-    """Verdict of an :class:`~precision_audit.alibi.AlibiAudit` row.
-
-    ``broken``: neighbouring keys share a bias in some head, a bias overflowed
-    or two swapped order; ``degraded``: some head's largest bias error exceeds
-    ``tolerance`` half-ulps of the bias format at that head's largest exact
-    bias ``slope * (length - 1)``; ``safe`` otherwise.
-
-    >>> from precision_audit.alibi import audit_alibi
-    >>> [alibi_verdict(audit_alibi(4096, 8, r, "bf16")[0]) for r in ("cast-output", "fp32")]
-    ['broken', 'safe']
-    """
-    if row.min_distinct_biases < row.length or row.nonfinite_biases or row.order_inversions:
-        return "broken"
-    top = np.array([h.slope * (row.length - 1) for h in row.heads])
-    half_ulp = spacing(top, row.bias_dtype) / 2
-    errs = np.array([h.max_abs_error for h in row.heads])
-    return "degraded" if bool((errs > tolerance * half_ulp).any()) else "safe"
-
-
+# The decision rule lives in precision_audit.verdicts; these names stay importable from here.
 # --------------------------------------------------------------------------- audit
 
 
@@ -141,6 +87,7 @@ class ConfigRow(Row):
     max_shift: int | None = None
     reference: str | None = None
     pair_errors: tuple[PairError, ...] = ()
+    why: str | None = None
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:
@@ -394,21 +341,12 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
         for r in found:
             rows.append(ConfigRow(
                 component="rope", recipe=r.recipe, dtype=r.dtype, length=r.length, layer_type=lt,
-                verdict=rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound, tolerance),
+                verdict=rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=r.pair_errors),
+                why=rope_why(r.max_rotation_error, r.colliding_positions, r.pair_errors),
                 max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
                 colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
                 ratio=r.max_rotation_error / r.cache_bound, stack=r.stack, pair_errors=r.pair_errors))
     return rows
-
-
-def sinusoid_verdict(duplicate_rows: int, nn_shrink: float) -> str:
-    """A relative sinusoid table's verdict: ``broken`` when distances share a stored row, ``degraded`` when the
-    nearest neighbour of some row moved more than half-way towards it, ``safe`` otherwise.
-
-    >>> sinusoid_verdict(0, 0.0007), sinusoid_verdict(0, 0.6), sinusoid_verdict(384, 1.0)
-    ('safe', 'degraded', 'broken')
-    """
-    return "broken" if duplicate_rows else "degraded" if nn_shrink > 0.5 else "safe"
 
 
 def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: str, lengths: Iterable[int],
@@ -443,7 +381,8 @@ def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: 
                     rows.append(ConfigRow(
                         component="rope", recipe=n, dtype=d, length=r.length, stack=n, reference=trained_on,
                         layer_type=None if layer_type == "all" else layer_type,
-                        verdict=rope_verdict(r.max_rotation_difference, 0, bound, tolerance),
+                        verdict=rope_verdict(r.max_rotation_difference, 0),
+                        why=rope_why(r.max_rotation_difference, 0),
                         max_rotation_error=r.max_rotation_difference, mean_rotation_error=r.mean_rotation_difference,
                         cache_bound=bound, ratio=r.max_rotation_difference / bound))
     return rows

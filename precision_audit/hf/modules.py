@@ -35,7 +35,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .._common import Row, unknown_name
-from ..config import rope_layer_types, rope_verdict, schedule_from_config
+from ..config import rope_layer_types, schedule_from_config
+from ..verdicts import rope_verdict
 from ..formats import get_format, spacing
 from ..rope import PairError, audit, cache_rounding_bound, check_rope_lengths, exact_angles, preset, wrap
 from ..rope.pairs import PairPass, check_distances
@@ -306,7 +307,7 @@ class ModuleRow(Row):
     ``cache_bound`` is the rounding bound of ``dtype`` for the schedule's
     cos/sin scale (:func:`~precision_audit.rope.cache_rounding_bound`),
     ``ratio`` the max rotation error over it and ``verdict`` the config
-    command's (:func:`precision_audit.config.rope_verdict`, tolerance 8).
+    command's (:func:`precision_audit.verdicts.rope_verdict`: pairwise errors when measured).
     ``pair_errors``: the pairwise rotation errors at distances D
     (:class:`~precision_audit.rope.PairError`, as the rope auditor's).
     ``to_dict()`` names ``module_class`` ``class``.
@@ -404,7 +405,8 @@ def audit_rope_module(
             colliding_positions=e.colliding_positions, matches_recipe=m[0], diagnosis=m[1],
             recipe_max_rotation_error=m[2], recipe_mean_rotation_error=m[3], cache_bound=bound,
             ratio=e.max_rotation_error / bound,
-            verdict=rope_verdict(e.max_rotation_error, e.colliding_positions, bound), pair_errors=e.pair_errors,
+            verdict=rope_verdict(e.max_rotation_error, e.colliding_positions, pair_errors=e.pair_errors),
+            pair_errors=e.pair_errors,
         ))
     return rows
 

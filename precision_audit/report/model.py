@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config as _config
+from .. import verdicts as _verdicts
 from ..alibi import AlibiAudit
 from ..positions import PositionAudit, audit_positions
 from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset
@@ -33,22 +34,21 @@ from .writer import Bullets, Figure, Para, Report, Section, Table
 
 __all__ = ["VERDICT_RULES", "alibi_verdict", "model_report", "position_verdict", "rope_verdict"]
 
-VERDICT_RULES = _config.VERDICT_RULES
+VERDICT_RULES = _verdicts.VERDICT_RULES
 
 
 def rope_verdict(r: RopeRow) -> str:
-    """safe / degraded / broken for one RoPE row (:func:`precision_audit.config.rope_verdict`), with the number.
+    """safe / degraded / broken for one RoPE row (:func:`precision_audit.verdicts.rope_verdict`), with what is lost.
 
     >>> from precision_audit.rope import RopeSchedule
     >>> row = audit(RopeSchedule(head_dim=16), preset("lowp", "bfloat16"), 4096)[0]
     >>> rope_verdict(row).split()[0]
     'broken'
     """
-    v = _config.rope_verdict(r.max_rotation_error, r.colliding_positions, r.cache_bound)
-    ratio = r.max_rotation_error / r.cache_bound
-    if v == "broken" and r.colliding_positions:
-        return f"broken ({r.colliding_positions} positions collide)"
-    return f"{v} ({fmt(r.max_rotation_error)} rad, {ratio:.3g}x bound)"
+    v = _verdicts.rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=r.pair_errors)
+    why = _verdicts.rope_why(r.max_rotation_error, r.colliding_positions, r.pair_errors)
+    worst = max((p.max_rotation_error for p in r.pair_errors), default=2 * r.max_rotation_error)
+    return f"{v} ({why})" if why else f"{v} (pairs within {fmt(worst)} rad)"
 
 
 def position_verdict(r: PositionAudit) -> str:

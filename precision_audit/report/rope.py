@@ -20,7 +20,7 @@ import numpy as np
 
 from .._common import Row
 from ..attention import attention_errors
-from ..config import DEFAULT_TOLERANCE, PHASE_LOST
+from ..verdicts import NOTICED, PHASE_LOST
 from ..rope import (
     PRESETS,
     Recipe,
@@ -77,24 +77,28 @@ def _angle_text(x: float) -> str:
 
 
 def verdict_thresholds(bound: float) -> list[tuple[float, str, dict[str, Any]]]:
-    """The lines a RoPE error plot draws, from the verdict's own rule (:func:`precision_audit.config.rope_verdict`):
-    the cache rounding bound, ``DEFAULT_TOLERANCE`` x it (degraded above) and ``PHASE_LOST`` (broken at or above);
-    each as (value in rad, short label, line style).
+    """The lines a RoPE error plot draws: the cache rounding bound, and half of the verdict's pairwise thresholds
+    (:mod:`precision_audit.verdicts`): two positions' relative rotation error is at most the sum of their absolute
+    errors, so above pi/16 a pair may reach pi/8 (degraded) and above pi/4 pi/2 (broken); each as (value in rad,
+    short label, line style).
 
     >>> [(round(v, 5), text) for v, text, _ in verdict_thresholds(0.00277)]
-    [(0.00277, 'cache bound 0.00277'), (0.02216, '8x bound: degraded'), (1.5708, 'pi/2: broken')]
+    [(0.00277, 'cache bound 0.00277'), (0.19635, 'pi/16: pairs may reach pi/8'), (0.7854, 'pi/4: pairs may reach pi/2')]
     """
     return [
         (bound, f"cache bound {fmt(bound)}", dict(color="gray", ls="--", lw=1)),
-        (DEFAULT_TOLERANCE * bound, f"{DEFAULT_TOLERANCE:g}x bound: degraded", dict(color="0.15", ls="-.", lw=1)),
-        (PHASE_LOST, f"{_angle_text(PHASE_LOST)}: broken", dict(color="k", ls=":", lw=1.2)),
+        (NOTICED / 2, f"{_angle_text(NOTICED / 2)}: pairs may reach {_angle_text(NOTICED)}",
+         dict(color="0.15", ls="-.", lw=1)),
+        (PHASE_LOST / 2, f"{_angle_text(PHASE_LOST / 2)}: pairs may reach {_angle_text(PHASE_LOST)}",
+         dict(color="k", ls=":", lw=1.2)),
     ]
 
 
 ROTATION_RULE = (
-    f"The verdict (`precision_audit.config.rope_verdict`): broken once the max rotation error reaches "
-    f"{_angle_text(PHASE_LOST)} (the phase is lost) or neighbouring positions share a cos/sin row; degraded above "
-    f"{DEFAULT_TOLERANCE:g}x the cache format's own rounding bound; safe otherwise."
+    "The verdict (`precision_audit.verdicts`) judges pairwise errors, what attention sees: broken when neighbouring "
+    f"positions share a cos/sin row or two positions' relative rotation is {_angle_text(PHASE_LOST)} or more off; "
+    f"degraded from {_angle_text(NOTICED)}; safe otherwise. These plots show absolute errors: a pair's error is at "
+    "most twice the larger of its two, so the dotted lines mark where pairs may cross the thresholds."
 )
 
 

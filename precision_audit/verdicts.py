@@ -1,0 +1,183 @@
+"""THE decision rule: safe / degraded / broken for every component, and the thresholds it rests on.
+
+RoPE is judged on what attention sees: the rotation *between* two positions (the pairwise errors of
+:mod:`precision_audit.rope.pairs`), not the absolute angle, which exact RoPE's shift invariance makes
+irrelevant.  The thresholds are calibrated on the project's probe model (:mod:`precision_audit.effect`,
+`precision-audit effect --calibration`; docs/effect.md shows the table):
+
+* **broken**: neighbouring positions share a rotation (colliding cos/sin rows: local order is lost; bfloat16
+  position ids cost the probe 54 % of its local-order accuracy at 1K), or two positions' relative rotation is a
+  quarter turn or more off (:data:`PHASE_LOST`, pi/2: the probe loses from half to all of the distances where it
+  happens: a downcast ``inv_freq`` at 4K apart, float32 angles at 16M);
+* **degraded**: some pairwise rotation error is :data:`NOTICED` (pi/8) or more: the smallest error at which the probe
+  loses accuracy at that distance lies above it (0.65 rad at 1K apart, a downcast ``inv_freq``) and every error at
+  which it loses nothing lies below the broken line (0.32 rad at 256 apart; float32 angles at 4M, up to 0.5 rad);
+* **safe** otherwise, whatever the absolute angle error (a float32 model is not "degraded" because its angle at
+  position 1M is 0.06 rad from the exact one: attention never sees it).
+
+Without pairwise errors (a caller that skipped them) the absolute error stands in, doubled: a pair's error is
+at most the sum of its two positions' errors (the triangle inequality), so the verdict can only be stricter.
+
+ALiBi, position ids, relative buckets and sinusoids keep their own rules here too.
+
+>>> rope_verdict(0.06, 0, pair_errors=[(1, 0.07), (4096, 0.07)])  # float32 angles at 1M
+'safe'
+>>> rope_verdict(3.14, 0, pair_errors=[(1, 0.005), (256, 0.32), (4096, 2.62)])  # a downcast inv_freq at 32K
+'broken'
+>>> rope_why(3.14, 0, pair_errors=[(1, 0.005), (256, 0.5)])
+'positions 256 apart off by up to 0.5 rad'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "NOTICED",
+    "PHASE_LOST",
+    "VERDICTS",
+    "VERDICT_RULES",
+    "alibi_verdict",
+    "positions_verdict",
+    "rope_verdict",
+    "rope_why",
+    "sinusoid_verdict",
+    "worst",
+]
+
+VERDICTS: tuple[str, ...] = ("safe", "degraded", "broken")
+PHASE_LOST = math.pi / 2
+"""A relative rotation a quarter turn off: the two positions' order along that frequency is gone."""
+NOTICED = math.pi / 8
+"""The smallest pairwise rotation error the verdict calls degraded (calibrated on the probe, see above)."""
+DEFAULT_TOLERANCE = 8.0
+"""ALiBi: degraded when a head's bias error exceeds this many half-ulps of its largest bias."""
+
+VERDICT_RULES = (
+    "**broken**: neighbouring positions share a rotation (colliding cos/sin rows, position ids or ALiBi biases; a "
+    "bias overflowed or two swapped order) or two positions' relative rotation is pi/2 or more off (pairwise "
+    "rotation error); **degraded**: a pairwise rotation error of pi/8 or more (the probe model starts losing "
+    f"accuracy above it; ALiBi: a head's bias error above {DEFAULT_TOLERANCE:g} half-ulps of its largest bias); "
+    "**safe** otherwise. The absolute angle error is shown, never judged: attention sees only differences."
+)
+
+
+def _pairs(pair_errors: Iterable[Any]) -> list[tuple[int, float]]:
+    """(distance, max rotation error) from PairError records, mappings or (distance, error) pairs."""
+    out = []
+    for p in pair_errors:
+        if isinstance(p, tuple):
+            out.append((int(p[0]), float(p[1])))
+        elif isinstance(p, dict):
+            out.append((int(p["distance"]), float(p["max_rotation_error"])))
+        else:
+            out.append((int(p.distance), float(p.max_rotation_error)))
+    return out
+
+
+def _judged(max_rotation_error: float, pair_errors: Iterable[Any]) -> list[tuple[int | None, float]]:
+    pairs = _pairs(pair_errors)
+    if pairs:
+        return [(d, e if math.isfinite(e) else math.pi) for d, e in pairs]
+    e = max_rotation_error if math.isfinite(max_rotation_error) else math.pi
+    return [(None, min(math.pi, 2 * e))]  # no pairs measured: the triangle bound
+
+
+def rope_verdict(max_rotation_error: float, colliding: int, cache_bound: float | None = None,
+                 tolerance: float = DEFAULT_TOLERANCE, pair_errors: Iterable[Any] = ()) -> str:
+    """safe / degraded / broken of a RoPE row (see the module docstring).
+
+    ``cache_bound`` and ``tolerance`` are accepted for the callers' convenience and do not enter the RoPE rule
+    (the absolute error against the cache format's rounding is shown, not judged).
+
+    >>> rope_verdict(0.002, 0), rope_verdict(0.3, 0), rope_verdict(0.003, 5)  # no pairs: 2 x absolute
+    ('safe', 'degraded', 'broken')
+    """
+    if colliding > 0:
+        return "broken"
+    top = max(e for _, e in _judged(max_rotation_error, pair_errors))
+    return "broken" if top >= PHASE_LOST else "degraded" if top >= NOTICED else "safe"
+
+
+def rope_why(max_rotation_error: float, colliding: int, pair_errors: Iterable[Any] = ()) -> str | None:
+    """What a RoPE row loses, in words (None when it is safe).
+
+    >>> print(rope_why(0.01, 1023))
+    local order lost: 1023 positions share the previous one's rotation
+    >>> rope_why(3.1, 0, [(1, 0.005), (4096, 2.6)])
+    'positions 4K apart: phase lost (2.6 rad)'
+    """
+    if colliding > 0:
+        return f"local order lost: {colliding} positions share the previous one's rotation"
+    bad = [(d, e) for d, e in _judged(max_rotation_error, pair_errors) if e >= NOTICED]
+    if not bad:
+        return None
+    lost = [(d, e) for d, e in bad if e >= PHASE_LOST]
+    d, e = min(lost or bad, key=lambda t: t[0] or 0)  # the shortest distance where it happens
+    where = ("positions" if d is None else "neighbouring positions" if d == 1 else f"positions {_tokens(d)} apart")
+    return f"{where}: phase lost ({e:.2g} rad)" if lost else f"{where} off by up to {e:.2g} rad"
+
+
+def _tokens(n: int) -> str:
+    for unit, size in (("M", 2**20), ("K", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def positions_verdict(colliding: int, non_finite: int) -> str:
+    """Position ids are exact (``safe``) or collide/overflow (``broken``); nothing in between.
+
+    >>> positions_verdict(0, 0), positions_verdict(7296, 0)
+    ('safe', 'broken')
+    """
+    return "broken" if colliding or non_finite else "safe"
+
+
+def alibi_verdict(row: Any, tolerance: float = DEFAULT_TOLERANCE) -> str:
+    """Verdict of an :class:`~precision_audit.alibi.AlibiAudit` row.
+
+    ``broken``: neighbouring keys share a bias in some head, a bias overflowed
+    or two swapped order; ``degraded``: some head's largest bias error exceeds
+    ``tolerance`` half-ulps of the bias format at that head's largest exact
+    bias ``slope * (length - 1)``; ``safe`` otherwise.
+
+    >>> from precision_audit.alibi import audit_alibi
+    >>> [alibi_verdict(audit_alibi(4096, 8, r, "bf16")[0]) for r in ("cast-output", "fp32")]
+    ['broken', 'safe']
+    """
+    from .formats import spacing
+
+    if row.min_distinct_biases < row.length or row.nonfinite_biases or row.order_inversions:
+        return "broken"
+    top = np.array([h.slope * (row.length - 1) for h in row.heads])
+    half_ulp = spacing(top, row.bias_dtype) / 2
+    errs = np.array([h.max_abs_error for h in row.heads])
+    return "degraded" if bool((errs > tolerance * half_ulp).any()) else "safe"
+
+
+def sinusoid_verdict(duplicate_rows: int, nn_shrink: float) -> str:
+    """A relative sinusoid table's verdict: ``broken`` when distances share a stored row, ``degraded`` when the
+    nearest neighbour of some row moved more than half-way towards it, ``safe`` otherwise.
+
+    >>> sinusoid_verdict(0, 0.0007), sinusoid_verdict(0, 0.6), sinusoid_verdict(384, 1.0)
+    ('safe', 'degraded', 'broken')
+    """
+    return "broken" if duplicate_rows else "degraded" if nn_shrink > 0.5 else "safe"
+
+
+def worst(verdicts: Sequence[str]) -> str:
+    """The worst of some verdicts.
+
+    >>> worst(["safe", "broken", "degraded"])
+    'broken'
+    """
+    for v in verdicts:
+        if v not in VERDICTS:
+            raise ValueError(f"verdict {v!r} must be one of {', '.join(VERDICTS)}")
+    return max(verdicts, key=VERDICTS.index, default="safe")
