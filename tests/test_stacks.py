@@ -263,7 +263,8 @@ def test_llama_cpp_cpu_rows_match_the_kernel(case: str, n: int) -> None:
 # --------------------------------------------------------------------------- mlx-cpu: mx.fast.rope
 
 MLX_DTYPES = ("float32", "float16", "bfloat16")
-MLX_CASES = ("base1e4", "base5e5", "llama-3.1", "longrope-phi3.5", "yarn-qwen2.5", "yarn-gpt-oss", "proportional-gemma4")
+MLX_CASES = ("base1e4", "base5e5", "llama-3.1", "longrope-phi3.5", "yarn-qwen2.5", "yarn-gpt-oss",
+             "proportional-gemma4")
 MLX_SCHEDULES = {**SCHEDULES, "proportional-gemma4": S_GEMMA4_FULL}
 MLX_EXACT_FREQS = ("longrope-phi3.5", "yarn-qwen2.5", "yarn-gpt-oss", "proportional-gemma4")  # the "mlx-lm" how
 
@@ -364,8 +365,8 @@ def test_mlx_cpu_rows_match_the_kernel(case: str, n: int) -> None:
     by the mscale in the data dtype and the kernel's cos/sin carry none, while the tool's stored pair is
     ``fl(fl32(cos) * mscale)`` (transformers' way), which rounds differently (float16 Phi-3.5 at 32K: mean
     1.22e-4 scaled against the kernel's 1.16e-4).  The referee therefore audits the schedule with
-    ``attention_factor=1``: the kernel's own stored pairs, the same angles, :func:`_trig_gap`'s bound.  gpt-oss: both rows measure mlx-lm's rounded ramp bounds
-    against the declared (truncate=false) schedule.
+    ``attention_factor=1``: the kernel's own stored pairs, the same angles, :func:`_trig_gap`'s bound.  gpt-oss:
+    both rows measure mlx-lm's rounded ramp bounds against the declared (truncate=false) schedule.
     """
     s = MLX_SCHEDULES[case]
     need("mlx.core")

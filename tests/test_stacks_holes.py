@@ -45,8 +45,8 @@ def _vllm_longrope_inv_freq(factors: list[float], base: float, d: int) -> list[f
     ``1.0 / (fl32(factors) * fl32(base) ** fl32(arange(0, d, 2) / d))``."""
     with mpmath.workprec(200):
         b = mpmath.mpf(_cr32(base))
-        return [_cr32(1 / mpmath.mpf(_cr32(mpmath.mpf(_cr32(f)) * _cr32(b ** mpmath.mpf(_cr32(mpmath.mpf(2 * i) / d))))))
-                for i, f in enumerate(factors)]
+        powers = [_cr32(b ** mpmath.mpf(_cr32(mpmath.mpf(2 * i) / d))) for i in range(len(factors))]
+        return [_cr32(1 / mpmath.mpf(_cr32(mpmath.mpf(_cr32(f)) * p))) for f, p in zip(factors, powers)]
 
 
 def _tf_longrope(seq_len: int) -> tuple[np.ndarray, float]:
@@ -94,11 +94,14 @@ def _note_figures(note: str) -> tuple[float, float]:
     return float(m.group(1)) / 100, float(m.group(2))
 
 
-@pytest.mark.parametrize("name,who", [("vllm", "vLLM uses the long factors at every length (max_model_len > 4096)"),
-                                      ("llama.cpp-cpu", "llama.cpp uses the long factors at every length (n_ctx > 4096)"),
-                                      ("llama.cpp-cuda", "llama.cpp uses the long factors at every length (n_ctx > 4096)"),
-                                      ("mlx", "mlx-lm's SuScaledRoPE uses the long factors at every length:"),
-                                      ("mlx-cpu", "mlx-lm's SuScaledRoPE uses the long factors at every length:")])
+_LONG = "uses the long factors at every length"
+
+
+@pytest.mark.parametrize("name,who", [("vllm", f"vLLM {_LONG} (max_model_len > 4096)"),
+                                      ("llama.cpp-cpu", f"llama.cpp {_LONG} (n_ctx > 4096)"),
+                                      ("llama.cpp-cuda", f"llama.cpp {_LONG} (n_ctx > 4096)"),
+                                      ("mlx", f"mlx-lm's SuScaledRoPE {_LONG}:"),
+                                      ("mlx-cpu", f"mlx-lm's SuScaledRoPE {_LONG}:")])
 def test_longrope_note_figures_from_transformers(name: str, who: str) -> None:
     """The note's figures against transformers' own LongRoPE frequencies (short: a pass of L0 positions; long:
     L0 + 1): the largest relative gap of the two sets and the largest angle gap at position L0 - 1.  The note

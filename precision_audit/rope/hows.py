@@ -266,7 +266,8 @@ def vllm_dynamic_base(schedule: RopeSchedule) -> float:
     ``base * ((max_len / L0) - (factor - 1)) ** (d / (d - 2))`` with ``max_len = L0 * factor``: the bracket is
     1 (no ``factor *`` in front of ``max_len / L0``, unlike transformers' ``factor * L / L0``), so the plain base.
 
-    >>> vllm_dynamic_base(RopeSchedule(head_dim=128, scaling="dynamic", factor=4.0, original_max_position_embeddings=4096))
+    >>> vllm_dynamic_base(RopeSchedule(head_dim=128, scaling="dynamic", factor=4.0,
+    ...                                original_max_position_embeddings=4096))
     10000.0
     """
     s = schedule
