@@ -21,7 +21,10 @@ import mpmath
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from referees import _mlx_model as mlx_model  # tests/ helper: numpy model of mlx-lm's freqs
+from referees import _ggml_model as ggml_model  # tests/ helpers: the referees (kernels and models)
+from referees import _mlx_model as mlx_model
+from referees import need
+from referees._ggml import ggml_rope_angles
 
 from precision_audit.cli import main
 from precision_audit.config import load_config
@@ -207,6 +210,27 @@ def test_llama_cpp_longrope_divides_by_the_gguf_factors() -> None:
     for how in ("repeated-product", "power-product"):
         assert np.array_equal(hows.angle_maker(how, PHI).freq_factors, long)
         assert np.array_equal(hows.angle_maker(how, replace(PHI, factor=1.0)).freq_factors, short)
+
+
+def test_llama_cpp_short_factors_on_ggml_kernel() -> None:
+    """With a context that fits L0 (``-c <= 4096``: factor <= 1 here) llama.cpp passes ``rope_factors_short``:
+    the tool's float32 angles for that schedule are the harness model's (tests/referees/_ggml_model.py, checked
+    against the kernel in tests/test_stack_ggml.py) bit for bit, and ggml's own rope op on those factors returns
+    cos/sin within one float32 ulp (glibc's faithful cosf/sinf; two with the attn_factor product) of the
+    tool's angle's correctly rounded cos/sin times the attn_factor."""
+    need("ggml")
+    s = replace(PHI, factor=1.0)
+    short = np.asarray(PHI_CFG["rope_scaling"]["short_factor"], dtype=np.float32)
+    af = float(np.float32(PHI.cos_sin_scale))  # the GGUF's rope.scaling.attn_factor (from M / L0, whatever -c is)
+    pos = np.arange(L0)
+    angle = run_recipe(stack("llama.cpp-cpu", "float32", s), s, pos)["angle"].astype(np.float32)
+    _, _, theta = ggml_model.cpu_rope_cache(pos, s.rotary, s.base, freq_factors=short, attn_factor=af)
+    assert np.array_equal(angle, theta)
+    kc, ks = ggml_rope_angles(pos, s.rotary, s.base, freq_factors=short, attn_factor=af, mode="neox")
+    t64 = angle.astype(np.float64)
+    for fn, k in ((np.cos, kc), (np.sin, ks)):
+        tool = (fn(t64).astype(np.float32) * np.float32(af)).astype(np.float32)
+        assert ggml_model.ulp_diff(k, tool, "f32").max() <= (1 if af == 1 else 2)
 
 
 # --------------------------------------------------------------------------- MLX: mlx-lm's freqs

@@ -83,7 +83,8 @@ from ..schedules import RopeSchedule, round_mp, yarn_bounds
 from .oracle import F64
 
 __all__ = [
-    "ANGLE_HOWS", "INV_FREQ_HOWS", "TIMESCALE_ROPE_TYPES", "AngleMaker", "angle_maker", "exp32", "fma32",
+    "ANGLE_HOWS", "INV_FREQ_HOWS", "MLX_LM_ROPE_TYPES", "TIMESCALE_ROPE_TYPES", "AngleMaker", "angle_maker", "exp32",
+    "fma32",
     "ggml_mismatch", "how_inv_freq", "long_factors_mismatch", "mlx_lm_inv_freq", "mlx_mismatch", "mpmath_pow",
     "rounded_ramp_mismatch", "timescales", "vllm_dynamic_base", "vllm_mismatch", "vllm_overrides",
 ]
