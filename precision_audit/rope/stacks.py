@@ -80,9 +80,10 @@ class Stack:
                              f"(it runs {', '.join(self.rope_types)})")
 
 
-_VLLM_REFUSED = (("dynamic", "vLLM fixes one NTK base for L0*factor at every length (modelled for vllm only)"),
-                 ("longrope", "vLLM picks one factor set per deployment from max_model_len (modelled for vllm "
-                              "only)"))
+_VLLM_REFUSED = (("dynamic", "not modelled for this stack (the vllm stack models vLLM's DynamicNTKScalingRotary"
+                             "Embedding: the plain base at every length)"),
+                 ("longrope", "not modelled for this stack (the vllm stack models vLLM's one factor set per "
+                              "deployment)"))
 _GGML_REFUSED = (("dynamic", "ggml has no dynamic NTK"),
                  ("proportional", "not modelled yet"))
 _MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
@@ -177,7 +178,8 @@ STACKS: dict[str, Stack] = {
         _GGML, "ggml-org/ggml d99724f (= llama.cpp 0c1e570): src/ggml-cpu/ops.cpp ggml_rope_cache_init, rope_yarn, "
                "rotate_pairs; src/ggml.c ggml_rope_yarn_corr_dims; convert_hf_to_gguf LlamaModel rope_freqs; "
                "LongRoPE: convert_hf_to_gguf Phi3MiniModel (rope_factors_long/short float32, rope.scaling."
-               "attn_factor sqrt(1 + ln(M/L0) / ln L0)), src/llama-model.cpp llama_model::get_rope_factors (long "
+               "attn_factor sqrt(1 + ln(M/L0) / ln L0)), src/models/phi3.cpp @358a4a0 (ggml_rope_ext with "
+               "get_rope_factors, attn_factor), src/llama-model.cpp llama_model::get_rope_factors (long "
                "when n_ctx per sequence > n_ctx_orig_yarn; n_ctx 0 = the training context), src/llama-context.cpp "
                "(yarn_attn_factor *= rope_attn_factor; ext_factor 0)",
         refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_LLAMA_CPP_MISMATCH_FIX),
@@ -200,7 +202,8 @@ STACKS: dict[str, Stack] = {
         "MLX (CPU)", Preset(_F32, _F32, _F32, _F32, _D, "exp-log", "mx.fast.rope CPU fallback"),
         _MLX_TYPES, "ml-explore/mlx 846d176: mlx/fast.cpp fast::rope fallback (with freqs: reciprocal(freqs)), "
                     "mlx/backend/cpu/simd/math.h simd::exp (rotation op by op in the data dtype); mlx-lm d78bf58 "
-                    "rope_utils.py as for mlx",
+                    "rope_utils.py as for mlx (the YaRN / LongRoPE mscale multiplies q/k in the data dtype: the "
+                    "audit keeps it on cos/sin)",
         inv_freq_by_type=_MLX_FREQS, refused=_MLX_REFUSED, mismatch=mlx_mismatch, mismatch_fix=_MLX_MISMATCH_FIX),
     "tensorrt-llm": Stack(
         "TensorRT-LLM (table)", Preset(_F32, _F32, _F32, _F32, _F32, "pow64-recip32", "numpy float32 cos/sin table, "
