@@ -88,14 +88,15 @@ def test_gpt_oss_config_names_the_mismatch() -> None:
 
 
 def test_named_stack_that_cannot_run_the_model_is_a_reason() -> None:
-    """--stack mlx on a YaRN model: MLX is left out with its reason, vLLM is audited, exit 0."""
+    """--stack tensorrt-llm-kernel on a YaRN model: it is left out with its reason, vLLM is audited, exit 0."""
     path = str(DATA / "qwen2.5-coder-32b-instruct-yarn.json")
-    r = _run("config", path, "-l", "4K", "--stack", "mlx", "--stack", "vllm", "--no-positions")
+    r = _run("config", path, "-l", "4K", "--stack", "tensorrt-llm-kernel", "--stack", "vllm", "--no-positions")
     assert r.exit_code == 0, r.output
-    assert "skipped: stack 'mlx' does not run rope type 'yarn'" in r.output and "vLLM, bfloat16" in r.output
-    only = _run("config", path, "-l", "4K", "--stack", "mlx")
+    assert "skipped: stack 'tensorrt-llm-kernel' does not run rope type 'yarn'" in r.output
+    assert "vLLM, bfloat16" in r.output
+    only = _run("config", path, "-l", "4K", "--stack", "tensorrt-llm-kernel")
     assert only.exit_code == 0, only.output
-    assert "No stack named runs this model." in only.output and "skipped: stack 'mlx'" in only.output
+    assert "No stack named runs this model." in only.output and "skipped: stack 'tensorrt-llm-kernel'" in only.output
     bad = _run("config", path, "--stack", "mlxx")
     assert bad.exit_code == 2 and "mlxx" in bad.output  # an unknown name is still a usage error
 

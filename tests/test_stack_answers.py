@@ -235,8 +235,8 @@ def test_attention_stacks_rows_and_modes():
     # without --recipe only the stacks run; a stack that does not run the rope type exits 2
     rows = json.loads(run("attention", "-l", "4K", "--distance", "1", "--stack", "vllm", "--json").output)["results"]
     assert [r["recipe"] for r in rows] == ["vllm"]
-    res = run("attention", "-l", "4K", "--stack", "mlx", "--scaling", "yarn", "--factor", "4")
-    assert res.exit_code == 2 and "stack 'mlx' does not run rope type 'yarn'" in res.output
+    res = run("attention", "-l", "4K", "--stack", "mlx", "--scaling", "linear", "--factor", "4")
+    assert res.exit_code == 2 and "stack 'mlx' does not run rope type 'linear'" in res.output
     table = run("attention", "-l", "4K", "--distance", "1", "--stack", "all").output
     assert "mode" in table.splitlines()[0] and "each recipe's own: the mode column" in table
 
@@ -300,8 +300,8 @@ def test_assert_rope_and_assert_config_judge_a_stack():
     with pytest.raises(AssertionError, match="fails on stack transformers-cast in bfloat16") as e:
         assert_config(LLAMA, length=32768, stack="transformers-cast")
     assert str(e.value).splitlines()[-1] == f"Fix: {KEEP_FP32}."
-    with pytest.raises(ValueError, match="stack 'mlx' does not run rope type 'yarn'"):
-        assert_config(DATA / "qwen2.5-coder-32b-instruct-yarn.json", length=8192, stack="mlx")
+    with pytest.raises(ValueError, match="stack 'tensorrt-llm-kernel' does not run rope type 'yarn'"):
+        assert_config(DATA / "qwen2.5-coder-32b-instruct-yarn.json", length=8192, stack="tensorrt-llm-kernel")
     with pytest.raises(ValueError, match="stacks model RoPE code paths"):
         assert_config(DATA / "bloom-7b1.json", length=2048, stack="vllm")
 

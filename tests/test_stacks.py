@@ -85,7 +85,12 @@ SCHEDULES = {
     # gpt-oss declares truncate=False; ggml has no such switch (it always rounds the ramp bounds): the tool's
     # llama.cpp rows must be what the kernel computes, measured against the declared schedule (issue 29)
     "yarn-gpt-oss": load_config(DATA / "gpt-oss-20b.json").schedule,
+    # LongRoPE (issue 29, deliverable 3): llama.cpp and mlx-lm run the long factors at every length
+    "longrope-phi3.5": load_config(DATA / "phi-3.5-mini-instruct.json").schedule,
 }
+PHI35_CFG = json.loads((DATA / "phi-3.5-mini-instruct.json").read_text())
+# Gemma 4's global layers (proportional RoPE): MLX only here (ggml does not run the type)
+S_GEMMA4_FULL = dict(load_config(DATA / "gemma-4-31b-it.json").rope)["full_attention"]
 
 
 def test_every_stack_is_refereed() -> None:
@@ -96,8 +101,9 @@ def test_every_stack_is_refereed() -> None:
 
 
 def _kernel_row(c: np.ndarray, s: np.ndarray, schedule: RopeSchedule, chunk: int = 1 << 15) -> tuple[float, float]:
-    """Max and mean rotation error of a kernel's (cos, sin) rows for positions 0..n-1, against the oracle."""
-    theta = schedule.inv_freq()
+    """Max and mean rotation error of a kernel's (cos, sin) rows for positions 0..n-1, against the oracle (the
+    declared schedule's frequencies for a pass of n positions: LongRoPE's long factors above L0)."""
+    theta = schedule.inv_freq(schedule.frequency_key(c.shape[0]))
     worst, total = 0.0, 0.0
     for a in range(0, c.shape[0], chunk):
         ex = exact_angles(np.arange(a, min(a + chunk, c.shape[0])), theta)
@@ -155,6 +161,9 @@ def _ggml_args(case: str) -> dict[str, Any]:
     """``ggml_rope_ext``'s arguments as llama.cpp passes them for the case (notes/stacks-llamacpp.md).
 
     Llama 3.1: no scaling type in the GGUF, the converter's ``rope_freqs`` divide theta, NORMAL pairs (llama).
+    Phi-3.5 (LongRoPE): ``rope_factors_long`` (llama.cpp's default context is the training one, 128K > L0) divide
+    theta, ``attn_factor`` = the GGUF's ``rope.scaling.attn_factor`` ``sqrt(1 + ln(M/L0) / ln L0)`` (float64 in
+    the converter, a C float here), ``ext_factor`` 0, NEOX pairs.
     YaRN (Qwen2.5, gpt-oss): ``freq_scale = 1/factor``, ``ext_factor = 1``, ``n_ctx_orig`` = L0, beta 32 / 1
     (qwen2's loader reads no betas; gpt-oss declares 32 / 1), the context's ``attn_factor``; NEOX pairs.  The
     kernel has no truncate switch: its ramp bounds are whole dims whatever the config declares.
@@ -163,6 +172,10 @@ def _ggml_args(case: str) -> dict[str, Any]:
     args: dict[str, Any] = dict(n_dims=s.rotary, freq_base=s.base, mode="neox")
     if case == "llama-3.1":
         args.update(freq_factors=ggml_model.converter_llama3_factors(LLAMA31_CFG), mode="normal")
+    elif case == "longrope-phi3.5":  # convert_hf_to_gguf Phi3MiniModel: float32 factors, rope.scaling.attn_factor
+        M, L0 = PHI35_CFG["max_position_embeddings"], PHI35_CFG["original_max_position_embeddings"]
+        args.update(freq_factors=np.asarray(PHI35_CFG["rope_scaling"]["long_factor"], dtype=np.float32),
+                    attn_factor=math.sqrt(1 + math.log(M / L0) / math.log(L0)), n_ctx_orig=L0)
     elif case.startswith("yarn-"):
         args.update(freq_scale=float(np.float32(1 / s.factor)), ext_factor=1.0,
                     attn_factor=ggml_model.llama_cpp_attn_factor(s.factor), n_ctx_orig=s.original_max_position_embeddings)
@@ -250,12 +263,24 @@ def test_llama_cpp_cpu_rows_match_the_kernel(case: str, n: int) -> None:
 # --------------------------------------------------------------------------- mlx-cpu: mx.fast.rope
 
 MLX_DTYPES = ("float32", "float16", "bfloat16")
-MLX_CASES = ("base1e4", "base5e5", "llama-3.1")
+MLX_CASES = ("base1e4", "base5e5", "llama-3.1", "longrope-phi3.5", "yarn-qwen2.5", "yarn-gpt-oss",
+             "proportional-gemma4")
+MLX_SCHEDULES = {**SCHEDULES, "proportional-gemma4": S_GEMMA4_FULL}
+MLX_EXACT_FREQS = ("longrope-phi3.5", "yarn-qwen2.5", "yarn-gpt-oss", "proportional-gemma4")  # the "mlx-lm" how
 
 
 def _mlx_freqs(case: str) -> np.ndarray | None:
-    """The ``freqs`` mlx-lm passes (Llama3RoPE, as the harness computes them; pinned against MLX ops in
-    tests/test_stack_mlx.py), or None for ``nn.RoPE``'s default path (``base``)."""
+    """The ``freqs`` mlx-lm passes (Llama3RoPE, SuScaledRoPE, YarnRoPE, ProportionalRoPE, as the harness model
+    computes them from mlx-lm's source; Llama3RoPE's pinned against MLX ops in tests/test_stack_mlx.py), or None
+    for ``nn.RoPE``'s default path (``base``)."""
+    s = MLX_SCHEDULES[case]
+    if case == "longrope-phi3.5":
+        return mlx_model.su_freqs(s.rotary, s.base, PHI35_CFG["rope_scaling"]["long_factor"])
+    if case.startswith("yarn-"):
+        return mlx_model.yarn_freqs(s.rotary, s.base, s.factor, s.original_max_position_embeddings, s.beta_fast,
+                                    s.beta_slow)
+    if case == "proportional-gemma4":
+        return mlx_model.proportional_freqs(s.head_dim, s.rotary, s.base, s.factor)
     if case != "llama-3.1":
         return None
     rs = LLAMA31_CFG["rope_scaling"]
@@ -265,8 +290,8 @@ def _mlx_freqs(case: str) -> np.ndarray | None:
 
 def _mlx(case: str, positions: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     need("mlx.core")
-    s, freqs = SCHEDULES[case], _mlx_freqs(case)
-    return mlx_rope_pairs(positions, s.rotary, None if freqs is not None else s.base, freqs=freqs, dtype=dtype)
+    s, freqs = MLX_SCHEDULES[case], _mlx_freqs(case)
+    return mlx_rope_pairs(positions, 2 * s.n_freq, None if freqs is not None else s.base, freqs=freqs, dtype=dtype)
 
 
 @pytest.mark.parametrize("dims", [64, 128])
@@ -303,15 +328,18 @@ def test_mlx_cpu_angles_are_the_kernels(case: str) -> None:
 
     Llama 3.1 (mlx-lm passes ``freqs``): the tool takes transformers' float32 llama3 formula, mlx-lm's own
     float32 ops give inverse frequencies within 2 ulps of it (4 of 64 pairs differ here); the other pairs'
-    angles are bit for bit.
+    angles are bit for bit.  LongRoPE, YaRN and proportional (the ``mlx-lm`` how: mlx-lm's own float32 freqs,
+    then ``1.0f / freqs``): the inverse frequencies equal the harness model's bit for bit, every pair's angles too.
     """
-    s = SCHEDULES[case]
+    s = MLX_SCHEDULES[case]
     pos = np.arange(0, L, 7)
     st = run_recipe(stack("mlx-cpu", "float32", s), s, pos)
     freqs = _mlx_freqs(case)
     cols = np.ones(s.n_freq, dtype=bool)
     if freqs is not None:
         inv_k = mlx_model.freqs_inv_freq(freqs)
+        if case in MLX_EXACT_FREQS:
+            assert np.array_equal(st["inv_freq"], inv_k.astype(np.float64)), case
         assert ulp_distance(st["inv_freq"], inv_k, "float32").max() <= 2
         cols = st["inv_freq"] == inv_k
         assert cols.sum() >= s.n_freq - 8
@@ -333,16 +361,23 @@ def test_mlx_cpu_rows_match_the_kernel(case: str, n: int) -> None:
     Default path: same angles (test above), MLX's Cephes sincos within 2**-24 absolute of the correctly
     rounded values the tool takes: :func:`_trig_gap`.  Llama 3.1 (mlx-lm's ``freqs``): up to 2-ulp different
     inverse frequencies in a few pairs move those angles by up to (L - 1) * 2 ulps; no tighter bound than the
-    acceptance is derived there (measured: the rows agree to 4 digits).
+    acceptance is derived there (measured: the rows agree to 4 digits).  YaRN / LongRoPE: mlx-lm multiplies q/k
+    by the mscale in the data dtype and the kernel's cos/sin carry none, while the tool's stored pair is
+    ``fl(fl32(cos) * mscale)`` (transformers' way), which rounds differently (float16 Phi-3.5 at 32K: mean
+    1.22e-4 scaled against the kernel's 1.16e-4).  The referee therefore audits the schedule with
+    ``attention_factor=1``: the kernel's own stored pairs, the same angles, :func:`_trig_gap`'s bound.  gpt-oss:
+    both rows measure mlx-lm's rounded ramp bounds against the declared (truncate=false) schedule.
     """
-    s = SCHEDULES[case]
+    s = MLX_SCHEDULES[case]
     need("mlx.core")
+    if s.cos_sin_scale != 1.0:  # the kernel's pairs carry no mscale (mlx-lm scales q/k): audit them without it
+        s = replace(s, attention_factor=1.0)
     recipes = [stack("mlx-cpu", d, s) for d in MLX_DTYPES]
     rows = audit(s, recipes, [n])
     for dtype, recipe, row in zip(MLX_DTYPES, recipes, rows):
         kc, ks = _mlx(case, np.arange(n), dtype)
         gap = None
-        if _mlx_freqs(case) is None:
+        if _mlx_freqs(case) is None or case in MLX_EXACT_FREQS:  # the same float32 angles (test above)
             gap = _trig_gap(kc, ks, run_recipe(recipe, s, np.arange(n)), dtype, 2.0**-24)
         _assert_rows(row, _kernel_row(kc, ks, s), gap)
 
@@ -426,7 +461,7 @@ def test_vllm_is_the_fp32_preset_but_for_the_rotation(dtype: str) -> None:
         {k: x for k, x in rp.to_dict().items() if k not in skip}
 
 
-@pytest.mark.parametrize("case", ["base1e4", "base5e5", "llama-3.1"])
+@pytest.mark.parametrize("case", ["base1e4", "base5e5", "llama-3.1", "longrope-phi3.5"])
 def test_llama_cpp_cuda_angles_from_mpmath(case: str) -> None:
     """No CUDA here.  ggml's CUDA angle ``fl32(p * powf(theta_scale, i))`` (then ``/ rope_freqs``), with
     ``theta_scale = powf(base, -2/d)`` and every operation correctly rounded (the stack's stated model; the
@@ -434,7 +469,7 @@ def test_llama_cpp_cuda_angles_from_mpmath(case: str) -> None:
     float32 angle bit for bit."""
     s = SCHEDULES[case]
     d = s.rotary
-    ff = ggml_model.converter_llama3_factors(LLAMA31_CFG) if case == "llama-3.1" else np.ones(d // 2, np.float32)
+    ff = _ggml_args(case).get("freq_factors", np.ones(d // 2, np.float32))
     with mpmath.workprec(200):
         ts = _cr32(mpmath.mpf(_cr32(s.base)) ** mpmath.mpf(_cr32(mpmath.mpf(-2) / d)))
         powers = [_cr32(mpmath.mpf(ts) ** i) for i in range(d // 2)]

@@ -25,6 +25,14 @@ Inverse frequencies (``inv_freq_from``):
   (NVIDIA/TensorRT-LLM ``tensorrt_llm/functional.py``
   ``RopeEmbeddingUtils.create_sinusoidal_positions_for_attention_plugin`` and
   ``apply_llama3_scaling``).
+* ``"mlx-lm"``: mlx-lm's ``freqs`` (periods) for the scaled types it passes to
+  ``mx.fast.rope``, every op in float32 (ml-explore/mlx-lm d78bf58,
+  ``mlx_lm/models/rope_utils.py``; ``base ** e`` correctly rounded), then
+  ``1.0f / freqs`` as the kernel takes them (:func:`mlx_lm_inv_freq`):
+  ``SuScaledRoPE`` (longrope: always the long factors), ``YarnRoPE`` (its own
+  blend ``(s p * p) / (s p * mask + p * (1 - mask))``, ramp bounds always
+  floor / ceil), ``ProportionalRoPE`` (``factor * base ** (2i / head_dim)``,
+  infinite periods for the pairs that do not rotate).
 
 Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
 ``src/ggml-cpu/ops.cpp`` ``ggml_rope_cache_init``/``rope_yarn``,
@@ -41,6 +49,10 @@ Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
   ``freq_scale * theta`` (linear scaling, ``1/factor``), and YaRN's ramp mix
   ``interp * (1 - mix_i) + extrap * mix_i`` with the first product fused into
   the sum (an FMA, as GCC contracts it on FMA hardware).
+  LongRoPE (Phi-3): the GGUF's ``rope_factors_long`` (float32) are the
+  divisors; llama.cpp takes them when the context per sequence exceeds
+  ``n_ctx_orig`` (the default context is the training one: 128K for Phi-3.5)
+  and the short ones otherwise (``llama_model::get_rope_factors``).
 
 Angles as a division (``angle_from="position-over-timescale"``), MaxText's
 ``RotaryEmbedding`` (AI-Hypercomputer/maxtext e591f30, ``src/maxtext/layers/
@@ -71,15 +83,17 @@ from ..schedules import RopeSchedule, round_mp, yarn_bounds
 from .oracle import F64
 
 __all__ = [
-    "ANGLE_HOWS", "INV_FREQ_HOWS", "TIMESCALE_ROPE_TYPES", "AngleMaker", "angle_maker", "exp32", "fma32",
-    "ggml_mismatch", "how_inv_freq", "mpmath_pow", "rounded_ramp_mismatch", "timescales",
+    "ANGLE_HOWS", "INV_FREQ_HOWS", "MLX_LM_ROPE_TYPES", "TIMESCALE_ROPE_TYPES", "AngleMaker", "angle_maker", "exp32",
+    "fma32",
+    "ggml_mismatch", "how_inv_freq", "long_factors_mismatch", "mlx_lm_inv_freq", "mlx_mismatch", "mpmath_pow",
+    "rounded_ramp_mismatch", "timescales", "vllm_dynamic_base", "vllm_mismatch", "vllm_overrides",
 ]
 
 F32 = npt.NDArray[np.float32]
 _f = np.float32
 
 ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product", "position-over-timescale")
-INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2", "pow64-recip32")
+INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2", "pow64-recip32", "mlx-lm")
 
 
 def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> F32:
@@ -142,6 +156,8 @@ def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
         raise ValueError(f"unknown inv_freq how {how!r}; valid: {', '.join(INV_FREQ_HOWS)}")
     if how == "pow64-recip32":
         return _pow64_recip32(schedule)
+    if how == "mlx-lm":
+        return mlx_lm_inv_freq(schedule)
     if schedule.scaling != "default":
         raise ValueError(f"inv_freq how {how!r} builds the default schedule only, not rope type {schedule.scaling!r}")
     half = schedule.rotary // 2
@@ -172,6 +188,138 @@ def _pow64_recip32(s: RopeSchedule) -> F64:
     mid = (1 - smooth) * inv / factor + smooth * inv
     out = np.where(wavelen < L0 / hi, inv, np.where(wavelen > L0 / lo, inv / factor, mid))
     return out.astype(np.float32).astype(np.float64)
+
+
+MLX_LM_ROPE_TYPES: tuple[str, ...] = ("yarn", "longrope", "proportional")
+"""The scaled rope types whose ``freqs`` :func:`mlx_lm_inv_freq` builds as mlx-lm does."""
+
+
+def _pow32(base: float, exps: F32) -> F32:
+    """``fl32(base) ** e`` correctly rounded to float32, per float32 exponent (MLX's ``power``, modelled)."""
+    b = float(_f(base))
+    return np.array([mpmath_pow(b, float(e), "float32") for e in exps], dtype=np.float32)
+
+
+def mlx_lm_inv_freq(schedule: RopeSchedule) -> F64:
+    """The float32 inverse frequencies ``1.0f / freqs`` of mlx-lm's ``freqs`` for a scaled schedule, as float64.
+
+    ml-explore/mlx-lm d78bf58, ``mlx_lm/models/rope_utils.py``, every op in float32 (a Python scalar meets a
+    float32 array as a float32 value), ``p = base ** (arange(0, d, 2) / d)`` correctly rounded:
+
+    * ``SuScaledRoPE`` (longrope): ``freqs = long_factor * p``, the long factors at every length;
+    * ``YarnRoPE``: ``freqs = (s p * p) / (s p * mask + p * (1 - mask))`` with ``mask = 1 - ramp``, the ramp
+      bounds floor / ceil of the correction dims always (``yarn_find_correction_range``);
+    * ``ProportionalRoPE``: ``freqs = factor * base ** (arange(0, rotated, 2) / head_dim)``, then infinite
+      periods (frequency 0) for the pairs that do not rotate.
+
+    >>> s = RopeSchedule(head_dim=8, rotary_dim=4, scaling="proportional")
+    >>> mlx_lm_inv_freq(s).tolist()  # 1 / 10000**(2/8) = 0.1; the two tail pairs do not rotate
+    [1.0, 0.10000000149011612, 0.0, 0.0]
+    """
+    s = schedule
+    if s.scaling not in MLX_LM_ROPE_TYPES:
+        raise ValueError(f"mlx-lm's freqs are modelled for rope types {', '.join(MLX_LM_ROPE_TYPES)}, "
+                         f"not {s.scaling!r}")
+    if s.scaling == "proportional":
+        d, r = s.head_dim, s.rotary
+        p = _pow32(s.base, (np.arange(0, r, 2, dtype=np.float32) / _f(d)).astype(np.float32))
+        freqs = (_f(s.factor) * p).astype(np.float32)
+        inv = (_f(1) / freqs).astype(np.float32)
+        return np.concatenate([inv, np.zeros(d // 2 - r // 2, dtype=np.float32)]).astype(np.float64)
+    d = s.rotary
+    p = _pow32(s.base, (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32))
+    if s.scaling == "longrope":
+        freqs = (np.asarray(s.long_factor, dtype=np.float32) * p).astype(np.float32)
+    else:
+        low, high = yarn_bounds(replace(s, truncate=True))
+        ramp = ((np.arange(d // 2, dtype=np.float32) - _f(low)) / _f(high - low)).astype(np.float32)
+        mask = (_f(1) - np.clip(ramp, _f(0), _f(1))).astype(np.float32)
+        inter = (_f(s.factor) * p).astype(np.float32)
+        num = (inter * p).astype(np.float32)
+        den = ((inter * mask).astype(np.float32) + (p * (_f(1) - mask)).astype(np.float32)).astype(np.float32)
+        freqs = (num / den).astype(np.float32)
+    return (_f(1) / freqs).astype(np.float32).astype(np.float64)
+
+
+def long_factors_mismatch(schedule: RopeSchedule, who: str, when: str | None = None) -> str | None:
+    """The note for a stack that runs LongRoPE's long factors at every length (None for other types, or when
+    both factor sets are equal): up to L0 the declared schedule uses the short factors.  ``when`` names the
+    setting that makes the stack take the long set (``max_model_len``, ``n_ctx``), None if it always does.
+
+    The figures, in float64: the largest relative difference of the two sets' frequencies and the largest
+    angle difference at position L0 - 1.
+    """
+    s = schedule
+    if s.scaling != "longrope" or tuple(s.long_factor or ()) == tuple(s.short_factor or ()):
+        return None
+    L0 = s.original_max_position_embeddings
+    short, long = s.inv_freq(None), s.inv_freq(L0 + 1)
+    rel = float(np.max(np.abs(long / short - 1)))
+    rad = float(np.max(np.abs(long - short))) * (L0 - 1)
+    cond = f" ({when} > {L0})" if when else ""
+    return (f"{who} uses the long factors at every length{cond}: sequences up to {L0} run other frequencies "
+            f"than the short factors they were trained with (up to {rel:.1%} apart, {rad:.3g} rad at position "
+            f"{L0 - 1})")
+
+
+def vllm_dynamic_base(schedule: RopeSchedule) -> float:
+    """The base vLLM's ``DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache`` computes, in float64:
+    ``base * ((max_len / L0) - (factor - 1)) ** (d / (d - 2))`` with ``max_len = L0 * factor``: the bracket is
+    1 (no ``factor *`` in front of ``max_len / L0``, unlike transformers' ``factor * L / L0``), so the plain base.
+
+    >>> vllm_dynamic_base(RopeSchedule(head_dim=128, scaling="dynamic", factor=4.0,
+    ...                                original_max_position_embeddings=4096))
+    10000.0
+    """
+    s = schedule
+    L0, f, d = s.original_max_position_embeddings, s.factor, s.rotary
+    max_len = L0 * f
+    return float(s.base * ((max_len / L0) - (f - 1)) ** (d / (d - 2)))
+
+
+def vllm_overrides(schedule: RopeSchedule) -> tuple[tuple[str, object], ...]:
+    """The schedule fields vLLM computes its frequencies with in place of the declared ones.
+
+    longrope: ``short_factor := long_factor`` when ``max_model_len`` (by default the config's
+    ``max_position_embeddings``, i.e. ``factor > 1``) exceeds L0 (``Phi3LongRoPEScaledRotaryEmbedding``:
+    ``use_long_rope``); dynamic: the default schedule with :func:`vllm_dynamic_base`.
+    """
+    s = schedule
+    if s.scaling == "longrope" and s.factor > 1:
+        return (("short_factor", s.long_factor),)
+    if s.scaling == "dynamic":
+        return (("scaling", "default"), ("base", vllm_dynamic_base(s)))
+    return ()
+
+
+def vllm_mismatch(schedule: RopeSchedule) -> str | None:
+    """How the schedule vLLM runs differs from the declared one (longrope, dynamic), or None.
+
+    >>> dyn = RopeSchedule(head_dim=128, scaling="dynamic", factor=2.0, original_max_position_embeddings=4096)
+    >>> vllm_mismatch(dyn)[:68]
+    "vLLM's DynamicNTKScalingRotaryEmbedding keeps the plain base 10000 a"
+    """
+    s = schedule
+    if s.scaling == "longrope" and s.factor > 1:
+        return long_factors_mismatch(s, "vLLM", "max_model_len")
+    if s.scaling != "dynamic":
+        return None
+    L0, f, d = s.original_max_position_embeddings, s.factor, s.rotary
+    top = int(L0 * f)
+    grown = s.base * (f * top / L0 - (f - 1)) ** (d / (d - 2))
+    return (f"vLLM's DynamicNTKScalingRotaryEmbedding keeps the plain base {vllm_dynamic_base(s):g} at every "
+            f"length (its NTK bracket max_len / L0 - (factor - 1) is 1): the declared schedule up to L0 = {L0}, "
+            f"but above it transformers grows the base with the length (to {grown:.6g} at {top}, the lowest "
+            f"frequency {f * f - f + 1:g}x lower); vLLM's cache ends at {top} positions")
+
+
+def mlx_mismatch(schedule: RopeSchedule) -> str | None:
+    """How the schedule mlx-lm runs differs from the declared one: YaRN's ramp bounds always rounded
+    (``yarn_find_correction_range``: math.floor / math.ceil), LongRoPE's long factors at every length
+    (``SuScaledRoPE``); None otherwise."""
+    if schedule.scaling == "yarn":
+        return rounded_ramp_mismatch(schedule)
+    return long_factors_mismatch(schedule, "mlx-lm's SuScaledRoPE")
 
 
 def mpmath_pow(x: float, y: float, fmt: str = "float64") -> float:
@@ -267,7 +415,7 @@ def _llama3_factors(s: RopeSchedule) -> F32:
     return out.astype(np.float32)
 
 
-GGML_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "yarn", "llama3")
+GGML_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "yarn", "llama3", "longrope")
 
 
 def ggml_mismatch(schedule: RopeSchedule) -> str | None:
@@ -276,6 +424,8 @@ def ggml_mismatch(schedule: RopeSchedule) -> str | None:
     ggml always rounds YaRN's ramp bounds to whole dims (``ggml_rope_yarn_corr_dims``: floor / ceil in
     float32); a schedule that declares ``truncate=False`` (gpt-oss) keeps them fractional, so 9 of gpt-oss'
     32 frequencies differ (vLLM#27722 found the same in vLLM, fixed there by vLLM#28244).
+    LongRoPE: llama.cpp takes the long factors whenever the context per sequence exceeds L0, by default
+    (the training context) at every length: see :func:`long_factors_mismatch`.
 
     >>> oss = RopeSchedule(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, beta_fast=32.0,
     ...                    beta_slow=1.0, truncate=False, original_max_position_embeddings=4096)
@@ -283,6 +433,8 @@ def ggml_mismatch(schedule: RopeSchedule) -> str | None:
     "rounds YaRN's ramp bounds to whole dims (8, 18); the config declares 8.0928, 17.3980 (truncate=false)"
     """
     s = schedule
+    if s.scaling == "longrope" and s.factor > 1:
+        return long_factors_mismatch(s, "llama.cpp", "n_ctx")
     if s.scaling != "yarn" or s.truncate:
         return None
     return _ramp_note(s, *_corr_dims(s.rotary, s.original_max_position_embeddings, s.base, s.beta_fast, s.beta_slow))
@@ -341,8 +493,9 @@ def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     """The angle computation of a non-product ``how`` (:data:`ANGLE_HOWS`) for a schedule.
 
     ``repeated-product`` / ``power-product`` (ggml) refuse, naming the rope
-    type, what ggml does not compute this way (dynamic NTK, LongRoPE,
-    proportional).  YaRN's ramp bounds are always rounded to whole dims
+    type, what ggml does not compute this way (dynamic NTK, proportional).
+    LongRoPE divides theta by the long factors (the short ones when
+    ``factor <= 1``), as llama.cpp does with its default context.  YaRN's ramp bounds are always rounded to whole dims
     (floor/ceil, as ``ggml_rope_yarn_corr_dims`` does), whatever the
     schedule's ``truncate`` says: a schedule that declares ``truncate=False``
     (gpt-oss) runs with other frequencies here, which the audit measures
@@ -373,6 +526,8 @@ def _ggml_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     d = s.rotary
     ts = _cr32(float(_f(s.base)) ** float(_f(-2.0) / _f(d)))
     factors = _llama3_factors(s) if s.scaling == "llama3" else None
+    if s.scaling == "longrope":  # the GGUF's rope_factors_long (short: n_ctx <= L0, i.e. factor <= 1)
+        factors = np.asarray(s.long_factor if s.factor > 1 else s.short_factor, dtype=np.float32)
     fs = _f(1.0 / s.factor) if s.scaling in ("linear", "yarn") else _f(1)
     mix = None
     if s.scaling == "yarn":

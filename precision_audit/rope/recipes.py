@@ -51,6 +51,8 @@ _HOW_TEXT = {
     "repeated-product": "float32: theta = p, then theta *= powf(base, -2/d) per pair; / freq factor, "
                         "* freq_scale, YaRN mix (ggml CPU)",
     "power-product": "float32: p * powf(powf(base, -2/d), i); / freq factor, * freq_scale, YaRN mix (ggml CUDA)",
+    "mlx-lm": "1.0f / mlx-lm's float32 freqs (SuScaledRoPE: long factors; YarnRoPE: its blend, rounded ramp "
+              "bounds; ProportionalRoPE)",
     "pow64-recip32": "fl32(scale / fl32(base ** (2i/d) in float64)) (numpy float32 table; llama3 bands in float64)",
     "position-over-timescale": "float32: p / (base ** (2i/d) [* linear factor]), a division (MaxText, TensorRT-LLM's "
                                "on-the-fly kernel)",

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .._common import check_choice, check_schedule
 from ..formats import Format, get_format
 from ..schedules import ROPE_TYPES, RopeSchedule
-from .hows import ggml_mismatch, rounded_ramp_mismatch
+from .hows import ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides
 from .recipes import DTYPE, Preset, Recipe
 
 __all__ = ["ROLES", "STACKS", "Stack", "select_stacks", "stack"]
@@ -44,6 +45,10 @@ class Stack:
     audit measures the stack's angles against the declared schedule, so the
     difference shows up as error; ``mismatch_fix`` is what to do about it.
     ``roles``: what the stack is used for (:data:`ROLES`).
+    ``overrides_for`` gives, for a declared schedule, the schedule fields
+    the stack computes its frequencies with in place of the declared ones
+    (added to the preset's ``overrides`` by :func:`stack`: vLLM's one
+    LongRoPE factor set per deployment, its fixed dynamic-NTK base).
     """
 
     label: str
@@ -56,6 +61,7 @@ class Stack:
     mismatch: Callable[[RopeSchedule], str | None] | None = None
     mismatch_fix: str | None = None
     roles: tuple[str, ...] = ("serve",)
+    overrides_for: Callable[[RopeSchedule], tuple[tuple[str, Any], ...]] | None = None
 
     def __post_init__(self) -> None:
         bad = [r for r in self.roles if r not in ROLES]
@@ -74,16 +80,19 @@ class Stack:
                              f"(it runs {', '.join(self.rope_types)})")
 
 
-_VLLM_REFUSED = (("dynamic", "vLLM fixes one NTK base for L0*factor at every length"),
-                 ("longrope", "vLLM picks one factor set per deployment from max_model_len"))
+_VLLM_REFUSED = (("dynamic", "not modelled for this stack (the vllm stack models vLLM's DynamicNTKScalingRotary"
+                             "Embedding: the plain base at every length)"),
+                 ("longrope", "not modelled for this stack (the vllm stack models vLLM's one factor set per "
+                              "deployment)"))
 _GGML_REFUSED = (("dynamic", "ggml has no dynamic NTK"),
-                 ("longrope", "rope_factors_long/short are not modelled yet"),
                  ("proportional", "not modelled yet"))
 _MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
-                ("yarn", "mlx-lm scales q/k by the mscale in the data dtype (not modelled yet)"),
-                ("longrope", "mlx-lm always uses the long factors and scales q/k (not modelled yet)"),
-                ("dynamic", "mlx-lm recomputes the base per call in float64 (not modelled yet)"),
-                ("proportional", "not modelled yet"))
+                ("dynamic", "mlx-lm recomputes the base per call in float64 (not modelled yet)"))
+_MLX_TYPES = ("default", "llama3", "yarn", "longrope", "proportional")
+_MLX_FREQS = (("llama3", "float32"), ("yarn", "mlx-lm"), ("longrope", "mlx-lm"), ("proportional", "mlx-lm"))
+_MLX_MISMATCH_FIX = ("YaRN with truncate=false: serve it on a stack that honours truncate (transformers; vLLM with "
+                     "vllm-project/vllm#28244); LongRoPE: mlx-lm has no switch for the short factors (accept it, or "
+                     "serve contexts up to L0 on transformers)")
 _TE_REFUSED = (("linear", "TransformerEngine scales positions (seq *= 1/factor) before the product: not modelled yet"),
                *((t, "TransformerEngine's RotaryPositionEmbedding builds default RoPE and position interpolation "
                      "only") for t in ("dynamic", "yarn", "longrope", "llama3", "proportional")))
@@ -100,12 +109,17 @@ _MAXTEXT_REFUSED = (("llama3", "MaxText's LLaMARotaryEmbedding (hard-coded Llama
                     ("yarn", "MaxText's YarnRotaryEmbedding is not modelled yet"),
                     *((t, "MaxText has no such rope type") for t in ("dynamic", "longrope", "proportional")))
 _ALL = ROPE_TYPES
-_GGML = ("default", "linear", "yarn", "llama3")
+_GGML = ("default", "linear", "yarn", "llama3", "longrope")
 _FP32_THEN_CAST = "fp32-then-cast"
 _TRUNCATE = (("truncate", True),)  # code that always rounds YaRN's ramp bounds (no truncate switch)
 _UPGRADE_VLLM = "upgrade vLLM to a release with vllm-project/vllm#28244 (truncate honoured)"
 _GGML_MISMATCH_FIX = ("serve it on a stack that computes the declared schedule (transformers; vLLM with "
                       "vllm-project/vllm#28244)")
+_LLAMA_CPP_MISMATCH_FIX = ("YaRN with truncate=false: " + _GGML_MISMATCH_FIX + "; LongRoPE: run short contexts with "
+                           "-c <= L0 (llama.cpp then takes rope_factors_short), or accept it")
+_VLLM_MISMATCH_FIX = ("LongRoPE: serve short contexts with --max-model-len <= L0 (vLLM then takes the short "
+                      "factors), or accept it; dynamic: serve lengths above L0 on transformers (it grows the base "
+                      "per length), or accept the plain base")
 
 # One row per stack.  Each cites the code read (repository @ commit: file, function); docs/stacks notes in
 # the README give the float steps.  transformers' rows are its preset paths; the others add their hows.
@@ -123,10 +137,16 @@ STACKS: dict[str, Stack] = {
     "vllm": Stack(
         "vLLM", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cos/sin cache stored in the dtype",
                        apply=_D, apply_mode=_FP32_THEN_CAST),
-        ("default", "linear", "yarn", "llama3"),
+        ("default", "linear", "yarn", "llama3", "dynamic", "longrope"),
         "vllm-project/vllm: model_executor/layers/rotary_embedding/base.py _compute_inv_freq, "
-        "_compute_cos_sin_cache (float32, .to(dtype)); csrc/pos_encoding_kernels.cu (rotation in float)",
-        refused=_VLLM_REFUSED),
+        "_compute_cos_sin_cache (float32, .to(dtype)); csrc/pos_encoding_kernels.cu (rotation in float); "
+        "phi3_long_rope_scaled_rope.py @17d618b Phi3LongRoPEScaledRotaryEmbedding (use_long_rope = max_model_len > "
+        "original_max_position_embeddings: the long cache at every position; inv_freq 1.0 / (factors * base ** "
+        "(arange / d)) in float32, cos()*mscale with mscale sqrt(1 + ln(M/L0) / ln L0), .to(dtype)); "
+        "dynamic_ntk_scaling_rope.py @3cfbaf3 DynamicNTKScalingRotaryEmbedding._compute_cos_sin_cache (one base "
+        "for max_len = L0 * factor: base * (max_len / L0 - (factor - 1)) ** (d / (d - 2)) = base)",
+        refused=(("proportional", "not implemented there"),), mismatch=vllm_mismatch,
+        mismatch_fix=_VLLM_MISMATCH_FIX, overrides_for=vllm_overrides),
     "vllm-pre-28244": Stack(
         "vLLM before #28244", Preset(_F32, _F32, _F32, _F32, _D, _F32, "vLLM <= 0.11.0: YaRN ramp bounds always "
                                      "rounded", apply=_D, apply_mode=_FP32_THEN_CAST, overrides=_TRUNCATE),
@@ -156,25 +176,35 @@ STACKS: dict[str, Stack] = {
         "llama.cpp CPU", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CPU rope, K stored in the KV-cache type",
                                 apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="repeated-product"),
         _GGML, "ggml-org/ggml d99724f (= llama.cpp 0c1e570): src/ggml-cpu/ops.cpp ggml_rope_cache_init, rope_yarn, "
-               "rotate_pairs; src/ggml.c ggml_rope_yarn_corr_dims; convert_hf_to_gguf LlamaModel rope_freqs",
-        refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_GGML_MISMATCH_FIX),
+               "rotate_pairs; src/ggml.c ggml_rope_yarn_corr_dims; convert_hf_to_gguf LlamaModel rope_freqs; "
+               "LongRoPE: convert_hf_to_gguf Phi3MiniModel (rope_factors_long/short float32, rope.scaling."
+               "attn_factor sqrt(1 + ln(M/L0) / ln L0)), src/models/phi3.cpp @358a4a0 (ggml_rope_ext with "
+               "get_rope_factors, attn_factor), src/llama-model.cpp llama_model::get_rope_factors (long "
+               "when n_ctx per sequence > n_ctx_orig_yarn; n_ctx 0 = the training context), src/llama-context.cpp "
+               "(yarn_attn_factor *= rope_attn_factor; ext_factor 0)",
+        refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_LLAMA_CPP_MISMATCH_FIX),
     "llama.cpp-cuda": Stack(
         "llama.cpp CUDA", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CUDA rope (fast-math intrinsics not modelled)",
                                  apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="power-product"),
         _GGML, "ggml-org/ggml d99724f: src/ggml-cuda/rope.cu rope_norm/rope_neox (pos * powf(theta_scale, i)), "
-               "built with -use_fast_math (src/ggml-cuda/CMakeLists.txt); ggml_rope_yarn_corr_dims as on the CPU",
-        refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_GGML_MISMATCH_FIX),
+               "built with -use_fast_math (src/ggml-cuda/CMakeLists.txt); ggml_rope_yarn_corr_dims, rope factors "
+               "and attn_factor as on the CPU",
+        refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_LLAMA_CPP_MISMATCH_FIX),
     "mlx": Stack(
         "MLX (Metal)", Preset(_F32, _F32, _F32, _F32, _D, "exp2-log2", "mx.fast.rope Metal kernel",
                               apply=_D, apply_mode=_FP32_THEN_CAST),
-        ("default", "llama3"), "ml-explore/mlx 846d176: mlx/backend/metal/kernels/rope.metal rope_single_impl "
-                               "(exp2, metal::fast::cos/sin not modelled); mlx-lm d78bf58 rope_utils.py Llama3RoPE",
-        inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
+        _MLX_TYPES, "ml-explore/mlx 846d176: mlx/backend/metal/kernels/rope.metal rope_single_impl "
+                    "(exp2, metal::fast::cos/sin not modelled; with freqs: 1 / freqs); mlx-lm d78bf58 "
+                    "rope_utils.py Llama3RoPE, YarnRoPE, SuScaledRoPE, ProportionalRoPE (freqs in float32; the "
+                    "YaRN / LongRoPE mscale multiplies q/k in the data dtype: the audit keeps it on cos/sin)",
+        inv_freq_by_type=_MLX_FREQS, refused=_MLX_REFUSED, mismatch=mlx_mismatch, mismatch_fix=_MLX_MISMATCH_FIX),
     "mlx-cpu": Stack(
         "MLX (CPU)", Preset(_F32, _F32, _F32, _F32, _D, "exp-log", "mx.fast.rope CPU fallback"),
-        ("default", "llama3"), "ml-explore/mlx 846d176: mlx/fast.cpp fast::rope fallback, mlx/backend/cpu/simd/"
-                               "math.h simd::exp (rotation op by op in the data dtype)",
-        inv_freq_by_type=(("llama3", _F32),), refused=_MLX_REFUSED),
+        _MLX_TYPES, "ml-explore/mlx 846d176: mlx/fast.cpp fast::rope fallback (with freqs: reciprocal(freqs)), "
+                    "mlx/backend/cpu/simd/math.h simd::exp (rotation op by op in the data dtype); mlx-lm d78bf58 "
+                    "rope_utils.py as for mlx (the YaRN / LongRoPE mscale multiplies q/k in the data dtype: the "
+                    "audit keeps it on cos/sin)",
+        inv_freq_by_type=_MLX_FREQS, refused=_MLX_REFUSED, mismatch=mlx_mismatch, mismatch_fix=_MLX_MISMATCH_FIX),
     "tensorrt-llm": Stack(
         "TensorRT-LLM (table)", Preset(_F32, _F32, _F32, _F32, _F32, "pow64-recip32", "numpy float32 cos/sin table, "
                                        "rotation in float32", apply=_D, apply_mode=_FP32_THEN_CAST,
@@ -292,10 +322,12 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
 
     >>> stack("llama.cpp-cpu", "fp16").how["angle"][:34]
     'float32: theta = p, then theta *= '
-    >>> stack("vllm", "bf16", RopeSchedule(head_dim=64, scaling="dynamic", factor=2.0))
+    >>> stack("vllm", "bf16", RopeSchedule(head_dim=64, scaling="dynamic", factor=2.0)).overrides
+    (('scaling', 'default'), ('base', 10000.0))
+    >>> stack("mlx", "bf16", RopeSchedule(head_dim=64, scaling="linear", factor=2.0))
     Traceback (most recent call last):
     ...
-    ValueError: stack 'vllm' does not run rope type 'dynamic': vLLM fixes one NTK base for L0*factor at every length (it runs default, linear, yarn, llama3)
+    ValueError: stack 'mlx' does not run rope type 'linear': mlx-lm scales positions (not modelled yet) (it runs default, llama3, yarn, longrope, proportional)
     """
     row = STACKS[check_choice(name, "stack", tuple(STACKS))]
     if schedule is not None:
@@ -306,6 +338,9 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
         src = dict(row.inv_freq_by_type).get(schedule.scaling)
         if src is not None:
             recipe = replace(recipe, inv_freq_from=src)
+        extra = row.overrides_for(schedule) if row.overrides_for is not None else ()
+        if extra:
+            recipe = replace(recipe, overrides=recipe.overrides + tuple(extra))
     return recipe
 
 
@@ -316,11 +351,11 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool 
 
     >>> select_stacks(["all"], ["yarn"])[0][:5]
     ['transformers', 'transformers-cast', 'vllm', 'vllm-pre-28244', 'sglang']
-    >>> select_stacks(["mlx"], ["yarn"])[0]
+    >>> select_stacks(["mlx"], ["linear"])[0]
     Traceback (most recent call last):
     ...
-    ValueError: stack 'mlx' does not run rope type 'yarn': mlx-lm scales q/k by the mscale in the data dtype (not modelled yet) (it runs default, llama3)
-    >>> select_stacks(["mlx", "vllm"], ["yarn"], strict=False)[0]
+    ValueError: stack 'mlx' does not run rope type 'linear': mlx-lm scales positions (not modelled yet) (it runs default, llama3, yarn, longrope, proportional)
+    >>> select_stacks(["mlx", "vllm"], ["linear"], strict=False)[0]
     ['vllm']
     >>> select_stacks(["train"], ["default"])[0]
     ['transformers', 'transformers-cast', 'transformer-engine', 'flash-attn', 'liger', 'unsloth', 'torchtune', 'maxtext']

@@ -42,6 +42,7 @@ __all__ = [
     "fma32",
     "freqs_inv_freq",
     "llama3_freqs",
+    "proportional_freqs",
     "rope_pairs",
     "sincos32",
     "su_freqs",
@@ -227,3 +228,11 @@ def yarn_mscale(factor: float, mscale: float = 1.0, mscale_all_dim: float = 0.0)
 def su_freqs(dims: int, base: float, long_factor: Sequence[float] | float) -> F32:
     """``SuScaledRoPE._freqs``: ``long_factor * base**(2i/d)`` (always the long factors)."""
     return (np.asarray(long_factor, dtype=np.float32) * _pow32(base, _exponents(dims))).astype(np.float32)
+
+
+def proportional_freqs(dims: int, rotated_dims: int, base: float, factor: float = 1.0) -> F32:
+    """``ProportionalRoPE._freqs``: ``factor * base**(arange(0, rotated, 2) / dims)`` (float32), then ``inf`` for
+    the ``(dims - rotated) / 2`` pairs that do not rotate."""
+    e = (np.arange(0, rotated_dims, 2, dtype=np.float32) / np.float32(dims)).astype(np.float32)
+    head = (np.float32(factor) * _pow32(base, e)).astype(np.float32)
+    return np.concatenate([head, np.full((dims - rotated_dims) // 2, np.inf, dtype=np.float32)])
