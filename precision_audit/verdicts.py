@@ -6,14 +6,18 @@ irrelevant.  The thresholds are calibrated on the project's probe model (:mod:`p
 `precision-audit effect --calibration`; docs/effect.md shows the table):
 
 * **broken**: neighbouring positions share a rotation (colliding cos/sin rows: local order is lost; bfloat16
-  position ids cost the probe 54 % of its local-order accuracy at 1K), or two positions' relative rotation is a
-  quarter turn or more off (:data:`PHASE_LOST`, pi/2: the probe loses from half to all of the distances where it
-  happens: a downcast ``inv_freq`` at 4K apart, float32 angles at 16M);
-* **degraded**: some pairwise rotation error is :data:`NOTICED` (pi/8) or more: the smallest error at which the probe
-  loses accuracy at that distance lies above it (0.65 rad at 1K apart, a downcast ``inv_freq``) and every error at
-  which it loses nothing lies below the broken line (0.32 rad at 256 apart; float32 angles at 4M, up to 0.5 rad);
+  position ids leave the probe 26-57 % of its local-order accuracy from 1K on), or two positions' relative rotation
+  is a quarter turn or more off (:data:`PHASE_LOST`, pi/2): wherever that happened the probe lost 20 % or more of
+  the accuracy at that distance (a downcast ``inv_freq``: 2.62 rad 4K apart, 53 % left);
+* **degraded**: some pairwise rotation error is :data:`NOTICED` (pi/8) or more: the smallest error at which the
+  probe lost accuracy is 1.26 rad (a downcast ``inv_freq``, 1K apart: 25 points lost); it lost nothing at 0.63 to
+  0.75 rad (512 apart) nor at 0.25 rad of float32 rounding (angles at 4M), so pi/8 keeps a margin below the first
+  loss seen, for models that resolve positions finer than the probe;
 * **safe** otherwise, whatever the absolute angle error (a float32 model is not "degraded" because its angle at
   position 1M is 0.06 rad from the exact one: attention never sees it).
+
+The calibration table (:func:`precision_audit.effect.calibration.calibrate`) reproduces these figures; its test
+checks that no distance is called broken where the probe loses nothing and none safe where it loses.
 
 Without pairwise errors (a caller that skipped them) the absolute error stands in, doubled: a pair's error is
 at most the sum of its two positions' errors (the triangle inequality), so the verdict can only be stricter.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from typing import Any
 
 import click
@@ -66,11 +68,15 @@ def _gap(ctx: Any, param: Any, value: tuple[int, ...]) -> tuple[int, ...]:
               help="Evaluation sequences per row (the gap task's mixed set cycles through the gaps).")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
               help="Also write the figure: accuracy vs offset per path, one panel per task.")
+@click.option("--calibration", is_flag=True,
+              help="Print the verdict's calibration instead: per preset (or -r), length (or --offset, read as the "
+                   "length the sequences end at; default 1K 8K 64K 1M 4M) and distance (1 and the gaps asked, "
+                   "default 16..4096), the pairwise rotation error, the probe's accuracy there and the verdict.")
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[str, ...],
                offsets: tuple[int, ...], gaps: tuple[int, ...], tasks: tuple[str, ...], sequences: int,
-               plot: str | None, as_json: bool) -> None:
+               plot: str | None, calibration: bool, as_json: bool) -> None:
     """What a RoPE code path costs a model: the shipped probe's accuracy with each path's cos/sin.
 
     The probe is a small RoPE transformer (2 layers, heads of 128, base 1e4, rotate-half) that the project
@@ -78,6 +84,8 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
     positions back (G up to 4096).  Each row runs it with the path's stored cos/sin at the sequences'
     positions (every other operation in float64) next to its exact-arithmetic run at the same positions.
     """
+    if calibration:
+        return _calibration(recipes, dtypes, offsets, gaps, sequences, as_json)
     if not recipes and not stacks:
         recipes, stacks = tuple(_ROPE_PRESETS), ("all",)
     from ..rope import select_stacks
@@ -97,3 +105,32 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
         plot_effect(rows, plot)
     emit("effect", rows, as_json, EFFECT_COLUMNS,
          footer="accuracy: the probe with the path's cos/sin; exact: with exact RoPE at the same positions.")
+
+
+def _calibration(recipes: Sequence[str], dtypes: Sequence[str], lengths: Sequence[int], gaps: Sequence[int],
+                 sequences: int, as_json: bool) -> None:
+    """``effect --calibration``: the table the verdict's thresholds rest on (precision_audit.effect.calibration)."""
+    from ..effect.calibration import (CALIBRATION_DISTANCES, CALIBRATION_LENGTHS, CALIBRATION_PATHS, calibrate,
+                                      inconsistent)
+
+    if len(dtypes) > 1:
+        raise click.BadParameter("the calibration runs one dtype", param_hint="'--dtype'")
+    lens = [n for n in (lengths or CALIBRATION_LENGTHS) if n > 1]
+    if not lens:
+        raise click.BadParameter("give lengths of at least 2 for the calibration", param_hint="'--offset'")
+    dists = [1, *gaps] if gaps else list(CALIBRATION_DISTANCES)
+    paths = list(recipes) or list(CALIBRATION_PATHS)
+    with progress_bar(len(paths) * len(lens) * len(dists), "probe runs") as bar:
+        rows = calibrate(paths, lens, dists, dtypes[0] if dtypes else "bfloat16", sequences=sequences,
+                         progress=bar.update)
+    bad = inconsistent(rows)
+    emit("effect-calibration", rows, as_json, [
+        ("path", "path"), ("dtype", "dtype"), ("length", "length"), ("distance", "distance"),
+        ("pair err", "pair_max_error"), ("colliding", "colliding"), ("task", "task"),
+        ("accuracy", lambda r: f"{100 * r['accuracy']:.1f}%"), ("exact", lambda r: f"{100 * r['exact_accuracy']:.1f}%"),
+        ("verdict", "verdict")],
+        footer="pair err: max pairwise rotation error (rad) between positions `distance` apart, positions < length; "
+               "accuracy: the probe on the task reading that distance (local order for 1, the gap task at G = "
+               "distance), its sequences ending at the length; verdict: precision_audit.verdicts on that distance "
+               f"alone.  Inconsistent rows (broken while the probe loses <= 2 %, safe while it loses >= 5 %): "
+               f"{len(bad)}.", extra={"inconsistent": [r.to_dict() for r in bad]})

@@ -1,0 +1,90 @@
+"""The one verdict rule (precision_audit.verdicts) and its calibration on the shipped probe (issue 28, item 4).
+
+The calibration's figures come from two independent measurements: the pairwise rotation errors of the RoPE audit
+(checked against a brute-force float64 computation in tests/test_pairwise.py) and the probe model's accuracy (its
+float64 forward pass, checked against its own exact-arithmetic run in tests/test_effect.py).  Consistency means: no
+distance called broken where the probe loses nothing, none called safe where it loses measurably.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from precision_audit.cli import main
+from precision_audit.config import audit_config, load_config
+from precision_audit.effect.calibration import LOSS, NO_LOSS, calibrate, inconsistent
+from precision_audit.rope import PairError
+from precision_audit.verdicts import NOTICED, PHASE_LOST, rope_verdict, rope_why
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("pairs, colliding, want", [
+    ([(1, 0.0054), (4096, 0.0059)], 0, "safe"),  # float32 angles at 32K (the issue's table)
+    ([(1, 0.0054), (256, 0.32)], 0, "safe"),  # a downcast inv_freq, 256 apart: below pi/8
+    ([(1, 0.0054), (4096, 2.6)], 0, "broken"),  # ... 4K apart: phase lost
+    ([(1, NOTICED)], 0, "degraded"),  # the thresholds themselves
+    ([(1, math.nextafter(NOTICED, 0))], 0, "safe"),
+    ([(1, PHASE_LOST)], 0, "broken"),
+    ([(1, 0.0)], 1, "broken"),  # a collision always breaks local order
+    ([(1, float("nan"))], 0, "broken"),  # a non-finite rotation: the phase is lost
+])
+def test_rope_rule(pairs, colliding, want) -> None:
+    assert rope_verdict(3.0, colliding, pair_errors=pairs) == want  # the absolute error is never judged
+    assert rope_verdict(3.0, colliding, pair_errors=[PairError(d, float(e), 0.0) for d, e in pairs
+                                                     if math.isfinite(e)] or pairs) == want
+
+
+def test_without_pairs_the_triangle_bound_stands_in() -> None:
+    """A pair's error is at most the sum of its two positions' absolute errors: 2 x the max."""
+    assert rope_verdict(NOTICED / 2, 0) == "degraded" and rope_verdict(math.nextafter(NOTICED / 2, 0), 0) == "safe"
+    assert rope_verdict(PHASE_LOST / 2, 0) == "broken"
+
+
+def test_why_names_the_shortest_distance_of_the_worst_kind() -> None:
+    assert rope_why(3.1, 0, [(1, 0.005), (256, 0.5), (1024, 1.2), (4096, 2.6)]) == \
+        "positions 4K apart: phase lost (2.6 rad)"
+    assert rope_why(3.1, 0, [(1, 0.005), (256, 0.5), (1024, 1.2)]) == "positions 256 apart off by up to 0.5 rad"
+    assert rope_why(0.9, 0, [(1, 1.0)]) == "neighbouring positions off by up to 1 rad"
+    assert rope_why(0.01, 0, [(1, 0.02)]) is None
+
+
+def test_calibration_is_consistent() -> None:
+    """Every preset at 1K and 8K, at the distances the probe reads up to 4K: no inconsistent row, and the
+    thresholds sit where the probe's losses are (a downcast inv_freq loses nothing 256 and 512 apart, loses
+    measurably 1K apart and more 4K apart; bfloat16 positions lose local order)."""
+    rows = calibrate(lengths=[1024, 8192], distances=[1, 256, 512, 1024, 4096], sequences=64)
+    assert inconsistent(rows) == []
+    by = {(r.path, r.length, r.distance): r for r in rows}
+    assert by["lowp-inv-freq", 8192, 256].drop <= NO_LOSS and by["lowp-inv-freq", 8192, 512].drop <= NO_LOSS
+    assert by["lowp-inv-freq", 8192, 1024].drop >= LOSS and by["lowp-inv-freq", 8192, 4096].drop >= 0.2
+    assert by["lowp-inv-freq", 8192, 4096].verdict == "broken" and by["lowp", 1024, 1].verdict == "broken"
+    assert by["lowp", 1024, 1].drop >= 0.2 and by["lowp", 1024, 1].colliding > 0
+    assert all(r.verdict == "safe" and r.drop <= NO_LOSS for r in rows if r.path in ("fp32", "fp64"))
+
+
+@pytest.mark.slow
+def test_calibration_is_consistent_to_4m() -> None:
+    assert inconsistent(calibrate(lengths=[65536, 2**20, 2**22], sequences=128)) == []
+
+
+def test_a_float32_model_is_not_degraded_by_its_absolute_angles() -> None:
+    """The issue's misfire: Llama-2 in float32 was 'degraded from 4K' on every stack (its angle error thousands of
+    times float32's cos/sin rounding); its pairwise errors are far below what the probe notices."""
+    rows = audit_config(load_config(DATA / "llama-2-7b-hf.json"), None, ["float32"], stacks=["transformers", "vllm"],
+                        positions=False)
+    assert all(r.verdict == "safe" and r.ratio > 8 for r in rows if r.length > 4096)
+
+
+def test_bottom_line_says_what_breaks() -> None:
+    r = CliRunner().invoke(main, ["config", str(DATA / "llama-2-7b-hf.json"), "-l", "4K", "--stack",
+                                  "transformers-cast", "--stack", "openvino", "--no-positions"])
+    assert r.exit_code == 0, r.output
+    cast = next(x for x in r.output.splitlines() if "transformers after" in x)
+    assert "positions" in cast and "apart" in cast and "keep_rotary_fp32" in cast  # long range, local order kept
+    ov = next(x for x in r.output.splitlines() if "OpenVINO GPU (f16" in x)
+    assert "local order lost" in ov
