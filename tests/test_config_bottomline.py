@@ -38,8 +38,11 @@ def test_bottom_line_opens_the_output_and_names_the_fix():
     assert head[0].startswith("Bottom line")
     lines = {ln.strip().split(",")[0]: ln.strip() for ln in head[1:]}
     assert lines["transformers as built"] == "transformers as built, bfloat16: safe to 32K"
-    assert lines["transformers after model.to(dtype)"].endswith(
-        "broken at every length audited -> call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)")
+    # what breaks and from where: a downcast inv_freq keeps local order and loses positions far apart
+    cast = lines["transformers after model.to(dtype)"]
+    assert cast.startswith("transformers after model.to(dtype), bfloat16: broken at every length audited (positions ")
+    assert "apart: phase lost" in cast
+    assert cast.endswith("-> call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)")
     assert set(lines) >= {"vLLM", "llama.cpp CPU", "llama.cpp CUDA", "MLX (Metal)", "MLX (CPU)"}
     # the summary comes before the table
     assert res.output.index("Bottom line") < res.output.index("component")

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from precision_audit.bottomline import Summary, bottom_line, failing, human_length
-from precision_audit.config import PHASE_LOST, alibi_verdict, positions_verdict, rope_verdict
+from precision_audit.verdicts import NOTICED, PHASE_LOST, alibi_verdict, positions_verdict, rope_verdict
 
 K = 1024
 up = math.nextafter
@@ -23,30 +23,38 @@ up = math.nextafter
 # --------------------------------------------------------------------------- rope_verdict
 
 
-@pytest.mark.parametrize("err, colliding, bound, tolerance, verdict", [
-    (0.0, 0, 2.0**-9, 8.0, "safe"),
-    (2.0**-6, 0, 2.0**-9, 8.0, "safe"),  # exactly tolerance x bound: not above it
-    (up(2.0**-6, 1.0), 0, 2.0**-9, 8.0, "degraded"),  # one ulp above
-    (2.0**-7, 0, 2.0**-9, 2.0, "degraded"),  # the tolerance argument is used: 2**-7 > 2 * 2**-9
-    (2.0**-7, 0, 2.0**-9, 4.0, "safe"),
-    (2.0**-20, 1, 2.0**-9, 8.0, "broken"),  # one collision is enough
-    (2.0**-20, 7, 2.0**-9, 8.0, "broken"),
-    (up(PHASE_LOST, 0.0), 0, 1.0, 8.0, "safe"),  # just below pi/2 with a loose bound
-    (up(PHASE_LOST, 0.0), 0, 2.0**-9, 8.0, "degraded"),
-    (PHASE_LOST, 0, 1.0, 8.0, "broken"),  # pi/2 itself: the phase is lost
-    (3.0, 0, 1.0, 8.0, "broken"),
-    (math.inf, 0, 1.0, 8.0, "broken"),
-    (math.nan, 0, 1.0, 8.0, "broken"),  # a nan error is not a safe error
+N8, P2 = math.pi / 8, math.pi / 2  # the thresholds of precision_audit.verdicts (derived there from the probe)
+
+
+@pytest.mark.parametrize("pairs, colliding, verdict", [
+    ([(1, 0.0)], 0, "safe"),
+    ([(1, up(N8, 0.0))], 0, "safe"),  # one ulp below pi/8
+    ([(1, N8)], 0, "degraded"),  # pi/8 itself: noticed
+    ([(1, 0.0), (4096, N8)], 0, "degraded"),  # any distance counts
+    ([(1, up(P2, 0.0))], 0, "degraded"),  # one ulp below pi/2
+    ([(16, P2)], 0, "broken"),  # pi/2 itself: a quarter turn off
+    ([(1, 2.0**-20)], 1, "broken"),  # one collision is enough
+    ([(1, 2.0**-20)], 7, "broken"),
+    ([(1, math.inf)], 0, "broken"),
+    ([(1, math.nan)], 0, "broken"),  # a nan error is not a safe error
 ])
-def test_rope_verdict_boundaries(err, colliding, bound, tolerance, verdict):
-    assert rope_verdict(err, colliding, bound, tolerance) == verdict
+def test_rope_verdict_boundaries(pairs, colliding, verdict):
+    # the absolute error (3.0 here) and the tolerance never enter when pairs are given
+    assert rope_verdict(3.0, colliding, 2.0**-9, 8.0, pair_errors=pairs) == verdict
+    assert rope_verdict(3.0, colliding, 1.0, 0.5, pair_errors=pairs) == verdict
 
 
-def test_rope_verdict_default_tolerance_is_8():
-    # VERDICT_RULES: "above 8x the cache format's own rounding bound"
-    assert rope_verdict(8 * 2.0**-9, 0, 2.0**-9) == "safe"
-    assert rope_verdict(up(8 * 2.0**-9, 1.0), 0, 2.0**-9) == "degraded"
-    assert PHASE_LOST == math.pi / 2
+@pytest.mark.parametrize("err, verdict", [
+    (0.0, "safe"), (up(N8 / 2, 0.0), "safe"), (N8 / 2, "degraded"), (up(P2 / 2, 0.0), "degraded"),
+    (P2 / 2, "broken"), (math.inf, "broken"), (math.nan, "broken"),
+])
+def test_rope_verdict_without_pairs_doubles_the_absolute_error(err, verdict):
+    # a pair's error is at most the sum of its two positions' errors: 2 x the max absolute error stands in
+    assert rope_verdict(err, 0, 2.0**-9) == verdict
+
+
+def test_rope_verdict_thresholds():
+    assert PHASE_LOST == math.pi / 2 and NOTICED == math.pi / 8
 
 
 # --------------------------------------------------------------------------- positions_verdict

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from precision_audit.alibi import audit_alibi
 from precision_audit.attention import attention_errors
 from precision_audit.cli import main
-from precision_audit.config import DEFAULT_TOLERANCE, PHASE_LOST
+from precision_audit.verdicts import NOTICED, PHASE_LOST
 from precision_audit.positions import predict_positions, reproduce_baichuan
 from precision_audit.report._config import load_config
 from precision_audit.report._plotting import fmt, length_label, pyplot
@@ -344,7 +344,8 @@ def test_attention_text_quotes_what_the_figure_shows(llama31, headline: Path) ->
 
 
 def test_rope_plots_draw_the_verdict_thresholds(tmp_path: Path) -> None:
-    # the lines are the verdict's: DEFAULT_TOLERANCE x the cache bound (degraded) and PHASE_LOST (broken), named
+    # the lines are half the verdict's pairwise thresholds (a pair's error is at most twice the larger absolute
+    # error of its two positions): NOTICED / 2 and PHASE_LOST / 2, with the cache bound, named
     from precision_audit.report import rope as rope_mod
 
     sched = RopeSchedule(head_dim=16)
@@ -368,10 +369,11 @@ def test_rope_plots_draw_the_verdict_thresholds(tmp_path: Path) -> None:
         rope_mod.plot_error_heatmap([rope_mod.error_grid(sched, preset("fp32", "bfloat16"), 512)], sched,
                                     tmp_path / "c.png")
     for name, (ys, names) in drawn.items():
-        for want in (bound, DEFAULT_TOLERANCE * bound, PHASE_LOST):
+        for want in (bound, NOTICED / 2, PHASE_LOST / 2):
             assert any(y == pytest.approx(want, rel=1e-12) for y in ys), (name, want, ys)
         assert not any(y == pytest.approx(math.pi) for y in ys), name  # pi was never the verdict's rule
-        assert {"8x bound: degraded", "pi/2: broken", "cache bound 0.00277"} <= names, (name, names)
+        assert {"pi/16: pairs may reach pi/8", "pi/4: pairs may reach pi/2", "cache bound 0.00277"} <= names, \
+            (name, names)
 
 
 def test_report_md_states_each_caption_once(llama31, headline: Path) -> None:
@@ -401,12 +403,11 @@ def test_model_settings_read_as_prose(llama31) -> None:
 
 def test_verdict_rules_in_the_text_are_the_code_s(llama31, headline: Path) -> None:
     out, _ = llama31
-    tol = f"{DEFAULT_TOLERANCE:g}x"
-    assert PHASE_LOST == math.pi / 2  # the text names it pi/2
+    assert PHASE_LOST == math.pi / 2 and NOTICED == math.pi / 8  # the text names them pi/2 and pi/8
     for folder in (out, headline):
         for name in ("report.md", "report.html"):
             text = (folder / name).read_text()
             assert "pi means the phase is lost" not in text and "0.5 rad" not in text
-            assert f"{tol} the cache format" in text and "pi/2" in text, (folder, name)
-            for other in ("2x the cache", "4x the cache", "16x the cache"):
+            assert "pairwise" in text and "pi/2" in text and "pi/8" in text, (folder, name)
+            for other in ("8x the cache", "2x the cache", "4x the cache", "16x the cache"):
                 assert other not in text

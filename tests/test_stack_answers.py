@@ -68,12 +68,26 @@ def fp32_bound(schedule: RopeSchedule, dtype: str, length: int) -> float:
 
 
 def predicted_cast(schedule: RopeSchedule, dtype: str, length: int) -> str:
-    """broken / degraded for a downcast buffer, where the closed form leaves margin over the cache bound."""
-    e, bound = cast_error(schedule, dtype, length), cache_rounding_bound(dtype, schedule.cos_sin_scale)
-    if e >= math.pi / 2 + 4 * bound:
-        return "broken"
-    assert 8 * bound + 2 * bound < e < math.pi / 2 - 4 * bound, (length, e)  # else no margin: pick other lengths
-    return "degraded"
+    """The verdict of a downcast buffer at ``length`` from the closed form: positions D apart rotate
+    D * max_i |theta_i - fl(theta_i)| off (the pairwise error the verdict judges, unwrapped below pi), at the
+    distances a row of that length carries, up to both positions' cache rounding (2 bounds) and their float32
+    angle rounding (``fp32_bound``); where that leaves no margin over pi/8 or pi/2, the test must pick another
+    length."""
+    from precision_audit.rope import row_distances
+
+    slack = 2 * fp32_bound(schedule, dtype, length)
+    cast_error(schedule, dtype, 2)  # checks the buffer rounds the same through float32
+    theta = schedule.inv_freq()
+    delta = np.abs(theta - theta.astype(FMT[dtype]).astype(np.float64))
+    errs = np.concatenate([d * delta for d in row_distances(length)])  # every frequency's drift, unwrapped
+    if np.any((errs >= math.pi / 2 + slack) & (errs <= math.pi - slack)):
+        return "broken"  # that frequency's pair is a quarter to a half turn off: wrapping cannot hide it
+    top = float(errs.max())
+    assert top < math.pi / 2 - slack, (length, top)  # else no margin: pick other lengths
+    if top >= math.pi / 8 + slack:
+        return "degraded"
+    assert top < math.pi / 8 - slack, (length, top)
+    return "safe"
 
 
 # --------------------------------------------------------------------------- report --model
@@ -106,12 +120,14 @@ def test_report_opens_with_the_bottom_line_of_config(llama_report: Path):
     # transformers as built: a float32 path, within the bound through 1K
     assert fp32_bound(s, "bfloat16", 1024) < 8 * cache_rounding_bound("bfloat16")
     assert "transformers as built, bfloat16: safe to 1K" in bullets
-    # after model.to(bfloat16): degraded at 256 and 512, broken at 1K (closed form)
+    # after model.to(bfloat16): positions 255 apart already 0.46 rad off (>= pi/8), 1023 apart 1.8 rad (>= pi/2):
+    # degraded at 256 and 512, broken at 1K (closed form)
     assert [predicted_cast(s, "bfloat16", n) for n in (256, 512, 1024)] == ["degraded", "degraded", "broken"]
     cast = by["transformers-cast"]
     assert (cast["degraded_from"], cast["broken_from"], cast["fix"]) == (256, 1024, KEEP_FP32)
-    assert f"transformers after model.to(dtype), bfloat16: degraded from 256, broken from 1K -> {KEEP_FP32}" \
-        in bullets
+    line = next(b for b in bullets if b.startswith("transformers after model.to(dtype)"))
+    assert line.startswith("transformers after model.to(dtype), bfloat16: degraded from 256 (positions ")
+    assert "broken from 1K (positions" in line and line.endswith(KEEP_FP32)
     html = (llama_report / "report.html").read_text()
     assert html.index("<h2>Bottom line</h2>") < html.index("<h2>Verdict</h2>") and "<li>transformers as built" in html
 
@@ -196,16 +212,17 @@ def test_hf_rope_verdicts_bottom_line_and_fail_on():
     assert (summ["label"], summ["verdict"], summ["safe_to"]) == ("LlamaRotaryEmbedding as built", "safe", 8192)
 
 
-def test_hf_rope_float16_cast_is_broken_by_8k():
+def test_hf_rope_float16_cast_is_broken_by_16k():
     pytest.importorskip("transformers")
     s = RopeSchedule(head_dim=128, base=10000.0)
-    # float16's 11 bits: the buffer's error reaches pi/2 near 6.5K; 2K is degraded, 8K broken
-    assert [predicted_cast(s, "float16", n) for n in (2048, 8192)] == ["degraded", "broken"]
-    doc = json.loads(run("hf-rope", "-m", "llama", "-l", "2K", "-l", "8K", "-d", "fp16", "--cast-module",
+    # float16's 11 bits: positions D apart drift D * 2.4e-4 rad: 0.50 rad 2047 apart (degraded), 1.98 rad 8K apart
+    # (the L/2 pair of a 16K row: broken)
+    assert [predicted_cast(s, "float16", n) for n in (2048, 16384)] == ["degraded", "broken"]
+    doc = json.loads(run("hf-rope", "-m", "llama", "-l", "2K", "-l", "16K", "-d", "fp16", "--cast-module",
                          "--json").output)
     assert [r["verdict"] for r in doc["results"]] == ["degraded", "broken"]
     (summ,) = doc["summary"]
-    assert (summ["degraded_from"], summ["broken_from"], summ["fix"]) == (2048, 8192, KEEP_FP32)
+    assert (summ["degraded_from"], summ["broken_from"], summ["fix"]) == (2048, 16384, KEEP_FP32)
 
 
 # --------------------------------------------------------------------------- attention --stack

@@ -170,7 +170,7 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
     ...                       "factor": 2.0}, "max_position_embeddings": 4096})
     >>> names, skipped = model_stacks(m)
     >>> names, len(skipped)
-    (['transformers', 'transformers-cast', 'openvino', 'openvino-fixed', 'liger'], 15)
+    (['transformers', 'transformers-cast', 'vllm', 'openvino', 'openvino-fixed', 'liger'], 14)
     """
     from ..rope import select_stacks
 
