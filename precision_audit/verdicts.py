@@ -124,7 +124,7 @@ def rope_why(max_rotation_error: float, colliding: int, pair_errors: Iterable[An
     lost = [(d, e) for d, e in bad if e >= PHASE_LOST]
     d, e = min(lost or bad, key=lambda t: t[0] or 0)  # the shortest distance where it happens
     where = ("positions" if d is None else "neighbouring positions" if d == 1 else f"positions {_tokens(d)} apart")
-    return f"{where}: phase lost ({e:.2g} rad)" if lost else f"{where} off by up to {e:.2g} rad"
+    return f"{where}: phase lost ({e:.3g} rad)" if lost else f"{where} off by up to {e:.3g} rad"
 
 
 def _tokens(n: int) -> str:

@@ -283,3 +283,33 @@ def test_when_precision_meets_position():
     assert m["bf16_cache_score_spread_65536"] < 2 * m["bf16_cache_score_spread_4096"]
     assert m["fp32_score_spread_65536"] > 5 * m["fp32_score_spread_4096"]
     assert r.verdict == "not recomputable" and r.url == "https://arxiv.org/abs/2411.13476"
+
+
+def _t5_bucket_bf16_ops(d: int, max_exact: int = 8, max_distance: int = 128, room: int = 8) -> int:
+    """T5's large-distance bucket with every operation rounded to bfloat16 (bf16(x) of the float64 result: exact
+    for / and *; log correctly rounded through float64, whose 53 bits leave no bf16 rounding in doubt here)."""
+    if d < max_exact:
+        return d
+    x = bf16(float(bf16(d)) / max_exact)
+    ratio = bf16(float(bf16(math.log(float(x)))) / float(bf16(math.log(float(bf16(max_distance / max_exact))))))
+    return min(max_exact + int(float(bf16(float(ratio) * room))), max_exact + room - 1)
+
+
+def _t5_bucket_exact(d: int, max_exact: int = 8, max_distance: int = 128, room: int = 8) -> int:
+    if d < max_exact:
+        return d
+    with mpmath.workprec(200):
+        v = mpmath.log(mpmath.mpf(d) / max_exact) / mpmath.log(mpmath.mpf(max_distance) / max_exact) * room
+    return min(max_exact + int(mpmath.floor(v)), max_exact + room - 1)
+
+
+def test_mindone_670_t5_buckets_in_bf16() -> None:
+    """mindone#670: T5's bucket log in bfloat16 (bidirectional: 16 buckets a side, 8 exact). Every bucket of
+    the distances 0..511 by hand in bf16 (ml_dtypes-free rounding: rne to 8 bits) against the exact bucket
+    (mpmath): the flips the entry measures; the float32 fix (transformers) flips none."""
+    r = reproduce("mindone-670")
+    m = r.measured
+    flips = [d for d in range(512) if _t5_bucket_bf16_ops(d) != _t5_bucket_exact(d)]
+    assert m["bf16_encoder_flipped_512"] == len(flips) and m["bf16_encoder_first_flip"] == flips[0] == 45
+    assert m["fix_float32_encoder_flipped_512"] == 0 and m["fix_float32_decoder_flipped_512"] == 0
+    assert r.verdict == "reproduced"

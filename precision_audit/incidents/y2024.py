@@ -2,7 +2,7 @@
 flash-attention#823.
 
 >>> [i.name for i in INCIDENTS]
-['transformers-29285', 'modded-nanogpt-39', 'tinygrad-4587', 'transformer-engine-1245', 'flash-attention-823']
+['transformers-29285', 'modded-nanogpt-39', 'tinygrad-4587', 'transformer-engine-1245', 'flash-attention-823', 'mindone-670']
 """
 
 from __future__ import annotations
@@ -102,6 +102,23 @@ def _measure_tinygrad() -> Figures:
         "fix_max_rotation_error_131072": rounded(fix[1].max_rotation_error, 4),
         "fix_non_finite_angles_131072": angle_overflow(_LLAMA3, preset("fp32", "fp16"), _TINYGRAD_L).non_finite,
     }
+
+
+# ---- mindone-670
+
+
+def _measure_mindone() -> Figures:
+    from ..relative import audit_relative
+
+    out: Figures = {}
+    for side, bi in (("encoder", True), ("decoder", False)):
+        for r in audit_relative("t5", ["transformers", "lowp"], [512, 8192], ["bfloat16"], bidirectional=bi):
+            key = "bf16" if r.path == "lowp" else "fix_float32"
+            out[f"{key}_{side}_flipped_{r.length}"] = r.flipped
+            if r.path == "lowp" and r.length == 512:
+                out[f"bf16_{side}_first_flip"] = r.first_flip
+                out[f"bf16_{side}_max_shift"] = r.max_shift
+    return out
 
 
 # ---- transformer-engine-1245
@@ -290,5 +307,36 @@ INCIDENTS: tuple[Incident, ...] = (
             "maintainer pointed to the Triton rotary kernel instead",
         not_recomputable="the 24 % is from 'my use case': head dim, base, positions and error metric are not stated",
         headline=("bf16_cos_sin_max_rel_error_2048_8192", "fp32_cos_sin_bf16_out_max_rel_error_2048_8192"),
+    ),
+    Incident(
+        name="mindone-670",
+        reference="mindspore-lab/mindone#670",
+        year=2024,
+        stack="MindSpore (mindone.transformers T5)",
+        what="T5's relative-position bucket log computed in bfloat16 (OpenSora's T5 text encoder)",
+        code_path="T5Attention._relative_position_bucket in a bf16 model: log(relative_position / max_exact) / "
+                  "log(max_distance / max_exact) * (num_buckets - max_exact) with every operation in bfloat16 "
+                  "(the `lowp` path of precision_audit.relative); the fix casts the distance to float32 first "
+                  "(relative_position.float(), a float32 max_distance tensor), as transformers does",
+        recipe={"distance": "bfloat16", "log": "bfloat16", "division": "bfloat16", "product": "bfloat16"},
+        settings={"num_buckets": 32, "max_distance": 128, "lengths": [512, 8192]},
+        published={"claim": "[BFloat16 only] relative_position_if_large is computed with .float() to align with the "
+                            "PyTorch implementation: the bf16 buckets differed from transformers'"},
+        published_source="pull request text (hadipash, 2024-09-20); its error table compares model outputs on "
+                         "random text samples, not buckets",
+        measure=_measure_mindone,
+        checks=(claim("claim", lambda m: m["bf16_encoder_flipped_512"] > 0 and m["fix_float32_encoder_flipped_512"] == 0
+                      and m["fix_float32_decoder_flipped_512"] == 0,
+                      "bf16 flips {bf16_encoder_flipped_512} encoder distances, float32 "
+                      "{fix_float32_encoder_flipped_512}"),),
+        explanation="With every bucket operation in bfloat16, 2 of the 512 encoder distances (first 45: "
+                    "log(5.625) / log(16) * 8 rounds to exactly 5, bucket 13 instead of 12) and 2 decoder distances "
+                    "move one bucket, at every length (the log saturates at max_distance 128); the float32 path of "
+                    "the fix (and transformers') moves none. Small but systematic: those distances read another "
+                    "learned bias than in training.",
+        fix="cast the relative distance to float32 before the log (relative_position.float()), as the PR and "
+            "transformers do",
+        not_recomputable="the PR's mean/max output errors come from 6 random text samples through the whole model",
+        headline=("bf16_encoder_flipped_512", "bf16_decoder_flipped_512"),
     ),
 )
