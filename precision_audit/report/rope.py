@@ -125,7 +125,7 @@ def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path, *,
     lengths = sorted({r.length for r in rows})
     ticks = [n for n in lengths if n & (n - 1) == 0] or lengths
     ticks = ticks[::2] if len(ticks) > 8 else ticks
-    panels = (("max_rotation_error", "max over positions and frequencies (what the verdict judges)"),
+    panels = (("max_rotation_error", "max over positions and frequencies (absolute; the verdict judges pairs)"),
               ("mean_rotation_error", "mean over positions and frequencies"))
     for ax, (key, title) in zip(axes, panels):
         for name in _recipes(rows):
