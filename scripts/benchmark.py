@@ -25,8 +25,9 @@ in every run, about 0.15 s):
   their largest accepted lengths (``--quick``: small stand-ins).
 
 Lines with a target (issue 20: the four presets and ``config`` on gemma-4-31b-it
-<= 2.0x, each stack, ALiBi and sinusoidal <= 1.5x, wall time against the floor;
-the faster of two runs) say whether this run met it; the load average at the
+<= 2.0x, each stack, ALiBi and sinusoidal <= 1.5x; issue 29: each stack added
+since <= 1.0x; wall time against the floor, the faster of two runs) say
+whether this run met it; the load average at the
 start and the end shows what else ran.  ``--out figures/benchmark.txt`` also
 writes the report there (the README includes it).
 """
@@ -98,14 +99,15 @@ def measured(args: list[str]) -> tuple[float, float, float, str]:
 
 STACK = """
 import sys
-from precision_audit.rope import RopeSchedule, audit, preset, stack
+from precision_audit.rope import STACKS, RopeSchedule, audit, preset, stack
 n, names, dtypes = int(sys.argv[1]), sys.argv[2].split(","), sys.argv[3].split(",")
 s = RopeSchedule(head_dim=128)
-recipes = [stack(x, d, s) if x in ("transformers", "transformers-cast", "vllm", "llama.cpp-cpu",
-                                   "llama.cpp-cuda", "mlx", "mlx-cpu") else preset(x, d) for d in dtypes for x in names]
+recipes = [stack(x, d, s) if x in STACKS else preset(x, d) for d in dtypes for x in names]
 audit(s, recipes, [n])
 """
 
+NEW_STACKS = ("sglang", "sglang-fallback", "tensorrt-llm", "tensorrt-llm-kernel", "openvino", "openvino-fixed",
+              "vllm-pre-28244", "transformer-engine", "flash-attn", "liger", "unsloth", "torchtune", "maxtext")
 FLOOR_CPU = [0.0]
 QUICK = [False]  # --quick: small sizes, where process start dominates: no targets
 OUT: list[str] = []
@@ -191,6 +193,9 @@ def _run(a: argparse.Namespace) -> None:
     for name in ("transformers", "vllm", "llama.cpp-cpu", "mlx"):
         run = best(["-c", STACK, str(n), name, "bfloat16"])
         line(f"rope stack {name}, bf16, -l 2**{k} (Python API)", run, floor, target=1.5)
+    for name in NEW_STACKS:  # issue 29: each new stack alone within 1.0x the floor
+        run = best(["-c", STACK, str(n), name, "bfloat16"])
+        line(f"rope stack {name}, bf16, -l 2**{k} (Python API)", run, floor, target=1.0)
     run = measured(["-c", STACK, str(n), "fp32,transformers,vllm", "bfloat16"])
     line("rope fp32 + transformers + vllm in one audit() call", run, floor)
     run = measured(["-c", STACK, str(n), "lowp,lowp-inv-freq,fp32,fp64", "bfloat16,float16"])
