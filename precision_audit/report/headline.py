@@ -67,27 +67,56 @@ def _suffix(dtype: str) -> str:
     return "" if dtype == "bfloat16" else f"_{dtype}"
 
 
-def incident_section() -> Section | None:
-    """HOOK (incident catalog, built in ``precision_audit.incidents``): its table, if that module exists.
+def incident_section() -> Section:
+    """The incident catalog: every entry re-measured (``precision_audit.incidents.reproduce_all``), one row each."""
+    from ..incidents import reproduce_all
 
-    Uses ``incidents.run_all()`` (rows with ``to_dict()`` or dicts); returns
-    None while the module or the function is missing, so the report skips it.
-    """
-    try:
-        from .. import incidents  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    run = getattr(incidents, "run_all", None)
-    if run is None:
-        return None
-    rows = [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in run()]
-    if not rows:
-        return None
-    cols = [k for k, v in rows[0].items() if not isinstance(v, (dict, list, tuple))]
-    table = Table(tuple(cols), tuple(tuple(fmt(r.get(c)) if isinstance(r.get(c), float) else str(r.get(c, "-"))
-                                           for c in cols) for r in rows))
+    rows = [r.to_dict() for r in reproduce_all()]
+    table = Table(("name", "year", "verdict", "reference"),
+                  tuple((r["name"], str(r["year"]), r["verdict"], r["reference"]) for r in rows))
     return Section("Incident catalog", [Para("Public incidents, each re-measured by the auditors "
-                                             "(`precision_audit.incidents`)."), table], {"incidents": rows})
+                                             "(`precision_audit.incidents`; `precision-audit reproduce --all`)."),
+                                        table], {"incidents": rows})
+
+
+def effect_section(progress: Progress = None) -> Section:
+    """What a model notices: the shipped probe with each preset's bfloat16 cos/sin, accuracy vs offset."""
+    from ..effect import evaluate_many
+    from .effect import plot_effect
+
+    offsets = [0, 1024, 8192, 65536, 2**20, 2**22]
+    _say(progress, "probe model: four presets in bfloat16 at offsets 0 .. 4M")
+    rows = evaluate_many(["lowp", "lowp-inv-freq", "fp32", "fp64"], ["bfloat16"], offsets)
+    at = {(r.task, r.path, r.offset): r for r in rows}
+    table = Table(("task", "path", *(length_label(o) if o else "0" for o in offsets)),
+                  tuple((t, p, *(f"{100 * at[t, p, o].accuracy:.1f} %" for o in offsets))
+                        for t in ("local", "gap") for p in ("lowp", "lowp-inv-freq", "fp32", "fp64")))
+    return Section("What a model notices", [
+        Para("The project's RoPE probe (2 layers, heads of 128, base 1e4; `precision-audit effect`) run with each "
+             "path's bfloat16 cos/sin at an offset, against its exact-arithmetic run (100 % on both tasks): local "
+             "order (induction, distance 1) and the token exactly G back (G up to 4096). Accuracy:"),
+        table,
+        Figure("effect.png", "Probe accuracy vs offset per code path (bfloat16 cos/sin)",
+               lambda p: plot_effect(rows, p)),
+    ], {"effect": [r.to_dict() for r in rows]})
+
+
+def relative_section(max_length: int, dtypes: Sequence[str] | None = None, progress: Progress = None) -> Section:
+    """T5 and DeBERTa buckets per dtype and path: distances whose bucket flips, up to ``max_length``."""
+    from .relative import RELATIVE_FORMATS, plot_relative, relative_rows
+
+    fmts = list(dtypes or RELATIVE_FORMATS)
+    _say(progress, f"relative buckets (T5, DeBERTa) in {', '.join(fmts)}, L = 64 .. {length_label(max_length)}")
+    rows = relative_rows(length_grid(64, max_length), fmts)
+    last = [r for r in rows if r.length == rows[-1].length]
+    return Section("Relative position buckets", [
+        Para("T5's and DeBERTa's relative-position buckets along each code path (`precision-audit relative`): "
+             f"distances 0..L-1 whose bucket differs from the exact one, at L = {length_label(last[0].length)}:"),
+        Table(("scheme", "path", "dtype", "flipped", "first flip", "max shift"),
+              tuple((r.scheme, r.path, r.dtype, str(r.flipped), str(r.first_flip), str(r.max_shift)) for r in last)),
+        Figure("relative.png", "T5 and DeBERTa bucket flips per dtype and path vs context length",
+               lambda p: plot_relative(rows, p)),
+    ], {"relative": [r.to_dict() for r in rows]})
 
 
 def positions_section(max_length: int, dtypes: Sequence[str] | None, progress: Progress = None) -> Section:
@@ -223,9 +252,9 @@ def headline_report(max_length: int = DEFAULT_MAX_LENGTH, dtypes: Sequence[str] 
     sections += rope_sections(max_length, low or ["bfloat16"], progress)
     sections.append(alibi_section(max_length, low or ["bfloat16", "float16"], progress))
     sections.append(sinusoidal_section(max_length, low or ["bfloat16", "float16"], progress))
-    inc = incident_section()  # HOOK: the incident catalog joins the report once precision_audit.incidents exists
-    if inc is not None:
-        sections.append(inc)
+    sections.append(relative_section(max_length, low, progress))
+    sections.append(effect_section(progress))
+    sections.append(incident_section())
     settings = {"max_length": max_length, "dtypes": low, **HEADLINE}
     intro = [Para("Numerical precision of position information (position ids, RoPE, ALiBi, sinusoidal "
                   "encodings) in low-precision formats, each broken code path next to the float32 fix. "
