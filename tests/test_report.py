@@ -36,8 +36,8 @@ from precision_audit.sinusoidal import audit_sinusoidal
 SMALL = "1024"  # --max-length of the test reports: seconds, not minutes
 HEADLINE_FILES = {
     "positions.png", "rope_error_vs_length.png", "rope_error_per_frequency.png", "rope_attention_logit_error.png",
-    "alibi_distinct.png", "alibi_attention.png", "sinusoidal_duplicates.png", "sinusoidal_decay.png", "relative.png", "effect.png",
-    "report.md", "report.html", "results.json",
+    "alibi_distinct.png", "alibi_attention.png", "sinusoidal_duplicates.png", "sinusoidal_decay.png", "relative.png",
+    "effect.png", "report.md", "report.html", "results.json",
 }
 LLAMA31 = Path(__file__).parent / "data" / "llama-3.1-8b.json"
 LLAMA31_CTX = 8192  # --max-length of its report: 8K is enough to tell the fp32 recipe from inv_freq rounded once
