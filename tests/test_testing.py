@@ -255,10 +255,10 @@ def test_readme_guard_example_runs(monkeypatch):
     readme = (ROOT / "README.md").read_text()
     # the README shows this failure: the same first line, column header and verdict
     assert msg[0] == ("rotary module LlamaRotaryEmbedding fails at length 32768 in bfloat16 (limit: verdict safe: "
-                      "max rotation error <= 8 x cache bound = 0.02216 rad, no colliding positions)")
+                      "no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad)")
     assert "E   AssertionError: " + msg[0] in readme and "E   " + msg[2] in readme
     assert msg[4].split()[:2] == ["bfloat16", "32768"] and msg[4].split()[-2:] == ["0", "broken"]
-    assert 8 * cache_rounding_bound("bfloat16") == pytest.approx(0.02216, abs=5e-6)
+    assert math.pi / 8 == pytest.approx(0.3927, abs=5e-5)  # the limit the message states
 
 
 # --------------------------------------------------------------------------- configs, recipes, positions
