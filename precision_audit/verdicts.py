@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from .bottomline import human_length
+
 __all__ = [
     "DEFAULT_TOLERANCE",
     "NOTICED",
@@ -123,15 +125,8 @@ def rope_why(max_rotation_error: float, colliding: int, pair_errors: Iterable[An
         return None
     lost = [(d, e) for d, e in bad if e >= PHASE_LOST]
     d, e = min(lost or bad, key=lambda t: t[0] or 0)  # the shortest distance where it happens
-    where = ("positions" if d is None else "neighbouring positions" if d == 1 else f"positions {_tokens(d)} apart")
+    where = ("positions" if d is None else "neighbouring positions" if d == 1 else f"positions {human_length(d)} apart")
     return f"{where}: phase lost ({e:.3g} rad)" if lost else f"{where} off by up to {e:.3g} rad"
-
-
-def _tokens(n: int) -> str:
-    for unit, size in (("M", 2**20), ("K", 2**10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
 
 
 def positions_verdict(colliding: int, non_finite: int) -> str:
