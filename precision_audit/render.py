@@ -10,12 +10,12 @@ bfloat16  0.00279
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["Column", "cell", "table"]
 
-Column = tuple[str, "str | Callable[[dict[str, Any]], Any]"]
+Column = tuple[str, Any]  # (title, key or function of the row)
 
 
 def cell(value: Any) -> str:

@@ -14,7 +14,7 @@ from ..rope import PRESETS as _ROPE_PRESETS
 from ._shared import fail_on as judge_rows
 from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
                       distances_from_options, echo_json, worst_pair,
-                      echo_table, emit, pct, progress_bar, stack_option, stacks_for, wide_option)
+                      echo_table, emit, pct, progress_bar, stack_option, wide_option)
 
 # --- report -----------------------------------------------------------------------------------
 

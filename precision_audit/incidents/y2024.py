@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 
 from ..attention import apply_errors, attention_errors
 from ..formats import get_format, round_to
