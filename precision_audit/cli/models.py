@@ -316,7 +316,7 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     paths = [*names, *recipes] if model.kind == "rope" else list(recipes) or list(model_paths(model))
     summaries = bottom_line([r for r in rows if r.component != "positions" and r.recipe in paths], key="recipe",
                             kind=model.kind, notes=stack_notes(model, names) if model.kind == "rope" else None)
-    trained = _against_training(model, names, trained_on, lens, dts, tolerance) if trained_on else None
+    trained = _against_training(model, names, trained_on, lens, dts) if trained_on else None
     if as_json:
         echo_json({"auditor": "config", "model": model.to_dict(), "context_note": context_note(model),
                    "engine": engine, "tolerance": tolerance, "summary": [s.to_dict() for s in summaries],
@@ -330,8 +330,8 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     judge_rows([r for r in rows if r.component != "positions"], fail_on, judged)
 
 
-def _against_training(model: Any, names: Sequence[str], trained_on: str, lens: Sequence[int], dts: Sequence[str],
-                      tolerance: float) -> dict[str, Any]:
+def _against_training(model: Any, names: Sequence[str], trained_on: str, lens: Sequence[int],
+                      dts: Sequence[str]) -> dict[str, Any]:
     """``--trained-on``: every serving stack audited against the training stack (a usage error if it is unknown
     or does not run the model)."""
     from dataclasses import replace
@@ -345,7 +345,7 @@ def _against_training(model: Any, names: Sequence[str], trained_on: str, lens: S
                                  param_hint="'--trained-on'")
     serving = [n for n in names if "serve" in STACKS[n].roles and n != trained_on]
     try:
-        rows = training_differences(model, serving, trained_on, lens, dts, tolerance)
+        rows = training_differences(model, serving, trained_on, lens, dts)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--trained-on'") from None
     label = STACKS[trained_on].label

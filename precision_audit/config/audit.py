@@ -297,7 +297,7 @@ def audit_config(
     rows: list[ConfigRow] = []
     names = [] if stacks and recipes is None else _recipe_names(model, recipes)
     if model.kind == "rope":
-        rows += _rope_rows(model, lens, fmts, names, list(stacks or ()), engine, tolerance, progress, distances)
+        rows += _rope_rows(model, lens, fmts, names, list(stacks or ()), engine, progress, distances)
     elif model.kind == "alibi":
         rows += _alibi_rows(model, lens, fmts, names, tolerance, progress)
     else:
@@ -321,8 +321,7 @@ def audit_config(
 
 
 def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], names: Sequence[str],
-               stacks: Sequence[str], engine: str, tolerance: float,
-               progress: Callable[[int], None] | None,
+               stacks: Sequence[str], engine: str, progress: Callable[[int], None] | None,
                distances: int | Iterable[int] | None = None) -> list[ConfigRow]:
     """Every preset and stack of every dtype, one audit (one pass) per layer type's schedule."""
     from ..rope import audit, check_rope_lengths, preset, stack
@@ -350,7 +349,7 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
 
 
 def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: str, lengths: Iterable[int],
-                         dtypes: Sequence[str], tolerance: float = DEFAULT_TOLERANCE) -> list[ConfigRow]:
+                         dtypes: Sequence[str]) -> list[ConfigRow]:
     """Each of ``stacks`` against the stack the model was trained on (``trained_on``): per layer type, dtype and
     length, the rotation difference between their stored cos/sin (:func:`precision_audit.rope.compare.
     stack_difference`), judged as a rotation error against the stored format's bound.  ValueError when
@@ -365,7 +364,7 @@ def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: 
     >>> 0 < r.max_rotation_error <= r.cache_bound, r.verdict
     (True, 'safe')
     """
-    from ..rope import select_stacks, stack
+    from ..rope import select_stacks, stack, stored_bound
     from ..rope.compare import stack_difference
 
     select_stacks([trained_on], [s.scaling for _, s in model.rope])  # the training stack must run the model
@@ -376,8 +375,9 @@ def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: 
             for n in stacks:
                 if n == trained_on:
                     continue
-                for r in stack_difference(s, stack(n, d, s), ref, lengths):
-                    bound = _stored_bound(stack(n, d, s), s)
+                rec = stack(n, d, s)
+                bound = stored_bound(rec, s.cos_sin_scale)
+                for r in stack_difference(s, rec, ref, lengths):
                     rows.append(ConfigRow(
                         component="rope", recipe=n, dtype=d, length=r.length, stack=n, reference=trained_on,
                         layer_type=None if layer_type == "all" else layer_type,
@@ -386,12 +386,6 @@ def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: 
                         max_rotation_error=r.max_rotation_difference, mean_rotation_error=r.mean_rotation_difference,
                         cache_bound=bound, ratio=r.max_rotation_difference / bound))
     return rows
-
-
-def _stored_bound(recipe: Any, schedule: Any) -> float:
-    from ..rope import cache_rounding_bound, stored_format
-
-    return cache_rounding_bound(stored_format(recipe), schedule.cos_sin_scale)
 
 
 def _table_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str],

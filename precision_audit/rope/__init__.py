@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from ..schedules import RopeSchedule
 from .audit import (RopeRow, audit, cache_rounding_bound, check_rope_lengths, default_workers, positions_to_scan,
-                    stored_format)
+                    stored_bound, stored_format)
 from .engine import ENGINES, recipe_stages, run_recipe
 from .oracle import MAX_ROPE_LENGTH, exact_angles, wrap
 from .pairs import DEFAULT_DISTANCES, PairError, row_distances
@@ -94,6 +94,7 @@ __all__ = [
     "run_recipe",
     "select_stacks",
     "stack",
+    "stored_bound",
     "stored_format",
     "stored_inv_freq",
     "torch_stages",

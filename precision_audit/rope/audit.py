@@ -33,7 +33,7 @@ from .pairs import PairAcc, PairError, check_distances, row_distances
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 
 __all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan",
-           "stored_format"]
+           "stored_bound", "stored_format"]
 
 
 def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
@@ -481,7 +481,13 @@ def stored_format(r: Recipe) -> str:
     return max((r.cache, r.apply), key=lambda f: cache_rounding_bound(f))
 
 
-def _stored_bound(r: Recipe, scale: float) -> float:
+def stored_bound(r: Recipe, scale: float = 1.0) -> float:
+    """:func:`cache_rounding_bound` of :func:`stored_format`: the rounding every row of the recipe carries.
+
+    >>> from precision_audit.rope import stack
+    >>> stored_bound(stack("sglang", "bf16")) == cache_rounding_bound("bfloat16")
+    True
+    """
     return cache_rounding_bound(stored_format(r), scale)
 
 
@@ -505,7 +511,7 @@ def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
         max_rotation_error=float(acc.rot_max.max()),
         mean_rotation_error=float(acc.rot_sum.sum() / (L * nf)),
         colliding_positions=acc.collisions,
-        cache_bound=_stored_bound(r, schedule.cos_sin_scale),
+        cache_bound=stored_bound(r, schedule.cos_sin_scale),
         angle_error_profile=tuple(acc.ang_max.tolist()),
         mean_angle_error_profile=tuple((acc.ang_sum / L).tolist()),
         rotation_error_profile=tuple(acc.rot_max.tolist()),
