@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._common import Row
+from .verdicts import VERDICTS, worst
 
 __all__ = ["KINDS", "VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]
 
-VERDICT_ORDER: tuple[str, ...] = ("safe", "degraded", "broken")
+VERDICT_ORDER: tuple[str, ...] = VERDICTS
+"""The verdicts from best to worst (:data:`precision_audit.verdicts.VERDICTS`)."""
 
 
 def human_length(n: int) -> str:
@@ -181,9 +183,7 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
         k = (str(_get(r, key)), str(_get(r, "dtype")))
         g = groups.setdefault(k, {})
         L, v = int(_get(r, "length")), str(_get(r, "verdict"))
-        if v not in VERDICT_ORDER:
-            raise ValueError(f"verdict {v!r} must be one of {', '.join(VERDICT_ORDER)}")
-        g[L] = max(g.get(L, "safe"), v, key=VERDICT_ORDER.index)
+        g[L] = worst((g.get(L, "safe"), v))
         why = r.get("why") if isinstance(r, Mapping) else getattr(r, "why", None)
         if why:
             whys.setdefault((*k, L, v), str(why))
@@ -199,7 +199,7 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
         first = {v: next((L for L, w in zip(lens, verdicts) if w == v), None) for v in VERDICT_ORDER[1:]}
         label, fix = labels.get(path, (path, None))
         note, note_fix = (notes or {}).get(path, (None, None))
-        out.append(Summary(path, label, dtype, lens, max(verdicts, key=VERDICT_ORDER.index), safe_to,
+        out.append(Summary(path, label, dtype, lens, worst(verdicts), safe_to,
                            first["degraded"], first["broken"], note_fix or fix, note,
                            _roles(path) if kind == "rope" else (),
                            whys.get((path, dtype, first["degraded"] or 0, "degraded")),

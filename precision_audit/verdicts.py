@@ -40,8 +40,6 @@ from typing import Any
 
 import numpy as np
 
-from .bottomline import human_length
-
 __all__ = [
     "DEFAULT_TOLERANCE",
     "NOTICED",
@@ -118,6 +116,8 @@ def rope_why(max_rotation_error: float, colliding: int, pair_errors: Iterable[An
     >>> rope_why(3.1, 0, [(1, 0.005), (4096, 2.6)])
     'positions 4K apart: phase lost (2.6 rad)'
     """
+    from .bottomline import human_length  # bottomline builds on this module
+
     if colliding > 0:
         return f"local order lost: {colliding} positions share the previous one's rotation"
     bad = [(d, e) for d, e in _judged(max_rotation_error, pair_errors) if e >= NOTICED]

@@ -53,9 +53,7 @@ def _report_stacks(spec: Any, stacks: tuple[str, ...]) -> list[str] | None:
         raise click.BadParameter("stacks are audited for a model: give --model or --model-type",
                                  param_hint="'--stack'")
     model = spec.model_config()
-    if model.kind != "rope":
-        raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses {_KIND_WORDS[model.kind]}",
-                                 param_hint="'--stack'")
+    _rope_only(model, "--stack")
     _model_stacks(model, stacks)
     return list(stacks)
 
@@ -115,6 +113,14 @@ def report_cmd(model: str | None, model_type: str | None, stacks: tuple[str, ...
 # the paths --fail-on judges when no --recipe is named: the code the model runs as built
 _JUDGED = {"alibi": ("fp32",), "relative": ("transformers",), "learned": ("arange", "mask-int64")}
 _KIND_WORDS = {"rope": "RoPE", "alibi": "ALiBi", "relative": "relative positions", "learned": "learned positions"}
+
+
+def _rope_only(model: Any, option: str) -> None:
+    """A usage error naming ``option`` when the model is not a RoPE model (stacks model RoPE code paths)."""
+    if model.kind != "rope":
+        raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses {_KIND_WORDS[model.kind]}",
+                                 param_hint=f"'{option}'")
+
 RELATIVE_VERDICT_HELP = (
     "Verdict per row: relative buckets: broken = a distance moves 2 or more buckets or has none (overflow), "
     "degraded = distances move one bucket, safe = every bucket exact; relative sinusoids: broken = distances "
@@ -176,7 +182,7 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
         cols += [("min distinct", "min_distinct_biases"), ("max |err|", "max_abs_error"),
                  ("max dP", "max_prob_change")]
     cols += [("max run", "max_run"), ("colliding", "colliding_positions"), ("verdict", "verdict")]
-    if model.kind == "rope":  # informative: the verdict does not use it (yet)
+    if model.kind == "rope":
         cols.append(("worst pair err", worst_pair))
     return cols
 
@@ -225,8 +231,7 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
     """
     if model.kind != "rope":
         if stacks:
-            raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses {_KIND_WORDS[model.kind]}",
-                                     param_hint="'--stack'")
+            _rope_only(model, "--stack")
         return [], [], list(recipes) or list(_JUDGED[model.kind])
     names, skipped = ([], []) if recipes and not stacks else _model_stacks(model, stacks)
     judged = [n for n in names if stacks] or ([] if recipes else
@@ -340,9 +345,7 @@ def _against_training(model: Any, names: Sequence[str], trained_on: str, lens: S
     from ..config import training_differences
     from ..rope import STACKS
 
-    if model.kind != "rope":
-        raise click.BadParameter(f"stacks model RoPE code paths; {model.name} uses {_KIND_WORDS[model.kind]}",
-                                 param_hint="'--trained-on'")
+    _rope_only(model, "--trained-on")
     serving = [n for n in names if "serve" in STACKS[n].roles and n != trained_on]
     try:
         rows = training_differences(model, serving, trained_on, lens, dts)

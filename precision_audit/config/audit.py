@@ -62,7 +62,8 @@ class ConfigRow(Row):
     ``colliding_positions`` tokens sharing an id, ``max_abs_error``.  A row measured against another stack
     (:func:`training_differences`) names it in ``reference``: its rotation errors are then differences from
     that stack's stored cos/sin.  Absent metrics are None.  ``pair_errors`` (rope rows): the pairwise rotation
-    errors at distances D (:class:`~precision_audit.rope.PairError`; verdicts do not use them yet).
+    errors at distances D (:class:`~precision_audit.rope.PairError`), which the verdict judges
+    (:mod:`precision_audit.verdicts`).
     """
 
     component: str
@@ -371,20 +372,19 @@ def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: 
     rows = []
     for layer_type, s in model.rope:
         for d in dict.fromkeys(get_format(x).name for x in dtypes):
-            ref = stack(trained_on, d, s)
-            for n in stacks:
-                if n == trained_on:
-                    continue
-                rec = stack(n, d, s)
-                bound = stored_bound(rec, s.cos_sin_scale)
-                for r in stack_difference(s, rec, ref, lengths):
-                    rows.append(ConfigRow(
-                        component="rope", recipe=n, dtype=d, length=r.length, stack=n, reference=trained_on,
-                        layer_type=None if layer_type == "all" else layer_type,
-                        verdict=rope_verdict(r.max_rotation_difference, 0),
-                        why=rope_why(r.max_rotation_difference, 0),
-                        max_rotation_error=r.max_rotation_difference, mean_rotation_error=r.mean_rotation_difference,
-                        cache_bound=bound, ratio=r.max_rotation_difference / bound))
+            recs = [stack(n, d, s) for n in stacks if n != trained_on]
+            if not recs:
+                continue
+            bounds = {r.name: stored_bound(r, s.cos_sin_scale) for r in recs}
+            for r in stack_difference(s, recs, stack(trained_on, d, s), lengths):
+                bound = bounds[r.path]
+                rows.append(ConfigRow(
+                    component="rope", recipe=r.path, dtype=d, length=r.length, stack=r.path, reference=trained_on,
+                    layer_type=None if layer_type == "all" else layer_type,
+                    verdict=rope_verdict(r.max_rotation_difference, 0),
+                    why=rope_why(r.max_rotation_difference, 0),
+                    max_rotation_error=r.max_rotation_difference, mean_rotation_error=r.mean_rotation_difference,
+                    cache_bound=bound, ratio=r.max_rotation_difference / bound))
     return rows
 
 

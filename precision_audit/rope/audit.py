@@ -29,7 +29,7 @@ from .chunk import _block_rows, _chunk_stats, _ChunkStats, _PairSpec, _Plan, _to
 from .engine import ENGINES, _Work
 from .hows import AngleMaker
 from .oracle import F64, MAX_ROPE_LENGTH, _split
-from .pairs import PairAcc, PairError, check_distances, row_distances
+from .pairs import PairAcc, PairError, check_distances, pair_plan, row_distances
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 
 __all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan",
@@ -261,15 +261,11 @@ def _pass(
 def _pair_spec(pairs: dict[int, Sequence[int]] | None, pair_recipes: Iterable[int], chunk: int) -> _PairSpec | None:
     """The distances of a pass, each up to the largest length that carries it; carried across chunks up to
     a chunk's positions, recomputed above."""
-    until: dict[int, int] = {}
-    for L, ds in (pairs or {}).items():
-        for d in ds:
-            until[d] = max(until.get(d, 0), L)
+    until, carry = pair_plan(pairs or {}, chunk)
     who = frozenset(pair_recipes)
     if not until or not who:
         return None
-    carry = max((d for d in until if d <= chunk), default=0)
-    return _PairSpec(dict(sorted(until.items())), carry, chunk, who)
+    return _PairSpec(until, carry, chunk, who)
 
 
 def _merge(plan: Sequence[_Chunk], run: Callable[[_Chunk], list[_ChunkStats]], workers: int, accs: list[_Acc],

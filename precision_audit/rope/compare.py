@@ -1,7 +1,7 @@
 """How far apart two code paths rotate: a serving stack against the stack a model was trained with.
 
 The audit measures every path against the exact angles of the declared schedule.  A model was trained on one
-stack's angles, rounding included; :func:`stack_difference` measures another path against those: the rotation
+stack's angles, rounding included; :func:`stack_difference` measures other paths against those: the rotation
 the serving path's stored cos/sin apply at position m against the training path's, ``|wrap(phi_a(m) - phi_b(m))|``
 with ``phi = atan2(sin, cos)`` of each stored pair, max and mean over positions 0..L-1 and frequencies.
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._common import Row, check_lengths
+from .._common import Row, check_lengths, check_recipes
 from ..schedules import RopeSchedule
-from .audit import stored_format
+from .audit import _frequency_groups, stored_format
 from .engine import run_recipe
 from .oracle import wrap
 from .recipes import Recipe
@@ -43,29 +43,32 @@ class StackDifference(Row):
     mean_rotation_difference: float
 
 
-def stack_difference(schedule: RopeSchedule, path: Recipe, reference: Recipe, lengths: int | Iterable[int],
-                     chunk: int = _CHUNK) -> list[StackDifference]:
-    """Per length L: max and mean over positions 0..L-1 and frequencies of the rotation difference between the
-    stored cos/sin of ``path`` and of ``reference`` (each computed for a pass of L positions, as their code
-    would: dynamic / longrope frequencies follow L).  ValueError on a bad length or chunk."""
+def stack_difference(schedule: RopeSchedule, paths: Recipe | Iterable[Recipe], reference: Recipe,
+                     lengths: int | Iterable[int], chunk: int = _CHUNK) -> list[StackDifference]:
+    """Per path (one recipe or several) and length L: max and mean over positions 0..L-1 and frequencies of the
+    rotation difference between the stored cos/sin of the path and of ``reference`` (each computed for a pass
+    of L positions, as their code would: dynamic / longrope frequencies follow L); rows path-major, lengths
+    increasing.  The reference is computed once for all paths.  ValueError on a bad length or chunk."""
+    recs = check_recipes(paths, Recipe, name="paths", hint="build one with stack(name, dtype, schedule)")
     lens = check_lengths(lengths)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk {chunk!r} must be an integer >= 1")
-    out: list[StackDifference] = []
-    groups: dict[int | None, list[int]] = {}
-    for L in lens:  # lengths whose passes share frequencies share one pass (prefix reductions)
-        groups.setdefault(schedule.frequency_key(L), []).append(L)
-    for group in groups.values():
-        worst, total, start = 0.0, 0.0, 0
+    found: dict[tuple[int, int], tuple[float, float]] = {}
+    for _, group in _frequency_groups(schedule, lens):  # lengths sharing frequencies share one pass
+        worst, total, start = np.zeros(len(recs)), np.zeros(len(recs)), 0
         for L in group:
             for lo in range(start, L, chunk):
                 pos = np.arange(lo, min(L, lo + chunk), dtype=np.float64)
-                a, b = (run_recipe(r, schedule, pos, seq_len=group[-1]) for r in (path, reference))
+                ref = run_recipe(reference, schedule, pos, seq_len=group[-1])
                 with np.errstate(invalid="ignore"):
-                    d = np.abs(wrap(np.arctan2(a["sin"], a["cos"]) - np.arctan2(b["sin"], b["cos"])))
-                d = np.where(np.isfinite(d), d, np.pi)  # a non-finite rotation: the phase is lost
-                worst, total = max(worst, float(d.max())), total + float(d.sum())
+                    phi = np.arctan2(ref["sin"], ref["cos"])
+                    for i, r in enumerate(recs):
+                        a = run_recipe(r, schedule, pos, seq_len=group[-1])
+                        d = np.abs(wrap(np.arctan2(a["sin"], a["cos"]) - phi))
+                        d = np.where(np.isfinite(d), d, np.pi)  # a non-finite rotation: the phase is lost
+                        worst[i], total[i] = max(worst[i], float(d.max())), total[i] + float(d.sum())
             start = L
-            out.append(StackDifference(path.name, reference.name, stored_format(path), L, worst,
-                                       total / (L * schedule.n_freq)))
-    return sorted(out, key=lambda r: r.length)
+            for i in range(len(recs)):
+                found[i, L] = float(worst[i]), float(total[i]) / (L * schedule.n_freq)
+    return [StackDifference(r.name, reference.name, stored_format(r), L, *found[i, L])
+            for i, r in enumerate(recs) for L in lens]

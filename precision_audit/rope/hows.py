@@ -483,7 +483,7 @@ def timescales(schedule: RopeSchedule) -> F32:
     fraction = (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32)
     # correctly rounded to float32 at once (numpy's float64 power differs between CPUs, and rounding it again
     # to float32 could round twice)
-    ts = np.array([mpmath_pow(float(_f(s.base)), float(f), "float32") for f in fraction], dtype=np.float32)
+    ts = _pow32(s.base, fraction)
     if s.scaling == "linear":
         ts = (ts * _f(s.factor)).astype(np.float32)
     return ts

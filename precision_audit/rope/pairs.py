@@ -31,7 +31,7 @@ the absolute errors.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +39,8 @@ import numpy as np
 from .._common import Row
 from .oracle import _TWO_PI, F64
 
-__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "pair_block", "row_distances"]
+__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "pair_block", "pair_plan",
+           "row_distances"]
 
 DEFAULT_DISTANCES: tuple[int, ...] = (1, 16, 256, 4096)  # and L // 2; each capped at L - 1
 _PI_ROUNDED = math.pi * (1 + 2.0**-40)  # pi, and the rounding of a mean of errors pi (or of a wrap near pi)
@@ -110,6 +111,21 @@ def row_distances(length: int, distances: Sequence[int] | None = None) -> tuple[
     if distances is not None:
         return tuple(d for d in distances if d < length)
     return tuple(sorted({min(d, length - 1) for d in (*DEFAULT_DISTANCES, length // 2)} - {0}))
+
+
+def pair_plan(rows: Mapping[int, Sequence[int]], chunk: int) -> tuple[dict[int, int], int]:
+    """The distances of a chunked pass whose rows of length L carry ``rows[L]``: per distance (increasing) the
+    largest length that carries it, and the carry, the longest distance up to ``chunk`` (paired across chunks
+    from kept rows; longer ones are recomputed).
+
+    >>> pair_plan({1024: (1, 16, 512), 4096: (1, 16, 2048)}, chunk=1024)
+    ({1: 4096, 16: 4096, 512: 1024, 2048: 4096}, 512)
+    """
+    until: dict[int, int] = {}
+    for L, ds in rows.items():
+        for d in ds:
+            until[d] = max(until.get(d, 0), L)
+    return dict(sorted(until.items())), max((d for d in until if d <= chunk), default=0)
 
 
 def pair_block(cur: F64, prev: F64) -> tuple[F64, F64]:
@@ -194,12 +210,8 @@ class PairPass:
     def __init__(self, lengths: Sequence[int], distances: Sequence[int] | None, chunk: int, nf: int) -> None:
         self.nf = nf
         self.rows = {L: row_distances(L, distances) for L in lengths}
-        self.until: dict[int, int] = {}
-        for L, ds in self.rows.items():
-            for d in ds:
-                self.until[d] = max(self.until.get(d, 0), L)
-        self.carry = max((d for d in self.until if d <= chunk), default=0)
-        self.acc = PairAcc(nf, sorted(self.until), self.carry)
+        self.until, self.carry = pair_plan(self.rows, chunk)
+        self.acc = PairAcc(nf, list(self.until), self.carry)
 
     def add(self, signed: F64, start: int, stop: int, shifted: Callable[[int, int], F64]) -> None:
         """Merge the signed errors of positions start..stop-1 (chunks in position order)."""
