@@ -106,8 +106,8 @@ recipes = [stack(x, d, s) if x in STACKS else preset(x, d) for d in dtypes for x
 audit(s, recipes, [n])
 """
 
-NEW_STACKS = ("sglang", "sglang-fallback", "tensorrt-llm", "tensorrt-llm-kernel", "openvino", "openvino-fixed",
-              "vllm-pre-28244", "transformer-engine", "flash-attn", "liger", "unsloth", "torchtune", "maxtext")
+NEW_STACKS = ("sglang", "sglang-fallback", "flashinfer", "tensorrt-llm", "tensorrt-llm-kernel", "openvino",
+              "openvino-fixed", "vllm-pre-28244", "transformer-engine", "flash-attn", "liger", "unsloth", "torchtune", "maxtext")
 FLOOR_CPU = [0.0]
 QUICK = [False]  # --quick: small sizes, where process start dominates: no targets
 OUT: list[str] = []

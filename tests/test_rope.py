@@ -432,7 +432,7 @@ ROW_KEYS = {
     "recipe", "dtype", "length", "head_dim", "base", "rotary_dim", "scaling", "stages", "how", "engine", "max_angle_error",
     "mean_angle_error", "max_rotation_error", "mean_rotation_error", "colliding_positions", "cache_bound",
     "angle_error_profile", "mean_angle_error_profile", "rotation_error_profile", "mean_rotation_error_profile",
-    "error_budget", "stack", "pair_errors",
+    "error_budget", "stack", "pair_errors", "bound",
 }
 
 

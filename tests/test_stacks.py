@@ -68,6 +68,7 @@ NO_KERNEL_HERE = {"vllm": "CUDA kernels", "llama.cpp-cuda": "CUDA", "mlx": "Meta
                   # serving stacks: modelled from source, checked against independent models in
                   # tests/test_stacks_serving.py
                   "vllm-pre-28244": "CUDA", "sglang": "CUDA (FlashInfer)", "sglang-fallback": "CUDA",
+                  "flashinfer": "CUDA fast math (bounds: tests/test_stacks_cuda.py)",
                   "tensorrt-llm": "TensorRT", "tensorrt-llm-kernel": "CUDA", "openvino": "OpenVINO GPU plugin",
                   "openvino-fixed": "OpenVINO GPU plugin",
                   # training stacks: modelled from source, checked against mpmath models of it

@@ -288,7 +288,9 @@ def _rope_footer(schedule: Any, rows: Sequence[Any], budget: bool) -> str:
             f"pi = phase lost.\n"
             f"x cache bound = max rot err / the cache format's own rounding bound ({bounds} rad); "
             f"colliding = positions whose cos/sin row equals the previous position's."
-            + ("\nexact STAGE = max rot err with that stage alone in float64 (error budget)." if budget else ""))
+            + ("\nexact STAGE = max rot err with that stage alone in float64 (error budget)." if budget else "")
+            + "".join(f"\n{name}: {label} (upper bounds)"
+                      for name, label in dict.fromkeys((r.recipe, r.bound) for r in rows if r.bound)))
 
 
 def _torch_inv_freq_ulps(schedule: Any, by_dtype: dict[str, list[Any]],

@@ -103,8 +103,13 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
         from ..report.effect import plot_effect
 
         plot_effect(rows, plot)
+    from ..rope import STACKS
+
+    fast = [p for p in dict.fromkeys(paths) if p in STACKS and STACKS[p].preset.fast_math]
     emit("effect", rows, as_json, EFFECT_COLUMNS,
-         footer="accuracy: the probe with the path's cos/sin; exact: with exact RoPE at the same positions.")
+         footer="accuracy: the probe with the path's cos/sin; exact: with exact RoPE at the same positions."
+                + (f"\n{', '.join(fast)}: correctly rounded functions stand in for CUDA's fast-math intrinsics "
+                   "(unpublished bits); the audit's rows bound what they may add (docs/stacks.md)." if fast else ""))
 
 
 def _calibration(recipes: Sequence[str], dtypes: Sequence[str], lengths: Sequence[int], gaps: Sequence[int],

@@ -208,6 +208,8 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
                "equals the previous one's; '-' = not measured for that component."
                + ("\nworst pair err = the largest pairwise rotation error (rad) between positions D apart, over "
                   "the distances audited (--distance); --json has each distance's." if model.kind == "rope" else "")
+               + "".join(f"\n{name}: {label} (upper bounds)" for name, label
+                         in dict.fromkeys((r["recipe"], r["bound"]) for r in dicts if r.get("bound")))
                + "".join(f"\nskipped: {why}" for why in skipped))
 
 

@@ -63,7 +63,8 @@ class ConfigRow(Row):
     (:func:`training_differences`) names it in ``reference``: its rotation errors are then differences from
     that stack's stored cos/sin.  Absent metrics are None.  ``pair_errors`` (rope rows): the pairwise rotation
     errors at distances D (:class:`~precision_audit.rope.PairError`), which the verdict judges
-    (:mod:`precision_audit.verdicts`).
+    (:mod:`precision_audit.verdicts`).  ``bound``: set for a path that runs CUDA fast-math intrinsics, whose
+    figures are upper bounds (:mod:`precision_audit.rope.cuda`).
     """
 
     component: str
@@ -89,6 +90,7 @@ class ConfigRow(Row):
     reference: str | None = None
     pair_errors: tuple[PairError, ...] = ()
     why: str | None = None
+    bound: str | None = None
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:
@@ -171,7 +173,7 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
     ...                       "factor": 2.0}, "max_position_embeddings": 4096})
     >>> names, skipped = model_stacks(m)
     >>> names, len(skipped)
-    (['transformers', 'transformers-cast', 'vllm', 'openvino', 'openvino-fixed', 'liger'], 14)
+    (['transformers', 'transformers-cast', 'vllm', 'openvino', 'openvino-fixed', 'liger'], 15)
     """
     from ..rope import select_stacks
 
@@ -342,11 +344,17 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
             rows.append(ConfigRow(
                 component="rope", recipe=r.recipe, dtype=r.dtype, length=r.length, layer_type=lt,
                 verdict=rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=r.pair_errors),
-                why=rope_why(r.max_rotation_error, r.colliding_positions, r.pair_errors),
+                why=_bounded(rope_why(r.max_rotation_error, r.colliding_positions, r.pair_errors), r.bound),
                 max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
                 colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
-                ratio=r.max_rotation_error / r.cache_bound, stack=r.stack, pair_errors=r.pair_errors))
+                ratio=r.max_rotation_error / r.cache_bound, stack=r.stack, pair_errors=r.pair_errors,
+                bound=r.bound))
     return rows
+
+
+def _bounded(why: str | None, bound: str | None) -> str | None:
+    """A row's why, said to be an upper bound where the row is one (CUDA fast math)."""
+    return f"an upper bound, CUDA fast math: {why}" if why and bound else why
 
 
 def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: str, lengths: Iterable[int],
@@ -382,9 +390,9 @@ def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: 
                     component="rope", recipe=r.path, dtype=d, length=r.length, stack=r.path, reference=trained_on,
                     layer_type=None if layer_type == "all" else layer_type,
                     verdict=rope_verdict(r.max_rotation_difference, 0),
-                    why=rope_why(r.max_rotation_difference, 0),
+                    why=_bounded(rope_why(r.max_rotation_difference, 0), r.bound),
                     max_rotation_error=r.max_rotation_difference, mean_rotation_error=r.mean_rotation_difference,
-                    cache_bound=bound, ratio=r.max_rotation_difference / bound))
+                    cache_bound=bound, ratio=r.max_rotation_difference / bound, bound=r.bound))
     return rows
 
 

@@ -26,6 +26,7 @@ from .._common import (Row, check_callable, check_choice, check_flag, check_int,
 from ..formats import Format, get_format, round_to, spacing
 from ..schedules import RopeSchedule
 from .chunk import _block_rows, _chunk_stats, _ChunkStats, _PairSpec, _Plan, _torch_chunk_stats
+from .cuda import widen
 from .engine import ENGINES, _Work
 from .hows import AngleMaker
 from .oracle import F64, MAX_ROPE_LENGTH, _split
@@ -33,7 +34,7 @@ from .pairs import PairAcc, PairError, check_distances, pair_plan, row_distances
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 
 __all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan",
-           "stored_bound", "stored_format"]
+           "recipe_frequencies", "stored_bound", "stored_format"]
 
 
 def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
@@ -77,7 +78,9 @@ class RopeRow(Row):
     ``pair_errors``: the pairwise rotation errors at each audited distance D
     below ``length`` (:class:`~precision_audit.rope.PairError`, increasing D:
     the error of the rotation from position m - D to m, m in [D, length);
-    see :mod:`.pairs`).
+    see :mod:`.pairs`).  ``bound``: None for a row computed exactly; for a
+    path that runs CUDA fast-math intrinsics, a label saying the errors are
+    bounds from their documented accuracy (:mod:`.cuda`), not bit-exact.
     """
 
     recipe: str
@@ -103,6 +106,7 @@ class RopeRow(Row):
     error_budget: dict[str, float] | None = None
     stack: str | None = None
     pair_errors: tuple[PairError, ...] = ()
+    bound: str | None = None
 
     def __post_init__(self) -> None:
         if self.length < 1:
@@ -491,7 +495,7 @@ def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
          budget: dict[str, float] | None) -> RopeRow:
     """The row of recipe ``r`` at length ``L`` from its accumulator over positions 0..L-1."""
     nf = schedule.n_freq
-    return RopeRow(
+    row = RopeRow(
         recipe=r.name,
         dtype=stored_format(r),
         length=L,
@@ -517,3 +521,21 @@ def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
         pair_errors=tuple(PairError(d, float(mx.max()), float(sm.sum() / ((L - d) * nf)))
                           for d, (mx, sm) in sorted(acc.pair_snap.items())),
     )
+    return widen(row, r, schedule, recipe_frequencies(r, schedule, L)) if r.fast_math else row
+
+
+def recipe_frequencies(r: Recipe, schedule: RopeSchedule, length: int) -> F64:
+    """The frequencies (rad per position) recipe ``r`` rotates pair i by in a pass of ``length`` positions: its
+    inverse frequencies, or for a recipe that makes its angles otherwise (:class:`AngleMaker`) its float32
+    angles at position 1.
+
+    >>> from precision_audit.rope import stack
+    >>> recipe_frequencies(stack("llama.cpp-cuda", "bf16"), RopeSchedule(head_dim=4), 8).tolist()
+    [1.0, 0.009999999776482582]
+    """
+    inv = stored_inv_freq(r, schedule, length)
+    if isinstance(inv, AngleMaker):
+        out = np.empty((1, schedule.n_freq))
+        inv.angles_into(np.ones(1), out)
+        return out[0]
+    return np.asarray(inv, dtype=np.float64)

@@ -15,13 +15,14 @@ with ``phi = atan2(sin, cos)`` of each stored pair, max and mean over positions 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .._common import Row, check_lengths, check_recipes
 from ..schedules import RopeSchedule
-from .audit import _frequency_groups, stored_format
+from .audit import _frequency_groups, recipe_frequencies, stored_format
+from .cuda import bound_label, rotation_addition
 from .engine import run_recipe
 from .oracle import wrap
 from .recipes import Recipe
@@ -33,7 +34,8 @@ _CHUNK = 1 << 15
 
 @dataclass(frozen=True)
 class StackDifference(Row):
-    """Recipe ``path`` against recipe ``reference`` at one length: rotation differences in rad (wrapped)."""
+    """Recipe ``path`` against recipe ``reference`` at one length: rotation differences in rad (wrapped);
+    ``bound``: set when a side runs CUDA fast-math intrinsics and the figures are upper bounds (:mod:`.cuda`)."""
 
     path: str
     reference: str
@@ -41,6 +43,7 @@ class StackDifference(Row):
     length: int
     max_rotation_difference: float
     mean_rotation_difference: float
+    bound: str | None = None
 
 
 def stack_difference(schedule: RopeSchedule, paths: Recipe | Iterable[Recipe], reference: Recipe,
@@ -70,5 +73,18 @@ def stack_difference(schedule: RopeSchedule, paths: Recipe | Iterable[Recipe], r
             start = L
             for i in range(len(recs)):
                 found[i, L] = float(worst[i]), float(total[i]) / (L * schedule.n_freq)
-    return [StackDifference(r.name, reference.name, stored_format(r), L, *found[i, L])
-            for i, r in enumerate(recs) for L in lens]
+    return [_widened(StackDifference(r.name, reference.name, stored_format(r), L, *found[i, L]), r, reference,
+                     schedule) for i, r in enumerate(recs) for L in lens]
+
+
+def _widened(row: StackDifference, path: Recipe, reference: Recipe, schedule: RopeSchedule) -> StackDifference:
+    """A difference computed with correctly rounded stand-ins for fast-math intrinsics, widened into a bound by
+    what they may add per frequency on either side (:mod:`.cuda`); other rows unchanged."""
+    labels = [lb for lb in (bound_label(path), bound_label(reference)) if lb]
+    if not labels:
+        return row
+    add = sum(rotation_addition(r, schedule, row.length, recipe_frequencies(r, schedule, row.length))
+              for r in (path, reference) if r.fast_math)
+    return replace(row, max_rotation_difference=min(row.max_rotation_difference + float(np.max(add)), np.pi),
+                   mean_rotation_difference=min(row.mean_rotation_difference + float(np.mean(add)), np.pi),
+                   bound=labels[0])

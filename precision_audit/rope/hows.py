@@ -33,6 +33,12 @@ Inverse frequencies (``inv_freq_from``):
   blend ``(s p * p) / (s p * mask + p * (1 - mask))``, ramp bounds always
   floor / ceil), ``ProportionalRoPE`` (``factor * base ** (2i / head_dim)``,
   infinite periods for the pairs that do not rotate).
+* ``"rcp-pow"``: ``powf(fl32(1/base), fl32(2j/d))`` (times ``fl32(1/rope_scale)``
+  for linear scaling): FlashInfer's on-the-fly kernels
+  (flashinfer-ai/flashinfer fb28d72, ``include/flashinfer/pos_enc.cuh``
+  ``BatchQKApplyRotaryPosIdsKernel``; ``rope_rcp_theta = 1.0f / rope_theta`` on
+  the host); the kernel's ``__powf`` is modelled correctly rounded and bounded
+  in :mod:`precision_audit.rope.cuda`.
 
 Angles (``angle_from``), ggml's ``rope_yarn`` family (ggml-org/ggml,
 ``src/ggml-cpu/ops.cpp`` ``ggml_rope_cache_init``/``rope_yarn``,
@@ -83,8 +89,8 @@ from ..schedules import RopeSchedule, round_mp, yarn_bounds
 from .oracle import F64
 
 __all__ = [
-    "ANGLE_HOWS", "INV_FREQ_HOWS", "MLX_LM_ROPE_TYPES", "TIMESCALE_ROPE_TYPES", "AngleMaker", "angle_maker", "exp32",
-    "fma32",
+    "ANGLE_HOWS", "INV_FREQ_HOWS", "MLX_LM_ROPE_TYPES", "RCP_POW_ROPE_TYPES", "TIMESCALE_ROPE_TYPES", "AngleMaker",
+    "angle_maker", "exp32", "fma32", "rcp_pow_inputs", "theta_scale",
     "ggml_mismatch", "how_inv_freq", "long_factors_mismatch", "mlx_lm_inv_freq", "mlx_mismatch", "mpmath_pow",
     "rounded_ramp_mismatch", "timescales", "vllm_dynamic_base", "vllm_mismatch", "vllm_overrides",
 ]
@@ -93,7 +99,7 @@ F32 = npt.NDArray[np.float32]
 _f = np.float32
 
 ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product", "position-over-timescale")
-INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2", "pow64-recip32", "mlx-lm")
+INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2", "pow64-recip32", "mlx-lm", "rcp-pow")
 
 
 def fma32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> F32:
@@ -158,6 +164,8 @@ def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
         return _pow64_recip32(schedule)
     if how == "mlx-lm":
         return mlx_lm_inv_freq(schedule)
+    if how == "rcp-pow":
+        return _rcp_pow(schedule)
     if schedule.scaling != "default":
         raise ValueError(f"inv_freq how {how!r} builds the default schedule only, not rope type {schedule.scaling!r}")
     half = schedule.rotary // 2
@@ -169,6 +177,35 @@ def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
     log2b = _cr32(math.log2(float(base)))
     e = (-(i / _f(half)) * log2b).astype(np.float32)
     return np.asarray(round_to(np.exp2(e.astype(np.float64)), "float32"), dtype=np.float64)
+
+
+RCP_POW_ROPE_TYPES: tuple[str, ...] = ("default", "linear")
+"""The rope types FlashInfer's on-the-fly kernels run with ``rcp-pow`` frequencies here (linear: ``rope_scale``)."""
+
+
+def rcp_pow_inputs(s: RopeSchedule) -> tuple[float, F32]:
+    """FlashInfer's ``__powf`` arguments: the float32 base ``1.0f / (float) rope_theta`` (host code) and the
+    exponents ``float(2j) / float(rotary_dim)``, j < d/2 (``include/flashinfer/pos_enc.cuh``).
+
+    >>> b, e = rcp_pow_inputs(RopeSchedule(head_dim=4, base=10000.0)); b, e.tolist()
+    (9.999999747378752e-05, [0.0, 0.5])
+    """
+    d = s.rotary
+    return float(_f(_f(1) / _f(s.base))), (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32)
+
+
+def _rcp_pow(s: RopeSchedule) -> F64:
+    """FlashInfer's on-the-fly frequencies: ``powf(fl32(1/base), fl32(2j/d))`` correctly rounded (the fast-math
+    ``__powf`` is bounded in :mod:`.cuda`), times ``fl32(1/rope_scale)`` for linear scaling (a float32 product;
+    the llama 3.1 blend is then exact with smooth 0)."""
+    if s.scaling not in RCP_POW_ROPE_TYPES:
+        raise ValueError(f"inv_freq how 'rcp-pow' builds rope types {', '.join(RCP_POW_ROPE_TYPES)}, "
+                         f"not {s.scaling!r}")
+    base, exps = rcp_pow_inputs(s)
+    inv = _pow32(base, exps)
+    if s.scaling == "linear":
+        inv = (inv * (_f(1) / _f(s.factor))).astype(np.float32)
+    return inv.astype(np.float64)
 
 
 def _pow64_recip32(s: RopeSchedule) -> F64:
@@ -517,6 +554,15 @@ def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     return _ggml_maker(how, schedule)
 
 
+def theta_scale(s: RopeSchedule) -> np.float32:
+    """ggml's ``theta_scale = powf(freq_base, -2.0f / n_dims)`` (host float32, correctly rounded).
+
+    >>> float(theta_scale(RopeSchedule(head_dim=4, base=10000.0)))  # 1e4 ** -0.5
+    0.009999999776482582
+    """
+    return _cr32(float(_f(s.base)) ** float(_f(-2.0) / _f(s.rotary)))
+
+
 def _ggml_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     """ggml's angle computation (``repeated-product`` or ``power-product``) for a schedule."""
     s = schedule
@@ -524,7 +570,7 @@ def _ggml_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
         raise ValueError(f"llama.cpp (ggml) does not implement rope type {s.scaling!r}; "
                          f"it implements {', '.join(GGML_ROPE_TYPES)}")
     d = s.rotary
-    ts = _cr32(float(_f(s.base)) ** float(_f(-2.0) / _f(d)))
+    ts = theta_scale(s)
     factors = _llama3_factors(s) if s.scaling == "llama3" else None
     if s.scaling == "longrope":  # the GGUF's rope_factors_long (short: n_ctx <= L0, i.e. factor <= 1)
         factors = np.asarray(s.long_factor if s.factor > 1 else s.short_factor, dtype=np.float32)

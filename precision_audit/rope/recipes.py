@@ -22,6 +22,7 @@ from typing import Any
 from .._common import check_choice, check_schedule
 from ..formats import Format, get_format, round_to
 from ..schedules import ROPE_TYPES, RopeSchedule
+from .cuda import FAST_MATH
 from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq
 from .oracle import F64
 
@@ -54,6 +55,7 @@ _HOW_TEXT = {
     "mlx-lm": "1.0f / mlx-lm's float32 freqs (SuScaledRoPE: long factors; YarnRoPE: its blend, rounded ramp "
               "bounds; ProportionalRoPE)",
     "pow64-recip32": "fl32(scale / fl32(base ** (2i/d) in float64)) (numpy float32 table; llama3 bands in float64)",
+    "rcp-pow": "powf(fl32(1/base), fl32(2j/d)) in float32 (FlashInfer's on-the-fly kernel)",
     "position-over-timescale": "float32: p / (base ** (2i/d) [* linear factor]), a division (MaxText, TensorRT-LLM's "
                                "on-the-fly kernel)",
 }
@@ -81,6 +83,9 @@ class Recipe:
     place of the declared ones (a stack that always rounds YaRN's ramp bounds:
     ``(("truncate", True),)``); errors stay measured against the declared
     schedule, so the difference shows as error (see :meth:`runs_on`).
+    ``fast_math``: the float32 functions the device code runs as CUDA
+    fast-math intrinsics (``"powf"``, ``"sincosf"``): correctly rounded ones
+    stand in and the rows are widened into bounds (:mod:`.cuda`).
 
     >>> r = preset("fp32", "bf16")
     >>> r.stages
@@ -105,6 +110,7 @@ class Recipe:
     angle_from: str = "product"
     stack: str | None = None
     overrides: tuple[tuple[str, Any], ...] = ()
+    fast_math: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -139,6 +145,21 @@ class Recipe:
         if self.apply_mode not in APPLY_MODES:
             raise ValueError(f"recipe {self.name!r}: unknown apply mode {self.apply_mode!r}; "
                              f"valid: {', '.join(APPLY_MODES)}")
+        self._check_fast_math()
+
+    def _check_fast_math(self) -> None:
+        """The intrinsics named must be modelled (:data:`.cuda.FAST_MATH`) for float32 values made on the device."""
+        object.__setattr__(self, "fast_math", tuple(self.fast_math))
+        bad = [f for f in self.fast_math if f not in FAST_MATH]
+        if bad:
+            raise ValueError(f"recipe {self.name!r}: unknown fast-math function {bad[0]!r}; "
+                             f"valid: {', '.join(FAST_MATH)}")
+        if self.fast_math and (self.trig, self.cache, self.angle) != ("float32",) * 3:
+            raise ValueError(f"recipe {self.name!r}: fast-math bounds are modelled for float32 angles and cos/sin "
+                             f"made on the device, not angle {self.angle}, trig {self.trig}, cache {self.cache}")
+        if "powf" in self.fast_math and not (self.angle_from == "power-product" or self.inv_freq_from == "rcp-pow"):
+            raise ValueError(f"recipe {self.name!r}: fast-math powf needs a power computed on the device "
+                             f"(angle_from 'power-product' or inv_freq_from 'rcp-pow')")
 
     @property
     def stages(self) -> dict[str, str]:
@@ -160,7 +181,8 @@ class Recipe:
             out["inv_freq"] = f"formula in {self.inv_freq_from}, stored in {self.inv_freq}"
         out["angle"] = (f"product rounded to {self.angle}" if self.angle_from == "product"
                         else _HOW_TEXT[self.angle_from])
-        out["trig"] = f"cos/sin rounded to {self.trig}"
+        out["trig"] = (f"cos/sin rounded to {self.trig}" if "sincosf" not in self.fast_math
+                       else f"__sincosf in {self.trig} (CUDA fast math: a bound)")
         out["cache"] = f"stored in {self.cache}"
         out["apply"] = (f"q*cos + rotate_half(q)*sin, each operation in {self.apply}" if self.apply_mode == "elementwise"
                         else f"rotation in float32, cast to {self.apply}")
@@ -209,6 +231,7 @@ class Preset:
     apply_mode: str = "elementwise"
     angle_from: str = "product"
     overrides: tuple[tuple[str, Any], ...] = ()
+    fast_math: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.recipe("preset", "float32")  # a bad format or mode fails here, with Recipe's message
@@ -220,7 +243,7 @@ class Preset:
         """The preset as a :class:`Recipe` named ``name`` for the canonical dtype name ``dtype``."""
         return Recipe(name, *self(dtype), inv_freq_from=_fill(self.inv_freq_from, dtype),
                       apply=_fill(self.apply, dtype), apply_mode=self.apply_mode, angle_from=self.angle_from,
-                      overrides=self.overrides)
+                      overrides=self.overrides, fast_math=self.fast_math)
 
 
 def _fill(fmt: str | None, dtype: str) -> str | None:

@@ -163,6 +163,20 @@ STACKS: dict[str, Stack] = {
         "arange, einsum, cos/sin), forward_cuda -> apply_rope_with_cos_sin_cache_inplace (head sizes 64, 128, 256, "
         "512; FlashInfer's kernel rotates in float32); YaRN honours truncate (sgl-project/sglang#14270)",
         refused=_VLLM_REFUSED),
+    "flashinfer": Stack(
+        "FlashInfer (on-the-fly rope)", Preset(_F32, _F32, _F32, _F32, _F32, "rcp-pow", "freq = __powf(1/base, 2j/d), "
+                                               "angle fl32(pos * freq), __sincosf, rotation in float32 (CUDA "
+                                               "fast math: bound, not bit-exact)", apply=_D,
+                                               apply_mode=_FP32_THEN_CAST, fast_math=("powf", "sincosf")),
+        ("default", "linear"),
+        "flashinfer-ai/flashinfer fb28d72: include/flashinfer/pos_enc.cuh BatchQKApplyRotaryPosIds (rope_rcp_theta "
+        "= 1.0f / rope_theta on the host), BatchQKApplyRotaryPosIdsKernel (freq = __powf(rope_rcp_theta, "
+        "float(2j) / float(rotary_dim)), times rope_rcp_scale; embed = float(pos) * freq; __sincosf(embed); "
+        "x*cos + rotate*sin in float, stored as DType); flashinfer/jit/core.py (-use_fast_math); flashinfer/"
+        "rope.py apply_rope_pos_ids, apply_rope (rope_scale, rope_theta)",
+        refused=(("llama3", "apply_llama31_rope's smooth blend on device is not modelled yet"),
+                 *((t, "FlashInfer's on-the-fly kernels run default, linear (rope_scale) and llama 3.1 RoPE only")
+                   for t in ("yarn", "dynamic", "longrope", "proportional")))),
     "sglang-fallback": Stack(
         "SGLang (fallback kernel)", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cache downcast to the query "
                                            "dtype", apply=_D, apply_mode=_FP32_THEN_CAST),
@@ -184,11 +198,15 @@ STACKS: dict[str, Stack] = {
                "(yarn_attn_factor *= rope_attn_factor; ext_factor 0)",
         refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_LLAMA_CPP_MISMATCH_FIX),
     "llama.cpp-cuda": Stack(
-        "llama.cpp CUDA", Preset(_F32, _F32, _F32, _F32, _D, _F32, "ggml CUDA rope (fast-math intrinsics not modelled)",
-                                 apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="power-product"),
+        "llama.cpp CUDA", Preset(_F32, _F32, _F32, _F32, _F32, _F32, "ggml CUDA rope: angles, cos/sin and rotation "
+                                 "in float32 in the kernel, K stored in the KV-cache type (fast-math __powf, "
+                                 "__sinf/__cosf: bound, not bit-exact)",
+                                 apply=_D, apply_mode=_FP32_THEN_CAST, angle_from="power-product",
+                                 fast_math=("powf", "sincosf")),
         _GGML, "ggml-org/ggml d99724f: src/ggml-cuda/rope.cu rope_norm/rope_neox (pos * powf(theta_scale, i)), "
-               "built with -use_fast_math (src/ggml-cuda/CMakeLists.txt); ggml_rope_yarn_corr_dims, rope factors "
-               "and attn_factor as on the CPU",
+               "rope_yarn (cosf/sinf of the float32 angle), built with -use_fast_math (src/ggml-cuda/CMakeLists."
+               "txt: powf -> __powf, cosf/sinf -> __cosf/__sinf); ggml_rope_yarn_corr_dims, rope factors and "
+               "attn_factor as on the CPU",
         refused=_GGML_REFUSED, mismatch=ggml_mismatch, mismatch_fix=_LLAMA_CPP_MISMATCH_FIX),
     "mlx": Stack(
         "MLX (Metal)", Preset(_F32, _F32, _F32, _F32, _D, "exp2-log2", "mx.fast.rope Metal kernel",
