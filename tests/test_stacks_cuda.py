@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from precision_audit.rope import RopeSchedule, audit, stack
-from precision_audit.rope.cuda import (COS_ERROR, INV_2PI_F32, SIN_ERROR, bound_label, powf_relative_bound,
-                                       sincos_bound)
+from precision_audit.rope.cuda import (COS_ERROR, INV_2PI_F32, SIN_ERROR, bound_label, frequency_bound,
+                                       powf_relative_bound, sincos_bound)
 from precision_audit.rope.recipes import Recipe, stored_inv_freq
 
 DATA = Path(__file__).parent / "data" / "cuda_intrinsics.npz"
@@ -47,6 +47,31 @@ def test_rcp_pow_frequencies_match_an_mpmath_model(base: float, d: int, factor: 
             p = float(np.float32(float(mpmath.power(mpmath.mpf(rcp), mpmath.mpf(e)))))
             want.append(float(np.float32(p * scale)) if factor != 1 else p)
     assert audit_inv.tolist() == want
+
+
+@pytest.mark.parametrize("base,factor,L0", [(500000.0, 8.0, 8192), (500000.0, 32.0, 8192), (10000.0, 4.0, 4096)])
+def test_rcp_pow_llama31_blend_matches_an_mpmath_model(base: float, factor: float, L0: int) -> None:
+    """(a) apply_llama31_rope (pos_enc.cuh): p = fl32(rcp ** e); a = (float)(L0 / (2 pi 4 - 2 pi 1)) in double,
+    b = fl32(-1 / fl32(fl32(4 / 1) - 1)); sm = clamp(fma(p, a, b), 0, 1); out = fma(sm, p, fl32(fl32(1 - sm) *
+    fl32(p * fl32(1 / factor)))), every rounding done here in mpmath."""
+    s = RopeSchedule(head_dim=128, base=base, scaling="llama3", factor=factor, low_freq_factor=1.0,
+                     high_freq_factor=4.0, original_max_position_embeddings=L0)
+    got = np.asarray(stored_inv_freq(stack("flashinfer", "float32", s), s)).tolist()
+
+    def rn(v: mpmath.mpf) -> mpmath.mpf:  # to float32, through an exact binary conversion at 200 bits
+        return mpmath.mpf(float(np.float32(float(v)))) if abs(v) > 2.0 ** -100 else mpmath.mpf(0)
+
+    with mpmath.workprec(200):
+        rcp = rn(1 / rn(mpmath.mpf(base)))
+        a = rn(mpmath.mpf(float(L0 / (2 * math.pi * 4.0 - 2 * math.pi * 1.0))))
+        b = rn(-1 / rn(rn(mpmath.mpf(4) / 1) - 1))
+        k = rn(1 / rn(mpmath.mpf(factor)))
+        want = []
+        for j in range(64):
+            p = rn(mpmath.power(rcp, rn(mpmath.mpf(2 * j) / 128)))
+            sm = min(max(rn(p * a + b), mpmath.mpf(0)), mpmath.mpf(1))
+            want.append(float(rn(sm * p + rn(rn(1 - sm) * rn(p * k)))))
+    assert got == want
 
 
 def test_sincos_bound_covers_the_argument_reduction_both_roundings() -> None:
@@ -110,16 +135,13 @@ def test_powf_bound_covers_an_emulation_at_its_documented_limits(x: float) -> No
 def _emulated_flashinfer(s: RopeSchedule, L: int, rng: np.random.Generator) -> np.ndarray:
     """An emulated FlashInfer kernel within the documented bounds: angles phi(m, j) in float64.
 
-    Frequencies: the correctly rounded rcp-pow value moved by a random fraction of the powf bound, rounded to
+    Frequencies: the correctly rounded stand-in moved by a random fraction of the frequency bound, rounded to
     float32; angle fl32(fl32(m) * freq); reduction t = fl32(angle * fl32(1/(2 pi))) rounded to nearest or toward
     zero at random; the sine unit's own error a random angle within the documented in-range figure."""
-    d = s.rotary
-    rcp = F32(F32(1) / F32(s.base))
-    ys = (np.arange(0, d, 2, dtype=F32) / F32(d)).astype(F32)
-    with mpmath.workprec(100):
-        cr = np.array([float(mpmath.power(mpmath.mpf(float(rcp)), mpmath.mpf(float(y)))) for y in ys])
-    delta = powf_relative_bound(float(rcp), ys.astype(np.float64))
-    freq = (cr * (1 + delta * rng.uniform(-1, 1, ys.size))).astype(F32)
+    rec = stack("flashinfer", "float32", s)
+    cr = np.asarray(stored_inv_freq(rec, s))  # the correctly rounded stand-in, checked by the tests (a)
+    delta = frequency_bound(rec, s)
+    freq = (cr * (1 + delta * rng.uniform(-1, 1, cr.size))).astype(F32)
     pos = np.arange(L, dtype=F32)
     angle = (pos[:, None] * freq[None, :]).astype(F32).astype(np.float64)
     prod = angle * float(INV_2PI_F32)
@@ -137,15 +159,20 @@ def _wrap(x: np.ndarray) -> np.ndarray:
     return (x + math.pi) % (2 * math.pi) - math.pi
 
 
-@pytest.mark.parametrize("base,L", [(10000.0, 4096), (10000.0, 65536), (500000.0, 32768)])
-def test_flashinfer_rows_bound_an_emulated_kernel(base: float, L: int) -> None:
+LLAMA31 = RopeSchedule(head_dim=128, base=500000.0, scaling="llama3", factor=8.0, low_freq_factor=1.0,
+                       high_freq_factor=4.0, original_max_position_embeddings=8192)
+
+
+@pytest.mark.parametrize("s,L", [(RopeSchedule(head_dim=128, base=10000.0), 4096),
+                                 (RopeSchedule(head_dim=128, base=10000.0), 65536),
+                                 (RopeSchedule(head_dim=128, base=500000.0), 32768), (LLAMA31, 65536)])
+def test_flashinfer_rows_bound_an_emulated_kernel(s: RopeSchedule, L: int) -> None:
     """(c) A FlashInfer row's absolute and pairwise errors bound those of emulated kernels (float64 oracle of
-    the exact angles m * base**(-2j/d))."""
-    s = RopeSchedule(head_dim=128, base=base)
+    the exact angles: the schedule's float64 frequencies, Llama 3's bands included)."""
     dists = (1, 16, 256, L // 2)
     row = audit(s, stack("flashinfer", "bf16", s), [L], distances=dists)[0]
     assert row.bound == bound_label(stack("flashinfer", "bf16"))
-    exact_theta = base ** (-np.arange(0, 128, 2) / 128)
+    exact_theta = s.inv_freq()
     m = np.arange(L, dtype=np.float64)
     exact = m[:, None] * exact_theta[None, :]
     pairs = {p.distance: p.max_rotation_error for p in row.pair_errors}
@@ -178,6 +205,20 @@ def test_bad_fast_math_recipes_are_refused(kwargs: dict, needle: str) -> None:
     base = dict(name="x", positions="float32", inv_freq="float32", angle="float32", trig="float32", cache="float32")
     with pytest.raises(ValueError, match=needle):
         Recipe(**{**base, **kwargs})
+
+
+def test_llama31_frequency_bound_is_the_powf_bound_outside_the_band() -> None:
+    """Where the clamp holds Llama 3's smooth at 0 or 1 the blend is a product: the powf bound plus the slack;
+    inside the band the bound grows with the blend's gain (>= 1)."""
+    rec = stack("flashinfer", "bf16", LLAMA31)
+    base = float(np.float32(np.float32(1) / np.float32(LLAMA31.base)))
+    ys = (np.arange(0, 128, 2, dtype=F32) / F32(128)).astype(np.float64)
+    plain = powf_relative_bound(base, ys)
+    got = frequency_bound(rec, LLAMA31)
+    wavelen = 2 * math.pi * LLAMA31.base ** (np.arange(0, 128, 2) / 128)  # bands: < 8192/4 kept, > 8192 divided
+    outside = (wavelen < 2048 * 0.99) | (wavelen > 8192 * 1.01)
+    assert np.allclose(got[outside], plain[outside] * (1 + plain[outside]) + 2.0 ** -20, rtol=0, atol=1e-18)
+    assert np.all(got[~outside] >= plain[~outside]) and (~outside).any()
 
 
 def test_flashinfer_refuses_what_it_does_not_run() -> None:

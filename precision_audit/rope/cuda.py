@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from ..formats import spacing
 from ..schedules import RopeSchedule
-from .hows import angle_maker, rcp_pow_inputs, theta_scale
+from .hows import angle_maker, llama31_smooth, rcp_pow_inputs, theta_scale
 from .oracle import F64
 from .pairs import PairError
 
@@ -114,7 +114,22 @@ def frequency_bound(recipe: Recipe, schedule: RopeSchedule) -> F64:
     if recipe.angle_from == "power-product":  # ggml CUDA: powf(theta_scale, i)
         return np.asarray(powf_relative_bound(float(theta_scale(s)), np.arange(n, dtype=np.float64)))
     base, exps = rcp_pow_inputs(s)  # FlashInfer: __powf(fl32(1/base), fl32(2j/d))
-    return np.asarray(powf_relative_bound(base, exps.astype(np.float64)))
+    delta = np.asarray(powf_relative_bound(base, exps.astype(np.float64)))
+    if s.scaling != "llama3":
+        return delta
+    # the llama 3.1 blend out = f ((1 - sm) / k + sm), sm = clamp(f a + b): a relative change of f moves out by
+    # up to 1 + f a (1 - 1/k) / ((1 - sm) / k + sm) times it; the blend's own roundings (and the contraction
+    # nvcc picks) add a few ulps, and the smooth's fma-or-not choice up to 8 ulps relative (2^-20 covers both)
+    # (only inside the band: where the clamp holds the smooth at 0 or 1 the blend is a plain product)
+    a, b = llama31_smooth(s)
+    f = base ** exps.astype(np.float64)
+    raw = f * float(a) + float(b)
+    reach = 2 * f * float(a) * delta + 2.0 ** -20  # how far a perturbed smooth may move
+    band = (raw > -reach) & (raw < 1 + reach)
+    sm = np.clip(raw, 0.0, 1.0)
+    k = s.factor
+    gain = np.where(band, 1 + f * float(a) * (1 - 1 / k) / ((1 - sm) / k + sm), 1.0)
+    return delta * gain * (1 + delta) + 2.0 ** -20
 
 
 def _roundings(recipe: Recipe, schedule: RopeSchedule) -> int:
@@ -123,7 +138,7 @@ def _roundings(recipe: Recipe, schedule: RopeSchedule) -> int:
     product."""
     s = recipe.runs_on(schedule)
     if recipe.angle_from != "power-product":
-        return 1 + (s.scaling == "linear")
+        return 1 + (s.scaling != "default")
     m = angle_maker("power-product", s)
     return 1 + (m.freq_factors is not None) + (m.freq_scale != 1) + 2 * (m.mix is not None)
 

@@ -90,7 +90,7 @@ from .oracle import F64
 
 __all__ = [
     "ANGLE_HOWS", "INV_FREQ_HOWS", "MLX_LM_ROPE_TYPES", "RCP_POW_ROPE_TYPES", "TIMESCALE_ROPE_TYPES", "AngleMaker",
-    "angle_maker", "exp32", "fma32", "rcp_pow_inputs", "theta_scale",
+    "angle_maker", "exp32", "fma32", "llama31_smooth", "rcp_pow_inputs", "theta_scale",
     "ggml_mismatch", "how_inv_freq", "long_factors_mismatch", "mlx_lm_inv_freq", "mlx_mismatch", "mpmath_pow",
     "rounded_ramp_mismatch", "timescales", "vllm_dynamic_base", "vllm_mismatch", "vllm_overrides",
 ]
@@ -179,8 +179,9 @@ def how_inv_freq(how: str, schedule: RopeSchedule) -> F64:
     return np.asarray(round_to(np.exp2(e.astype(np.float64)), "float32"), dtype=np.float64)
 
 
-RCP_POW_ROPE_TYPES: tuple[str, ...] = ("default", "linear")
-"""The rope types FlashInfer's on-the-fly kernels run with ``rcp-pow`` frequencies here (linear: ``rope_scale``)."""
+RCP_POW_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "llama3")
+"""The rope types FlashInfer's on-the-fly kernels run with ``rcp-pow`` frequencies (linear: ``rope_scale``;
+llama3: ``apply_llama31_rope``)."""
 
 
 def rcp_pow_inputs(s: RopeSchedule) -> tuple[float, F32]:
@@ -194,18 +195,37 @@ def rcp_pow_inputs(s: RopeSchedule) -> tuple[float, F32]:
     return float(_f(_f(1) / _f(s.base))), (np.arange(0, d, 2, dtype=np.float32) / _f(d)).astype(np.float32)
 
 
+def llama31_smooth(s: RopeSchedule) -> tuple[np.float32, np.float32]:
+    """FlashInfer's host constants of the llama 3.1 blend ``smooth = freq * a + b``: ``a = (float) (L0 / (2 pi
+    high - 2 pi low))`` in double, ``b = -1.0f / (high / low - 1.0f)`` in float (``BatchQKApplyLlama31RotaryPosIds``).
+
+    >>> [float(v) for v in llama31_smooth(RopeSchedule(head_dim=8, scaling="llama3", factor=8.0))]  # 8192 / (6 pi), -1/3
+    [434.5990905761719, -0.3333333432674408]
+    """
+    hi, lo = float(_f(s.high_freq_factor)), float(_f(s.low_freq_factor))
+    a = _f(float(_f(s.original_max_position_embeddings)) / (2 * math.pi * hi - 2 * math.pi * lo))
+    return a, _f(_f(-1) / (_f(_f(hi) / _f(lo)) - _f(1)))
+
+
 def _rcp_pow(s: RopeSchedule) -> F64:
     """FlashInfer's on-the-fly frequencies: ``powf(fl32(1/base), fl32(2j/d))`` correctly rounded (the fast-math
-    ``__powf`` is bounded in :mod:`.cuda`), times ``fl32(1/rope_scale)`` for linear scaling (a float32 product;
-    the llama 3.1 blend is then exact with smooth 0)."""
+    ``__powf`` is bounded in :mod:`.cuda`), then ``(1 - sm) * (freq * fl32(1/rope_scale)) + sm * freq`` with
+    ``sm = clamp(fma(freq, a, b), 0, 1)`` (:func:`llama31_smooth`; 0 for default and linear, where it is exact),
+    the sum fused with the second product (nvcc contracts it; the other contraction is within the bound's
+    slack, :func:`.cuda.frequency_bound`)."""
     if s.scaling not in RCP_POW_ROPE_TYPES:
         raise ValueError(f"inv_freq how 'rcp-pow' builds rope types {', '.join(RCP_POW_ROPE_TYPES)}, "
                          f"not {s.scaling!r}")
     base, exps = rcp_pow_inputs(s)
     inv = _pow32(base, exps)
+    if s.scaling == "default":
+        return inv.astype(np.float64)
+    scaled = (inv * (_f(1) / _f(s.factor))).astype(np.float32)
     if s.scaling == "linear":
-        inv = (inv * (_f(1) / _f(s.factor))).astype(np.float32)
-    return inv.astype(np.float64)
+        return scaled.astype(np.float64)
+    a, b = llama31_smooth(s)
+    sm = np.clip(fma32(inv, a, b), _f(0), _f(1)).astype(np.float32)
+    return fma32(sm, inv, ((_f(1) - sm) * scaled).astype(np.float32)).astype(np.float64)
 
 
 def _pow64_recip32(s: RopeSchedule) -> F64:

@@ -168,15 +168,15 @@ STACKS: dict[str, Stack] = {
                                                "angle fl32(pos * freq), __sincosf, rotation in float32 (CUDA "
                                                "fast math: bound, not bit-exact)", apply=_D,
                                                apply_mode=_FP32_THEN_CAST, fast_math=("powf", "sincosf")),
-        ("default", "linear"),
-        "flashinfer-ai/flashinfer fb28d72: include/flashinfer/pos_enc.cuh BatchQKApplyRotaryPosIds (rope_rcp_theta "
-        "= 1.0f / rope_theta on the host), BatchQKApplyRotaryPosIdsKernel (freq = __powf(rope_rcp_theta, "
-        "float(2j) / float(rotary_dim)), times rope_rcp_scale; embed = float(pos) * freq; __sincosf(embed); "
-        "x*cos + rotate*sin in float, stored as DType); flashinfer/jit/core.py (-use_fast_math); flashinfer/"
-        "rope.py apply_rope_pos_ids, apply_rope (rope_scale, rope_theta)",
-        refused=(("llama3", "apply_llama31_rope's smooth blend on device is not modelled yet"),
-                 *((t, "FlashInfer's on-the-fly kernels run default, linear (rope_scale) and llama 3.1 RoPE only")
-                   for t in ("yarn", "dynamic", "longrope", "proportional")))),
+        ("default", "linear", "llama3"),
+        "flashinfer-ai/flashinfer fb28d72: include/flashinfer/pos_enc.cuh BatchQKApplyRotaryPosIds and "
+        "BatchQKApplyLlama31RotaryPosIds (rope_rcp_theta = 1.0f / rope_theta, smooth_a, smooth_b on the host), "
+        "BatchQKApplyRotaryPosIdsKernel (freq = __powf(rope_rcp_theta, float(2j) / float(rotary_dim)); smooth = "
+        "clamp(freq * smooth_a + smooth_b); freq = (1 - smooth) * (freq * rope_rcp_scale) + smooth * freq; embed "
+        "= float(pos) * freq; __sincosf(embed); x*cos + rotate*sin in float, stored as DType); flashinfer/jit/"
+        "core.py (-use_fast_math); flashinfer/rope.py apply_rope_pos_ids, apply_llama31_rope_pos_ids",
+        refused=tuple((t, "FlashInfer's on-the-fly kernels run default, linear (rope_scale) and llama 3.1 RoPE only")
+                      for t in ("yarn", "dynamic", "longrope", "proportional"))),
     "sglang-fallback": Stack(
         "SGLang (fallback kernel)", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cache downcast to the query "
                                            "dtype", apply=_D, apply_mode=_FP32_THEN_CAST),
