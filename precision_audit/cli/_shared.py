@@ -550,6 +550,12 @@ def worst_pair(row: dict[str, Any]) -> float | None:
     return max((p["max_rotation_error"] for p in pairs), default=None)
 
 
+def bound_notes(rows: Sequence[dict[str, Any]]) -> str:
+    """One footer line per path whose rows are upper bounds (CUDA fast math: a row's ``bound``), else ""."""
+    return "".join(f"\n{name}: {label} (upper bounds)"
+                   for name, label in dict.fromkeys((r["recipe"], r["bound"]) for r in rows if r.get("bound")))
+
+
 def pair_table(rows: Sequence[dict[str, Any]], keys: Sequence[Column]) -> str:
     """The pairwise maxima as a text table: the ``keys`` columns, then one column per distance (D=...)
     that any row carries ('-': not below that row's length); empty when no row has pairs."""

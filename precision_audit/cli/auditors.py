@@ -17,7 +17,7 @@ from ..rope import PRESETS as _ROPE_PRESETS
 from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
 from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, distance_options,
-                      distances_from_options, emit, one_value, pair_table, pct, progress_bar, rope_even,
+                      bound_notes, distances_from_options, emit, one_value, pair_table, pct, progress_bar, rope_even,
                       schedule_from_options, schedule_options, stack_option, stacks_for, wide_option)
 
 
@@ -280,7 +280,8 @@ def _rope_footer(schedule: Any, rows: Sequence[Any], budget: bool) -> str:
 
     bounds = ", ".join(f"{d} {cache_rounding_bound(d, schedule.cos_sin_scale):.3e}"
                        for d in dict.fromkeys(r.dtype for r in rows))
-    pairs = pair_table([r.to_dict() for r in rows], [("dtype", "dtype"), ("length", "length"), ("recipe", "recipe")])
+    dicts = [r.to_dict() for r in rows]
+    pairs = pair_table(dicts, [("dtype", "dtype"), ("length", "length"), ("recipe", "recipe")])
     if pairs:
         pairs = ("\npairwise: max rotation error (rad) between positions D apart, |phi(m) - phi(m-D) - D*theta_i| "
                  "over m in [D, L) ('-': D >= L)\n" + pairs + "\n")
@@ -289,8 +290,7 @@ def _rope_footer(schedule: Any, rows: Sequence[Any], budget: bool) -> str:
             f"x cache bound = max rot err / the cache format's own rounding bound ({bounds} rad); "
             f"colliding = positions whose cos/sin row equals the previous position's."
             + ("\nexact STAGE = max rot err with that stage alone in float64 (error budget)." if budget else "")
-            + "".join(f"\n{name}: {label} (upper bounds)"
-                      for name, label in dict.fromkeys((r.recipe, r.bound) for r in rows if r.bound)))
+            + bound_notes(dicts))
 
 
 def _torch_inv_freq_ulps(schedule: Any, by_dtype: dict[str, list[Any]],

@@ -12,9 +12,9 @@ import click
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
 from ._shared import fail_on as judge_rows
-from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
-                      distances_from_options, echo_json, worst_pair,
-                      echo_table, emit, pct, progress_bar, stack_option, wide_option)
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, bound_notes,
+                      distance_options, distances_from_options, echo_json, echo_table, emit, pct, progress_bar,
+                      stack_option, wide_option, worst_pair)
 
 # --- report -----------------------------------------------------------------------------------
 
@@ -208,8 +208,7 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
                "equals the previous one's; '-' = not measured for that component."
                + ("\nworst pair err = the largest pairwise rotation error (rad) between positions D apart, over "
                   "the distances audited (--distance); --json has each distance's." if model.kind == "rope" else "")
-               + "".join(f"\n{name}: {label} (upper bounds)" for name, label
-                         in dict.fromkeys((r["recipe"], r["bound"]) for r in dicts if r.get("bound")))
+               + bound_notes(dicts)
                + "".join(f"\nskipped: {why}" for why in skipped))
 
 
