@@ -414,3 +414,42 @@ def test_non_finite_rows_count_pi() -> None:
         mx, mean = brute(cc, ss, s.inv_freq(), p.distance, L)
         assert mx == math.pi == p.max_rotation_error
         assert p.mean_rotation_error == pytest.approx(mean, abs=1e-13)
+
+
+TWIN_CASES = [  # (head_dim, recipes, lengths, audit keywords): chunks of 512 positions (nf 8) unless said
+    (16, [("lowp", "bf16"), ("fp32", "fp16"), ("lowp-inv-freq", "bf16")], [1024, 4096], {"chunk_elems": 4096}),
+    (16, [("lowp", "bf16"), ("fp32", "fp16")], [512, 1024, 2048, 4096, 4096], {"chunk_elems": 4096}),
+    # positions [1024, 2048) paired at D = 1024; the rest of [2048, 6000) recomputed, after the waiting chunks
+    (16, [("lowp", "bf16")], [4096, 6000], {"chunk_elems": 4096, "distances": (1, 256, 1024)}),
+    # D = 2048 pairs [2048, 2560) only; [512, 2048) merged between (until 3000 < 2D)
+    (16, [("lowp", "bf16"), ("fp32", "fp16")], [3000], {"chunk_elems": 4096, "distances": (1, 256, 2048)}),
+    # two recipes that share every stage share one cache job, and its stats (formed once, merged twice)
+    (16, [("fp32", "bf16"), ("lowp", "bf16"), ("fp32", "bf16")], [2048, 4096], {"chunk_elems": 4096}),
+    # nan in the cache (e4m3 overflow), chunks of 2048 positions, D = 32768
+    (16, [("lowp", "e4m3"), ("lowp", "fp16"), ("lowp-inv-freq", "e5m2")], [65536], {"chunk_elems": 2**14}),
+]
+
+
+@pytest.mark.parametrize(("head_dim", "names", "lengths", "kw"), TWIN_CASES)
+@pytest.mark.parametrize("workers", [1, 3])
+def test_twin_chunks_give_the_recomputed_rows(head_dim: int, names: list, lengths: list, kw: dict,
+                                              workers: int) -> None:
+    # The longest recomputed distance (L/2 by default) is paired from the chunks D earlier, computed just before
+    # by the same worker (rope/audit.py, _twin), instead of recomputing positions m - D: the same signed errors
+    # in the same blocks, reductions merged in position order, so every row is the recomputation's to the bit.
+    import importlib
+
+    audit_mod = importlib.import_module("precision_audit.rope.audit")
+    s = RopeSchedule(head_dim=head_dim)
+    recs = [preset(n, d) for n, d in names]
+    seen = []
+    orig = audit_mod._twin
+    try:
+        audit_mod._twin = lambda *a: seen.append(orig(*a)) or seen[-1]
+        twin = [r.to_dict() for r in audit(s, recs, lengths, workers=workers, **kw)]
+        audit_mod._twin = lambda *a: None
+        again = [r.to_dict() for r in audit(s, recs, lengths, workers=workers, **kw)]
+    finally:
+        audit_mod._twin = orig
+    assert any(t is not None for t in seen)
+    assert twin == again

@@ -243,3 +243,88 @@ def test_rotation_wrap_threshold_is_pi() -> None:
     assert _WRAP_T == math.pi
     assert wrap(math.pi) == math.pi
     assert wrap(math.nextafter(math.pi, 4.0)) < 0
+
+
+def _midpoint_angles(rng: np.random.Generator, fn: object, count: int) -> np.ndarray:
+    """float32 angles whose float64 cos (or sin) lies within 2**12 float64 ulps of a float32 rounding midpoint
+    (found by search: about one angle in 2**16), where a float64 estimate could round either way."""
+    found: list[np.ndarray] = []
+    while sum(x.size for x in found) < count:
+        a = rng.uniform(0, 2**20, 2**21).astype(np.float32).astype(np.float64)
+        v = fn(a)  # type: ignore[operator]
+        low = v.view(np.uint64) & np.uint64(2**29 - 1)
+        near = np.abs(low.astype(np.int64) - 2**28) <= 2**12
+        found.append(a[near & (np.abs(v) >= 2.0**-6)])
+    return np.concatenate(found)[:count]
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.3465735902799727])
+def test_float32_cache_path_is_the_rounding_chain(scale: float) -> None:
+    # rope/f32cache.py: a float32 trig stage stored in a float32 cache from a float64 polynomial estimate must
+    # give the stored values of the definition (np.cos/np.sin rounded to float32, times the factor in
+    # float32) bit for bit.  Angles spread over [0, 2**26), at multiples of pi/2 and pi/4 (cos or sin near 0 or
+    # equal), tiny, and found near a float32 midpoint of cos or sin (the guard must send them to np.cos).
+    from precision_audit.formats import get_format
+    from precision_audit.rope import f32cache
+
+    rng = np.random.default_rng(11)
+    k = rng.integers(0, 2**24, 4096).astype(np.float64)
+    a = np.concatenate([rng.uniform(0, 2**26, 8192), k * (np.pi / 2) + rng.normal(0, 1e-5, 4096),
+                        (k + 0.5) * (np.pi / 2), rng.uniform(0, 1, 4096), 2.0 ** -rng.uniform(1, 40, 1024),
+                        _midpoint_angles(rng, np.cos, 256), _midpoint_angles(rng, np.sin, 256)])
+    a = round_to(a, "float32")
+    T = C = get_format("float32")
+    assert f32cache.eligible(T, C, scale)
+    out = np.empty(2 * a.size)
+    f32cache.stored_into(a, T, C, scale, out, tuple(np.empty_like(a) for _ in range(3)))
+    factor = float(round_to(scale, "float32")[()])
+    for fn, got in ((np.cos, out[: a.size]), (np.sin, out[a.size :])):
+        v = round_to(fn(a), "float32")
+        if scale != 1.0:
+            v = round_to(v * factor, "float32")
+        np.testing.assert_array_equal(got.view(np.uint64), v.view(np.uint64))
+
+
+def test_float32_cache_estimate_within_its_bound() -> None:
+    # the module's claim: cos and sin within 2**-49 of the exact values (mpmath, 200 bits) for |a| < 2**26:
+    # float32 angles next to multiples of pi/4 (the reduction's edges and the quadrant switches), spread
+    # over every binade up to 2**26, and tiny ones
+    import mpmath
+
+    from precision_audit.rope import f32cache
+
+    rng = np.random.default_rng(12)
+    near = np.float32(rng.integers(1, 2**26 // 1, 1500).astype(np.float64) * (np.pi / 4))
+    near = near[near < 2**26]
+    a = np.concatenate([near, np.nextafter(near, np.float32(0)), np.nextafter(near, np.float32(np.inf)),
+                        np.float32(2.0 ** rng.uniform(-30, 26, 1500))]).astype(np.float64)
+    a = a[a < f32cache.MAX_ANGLE]
+    c, s = np.empty_like(a), np.empty_like(a)
+    f32cache.estimate(a, c, s, tuple(np.empty_like(a) for _ in range(3)))
+    with mpmath.workprec(200):
+        worst = max(max(abs(mpmath.cos(mpmath.mpf(x)) - cx), abs(mpmath.sin(mpmath.mpf(x)) - sx))
+                    for x, cx, sx in zip(a.tolist(), c.tolist(), s.tolist()))
+    assert worst <= 2.0**-49
+
+
+def test_float32_cache_rows_equal_the_engine_rows() -> None:
+    # the audit of float32-cache stacks with the path on and off (np.cos per element): every row identical
+    import importlib
+
+    f32cache = importlib.import_module("precision_audit.rope.f32cache")
+    from precision_audit.rope import stack
+
+    s = RopeSchedule(head_dim=32, scaling="yarn", factor=8, original_max_position_embeddings=4096)
+    recipes = [stack(n, "bf16", s) for n in ("sglang", "tensorrt-llm", "llama.cpp-cuda")]
+    recipes.append(Recipe("f32-all", "fp32", "fp32", "fp32", "fp32", "fp32"))
+    calls = []
+    orig, orig_stored = f32cache.eligible, f32cache.stored_into
+    try:
+        f32cache.stored_into = lambda *a: calls.append(1) or orig_stored(*a)
+        on = [r.to_dict() for r in audit(s, recipes, [1000, 40000], workers=2)]
+        assert calls  # the path ran
+        f32cache.eligible = lambda *a: False
+        off = [r.to_dict() for r in audit(s, recipes, [1000, 40000], workers=2)]
+    finally:
+        f32cache.eligible, f32cache.stored_into = orig, orig_stored
+    assert on == off

@@ -132,11 +132,12 @@ class _Acc:
         self.pairs: PairAcc | None = None  # pair errors, when asked
         self.pair_snap: dict[int, tuple[F64, F64]] = {}  # a snapshot's pair max and sum per distance
 
-    def add(self, c: _ChunkStats, start: int = 0, stop: int = 0) -> None:
+    def add(self, c: _ChunkStats, start: int = 0, stop: int = 0, cross: dict[int, tuple[F64, F64]] | None = None
+            ) -> None:
         """Merge the next chunk, positions ``start..stop-1`` (chunks must come in position order: sums are
-        order-sensitive)."""
+        order-sensitive); ``cross``: its pairs across chunks, formed already (:meth:`.PairAcc.add`)."""
         if self.pairs is not None:
-            self.pairs.add(start, stop, c.pairs, c.head, c.tail)
+            self.pairs.add(start, stop, c.pairs, c.head, c.tail, cross)
         np.maximum(self.ang_max, c.ang_max, out=self.ang_max)
         self.ang_sum += c.ang_sum
         np.maximum(self.rot_max, c.rot_max, out=self.rot_max)
@@ -238,20 +239,33 @@ def _pass(
     spec = _pair_spec(pairs, pair_recipes, chunk)
     plan = _Plan.build(recipes, invs, scale, max(lengths, default=0) * nf, spec) if engine == "numpy" else None
     steps = _plan(lengths, chunk)
-    workers = max(1, min(int(workers), len(steps)))
+    twin = _twin(steps, spec, chunk, nf, len(recipes)) if plan is not None else None
+    units = _units(steps, twin)
+    workers = max(1, min(int(workers), len(units)))
     spare: queue.SimpleQueue[tuple[_Work, _Plan | None]] = queue.SimpleQueue()
     for _ in range(workers):
-        spare.put((_Work(block, nf), plan.fresh(nf) if plan is not None else None))
+        spare.put((_Work(block, nf), plan.fresh(nf, twin.rows if twin is not None else 0) if plan is not None else None))
 
-    def run(item: _Chunk) -> list[_ChunkStats]:
-        a, b, _ = item
-        if a == b:
-            return []
+    def run(unit: Sequence[_Chunk]) -> list[list[_ChunkStats]]:
+        if all(a == b for a, b, _ in unit):
+            return [[] for _ in unit]
         w, p = spare.get()
         try:
-            if p is None:
-                return _torch_chunk_stats(recipes, hi, lo, invs, scale, a, b, w, spec)
-            return _chunk_stats(p, hi, lo, a, b, w, block)
+            out = []
+            for a, b, _ in unit:
+                if a == b:
+                    out.append([])
+                elif p is None:
+                    out.append(_torch_chunk_stats(recipes, hi, lo, invs, scale, a, b, w, spec))
+                elif twin is None:
+                    out.append(_chunk_stats(p, hi, lo, a, b, w, block))
+                elif a < twin.stop:  # kept for the chunks D later
+                    out.append(_chunk_stats(p, hi, lo, a, b, w, block, keep_at=a - twin.first(a)))
+                elif twin.d <= a < twin.d + twin.stop:  # paired with the rows kept D earlier
+                    out.append(_chunk_stats(p, hi, lo, a, b, w, block, twin=(twin.d, twin.first(a))))
+                else:
+                    out.append(_chunk_stats(p, hi, lo, a, b, w, block))
+            return out
         finally:
             spare.put((w, p))
 
@@ -259,7 +273,75 @@ def _pass(
     if spec is not None:
         for i in spec.recipes:
             accs[i].pairs = PairAcc(nf, list(spec.until), spec.carry)
-    return _merge(steps, run, workers, accs, progress, pairs or {})
+    return _merge(units, run, workers, accs, progress, pairs or {}, twin)
+
+
+_TWIN_BYTES = 64 * 2**20  # the largest total of chunk reductions held back for twin chunks
+
+
+@dataclass(frozen=True)
+class _Twin:
+    """The distance D of a pass paired from kept rows instead of recomputed: a unit of work computes the
+    chunks of positions [p, q) (``keep``: their signed errors stay in the worker) and then those of
+    [p + D, q + D) (paired with them at distance D); ``segments`` lists the [p, q), which tile
+    [0, ``stop``), each ending at a chunk boundary that is one at + D too.  The chunks from D on merge
+    only after every earlier one: their reductions wait (``_TWIN_BYTES`` at most)."""
+
+    d: int
+    segments: tuple[tuple[int, int], ...]
+    rows: int  # the longest segment: the twin buffer
+
+    @property
+    def stop(self) -> int:
+        return self.segments[-1][1]
+
+    def first(self, position: int) -> int:
+        """The first position of the segment holding ``position`` (or ``position - D``)."""
+        x = position if position < self.stop else position - self.d
+        return next(p for p, q in self.segments if p <= x < q)
+
+
+def _twin(steps: Sequence[_Chunk], spec: _PairSpec | None, chunk: int, nf: int, n_recipes: int) -> _Twin | None:
+    """The twin distance of a pass, or None: the recomputed distance with the most positions in [D, 2D) below its
+    largest length (the default L/2 of the longest row), paired there when the chunk boundaries below D, moved by D, are chunk boundaries
+    often enough (segments of at most two chunks) and the waiting reductions stay small.
+
+    >>> spec = _PairSpec({1: 8, 4: 8}, 1, 2, frozenset({0}))
+    >>> _twin(_plan([8], 2), spec, 2, 1, 1)
+    _Twin(d=4, segments=((0, 2), (2, 4)), rows=2)
+    """
+    if spec is None or not spec.shifted:
+        return None
+    d = max(spec.shifted, key=lambda x: (min(spec.until[x], 2 * x) - x, x))  # the most positions paired
+    stop = min(spec.until[d], 2 * d) - d  # pairs (m, m - D) for m in [D, D + stop)
+    cuts = {a for a, _, _ in steps} | {b for _, b, _ in steps}
+    aligned = [x for x in sorted(cuts) if x <= stop and x + d in cuts]
+    if not aligned or aligned[0] != 0 or aligned[-1] < chunk:
+        return None
+    segments = tuple((p, q) for p, q in zip(aligned, aligned[1:]) if q > p)
+    rows = max(q - p for p, q in segments)
+    waiting = sum(1 for a, b, _ in steps if d <= a < d + aligned[-1])
+    per_chunk = 8 * nf * (8 + 2 * len(spec.until))  # a chunk's reductions, end rows and pair sums, per recipe
+    if rows > 2 * chunk or waiting * n_recipes * per_chunk > _TWIN_BYTES:
+        return None
+    return _Twin(d, segments, rows)
+
+
+def _units(steps: Sequence[_Chunk], twin: _Twin | None) -> list[list[_Chunk]]:
+    """The chunks grouped into units of work, in the order they are computed: one chunk each, or (twin
+    chunks) the chunks of a segment [p, q) then those of [p + D, q + D); the units start in position order.
+
+    >>> _units(_plan([8], 2), _Twin(4, ((0, 2), (2, 4)), 2))
+    [[(0, 2, None), (4, 6, None)], [(2, 4, None), (6, 8, 8)]]
+    """
+    if twin is None:
+        return [[c] for c in steps]
+    units: dict[int, list[_Chunk]] = {}
+    for c in steps:
+        a = c[0]
+        key = twin.first(a) if a < twin.stop or twin.d <= a < twin.d + twin.stop else a + 0.5
+        units.setdefault(key, []).append(c)
+    return [units[k] for k in sorted(units)]
 
 
 def _pair_spec(pairs: dict[int, Sequence[int]] | None, pair_recipes: Iterable[int], chunk: int) -> _PairSpec | None:
@@ -272,32 +354,88 @@ def _pair_spec(pairs: dict[int, Sequence[int]] | None, pair_recipes: Iterable[in
     return _PairSpec(until, carry, chunk, who)
 
 
-def _merge(plan: Sequence[_Chunk], run: Callable[[_Chunk], list[_ChunkStats]], workers: int, accs: list[_Acc],
-           progress: Callable[[int], None] | None, pairs: dict[int, Sequence[int]] | None = None
-           ) -> list[list[tuple[_Acc, int]]]:
-    """``run`` every chunk (on ``workers`` threads), merge the stats into ``accs`` in position order;
-    a snapshot of every accumulator at each length that ends a chunk (with the pair distances ``pairs[L]``)."""
+def _merge(units: Sequence[Sequence[_Chunk]], run: Callable[[Sequence[_Chunk]], list[list[_ChunkStats]]],
+           workers: int, accs: list[_Acc], progress: Callable[[int], None] | None,
+           pairs: dict[int, Sequence[int]] | None = None, twin: _Twin | None = None) -> list[list[tuple[_Acc, int]]]:
+    """``run`` every unit of chunks (on ``workers`` threads), merge the stats into ``accs`` in position order;
+    a snapshot of every accumulator at each length that ends a chunk (with the pair distances ``pairs[L]``).
+
+    The chunks of a twin's [D, D + stop) come before some earlier ones: their reductions wait, and their
+    pairs across chunks are formed on arrival (``ahead``: an accumulator that keeps their rows from D on)
+    unless they reach back below D (then they wait whole)."""
     snaps: list[list[tuple[_Acc, int]]] = [[] for _ in accs]
+    waiting: list[tuple[_Chunk, list[_ChunkStats], list[dict[int, tuple[F64, F64]] | None]]] = []
+    ahead = [None if acc.pairs is None or twin is None else PairAcc(acc.ang_max.size, list(acc.pairs.max),
+                                                                     acc.pairs.carry) for acc in accs]
+    pre_start = twin.d if twin is not None else 0
+    for acc in ahead:
+        if acc is not None:
+            acc.position = pre_start
+
+    def merge(item: _Chunk, stats: list[_ChunkStats], cross: Sequence[dict[int, tuple[F64, F64]] | None] = ()
+              ) -> None:
+        a, b, L = item
+        for i, (acc, st) in enumerate(zip(accs, stats)):
+            acc.add(st, a, b, cross[i] if cross else None)
+        if L is not None:
+            for i, acc in enumerate(accs):
+                snaps[i].append((acc.snapshot((pairs or {}).get(L, ())), L))
+
+    def wait(item: _Chunk, stats: list[_ChunkStats]) -> None:
+        a, b, _ = item
+        cross: list[dict[int, tuple[F64, F64]] | None] = []
+        formed: dict[int, dict[int, tuple[F64, F64]]] = {}  # by stats object: recipes that share a cache share it
+        for pre, st in zip(ahead, stats):
+            if pre is None or st.head is None or st.tail is None or b == a:
+                cross.append(None)
+                continue
+            # a chunk whose pairs reach back below D waits whole (the merge forms them from the rows before D)
+            if a - pre.carry >= pre_start:
+                if id(st) not in formed:
+                    formed[id(st)] = pre.cross(a, b, st.head)
+                cross.append(formed[id(st)])
+            else:
+                cross.append(None)
+            pre.keep(st.tail)
+            pre.position = b
+        for st in stats:
+            if id(st) in formed:
+                st.head = st.tail = None  # formed: the rows can go
+        waiting.append((item, stats, cross))
+
+    def release() -> None:
+        for item, stats, cross in waiting:
+            merge(item, stats, cross)
+        if any(c is not None for _, _, cross in waiting for c in cross):  # the merge's kept rows are stale
+            for acc, pre in zip(accs, ahead):
+                if acc.pairs is not None and pre is not None:
+                    acc.pairs.resume(pre)
+        waiting.clear()
+
     pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        results = _windowed(pool, run, plan, workers) if pool is not None else map(run, plan)
-        for (a, b, L), stats in zip(plan, results):
-            for acc, st in zip(accs, stats):
-                acc.add(st, a, b)
-            if progress is not None and b > a:
-                progress(b - a)
-            if L is not None:
-                for i, acc in enumerate(accs):
-                    snaps[i].append((acc.snapshot((pairs or {}).get(L, ())), L))
-            stats = []  # let the chunk's rows go while the next one is computed
+        results = _windowed(pool, run, units, workers) if pool is not None else map(run, units)
+        for unit, unit_stats in zip(units, results):
+            for item, stats in zip(unit, unit_stats):
+                a, b, _ = item
+                if twin is not None and twin.d <= a < twin.d + twin.stop:
+                    wait(item, stats)
+                else:
+                    if twin is not None and a >= twin.d:
+                        release()
+                    merge(item, stats)
+                if progress is not None and b > a:
+                    progress(b - a)
+            unit_stats = []  # let the chunks' rows go while the next unit is computed
+        release()
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     return snaps
 
 
-def _windowed(pool: ThreadPoolExecutor, run: Callable[[_Chunk], list[_ChunkStats]], plan: Sequence[_Chunk],
-              ahead: int) -> Iterator[list[_ChunkStats]]:
+def _windowed(pool: ThreadPoolExecutor, run: Callable[[Sequence[_Chunk]], list[list[_ChunkStats]]],
+              plan: Sequence[Sequence[_Chunk]], ahead: int) -> Iterator[list[list[_ChunkStats]]]:
     """``pool.map(run, plan)`` with at most ``ahead`` chunks submitted and not yet taken: finished chunks wait
     for the merge in order, and their stats (pair rows) stay bounded however long the pass."""
     todo = iter(plan)

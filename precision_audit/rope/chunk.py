@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import Format, get_format, round_to
-from . import fastcache
+from . import f32cache, fastcache
 from .engine import _angle_into, _cache_into, _Rows, _trig_into, _Work
 from .hows import AngleMaker
 from .oracle import _TWO_PI, F64, _oracle_into, _wrap_into
@@ -99,6 +99,7 @@ class _CacheJob:
     table: _AngleTable | None = None
     pairs: _PairTable | None = None
     fast: bool = False
+    f32: bool = False  # a float32 cache of float32 cos/sin (:mod:`.f32cache`)
     # running reductions of the chunk in progress
     rot: _Reduction = field(default_factory=_Reduction)
     collisions: int = 0
@@ -106,6 +107,7 @@ class _CacheJob:
     last: F64 | None = None
     wraps: bool = False  # the last block's rotation errors needed wrapping
     signed: F64 | None = None  # the chunk's signed rotation errors (pairs only: :attr:`_Plan.pairs`)
+    twin: F64 | None = None  # signed errors kept from twin chunks (:func:`_chunk_pairs`)
     pair_red: dict[int, _Reduction] = field(default_factory=dict)  # per distance, the chunk so far
     pair_wraps: dict[int, bool] = field(default_factory=dict)
 
@@ -184,20 +186,22 @@ class _Plan:
                     cj.table = _AngleTable.build(r, scale)
                     cj.pairs = None if atan2_fast else _PairTable.build(r.cache, scale)
                 cj.fast = cj.table is None and fastcache.eligible(job.trig, fc, scale)
+                cj.f32 = cj.table is None and not cj.fast and f32cache.eligible(job.trig, fc, scale)
                 job.caches.append(cj)
             cj.members.append(i)
         return _Plan(list(by_angle.values()), len(recipes), scale,
                      list(dict.fromkeys(r.positions for r in recipes)), atan2_fast, pairs)
 
-    def fresh(self, nf: int) -> "_Plan":
+    def fresh(self, nf: int, twin_rows: int = 0) -> "_Plan":
         """A copy with empty running reductions (one per worker), and a signed-error buffer per cache
-        that needs pairs (``nf`` frequencies)."""
-        jobs = [_AngleJob(j.recipe, j.inv, j.trig, [_CacheJob(c.cache, c.recipe, c.members, c.table, c.pairs, c.fast)
+        that needs pairs (``nf`` frequencies; and a twin buffer of ``twin_rows`` rows)."""
+        jobs = [_AngleJob(j.recipe, j.inv, j.trig, [_CacheJob(c.cache, c.recipe, c.members, c.table, c.pairs, c.fast, c.f32)
                                                     for c in j.caches]) for j in self.jobs]
         if self.pairs is not None:
             for cj in (c for j in jobs for c in j.caches):
                 if self.pairs.recipes.intersection(cj.members):
                     cj.signed = np.empty((self.pairs.rows, nf))
+                    cj.twin = np.empty((twin_rows, nf)) if twin_rows else None
         return _Plan(jobs, self.n_recipes, self.scale, self.position_formats, self.atan2_fast, self.pairs)
 
 
@@ -209,8 +213,12 @@ def _block_rows(nf: int, chunk: int, engine: str) -> int:
 
 
 def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Work,
-                 block: int) -> list[_ChunkStats]:
-    """Every recipe's reductions on positions start..stop-1, block by block (one oracle per block)."""
+                 block: int, keep_at: int | None = None, twin: tuple[int, int] | None = None) -> list[_ChunkStats]:
+    """Every recipe's reductions on positions start..stop-1, block by block (one oracle per block).
+
+    Twin chunks (:func:`_chunk_pairs`): ``keep_at`` copies the chunk's signed errors into each cache's twin
+    buffer from that row on; ``twin = (D, first)`` pairs the chunk at distance D with the rows kept there
+    (row 0 = position ``first``) instead of recomputing positions m - D."""
     for job in plan.jobs:
         job.ang = _Reduction()
         for cj in job.caches:
@@ -227,7 +235,11 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             for job in plan.jobs:
                 _angle_block(job, pos[job.recipe.positions], plan, w, a - start, live)
         if plan.pairs is not None:
-            _chunk_pairs(plan, hi, lo, start, stop, work, block)
+            _chunk_pairs(plan, hi, lo, start, stop, work, block, twin)
+    if keep_at is not None:
+        for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
+            assert cj.twin is not None
+            cj.twin[keep_at : keep_at + stop - start] = cj.signed[: stop - start]
     out: list[_ChunkStats | None] = [None] * plan.n_recipes
     for job in plan.jobs:
         for cj in job.caches:
@@ -291,14 +303,27 @@ def _pair_rows(cur: F64, prev: F64, w: Any, cj: _CacheJob, d: int, t: F64 | None
     cj.pair_red.setdefault(d, _Reduction()).add(xmax, kz)
 
 
-def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Work, block: int) -> None:
+def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Work, block: int,
+                 twin: tuple[int, int] | None = None) -> None:
     """The pairs of chunk start..stop-1 at the distances above the carry: position m - D in a block recomputed
     here, only up to each distance's largest length (a chunk never straddles a length).  (Shorter distances:
-    both positions in the chunk, :func:`_block_pairs`; the earlier one in another chunk, at the merge.)"""
+    both positions in the chunk, :func:`_block_pairs`; the earlier one in another chunk, at the merge.)
+
+    ``twin = (D, first)``: the signed errors of positions m - D are in each cache's twin buffer (row 0 =
+    position ``first``), kept from the twin chunks the same worker computed just before: the same values
+    the recomputation gives, paired in the same blocks."""
     spec = plan.pairs
     assert spec is not None
     for d in spec.shifted:
         if start >= spec.until[d]:
+            continue
+        if twin is not None and d == twin[0]:
+            for a in range(max(start, d), stop, block):
+                b = min(stop, a + block)
+                w = work.rows(b - a)
+                for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
+                    assert cj.twin is not None
+                    _pair_rows(cj.signed[a - start : b - start], cj.twin[a - d - twin[1] : b - d - twin[1]], w, cj, d)
             continue
         for a in range(max(start, d), stop, block):
             b = min(stop, a + block)
@@ -334,8 +359,18 @@ class _Stored:
         self.job, self.angle, self.plan, self.w = job, angle, plan, w
         self.trig: tuple[F64, F64] | None = None
         self.est: fastcache._Estimate | None = None
+        self.bounded = _bounded(pos, job)
+        self.small: bool | None = None
         if any(c.fast for c in job.caches):
-            self.est = fastcache.estimate(angle, w.est, (w.s1, w.s2, w.t), _bounded(pos, job))
+            self.est = fastcache.estimate(angle, w.est, (w.s1, w.s2, w.t), self.bounded)
+
+    def _small(self) -> bool:
+        """Every angle of the block is finite and below :data:`f32cache.MAX_ANGLE` (checked once)."""
+        if self.small is None:
+            a = self.angle
+            self.small = bool(a.size) and (self.bounded or (abs(float(np.max(a))) < f32cache.MAX_ANGLE
+                                                           and abs(float(np.min(a))) < f32cache.MAX_ANGLE))
+        return self.small
 
     def of(self, cj: _CacheJob) -> tuple[F64, F64, F64]:
         """Stored cos, sin and atan2 (in ``w.cc``, ``w.ss``, ``w.rot`` or the trig buffers)."""
@@ -345,6 +380,9 @@ class _Stored:
         if cj.fast and self.est is not None:
             cc, ss = w.cc, w.ss
             fastcache.stored_into(self.est, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t, w.rot))
+        elif cj.f32 and self._small():
+            cc, ss = w.cc, w.ss
+            f32cache.stored_into(self.angle, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t))
         else:
             if self.trig is None:
                 self.trig = _trig_into(self.angle, job.trig, w)

@@ -163,27 +163,50 @@ class PairAcc:
         self.position = 0  # positions merged so far
 
     def add(self, start: int, stop: int, pairs: dict[int, tuple[F64, F64]], head: F64 | None,
-            tail: F64 | None) -> None:
-        """Merge the chunk of positions ``start..stop-1`` (``start`` = the positions merged so far)."""
+            tail: F64 | None, cross: dict[int, tuple[F64, F64]] | None = None) -> None:
+        """Merge the chunk of positions ``start..stop-1`` (``start`` = the positions merged so far).
+
+        ``cross``: the chunk's pairs that reach back into earlier chunks, formed already (:meth:`cross`, by
+        another accumulator that kept those rows); then ``head`` and ``tail`` are not needed, and the kept
+        tail is stale until :meth:`resume`."""
         if start != self.position:
             raise ValueError(f"chunk at {start} merged after position {self.position}")
         for d, (mx, sm) in pairs.items():
             np.maximum(self.max[d], mx, out=self.max[d])
             self.sum[d] += sm
-        if head is not None and tail is not None and stop > start:
-            for d in self.max:
-                if d > self.carry:
-                    continue
-                lo, hi = max(start, d), min(stop, start + d)  # positions whose partner is in an earlier chunk
-                if lo >= hi:
-                    continue
-                base = start - self.tail.shape[0]  # the position of the kept tail's first row
-                mx, sm = pair_block(head[lo - start : hi - start], self.tail[lo - d - base : hi - d - base])
-                np.maximum(self.max[d], mx, out=self.max[d])
-                self.sum[d] += sm
-            keep = max(0, self.tail.shape[0] + tail.shape[0] - self.carry)  # rows of the old tail that leave
-            self.tail = np.concatenate([self.tail[keep:], tail[max(0, tail.shape[0] - self.carry) :]])
+        if cross is None and head is not None and tail is not None and stop > start:
+            cross = self.cross(start, stop, head)
+            self.keep(tail)
+        for d, (mx, sm) in (cross or {}).items():
+            np.maximum(self.max[d], mx, out=self.max[d])
+            self.sum[d] += sm
         self.position = stop
+
+    def cross(self, start: int, stop: int, head: F64) -> dict[int, tuple[F64, F64]]:
+        """The pairs of the chunk ``start..stop-1`` whose earlier position is in an earlier chunk (in the kept
+        tail, which must reach back ``carry`` positions or to position 0), per carried distance: max, sum.
+        ``head``: the chunk's first ``min(carry, stop - start)`` signed rows."""
+        out: dict[int, tuple[F64, F64]] = {}
+        for d in self.max:
+            if d > self.carry:
+                continue
+            lo, hi = max(start, d), min(stop, start + d)  # positions whose partner is in an earlier chunk
+            if lo >= hi:
+                continue
+            base = start - self.tail.shape[0]  # the position of the kept tail's first row
+            out[d] = pair_block(head[lo - start : hi - start], self.tail[lo - d - base : hi - d - base])
+        return out
+
+    def keep(self, tail: F64) -> None:
+        """Keep the last ``carry`` rows of the signed errors merged so far, ``tail`` the newest."""
+        drop = max(0, self.tail.shape[0] + tail.shape[0] - self.carry)  # rows of the old tail that leave
+        self.tail = np.concatenate([self.tail[drop:], tail[max(0, tail.shape[0] - self.carry) :]])
+
+    def resume(self, other: "PairAcc") -> None:
+        """Take the kept tail of ``other``, an accumulator that saw the chunks merged here with ``cross``."""
+        if other.position != self.position:
+            raise ValueError(f"tail of position {other.position} resumed at position {self.position}")
+        self.tail = other.tail
 
     def snapshot(self, distances: Iterable[int]) -> dict[int, tuple[F64, F64]]:
         """Copies of the max and sum of the given distances."""
