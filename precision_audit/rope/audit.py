@@ -151,10 +151,7 @@ class _Acc:
         for name in ("ang_max", "ang_sum", "rot_max", "rot_sum"):
             getattr(out, name)[active] = getattr(self, name)
         out.collisions = self.collisions
-        for d, (mx, sm) in self.pair_snap.items():
-            pm, ps = np.zeros(active.size), np.zeros(active.size)
-            pm[active], ps[active] = mx, sm
-            out.pair_snap[d] = (pm, ps)
+        out.pair_snap = dict(self.pair_snap)  # over every frequency already (the inactive ones add 0)
         return out
 
     def snapshot(self, distances: Sequence[int] = ()) -> "_Acc":
@@ -244,7 +241,7 @@ def _pass(
     workers = max(1, min(int(workers), len(units)))
     spare: queue.SimpleQueue[tuple[_Work, _Plan | None]] = queue.SimpleQueue()
     for _ in range(workers):
-        spare.put((_Work(block, nf), plan.fresh(nf, twin.rows if twin is not None else 0) if plan is not None else None))
+        spare.put((_Work(block, nf), plan.fresh(nf) if plan is not None else None))
 
     def run(unit: Sequence[_Chunk]) -> list[list[_ChunkStats]]:
         if all(a == b for a, b, _ in unit):

@@ -90,6 +90,20 @@ class _Reduction:
 
 
 @dataclass
+class _Total:
+    """The max and sum over every (position, frequency) of one chunk's pairs at one distance, block after block
+    (arrays of one value: a pair error is reported over all frequencies)."""
+
+    max: F64 = field(default_factory=lambda: np.zeros(1))
+    sum: F64 = field(default_factory=lambda: np.zeros(1))
+
+    def add(self, x: F64, xmax: float) -> None:
+        """Fold a block of pair errors (no nan) whose max is ``xmax``."""
+        self.max[0] = max(self.max[0], xmax)
+        self.sum[0] += x.sum()
+
+
+@dataclass
 class _CacheJob:
     """One stored cache of an angle job: the recipes (indices) that end in it, and how it is computed."""
 
@@ -107,8 +121,8 @@ class _CacheJob:
     last: F64 | None = None
     wraps: bool = False  # the last block's rotation errors needed wrapping
     signed: F64 | None = None  # the chunk's signed rotation errors (pairs only: :attr:`_Plan.pairs`)
-    twin: F64 | None = None  # signed errors kept from twin chunks (:func:`_chunk_pairs`)
-    pair_red: dict[int, _Reduction] = field(default_factory=dict)  # per distance, the chunk so far
+    twin: list[tuple[int, F64]] = field(default_factory=list)  # (first position, signed rows) kept from twin chunks
+    pair_red: dict[int, _Total] = field(default_factory=dict)  # per distance, the chunk so far
     pair_wraps: dict[int, bool] = field(default_factory=dict)
 
 
@@ -192,16 +206,16 @@ class _Plan:
         return _Plan(list(by_angle.values()), len(recipes), scale,
                      list(dict.fromkeys(r.positions for r in recipes)), atan2_fast, pairs)
 
-    def fresh(self, nf: int, twin_rows: int = 0) -> "_Plan":
+    def fresh(self, nf: int) -> "_Plan":
         """A copy with empty running reductions (one per worker), and a signed-error buffer per cache
-        that needs pairs (``nf`` frequencies; and a twin buffer of ``twin_rows`` rows)."""
+        that needs pairs (``nf`` frequencies; each chunk gets a new one: its first and last rows go to the
+        merge as they are)."""
         jobs = [_AngleJob(j.recipe, j.inv, j.trig, [_CacheJob(c.cache, c.recipe, c.members, c.table, c.pairs, c.fast, c.f32)
                                                     for c in j.caches]) for j in self.jobs]
         if self.pairs is not None:
             for cj in (c for j in jobs for c in j.caches):
                 if self.pairs.recipes.intersection(cj.members):
                     cj.signed = np.empty((self.pairs.rows, nf))
-                    cj.twin = np.empty((twin_rows, nf)) if twin_rows else None
         return _Plan(jobs, self.n_recipes, self.scale, self.position_formats, self.atan2_fast, self.pairs)
 
 
@@ -225,6 +239,8 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             cj.rot, cj.collisions, cj.first, cj.last, cj.wraps = _Reduction(), 0, None, None, False
             cj.pair_red, cj.pair_wraps = {}, {}
     live = [] if plan.pairs is None else [d for d in plan.pairs.carried if start < plan.pairs.until[d]]
+    for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
+        cj.signed = np.empty_like(cj.signed)  # the last chunk's rows stay with its stats (and twin)
     with np.errstate(invalid="ignore", over="ignore"):
         for a in range(start, stop, block):
             b = min(stop, a + block)
@@ -238,8 +254,9 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             _chunk_pairs(plan, hi, lo, start, stop, work, block, twin)
     if keep_at is not None:
         for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
-            assert cj.twin is not None
-            cj.twin[keep_at : keep_at + stop - start] = cj.signed[: stop - start]
+            if keep_at == 0:
+                cj.twin = []
+            cj.twin.append((start, cj.signed[: stop - start]))
     out: list[_ChunkStats | None] = [None] * plan.n_recipes
     for job in plan.jobs:
         for cj in job.caches:
@@ -255,14 +272,10 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
 
 def _pair_stats(st: _ChunkStats, cj: _CacheJob, signed: F64, carry: int) -> None:
     """Put a cache job's pair reductions of the chunk, and its first and last ``carry`` signed rows, in ``st``."""
-    st.pairs = {d: (r.max, r.sum) for d, r in cj.pair_red.items() if r.max is not None and r.sum is not None}
+    st.pairs = {d: (r.max, r.sum) for d, r in cj.pair_red.items()}
     n = signed.shape[0]
     k = min(carry, n)
-    if 2 * k >= n:  # head and tail overlap: one copy holds both
-        whole = signed.copy()
-        st.head, st.tail = whole[:k], whole[n - k :]
-    else:
-        st.head, st.tail = signed[:k].copy(), signed[n - k :].copy()
+    st.head, st.tail = signed[:k], signed[n - k :]  # views: each chunk writes a buffer of its own
 
 
 def _block_pairs(cj: _CacheJob, off: int, n: int, w: _Rows, live: Sequence[int]) -> None:
@@ -290,17 +303,17 @@ def _pair_rows(cur: F64, prev: F64, w: Any, cj: _CacheJob, d: int, t: F64 | None
     np.abs(x, out=x)
     wraps = cj.pair_wraps.get(d, False)
     if not wraps:
-        xmax = _colmax(x, t)
-        wraps = cj.pair_wraps[d] = not xmax.max() <= _WRAP_T  # some pair needs wrapping, or is nan
+        xmax = x.max()
+        wraps = cj.pair_wraps[d] = not xmax <= _WRAP_T  # some pair needs wrapping, or is nan
     if wraps:
         np.subtract(_TWO_PI, x, out=t)
         np.abs(t, out=t)
         np.minimum(x, t, out=x)  # nan stays nan
-        xmax = _colmax(x, t)
-        if not np.isfinite(xmax).all():
+        xmax = x.max()
+        if not np.isfinite(xmax):
             x[~np.isfinite(x)] = math.pi
-            xmax = _colmax(x, t)
-    cj.pair_red.setdefault(d, _Reduction()).add(xmax, kz)
+            xmax = x.max()
+    cj.pair_red.setdefault(d, _Total()).add(x, float(xmax))
 
 
 def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Work, block: int,
@@ -322,8 +335,7 @@ def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
                 b = min(stop, a + block)
                 w = work.rows(b - a)
                 for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
-                    assert cj.twin is not None
-                    _pair_rows(cj.signed[a - start : b - start], cj.twin[a - d - twin[1] : b - d - twin[1]], w, cj, d)
+                    _pair_rows(cj.signed[a - start : b - start], _kept(cj.twin, a - d, b - d), w, cj, d)
             continue
         for a in range(max(start, d), stop, block):
             b = min(stop, a + block)
@@ -342,6 +354,13 @@ def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
                     _, _, rot = stored.of(cj)
                     _signed_into(rot, w)  # position m - d's signed error, in w.p1 (free here)
                     _pair_rows(cj.signed[a - start : b - start], w.p1, w, cj, d)
+
+
+def _kept(parts: Sequence[tuple[int, F64]], a: int, b: int) -> F64:
+    """The kept signed rows of positions a..b-1 (a view when one twin chunk holds them all)."""
+    pieces = [rows[max(a, p) - p : min(b, p + rows.shape[0]) - p] for p, rows in parts
+              if p < b and a < p + rows.shape[0]]
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
 
 def _signed_into(rot: F64, w: _Rows) -> None:

@@ -129,21 +129,26 @@ def pair_plan(rows: Mapping[int, Sequence[int]], chunk: int) -> tuple[dict[int, 
 
 
 def pair_block(cur: F64, prev: F64) -> tuple[F64, F64]:
-    """Per-frequency max and sum of ``|wrap(cur - prev)|`` (wrapped signed errors of rows m and m - D,
-    in [-pi, pi] up to an ulp; nan: pi).  The difference lies within 2 pi and a few ulps, where
-    ``|wrap(x)| = min(|x|, |2 pi - |x||)``.
+    """Max and sum of ``|wrap(cur - prev)|`` over every element (wrapped signed errors of rows m and m - D, in
+    [-pi, pi] up to an ulp; nan: pi), each an array of one value.  The difference lies within 2 pi and a few
+    ulps, where ``|wrap(x)| = min(|x|, |2 pi - |x||)``.
 
     >>> mx, sm = pair_block(np.array([[3.0], [0.5]]), np.array([[-3.0], [0.25]]))
     >>> round(float(mx[0]), 6), round(float(sm[0]), 6)  # 6 - 2 pi = -0.283185
     (0.283185, 0.533185)
     """
-    d = np.abs(cur - prev)
-    mx = d.max(axis=0)
-    if not mx.max() <= math.pi:  # some pair needs the wrap, or is nan
-        np.minimum(d, np.abs(_TWO_PI - d), out=d)
-        d[np.isnan(d)] = math.pi
-        mx = d.max(axis=0)
-    return mx, d.sum(axis=0)
+    d = np.subtract(cur, prev)
+    np.abs(d, out=d)
+    mx = d.max() if d.size else 0.0
+    if not mx <= math.pi:  # some pair needs the wrap, or is nan
+        t = np.subtract(_TWO_PI, d)
+        np.abs(t, out=t)
+        np.minimum(d, t, out=d)  # nan stays nan
+        mx = d.max()
+        if not np.isfinite(mx):
+            d[np.isnan(d)] = math.pi
+            mx = d.max()
+    return np.array([mx], dtype=np.float64), np.array([d.sum()], dtype=np.float64)
 
 
 class PairAcc:
@@ -156,8 +161,8 @@ class PairAcc:
     """
 
     def __init__(self, nf: int, distances: Sequence[int], carry: int) -> None:
-        self.max = {d: np.zeros(nf) for d in distances}
-        self.sum = {d: np.zeros(nf) for d in distances}
+        self.max = {d: np.zeros(1) for d in distances}  # over every frequency: a pair error is reported so
+        self.sum = {d: np.zeros(1) for d in distances}
         self.carry = carry
         self.tail: F64 = np.zeros((0, nf))  # signed errors of the last min(carry, position) positions
         self.position = 0  # positions merged so far
