@@ -14,7 +14,7 @@ cast to the cache format C) are monotone roundings, each within 2**-24
 relative for float32, so the stored value is ``round_C`` of any value within
 ``(2 K + 6.6) * 2**-24`` of the estimate (scaled by the factor) that no
 midpoint of C separates from it.  Elements whose estimate lies within the
-guard, ``2**-17`` relative (K up to 60 ulps), of a midpoint of C, or below C's
+guard, ``2**-19`` relative (K up to 12 ulps), of a midpoint of C, or below C's
 smallest normal number or ``2**-23`` (where the absolute error could matter),
 or at C's largest finite number, are computed exactly, as the engine computes
 them (float64 ``np.cos`` of the angle, then every rounding); all others are
@@ -43,7 +43,7 @@ _P1 = float.fromhex("0x1.921fb5p+1")
 _P2 = float.fromhex("0x1.110b4611a6263p-25")
 _INV_PI = float.fromhex("0x1.45f306dc9c883p-2")
 _MAX_ANGLE = 2.0**26  # |a| / pi stays below 2**25
-_GUARD_ULPS = 128  # the guard 2**-17 relative, in float32 ulps of the estimate's binade (2**-17 * 2**24)
+_GUARD_ULPS = 32  # the guard 2**-19 relative, in float32 ulps of the estimate's binade (2**-19 * 2**24): 2K + 6.6 for K <= 12.7
 # an estimate below _TINY * factor is computed exactly: there the reduced argument's absolute error
 # (below 2**-50: q * P2 rounded, the subtractions) could exceed 2**-27 of it
 _TINY = 2.0**-23
@@ -70,7 +70,7 @@ def eligible(trig: Format, cache: Format, scale: float) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _kernels_ok() -> bool:
-    """numpy's float32 sin on [-1.6, 1.6] within 8 float32 ulps of the float64 one (the guard allows 60).
+    """numpy's float32 sin on [-1.6, 1.6] within 8 float32 ulps of the float64 one (the guard allows 12).
 
     A grid of 2**17 points and a few ends; run once per process."""
     x = np.concatenate([np.linspace(-1.6, 1.6, 2**17), [2.0**-30, -(2.0**-30), math.pi / 2, -math.pi / 2]])

@@ -128,21 +128,24 @@ def pair_plan(rows: Mapping[int, Sequence[int]], chunk: int) -> tuple[dict[int, 
     return dict(sorted(until.items())), max((d for d in until if d <= chunk), default=0)
 
 
-def pair_block(cur: F64, prev: F64) -> tuple[F64, F64]:
+def pair_block(cur: F64, prev: F64, scratch: F64 | None = None) -> tuple[F64, F64]:
     """Max and sum of ``|wrap(cur - prev)|`` over every element (wrapped signed errors of rows m and m - D, in
-    [-pi, pi] up to an ulp; nan: pi), each an array of one value.  The difference lies within 2 pi and a few
-    ulps, where ``|wrap(x)| = min(|x|, |2 pi - |x||)``.
+    [-pi, pi] as :func:`~precision_audit.rope.wrap` gives them; nan: pi), each an array of one value.  The
+    difference's magnitude is at most float64 2 pi, where ``|wrap(x)| = min(|x|, 2 pi - |x|)``.  ``scratch``:
+    a float64 buffer of twice ``cur``'s size to work in (or None: a new one).
 
     >>> mx, sm = pair_block(np.array([[3.0], [0.5]]), np.array([[-3.0], [0.25]]))
     >>> round(float(mx[0]), 6), round(float(sm[0]), 6)  # 6 - 2 pi = -0.283185
     (0.283185, 0.533185)
     """
-    d = np.subtract(cur, prev)
+    n = cur.size
+    buf = scratch.reshape(-1) if scratch is not None and scratch.size >= 2 * n else np.empty(2 * n)
+    d, t = buf[:n].reshape(cur.shape), buf[n : 2 * n].reshape(cur.shape)
+    np.subtract(cur, prev, out=d)
     np.abs(d, out=d)
     mx = d.max() if d.size else 0.0
     if not mx <= math.pi:  # some pair needs the wrap, or is nan
-        t = np.subtract(_TWO_PI, d)
-        np.abs(t, out=t)
+        np.subtract(_TWO_PI, d, out=t)  # >= 0: both errors in [-pi, pi] give |cur - prev| <= 2 pi
         np.minimum(d, t, out=d)  # nan stays nan
         mx = d.max()
         if not np.isfinite(mx):
@@ -166,6 +169,7 @@ class PairAcc:
         self.carry = carry
         self.tail: F64 = np.zeros((0, nf))  # signed errors of the last min(carry, position) positions
         self.position = 0  # positions merged so far
+        self._scratch: F64 = np.empty(0)
 
     def add(self, start: int, stop: int, pairs: dict[int, tuple[F64, F64]], head: F64 | None,
             tail: F64 | None, cross: dict[int, tuple[F64, F64]] | None = None) -> None:
@@ -199,13 +203,18 @@ class PairAcc:
             if lo >= hi:
                 continue
             base = start - self.tail.shape[0]  # the position of the kept tail's first row
-            out[d] = pair_block(head[lo - start : hi - start], self.tail[lo - d - base : hi - d - base])
+            if self._scratch.size < 2 * (hi - lo) * head.shape[1]:
+                self._scratch = np.empty(2 * self.carry * head.shape[1])
+            out[d] = pair_block(head[lo - start : hi - start], self.tail[lo - d - base : hi - d - base],
+                                self._scratch)
         return out
 
     def keep(self, tail: F64) -> None:
-        """Keep the last ``carry`` rows of the signed errors merged so far, ``tail`` the newest."""
-        drop = max(0, self.tail.shape[0] + tail.shape[0] - self.carry)  # rows of the old tail that leave
-        self.tail = np.concatenate([self.tail[drop:], tail[max(0, tail.shape[0] - self.carry) :]])
+        """Keep the last ``carry`` rows of the signed errors merged so far, ``tail`` the newest (a view, not a
+        copy, when it holds them all: the chunk's buffer is its own)."""
+        new = tail[max(0, tail.shape[0] - self.carry) :]
+        drop = max(0, self.tail.shape[0] + new.shape[0] - self.carry)  # rows of the old tail that leave
+        self.tail = new if drop >= self.tail.shape[0] else np.concatenate([self.tail[drop:], new])
 
     def resume(self, other: "PairAcc") -> None:
         """Take the kept tail of ``other``, an accumulator that saw the chunks merged here with ``cross``."""
@@ -242,7 +251,8 @@ class PairPass:
         self.acc = PairAcc(nf, list(self.until), self.carry)
 
     def add(self, signed: F64, start: int, stop: int, shifted: Callable[[int, int], F64]) -> None:
-        """Merge the signed errors of positions start..stop-1 (chunks in position order)."""
+        """Merge the signed errors of positions start..stop-1 (chunks in position order; the last rows are kept
+        by reference: ``signed`` must not change afterwards)."""
         pairs: dict[int, tuple[F64, F64]] = {}
         for d, until in self.until.items():
             if start >= until:
