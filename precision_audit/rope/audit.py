@@ -14,6 +14,7 @@ import itertools
 import math
 import os
 import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from .cuda import widen
 from .engine import ENGINES, _Work
 from .hows import AngleMaker
 from .oracle import F64, MAX_ROPE_LENGTH, _split
-from .pairs import PairAcc, PairError, check_distances, pair_plan, row_distances
+from .pairs import PairAcc, PairError, check_distances, cross_pairs, pair_plan, row_distances
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 
 __all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan",
@@ -137,7 +138,7 @@ class _Acc:
         """Merge the next chunk, positions ``start..stop-1`` (chunks must come in position order: sums are
         order-sensitive); ``cross``: its pairs across chunks, formed already (:meth:`.PairAcc.add`)."""
         if self.pairs is not None:
-            self.pairs.add(start, stop, c.pairs, c.head, c.tail, cross)
+            self.pairs.add(start, stop, c.pairs, c.head, c.tail, cross if cross is not None else c.cross)
         np.maximum(self.ang_max, c.ang_max, out=self.ang_max)
         self.ang_sum += c.ang_sum
         np.maximum(self.rot_max, c.rot_max, out=self.rot_max)
@@ -243,6 +244,8 @@ def _pass(
     for _ in range(workers):
         spare.put((_Work(block, nf), plan.fresh(nf) if plan is not None else None))
 
+    links = _Links(spec.carried, spec.carry) if spec is not None else None
+
     def run(unit: Sequence[_Chunk]) -> list[list[_ChunkStats]]:
         if all(a == b for a, b, _ in unit):
             return [[] for _ in unit]
@@ -252,16 +255,20 @@ def _pass(
             for a, b, _ in unit:
                 if a == b:
                     out.append([])
-                elif p is None:
-                    out.append(_torch_chunk_stats(recipes, hi, lo, invs, scale, a, b, w, spec))
+                    continue
+                if p is None:
+                    stats = _torch_chunk_stats(recipes, hi, lo, invs, scale, a, b, w, spec)
                 elif twin is None:
-                    out.append(_chunk_stats(p, hi, lo, a, b, w, block))
+                    stats = _chunk_stats(p, hi, lo, a, b, w, block)
                 elif a < twin.stop:  # kept for the chunks D later
-                    out.append(_chunk_stats(p, hi, lo, a, b, w, block, keep_at=a - twin.first(a)))
+                    stats = _chunk_stats(p, hi, lo, a, b, w, block, keep_at=a - twin.first(a))
                 elif twin.d <= a < twin.d + twin.stop:  # paired with the rows kept D earlier
-                    out.append(_chunk_stats(p, hi, lo, a, b, w, block, twin=(twin.d, twin.first(a))))
+                    stats = _chunk_stats(p, hi, lo, a, b, w, block, twin=(twin.d, twin.first(a)))
                 else:
-                    out.append(_chunk_stats(p, hi, lo, a, b, w, block))
+                    stats = _chunk_stats(p, hi, lo, a, b, w, block)
+                if links is not None:
+                    links.done(a, b, stats)
+                out.append(stats)
             return out
         finally:
             spare.put((w, p))
@@ -271,6 +278,43 @@ def _pass(
         for i in spec.recipes:
             accs[i].pairs = PairAcc(nf, list(spec.until), spec.carry)
     return _merge(units, run, workers, accs, progress, pairs or {}, twin)
+
+
+class _Links:
+    """The pairs of a chunk that reach into the chunk before it, formed by the worker that finishes second of the
+    two (the same :func:`.cross_pairs` the merge would call, on the same rows: the same bits), so that the merge
+    thread only adds them.  Needs the previous chunk's last ``carry`` rows (or all rows from position 0)."""
+
+    def __init__(self, distances: Sequence[int], carry: int) -> None:
+        self.distances, self.carry = list(distances), carry
+        self.lock = threading.Lock()
+        self.ends: dict[int, tuple[int, list[F64 | None]]] = {}  # stop -> (start, tails) of finished chunks
+        self.starts: dict[int, tuple[int, list[_ChunkStats]]] = {}  # start -> (stop, stats) waiting for the one before
+
+    def done(self, a: int, b: int, stats: list[_ChunkStats]) -> None:
+        """Chunk a..b-1 is computed: link it with the chunks before and after it that are done."""
+        tails = [st.tail for st in stats]
+        with self.lock:
+            before = self.ends.pop(a, None)
+            if before is None:
+                self.starts[a] = (b, stats)
+            after = self.starts.pop(b, None)
+            if after is None:
+                self.ends[b] = (a, tails)
+        if before is not None:
+            self._form(before[0], before[1], a, b, stats)
+        if after is not None:
+            self._form(a, tails, b, after[0], after[1])
+
+    def _form(self, start: int, tails: list[F64 | None], a: int, b: int, stats: list[_ChunkStats]) -> None:
+        """The cross pairs of chunk a..b-1 from the tails of the chunk that starts at ``start`` and ends at a."""
+        formed: dict[int, dict[int, tuple[F64, F64]]] = {}
+        for tail, st in zip(tails, stats):
+            if tail is None or st.head is None or not (tail.shape[0] >= self.carry or start == 0):
+                continue
+            if id(st) not in formed:  # recipes that share a cache share its stats
+                formed[id(st)] = cross_pairs(a, b, st.head, tail, self.distances)
+            st.cross = formed[id(st)]
 
 
 _TWIN_BYTES = 64 * 2**20  # the largest total of chunk reductions held back for twin chunks
@@ -386,8 +430,12 @@ def _merge(units: Sequence[Sequence[_Chunk]], run: Callable[[Sequence[_Chunk]], 
             if pre is None or st.head is None or st.tail is None or b == a:
                 cross.append(None)
                 continue
-            # a chunk whose pairs reach back below D waits whole (the merge forms them from the rows before D)
-            if a - pre.carry >= pre_start:
+            # a chunk whose pairs reach back below D waits whole (the merge forms them from the rows before D,
+            # unless a worker did: st.cross)
+            if st.cross is not None:
+                formed[id(st)] = st.cross
+                cross.append(st.cross)
+            elif a - pre.carry >= pre_start:
                 if id(st) not in formed:
                     formed[id(st)] = pre.cross(a, b, st.head)
                 cross.append(formed[id(st)])

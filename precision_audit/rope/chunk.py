@@ -72,6 +72,7 @@ class _ChunkStats:
     pairs: dict[int, tuple[F64, F64]] = field(default_factory=dict)  # distance: per-frequency max, sum
     head: F64 | None = None  # signed rotation errors of the first and last ``carry`` rows (pairs only)
     tail: F64 | None = None
+    cross: dict[int, tuple[F64, F64]] | None = None  # pairs reaching into the previous chunk, formed by a worker
 
 
 @dataclass
@@ -181,6 +182,7 @@ class _Plan:
     position_formats: list[str]
     atan2_fast: bool
     pairs: _PairSpec | None = None
+    buffers: "_Buffers" = field(default_factory=lambda: _Buffers())  # signed-error buffers, shared by the workers
 
     @staticmethod
     def build(recipes: Sequence[Recipe], invs: Sequence[Any], scale: float, angles: int,
@@ -218,12 +220,13 @@ class _Plan:
             for cj in (c for j in jobs for c in j.caches):
                 if self.pairs.recipes.intersection(cj.members):
                     cj.signed = np.empty((self.pairs.rows, nf))
-        return _Plan(jobs, self.n_recipes, self.scale, self.position_formats, self.atan2_fast, self.pairs)
+        return _Plan(jobs, self.n_recipes, self.scale, self.position_formats, self.atan2_fast, self.pairs, self.buffers)
 
 
 class _Buffers:
-    """Signed-error buffers handed out again once nothing refers to them any more (a chunk's rows live on in its
-    stats, a twin list and the merge's kept rows until merged): no fresh pages for every chunk."""
+    """Signed-error buffers of one pass, handed out again once nothing refers to them any more (a chunk's rows
+    live on in its stats, a twin list, a link and the merge's kept rows until merged): no fresh pages for every
+    chunk.  At most 64 are kept per shape; they go with the pass."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -240,8 +243,6 @@ class _Buffers:
                 pool.append(b)
             return b
 
-
-_SIGNED = _Buffers()
 
 
 def _block_rows(nf: int, chunk: int, engine: str) -> int:
@@ -265,7 +266,7 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             cj.pair_red, cj.pair_wraps = {}, {}
     live = [] if plan.pairs is None else [d for d in plan.pairs.carried if start < plan.pairs.until[d]]
     for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
-        cj.signed = _SIGNED.get(cj.signed.shape)  # the last chunk's rows stay with its stats (and twin)
+        cj.signed = plan.buffers.get(cj.signed.shape)  # the last chunk's rows stay with its stats (and twin)
     with np.errstate(invalid="ignore", over="ignore"):
         for a in range(start, stop, block):
             b = min(stop, a + block)

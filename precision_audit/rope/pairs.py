@@ -39,8 +39,8 @@ import numpy as np
 from .._common import Row
 from .oracle import _TWO_PI, F64
 
-__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "pair_block", "pair_plan",
-           "row_distances"]
+__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "cross_pairs", "pair_block",
+           "pair_plan", "row_distances"]
 
 DEFAULT_DISTANCES: tuple[int, ...] = (1, 16, 256, 4096)  # and L // 2; each capped at L - 1
 _PI_ROUNDED = math.pi * (1 + 2.0**-40)  # pi, and the rounding of a mean of errors pi (or of a wrap near pi)
@@ -154,6 +154,27 @@ def pair_block(cur: F64, prev: F64, scratch: F64 | None = None) -> tuple[F64, F6
     return np.array([mx], dtype=np.float64), np.array([d.sum()], dtype=np.float64)
 
 
+def cross_pairs(start: int, stop: int, head: F64, tail: F64, distances: Iterable[int],
+                scratch: F64 | None = None) -> dict[int, tuple[F64, F64]]:
+    """Per distance, the max and sum of the pairs of the chunk ``start..stop-1`` whose earlier position lies
+    before it: ``head`` holds the chunk's first rows (at least the longest distance's, or all), ``tail`` the
+    signed rows just before ``start`` (as many as the longest distance, or back to position 0).
+    (:meth:`PairAcc.cross` and a worker that kept the previous chunk give the same bits.)
+
+    >>> e = np.array([[0.0], [0.1], [0.3]])
+    >>> {d: (round(float(m[0]), 6), round(float(s[0]), 6)) for d, (m, s) in cross_pairs(2, 3, e[2:], e[:2], [1, 2]).items()}
+    {1: (0.2, 0.2), 2: (0.3, 0.3)}
+    """
+    out: dict[int, tuple[F64, F64]] = {}
+    base = start - tail.shape[0]  # the position of the tail's first row
+    for d in distances:
+        lo, hi = max(start, d), min(stop, start + d)  # positions whose partner is in an earlier chunk
+        if lo >= hi:
+            continue
+        out[d] = pair_block(head[lo - start : hi - start], tail[lo - d - base : hi - d - base], scratch)
+    return out
+
+
 class PairAcc:
     """Running pair reductions of one recipe over a prefix of positions, per distance.
 
@@ -185,6 +206,7 @@ class PairAcc:
             self.sum[d] += sm
         if cross is None and head is not None and tail is not None and stop > start:
             cross = self.cross(start, stop, head)
+        if tail is not None and stop > start:
             self.keep(tail)
         for d, (mx, sm) in (cross or {}).items():
             np.maximum(self.max[d], mx, out=self.max[d])
@@ -195,19 +217,9 @@ class PairAcc:
         """The pairs of the chunk ``start..stop-1`` whose earlier position is in an earlier chunk (in the kept
         tail, which must reach back ``carry`` positions or to position 0), per carried distance: max, sum.
         ``head``: the chunk's first ``min(carry, stop - start)`` signed rows."""
-        out: dict[int, tuple[F64, F64]] = {}
-        for d in self.max:
-            if d > self.carry:
-                continue
-            lo, hi = max(start, d), min(stop, start + d)  # positions whose partner is in an earlier chunk
-            if lo >= hi:
-                continue
-            base = start - self.tail.shape[0]  # the position of the kept tail's first row
-            if self._scratch.size < 2 * (hi - lo) * head.shape[1]:
-                self._scratch = np.empty(2 * self.carry * head.shape[1])
-            out[d] = pair_block(head[lo - start : hi - start], self.tail[lo - d - base : hi - d - base],
-                                self._scratch)
-        return out
+        if self._scratch.size < 2 * self.carry * head.shape[1]:
+            self._scratch = np.empty(2 * self.carry * head.shape[1])
+        return cross_pairs(start, stop, head, self.tail, [d for d in self.max if d <= self.carry], self._scratch)
 
     def keep(self, tail: F64) -> None:
         """Keep the last ``carry`` rows of the signed errors merged so far, ``tail`` the newest (a view, not a
