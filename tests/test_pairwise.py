@@ -24,6 +24,8 @@ import mpmath
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from precision_audit.cli import main
 from precision_audit.rope import (
@@ -453,3 +455,32 @@ def test_twin_chunks_give_the_recomputed_rows(head_dim: int, names: list, length
         audit_mod._twin = orig
     assert any(t is not None for t in seen)
     assert twin == again
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(aligned=st.lists(st.integers(1, 16), min_size=1, max_size=3), extra=st.one_of(st.none(), st.integers(1, 4096)),
+       fracs=st.lists(st.one_of(st.floats(0.0, 1.0), st.just(0.5)), min_size=1, max_size=4),
+       chunk_rows=st.sampled_from([256, 512, 1024]), workers=st.integers(1, 3))
+def test_twin_and_linked_pairs_are_the_merge_pairs(aligned: list, extra: int | None, fracs: list, chunk_rows: int,
+                                                   workers: int) -> None:
+    # Random lengths, distances and chunk sizes: rows with the twin pairing and the cross pairs formed by the
+    # workers (rope/audit.py: _twin, _Links) against rows with neither (every pair recomputed or formed at the
+    # merge, in position order): identical to the bit, nan included.
+    import importlib
+
+    audit_mod = importlib.import_module("precision_audit.rope.audit")
+    lengths = [256 * k for k in aligned] + ([extra] if extra else [])  # whole chunks (twins) and not
+    top = max(lengths)
+    ds = sorted({max(1, min(top - 1, int(f * top))) for f in fracs}) if top > 1 else None
+    s = RopeSchedule(head_dim=16)
+    recs = [preset("lowp", "e4m3"), preset("lowp-inv-freq", "bf16"), preset("fp32", "fp16")]
+    kw = dict(chunk_elems=chunk_rows * s.n_freq, workers=workers, distances=ds if ds else ())
+    fast = [r.to_dict() for r in audit(s, recs, lengths, **kw)]
+    twin, done = audit_mod._twin, audit_mod._Links.done
+    try:
+        audit_mod._twin = lambda *a: None
+        audit_mod._Links.done = lambda self, a, b, stats: None
+        slow = [r.to_dict() for r in audit(s, recs, lengths, **kw)]
+    finally:
+        audit_mod._twin, audit_mod._Links.done = twin, done
+    assert fast == slow
