@@ -44,10 +44,10 @@ AREAS: dict[str, tuple[str, ...]] = {
         "_overflow_inf", "_overflow_nan", "_overflow_saturate")),
     "positions tally": (f"{P}positions.xǁ_Tallyǁ*",),
     "rope oracle + wrap": (f"{P}rope.oracle.x_*",),
-    "alibi metrics": (*(f"{P}_alibi_stream.{m}*" for m in (
+    "alibi metrics": (*(f"{P}alibi.stream.{m}*" for m in (
         "x__lse_merge_", "xǁ_AtLengthǁ", "xǁ_Totalsǁ", "x__runs_", "x__fold_", "x_count_pass_", "x__carry_",
         "x_prob_change_pass_", "x__rows_that_matter_")),
-        *(f"{P}alibi.{m}*" for m in ("x_stored_bias_metrics_", "x__audit_row_"))),
+        *(f"{P}alibi.audit.{m}*" for m in ("x_stored_bias_metrics_", "x__audit_row_"))),
     "fix buffer matching": tuple(f"{P}fix.x_{f}_*" for f in (
         "buffer_kind", "_tensors", "_rotary_protocol", "_is_low_precision", "_guarded_apply", "_is_guarded", "_guard",
         "_release", "keep_rotary_fp32")),
@@ -197,7 +197,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     f"{P}fix.x__guarded_apply__mutmut_20": ('getattr(out, "dtype", ) != t.dtype', _APPLY),
     f"{P}fix.x__guarded_apply__mutmut_27": (
         "keep_dtype, recurse=None)", "torch's Module._apply tests `if recurse:`: None and False are the same there"),
-    **{f"{P}_alibi_stream.x__rows_that_matter__mutmut_{n}": (line, why) for n, line, why in (
+    **{f"{P}alibi.stream.x__rows_that_matter__mutmut_{n}": (line, why) for n, line, why in (
         (8, "l.max(axis=None) - mp", _PRUNE_LESS + " (the largest stored logit of all heads bounds each head's)"),
         (15, "x.max(axis=None) - mq", _PRUNE_LESS + " (the largest exact logit of all heads bounds each head's)"),
         (13, "np.log(at.dp / sp)", _PRUNE_LESS + " (s >= 1: the sum holds exp(0) of the largest logit)"),
@@ -206,31 +206,31 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         (21, "(need.all()) and False", _PRUNE_LESS + " (every head, as an index list)"),
         (22, "(need.all()) or True", _PRUNE_LESS + " (every head)"),
         (10, "l.max(axis=1) - mp > np.log", _TIE), (17, "x.max(axis=1) - mq > np.log", _TIE))},
-    **{f"{P}_alibi_stream.x__runs__mutmut_{n}": (line, why) for n, line, why in (
+    **{f"{P}alibi.stream.x__runs__mutmut_{n}": (line, why) for n, line, why in (
         (2, "pad[:, 0] = None", _NONE_FALSE), (5, "pad[:, w + 1] = None", _NONE_FALSE),
         (21, "pad[:, 1 : w + 3]", "a slice past the end stops at the end: the same w + 1 columns"))},
-    **{f"{P}_alibi_stream.x_count_pass__mutmut_{n}": (line, why) for n, line, why in (
+    **{f"{P}alibi.stream.x_count_pass__mutmut_{n}": (line, why) for n, line, why in (
         (124, "same[:, 0] = None", _NONE_FALSE),
         (18, "np.arange(c0, c1, dtype=None)", _INT_K), (21, "np.arange(c0, c1, )", _INT_K),
         *((n, line, "finite values on the non-finite path: no NaN to pair, no non-finite count or error to set, the "
                     "same totals") for n, line in ((97, "finite = None"), (98, "finite = bool(None)"))))},
-    **{f"{P}_alibi_stream.xǁ_Totalsǁ__init____mutmut_{n}": (
+    **{f"{P}alibi.stream.xǁ_Totalsǁ__init____mutmut_{n}": (
         line, "float64 counters hold the same integers (below 2**53) and every reader converts them with int()")
         for n, line in ((3, "np.zeros(n, dtype=None)"), (5, "np.zeros(n, )"))},
-    **{f"{P}_alibi_stream.x_prob_change_pass__mutmut_{n}": (line, why) for n, line, why in (
+    **{f"{P}alibi.stream.x_prob_change_pass__mutmut_{n}": (line, why) for n, line, why in (
         (8, "(plan.sign > 0) and False", _ORDER), (9, "(plan.sign > 0) or True", _ORDER),
         (11, "plan.sign >= 0", "the sign is +1 or -1, never 0: the same test"), (12, "plan.sign > 1", _ORDER),
         (18, "np.arange(c0, c1, dtype=None)", _INT_K), (21, "np.arange(c0, c1, )", _INT_K),
         (81, "rows = None", _PRUNE_LESS), (98, "add_prob_change(l, x, buf, None)", _PRUNE_LESS + " (every head)"),
         (102, "add_prob_change(l, x, buf, )", _PRUNE_LESS + " (every head)"))},
-    f"{P}_alibi_stream.xǁ_AtLengthǁadd_prob_change__mutmut_71": (
+    f"{P}alibi.stream.xǁ_AtLengthǁadd_prob_change__mutmut_71": (
         "far = np.abs(shift) >= _FAR",
         "the heads at exactly |LSE_l - LSE_x| = 2**32 (the threshold is a choice: at it t's error is 2**-20 either "
         "way, and |p - q| is no worse)"),
-    f"{P}_alibi_stream.xǁ_AtLengthǁadd_prob_change__mutmut_74": (
+    f"{P}alibi.stream.xǁ_AtLengthǁadd_prob_change__mutmut_74": (
         "if (far.any()) or True else None", "with no far head, direct is empty and d[far] = direct changes nothing"),
-    f"{P}alibi.x_stored_bias_metrics__mutmut_30": (".reshape(-2)", _NEG),
-    **{f"{P}alibi.x_stored_bias_metrics__mutmut_{n}": (line, _WIDTH) for n, line in (
+    f"{P}alibi.audit.x_stored_bias_metrics__mutmut_30": (".reshape(-2)", _NEG),
+    **{f"{P}alibi.audit.x_stored_bias_metrics__mutmut_{n}": (line, _WIDTH) for n, line in (
         (62, "max(2, 2**19 // n)"), (64, "max(1, 2 * 19 // n)"), (65, "max(1, 3**19 // n)"),
         (66, "max(1, 2**20 // n)"))},
     f"{P}fix.x_keep_rotary_fp32__mutmut_90": (

@@ -124,12 +124,12 @@ def audit_alibi_builder(model_type: str, num_heads: int, length: int, dtype: Any
     ``audit_alibi_builder("bloom", 12, 4096)`` matches ``cast-output`` with
     ``identical_fraction`` 1.0 (tests/test_hf.py runs it).
     """
-    from ..alibi import RECIPES, _check_heads, alibi_bias, audit_alibi, stored_bias_metrics
+    from ..alibi import RECIPES, check_heads, alibi_bias, audit_alibi, stored_bias_metrics
     from ..alibi import get_recipe as alibi_recipe
 
     if model_type not in ALIBI_BUILDERS:
         raise ValueError(f"unknown ALiBi model type {model_type!r}; valid: {', '.join(ALIBI_BUILDERS)}")
-    n = _check_heads(num_heads)
+    n = check_heads(num_heads)
     (L,) = check_rope_lengths(length)
     if n * L > MAX_ALIBI_ELEMENTS:
         raise ValueError(f"heads x length = {n * L} exceeds {MAX_ALIBI_ELEMENTS} (the builders hold the whole tensor)")
