@@ -551,9 +551,9 @@ def test_cli_stack_rows_carry_the_stack_and_refuse_unsupported_types():
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output)["results"]
     assert [(r["recipe"], r["stack"]) for r in rows] == [("vllm", "vllm"), ("llama.cpp-cpu", "llama.cpp-cpu")]
-    bad = run("-l", "2K", "--stack", "mlx", "--scaling", "linear", "--factor", "4")
+    bad = run("-l", "2K", "--stack", "mlx", "--scaling", "dynamic", "--factor", "4")
     assert bad.exit_code == 2
-    assert "stack 'mlx' does not run rope type 'linear'" in bad.output
+    assert "stack 'mlx' does not run rope type 'dynamic'" in bad.output
     res = run("-l", "2K", "--stack", "all", "--scaling", "yarn", "--factor", "4")
     assert res.exit_code == 0, res.output
     assert "skipped: stack 'tensorrt-llm-kernel' does not run rope type 'yarn'" in res.output

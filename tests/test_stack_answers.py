@@ -252,8 +252,8 @@ def test_attention_stacks_rows_and_modes():
     # without --recipe only the stacks run; a stack that does not run the rope type exits 2
     rows = json.loads(run("attention", "-l", "4K", "--distance", "1", "--stack", "vllm", "--json").output)["results"]
     assert [r["recipe"] for r in rows] == ["vllm"]
-    res = run("attention", "-l", "4K", "--stack", "mlx", "--scaling", "linear", "--factor", "4")
-    assert res.exit_code == 2 and "stack 'mlx' does not run rope type 'linear'" in res.output
+    res = run("attention", "-l", "4K", "--stack", "mlx", "--scaling", "dynamic", "--factor", "4")
+    assert res.exit_code == 2 and "stack 'mlx' does not run rope type 'dynamic'" in res.output
     table = run("attention", "-l", "4K", "--distance", "1", "--stack", "all").output
     assert "mode" in table.splitlines()[0] and "each recipe's own: the mode column" in table
 

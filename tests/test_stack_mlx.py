@@ -191,6 +191,30 @@ def test_kernel_equals_model(base: float, src: str, dtype: str, model_f32: dict)
     assert (_ulps(kc, model.cast(c, dtype), dtype), _ulps(ks, model.cast(s, dtype), dtype)) == (0, 0)
 
 
+@pytest.mark.parametrize("factor", [2.5, 3.0, 7.3])
+def test_linear_scaling_is_the_kernels_scale(factor: float) -> None:
+    """mlx-lm's linear RoPE (``nn.RoPE(..., scale=1/factor)``) runs ``mx.fast.rope`` with ``scale``: the kernel scales
+    the float32 position, then multiplies by its inverse frequency.  The kernel against the model (scales that are
+    not powers of two), and the package's angles for the mlx-cpu stack against the model's, bit for bit."""
+    _mx()
+    from precision_audit.rope import stack, stored_inv_freq
+
+    pos = np.array([0, 1, 7, 4095, 65537, 393215, 1048575])
+    inv = fallback_inv_freq(D, 10000.0)
+    kc, ks = mlx_rope_pairs(pos, D, 10000.0, scale=1 / factor, dtype="float32")
+    c, s = model.rope_pairs(pos, inv, scale=1 / factor)
+    if EXACT_ARCH:
+        assert np.array_equal(kc, c) and np.array_equal(ks, s)
+    else:
+        assert np.abs(kc - c).max() <= 2.0**-23 and np.abs(ks - s).max() <= 2.0**-23
+    sched = RopeSchedule(head_dim=D, base=10000.0, scaling="linear", factor=factor)
+    maker = stored_inv_freq(stack("mlx-cpu", "float32", sched), sched)
+    got = np.empty((pos.size, D // 2))
+    maker.angles_into(pos.astype(np.float64), got)
+    # the package's exp-log inverse frequencies equal the kernel's (tests/test_stacks.py), so the angles do too
+    assert np.array_equal(got, model.angles(pos, inv, 1 / factor).astype(np.float64))
+
+
 @pytest.mark.parametrize("traditional", [False, True])
 def test_kernel_layouts_and_scale(traditional: bool) -> None:
     """Both pair layouts, a position scale and a vector of offsets give the same (cos, sin) as the model."""

@@ -278,7 +278,7 @@ def test_mlx_notes() -> None:
 # --------------------------------------------------------------------------- what stays refused
 
 
-@pytest.mark.parametrize("name,kind", [("mlx", "linear"), ("mlx-cpu", "dynamic"), ("llama.cpp-cpu", "dynamic"),
+@pytest.mark.parametrize("name,kind", [("flash-attn", "linear"), ("mlx-cpu", "dynamic"), ("llama.cpp-cpu", "dynamic"),
                                        ("llama.cpp-cuda", "proportional"), ("sglang", "longrope"),
                                        ("vllm-pre-28244", "dynamic"), ("vllm", "proportional")])
 def test_still_refused(name: str, kind: str) -> None:

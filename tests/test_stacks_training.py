@@ -36,7 +36,8 @@ from _engine_bound import assert_engines_within_bound, engine_bound  # tests/ he
 from referees._torchtune import torchtune_module
 from test_schedules import _build, _module_errors  # transformers' rotary modules, built from configs
 
-from precision_audit.rope import STACKS, RopeSchedule, audit, exact_angles, run_recipe, select_stacks, stack, wrap
+from precision_audit.rope import (STACKS, RopeSchedule, audit, exact_angles, run_recipe, select_stacks, stack,
+                                  stored_inv_freq, wrap)
 from precision_audit.rope import hows
 from precision_audit.schedules import schedule_from_rope_parameters, ulp_distance
 
@@ -169,7 +170,7 @@ def test_rotation_as_the_source_does_it(name: str) -> None:
 
 
 REFUSED = {
-    "transformer-engine": ["linear", "llama3", "yarn", "dynamic"],
+    "transformer-engine": ["llama3", "yarn", "dynamic"],
     "flash-attn": ["linear", "llama3", "yarn"],
     "unsloth": ["dynamic", "longrope"],
     "torchtune": ["yarn", "linear", "longrope"],
@@ -298,3 +299,29 @@ def test_liger_unsloth_rows_match_transformers_module(name: str) -> None:
     d_theta = assert_engines_within_bound(sched, sched.frequency_key(L))
     assert row.mean_rotation_error == pytest.approx(mean, rel=0.05)
     assert abs(row.max_rotation_error - worst) <= 0.10 * worst + (L - 1) * d_theta
+
+
+@pytest.mark.parametrize("factor", [2.0, 2.5, 3.0, 7.3])
+def test_transformer_engine_linear_scales_positions_as_torch_does(factor: float) -> None:
+    """TransformerEngine's linear scaling (rope.py, RotaryPositionEmbedding.forward: float32 ``seq``, ``seq *= 1 /
+    factor``, then ``torch.einsum('i , j -> i j', seq, inv_freq)``) run in torch on the package's own float32
+    inverse frequencies of the unscaled schedule: the package's angles are those float32 products, bit for bit
+    (two IEEE multiplications: no kernel of this CPU decides them).  Not the product by inv_freq / factor: the
+    angles differ (and the audit measures them against the declared schedule's exact theta / factor)."""
+    import torch
+
+    s = RopeSchedule(head_dim=128, scaling="linear", factor=factor)
+    r = stack("transformer-engine", "bfloat16", s)
+    assert r.angle_from == "scaled-product"
+    maker = stored_inv_freq(r, s)
+    inv32 = torch.from_numpy(stored_inv_freq(stack("transformer-engine", "bfloat16"), RopeSchedule(head_dim=128))
+                             .astype(np.float32))
+    pos = np.concatenate([np.arange(0, 4096), np.arange(2**20 - 4096, 2**20), [2**24 - 1]]).astype(np.float64)
+    seq = torch.from_numpy(pos.astype(np.float32))
+    seq *= 1 / factor
+    want = torch.einsum("i , j -> i j", seq, inv32).numpy().astype(np.float64)
+    got = np.empty_like(want)
+    maker.angles_into(pos, got)
+    assert np.array_equal(got, want)
+    product = (pos[:, None].astype(np.float32) * (inv32.numpy() / np.float32(factor)).astype(np.float32)[None, :])
+    assert not np.array_equal(got, product.astype(np.float64)) or factor in (2.0,)  # powers of two: the same

@@ -92,13 +92,15 @@ __all__ = [
     "ANGLE_HOWS", "INV_FREQ_HOWS", "MLX_LM_ROPE_TYPES", "RCP_POW_ROPE_TYPES", "TIMESCALE_ROPE_TYPES", "AngleMaker",
     "angle_maker", "exp32", "fma32", "llama31_smooth", "rcp_pow_inputs", "theta_scale",
     "ggml_mismatch", "how_inv_freq", "long_factors_mismatch", "mlx_lm_inv_freq", "mlx_mismatch", "mpmath_pow",
-    "rounded_ramp_mismatch", "timescales", "vllm_dynamic_base", "vllm_mismatch", "vllm_overrides",
+    "rounded_ramp_mismatch", "scaled_product_maker", "timescales", "vllm_dynamic_base", "vllm_mismatch",
+    "vllm_overrides",
 ]
 
 F32 = npt.NDArray[np.float32]
 _f = np.float32
 
-ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product", "position-over-timescale")
+ANGLE_HOWS: tuple[str, ...] = ("product", "repeated-product", "power-product", "position-over-timescale",
+                               "scaled-product")
 INV_FREQ_HOWS: tuple[str, ...] = ("exp-log", "exp2-log2", "pow64-recip32", "mlx-lm", "rcp-pow")
 
 
@@ -402,6 +404,9 @@ class AngleMaker:
     ``p * powf(ts, i)`` (CUDA) over repeated multiplication (CPU).
     ``timescale`` (MaxText): the float32 timescales; when given the angle is
     ``fl32(p / timescale_i)`` and the ggml fields are unused.
+    ``position_scale`` and ``inv_freq`` (``scaled-product``: MLX's and
+    TransformerEngine's linear scaling): the angle is
+    ``fl32(fl32(p * position_scale) * inv_freq_i)``.
     """
 
     theta_scale: np.float32
@@ -411,12 +416,18 @@ class AngleMaker:
     mix: F32 | None
     power: bool
     timescale: F32 | None = None
+    position_scale: np.float32 | None = None
+    inv_freq: F32 | None = None
 
     def angles_into(self, pos: F64, out: F64) -> None:
         """Write the float32 angles of float32 positions ``pos`` (n,) into ``out`` (n, nf), as float64."""
         p = pos.astype(np.float32)
         if self.timescale is not None:  # one float32 division (IEEE: correctly rounded)
             out[:] = np.divide(p[:, None], self.timescale[None, :], dtype=np.float32)
+            return
+        if self.position_scale is not None and self.inv_freq is not None:  # two float32 products
+            ps = np.multiply(p, self.position_scale, dtype=np.float32)
+            out[:] = np.multiply(ps[:, None], self.inv_freq[None, :], dtype=np.float32)
             return
         if self.power:
             powers = round_to(np.power(float(self.theta_scale), np.arange(self.nf, dtype=np.float64)), "float32")
@@ -568,10 +579,28 @@ def angle_maker(how: str, schedule: RopeSchedule) -> AngleMaker:
     """
     if how not in ANGLE_HOWS[1:]:
         raise ValueError(f"unknown angle how {how!r}; valid: {', '.join(ANGLE_HOWS[1:])}")
+    if how == "scaled-product":
+        raise ValueError("the scaled-product angle needs the recipe's own inverse frequencies: "
+                         "stored_inv_freq(recipe, schedule) builds it (scaled_product_maker)")
     if how == "position-over-timescale":
         ts = timescales(schedule)
         return AngleMaker(_f(1), ts.size, None, _f(1), None, False, timescale=ts)
     return _ggml_maker(how, schedule)
+
+
+def scaled_product_maker(inv_freq: npt.ArrayLike, schedule: RopeSchedule) -> AngleMaker:
+    """Linear scaling as MLX (``mx.fast.rope``'s ``scale``: ``L = scale * float(pos)``, then ``L * inv_freq``;
+    mlx-lm passes ``scale = 1 / factor``) and TransformerEngine (``seq *= 1 / factor`` on float32 positions,
+    then the product) compute it: the positions scaled by ``fl32(1 / factor)`` in float32, then multiplied by
+    the unscaled inverse frequencies ``inv_freq`` (float32).
+
+    >>> m = scaled_product_maker([1.0, 0.01], RopeSchedule(head_dim=4, scaling="linear", factor=2.5))
+    >>> out = np.empty((1, 2)); m.angles_into(np.array([3.0]), out); out.tolist()  # fl32(3 * fl32(0.4))
+    [[1.2000000476837158, 0.012000000104308128]]
+    """
+    inv = np.asarray(inv_freq, dtype=np.float64).astype(np.float32)
+    scale = _f(1.0 / schedule.factor) if schedule.scaling == "linear" else _f(1)
+    return AngleMaker(_f(1), inv.size, None, _f(1), None, False, position_scale=scale, inv_freq=inv)
 
 
 def theta_scale(s: RopeSchedule) -> np.float32:

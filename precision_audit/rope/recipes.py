@@ -23,7 +23,7 @@ from .._common import check_choice, check_schedule
 from ..formats import Format, get_format, round_to
 from ..schedules import ROPE_TYPES, RopeSchedule
 from .cuda import FAST_MATH
-from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq
+from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq, scaled_product_maker
 from .oracle import F64
 
 __all__ = [
@@ -58,6 +58,8 @@ _HOW_TEXT = {
     "rcp-pow": "powf(fl32(1/base), fl32(2j/d)) in float32 (FlashInfer's on-the-fly kernel)",
     "position-over-timescale": "float32: p / (base ** (2i/d) [* linear factor]), a division (MaxText, TensorRT-LLM's "
                                "on-the-fly kernel)",
+    "scaled-product": "float32: fl32(p * fl32(1/factor)) * inv_freq, the positions scaled before the product "
+                      "(MLX's scale, TransformerEngine's seq *= 1/factor)",
 }
 
 
@@ -352,6 +354,10 @@ def stored_inv_freq(recipe: Recipe, schedule: RopeSchedule, seq_len: int | None 
     if r.angle_from != "product":
         if engine != "numpy":
             raise ValueError(f"recipe {r.name!r} makes its angles by {r.angle_from!r}: the numpy engine only")
+        if r.angle_from == "scaled-product":  # the unscaled frequencies, the positions scaled before the product
+            unscaled = replace(schedule, scaling="default", factor=1.0)
+            return scaled_product_maker(stored_inv_freq(replace(r, angle_from="product"), unscaled, seq_len),
+                                        schedule)
         return angle_maker(r.angle_from, schedule)
     if r.inv_freq_from == "exact":
         theta = schedule.inv_freq(seq_len)

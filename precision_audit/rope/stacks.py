@@ -36,7 +36,8 @@ class Stack:
 
     ``preset`` is the path as recipe fields (see :class:`Preset`);
     ``inv_freq_by_type`` overrides ``inv_freq_from`` per rope type (MLX takes
-    mlx-lm's ``freqs`` for scaled types and computes the default one itself);
+    mlx-lm's ``freqs`` for scaled types and computes the default one itself),
+    ``angle_by_type`` ``angle_from`` (linear scaling by scaled positions);
     ``rope_types`` are the types it implements as modelled, every other type
     is refused with ``refused``'s reason (or "not implemented"); ``source``
     cites the code read; ``fix`` is what a user does when the path is not safe.
@@ -58,6 +59,7 @@ class Stack:
     fix: str | None = None
     inv_freq_by_type: tuple[tuple[str, str], ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
+    angle_by_type: tuple[tuple[str, str], ...] = ()
     mismatch: Callable[[RopeSchedule], str | None] | None = None
     mismatch_fix: str | None = None
     roles: tuple[str, ...] = ("serve",)
@@ -86,16 +88,15 @@ _VLLM_REFUSED = (("dynamic", "not modelled for this stack (the vllm stack models
                               "deployment)"))
 _GGML_REFUSED = (("dynamic", "ggml has no dynamic NTK"),
                  ("proportional", "not modelled yet"))
-_MLX_REFUSED = (("linear", "mlx-lm scales positions (not modelled yet)"),
-                ("dynamic", "mlx-lm recomputes the base per call in float64 (not modelled yet)"))
-_MLX_TYPES = ("default", "llama3", "yarn", "longrope", "proportional")
+_MLX_REFUSED = (("dynamic", "mlx-lm recomputes the base per call in float64 (not modelled yet)"),)
+_MLX_TYPES = ("default", "linear", "llama3", "yarn", "longrope", "proportional")
+_SCALED = (("linear", "scaled-product"),)  # linear scaling: positions times 1/factor, then the product
 _MLX_FREQS = (("llama3", "float32"), ("yarn", "mlx-lm"), ("longrope", "mlx-lm"), ("proportional", "mlx-lm"))
 _MLX_MISMATCH_FIX = ("YaRN with truncate=false: serve it on a stack that honours truncate (transformers; vLLM with "
                      "vllm-project/vllm#28244); LongRoPE: mlx-lm has no switch for the short factors (accept it, or "
                      "serve contexts up to L0 on transformers)")
-_TE_REFUSED = (("linear", "TransformerEngine scales positions (seq *= 1/factor) before the product: not modelled yet"),
-               *((t, "TransformerEngine's RotaryPositionEmbedding builds default RoPE and position interpolation "
-                     "only") for t in ("dynamic", "yarn", "longrope", "llama3", "proportional")))
+_TE_REFUSED = tuple((t, "TransformerEngine's RotaryPositionEmbedding builds default RoPE and position interpolation "
+                        "only") for t in ("dynamic", "yarn", "longrope", "llama3", "proportional"))
 _FLASH_REFUSED = tuple((t, "flash_attn's RotaryEmbedding builds default RoPE only (and XPos, not modelled)")
                        for t in ROPE_TYPES if t != "default")
 _UNSLOTH_REFUSED = (("dynamic", "Unsloth builds its cache once from the init inv_freq: no dynamic NTK update"),
@@ -215,14 +216,16 @@ STACKS: dict[str, Stack] = {
                     "(exp2, metal::fast::cos/sin not modelled; with freqs: 1 / freqs); mlx-lm d78bf58 "
                     "rope_utils.py Llama3RoPE, YarnRoPE, SuScaledRoPE, ProportionalRoPE (freqs in float32; the "
                     "YaRN / LongRoPE mscale multiplies q/k in the data dtype: the audit keeps it on cos/sin)",
-        inv_freq_by_type=_MLX_FREQS, refused=_MLX_REFUSED, mismatch=mlx_mismatch, mismatch_fix=_MLX_MISMATCH_FIX),
+        inv_freq_by_type=_MLX_FREQS, refused=_MLX_REFUSED, mismatch=mlx_mismatch, mismatch_fix=_MLX_MISMATCH_FIX,
+        angle_by_type=_SCALED),
     "mlx-cpu": Stack(
         "MLX (CPU)", Preset(_F32, _F32, _F32, _F32, _D, "exp-log", "mx.fast.rope CPU fallback"),
         _MLX_TYPES, "ml-explore/mlx 846d176: mlx/fast.cpp fast::rope fallback (with freqs: reciprocal(freqs)), "
                     "mlx/backend/cpu/simd/math.h simd::exp (rotation op by op in the data dtype); mlx-lm d78bf58 "
                     "rope_utils.py as for mlx (the YaRN / LongRoPE mscale multiplies q/k in the data dtype: the "
                     "audit keeps it on cos/sin)",
-        inv_freq_by_type=_MLX_FREQS, refused=_MLX_REFUSED, mismatch=mlx_mismatch, mismatch_fix=_MLX_MISMATCH_FIX),
+        inv_freq_by_type=_MLX_FREQS, refused=_MLX_REFUSED, mismatch=mlx_mismatch, mismatch_fix=_MLX_MISMATCH_FIX,
+        angle_by_type=_SCALED),
     "tensorrt-llm": Stack(
         "TensorRT-LLM (table)", Preset(_F32, _F32, _F32, _F32, _F32, "pow64-recip32", "numpy float32 cos/sin table, "
                                        "rotation in float32", apply=_D, apply_mode=_FP32_THEN_CAST,
@@ -272,12 +275,12 @@ STACKS: dict[str, Stack] = {
         Preset(_F32, _F32, _F32, _F32, _F32, _F32, "fp32 freqs; sincosf on the angle in the kernel (CUDA sincosf "
                "not modelled: correctly rounded float32 stands in); cos/sin stay float32, rotation in float32, output "
                "cast to the dtype", apply=_D, apply_mode=_FP32_THEN_CAST),
-        ("default",), "NVIDIA/TransformerEngine d0067d0: transformer_engine/pytorch/attention/rope.py "
+        ("default", "linear"), "NVIDIA/TransformerEngine d0067d0: transformer_engine/pytorch/attention/rope.py "
                       "RotaryPositionEmbedding.__init__/forward (float32 inv_freq and arange, autocast off, outer "
                       "product in float32), FusedRoPEFunc.forward (freqs.float()); transformer_engine/common/"
                       "fused_rope/fused_rope.cu fused_rope_block_forward (sincosf into float32 shared memory, "
                       "v*cos + rotate*sin in float, stored as scalar_t)",
-        refused=_TE_REFUSED, roles=("train",)),
+        refused=_TE_REFUSED, roles=("train",), angle_by_type=_SCALED),
     "flash-attn": Stack(
         "flash-attention (RotaryEmbedding)",
         Preset(_F32, _F32, _F32, _F32, _D, _F32, "float32 positions, inv_freq and angle; torch cos/sin in float32 "
@@ -342,10 +345,10 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
     'float32: theta = p, then theta *= '
     >>> stack("vllm", "bf16", RopeSchedule(head_dim=64, scaling="dynamic", factor=2.0)).overrides
     (('scaling', 'default'), ('base', 10000.0))
-    >>> stack("mlx", "bf16", RopeSchedule(head_dim=64, scaling="linear", factor=2.0))
+    >>> stack("mlx", "bf16", RopeSchedule(head_dim=64, scaling="dynamic", factor=2.0))
     Traceback (most recent call last):
     ...
-    ValueError: stack 'mlx' does not run rope type 'linear': mlx-lm scales positions (not modelled yet) (it runs default, llama3, yarn, longrope, proportional)
+    ValueError: stack 'mlx' does not run rope type 'dynamic': mlx-lm recomputes the base per call in float64 (not modelled yet) (it runs default, linear, llama3, yarn, longrope, proportional)
     """
     row = STACKS[check_choice(name, "stack", tuple(STACKS))]
     if schedule is not None:
@@ -356,6 +359,9 @@ def stack(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | 
         src = dict(row.inv_freq_by_type).get(schedule.scaling)
         if src is not None:
             recipe = replace(recipe, inv_freq_from=src)
+        how = dict(row.angle_by_type).get(schedule.scaling)
+        if how is not None:
+            recipe = replace(recipe, angle_from=how)
         extra = row.overrides_for(schedule) if row.overrides_for is not None else ()
         if extra:
             recipe = replace(recipe, overrides=recipe.overrides + tuple(extra))
@@ -369,11 +375,11 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool 
 
     >>> select_stacks(["all"], ["yarn"])[0][:5]
     ['transformers', 'transformers-cast', 'vllm', 'vllm-pre-28244', 'sglang']
-    >>> select_stacks(["mlx"], ["linear"])[0]
+    >>> select_stacks(["mlx"], ["dynamic"])[0]
     Traceback (most recent call last):
     ...
-    ValueError: stack 'mlx' does not run rope type 'linear': mlx-lm scales positions (not modelled yet) (it runs default, llama3, yarn, longrope, proportional)
-    >>> select_stacks(["mlx", "vllm"], ["linear"], strict=False)[0]
+    ValueError: stack 'mlx' does not run rope type 'dynamic': mlx-lm recomputes the base per call in float64 (not modelled yet) (it runs default, linear, llama3, yarn, longrope, proportional)
+    >>> select_stacks(["mlx", "vllm"], ["dynamic"], strict=False)[0]
     ['vllm']
     >>> select_stacks(["train"], ["default"])[0]
     ['transformers', 'transformers-cast', 'transformer-engine', 'flash-attn', 'liger', 'unsloth', 'torchtune', 'maxtext']
