@@ -331,14 +331,14 @@ def unknown_name(what: str, value: str, names: Iterable[str], *, where: str = ""
     return msg + f" ({len(pool)} {what}s" + (f"; {hint}" if hint else "") + ")"
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Make a value JSON-safe: numpy scalars to Python, non-finite floats to None."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
+        return [plain(v) for v in value.tolist()]
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -350,4 +350,4 @@ class Row:
     """Mixin for frozen result dataclasses: ``to_dict()`` gives plain JSON data."""
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+        return plain(dataclasses.asdict(self))  # type: ignore[call-overload]

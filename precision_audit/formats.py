@@ -29,8 +29,11 @@ from ._common import ArgumentTypeError, check_flag, check_int, check_number, des
 __all__ = [
     "FORMATS",
     "Format",
+    "as_float64",
+    "bfloat16_from_float32",
     "format_names",
     "get_format",
+    "round_into",
     "round_to",
     "spacing",
 ]
@@ -544,3 +547,11 @@ def spacing(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     e = np.where(a == 0, f.min_exponent, np.maximum(e - 1, f.min_exponent))
     out = np.ldexp(1.0, e - (f.significand_bits - 1))
     return np.where(np.isfinite(a), out, np.where(np.isnan(a), np.nan, np.inf))  # a quiet nan, even from a signaling one
+
+
+# The kernel layer the auditors build on, under public names (the functions keep their underscored names, which
+# scripts/mutation.py's mutants are named after): rounding into a preallocated buffer, float32 -> bfloat16 by the
+# bit carry, and the exact conversion of any input to float64.
+round_into = _round_into
+bfloat16_from_float32 = _bfloat16_from_float32
+as_float64 = _as_float64

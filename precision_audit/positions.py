@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._common import Row, check_callable, check_choice, check_int, check_lengths, check_names, describe
-from .formats import Format, _round_into, get_format
+from .formats import Format, get_format, round_into
 
 __all__ = [
     "BAICHUAN_DTYPES",
@@ -347,7 +347,7 @@ def _numpy_engine(f: Format, stop: int) -> Rounder:
             bufs[n] = (np.arange(n, dtype=np.float64), np.empty(n), np.empty(n), np.empty(n))
         iota, out, s1, s2 = bufs[n]
         np.add(iota, a, out=out)  # exact: integers below 2**53
-        return _round_into(out, f, out, (s1, s2))
+        return round_into(out, f, out, (s1, s2))
 
     return rounded
 

@@ -568,7 +568,7 @@ def ulp_distance(a: npt.ArrayLike, b: npt.ArrayLike, fmt: str | Format) -> npt.N
 
 # --------------------------------------------------------------------------- configs
 
-_PARAM_KEYS = {
+PARAM_KEYS = {
     "rope_theta": "base",
     "factor": "factor",
     "original_max_position_embeddings": "original_max_position_embeddings",
@@ -583,7 +583,7 @@ _PARAM_KEYS = {
     "short_factor": "short_factor",
     "long_factor": "long_factor",
 }
-_IGNORED_KEYS = ("rope_type", "type", "partial_rotary_factor")
+IGNORED_KEYS = ("rope_type", "type", "partial_rotary_factor")
 
 
 def schedule_from_rope_parameters(
@@ -625,15 +625,15 @@ def schedule_from_rope_parameters(
     if not all(isinstance(k, str) for k in p):
         raise ValueError("rope parameters must be a JSON object with string keys")
     for k in p:
-        if k not in _PARAM_KEYS and k not in _IGNORED_KEYS:
-            raise ValueError(f"unknown rope parameter {k!r}; known: {', '.join([*_PARAM_KEYS, *_IGNORED_KEYS])}")
+        if k not in PARAM_KEYS and k not in IGNORED_KEYS:
+            raise ValueError(f"unknown rope parameter {k!r}; known: {', '.join([*PARAM_KEYS, *IGNORED_KEYS])}")
     kind = p.get("rope_type", p.get("type", "default"))
     if not isinstance(kind, str):
         raise ValueError(f"rope_type {kind!r} must be a string")
     kind = _TYPE_ALIASES.get(kind, kind)
     if kind not in _FORMULAS:
         raise ValueError(f"unknown rope type {kind!r}; valid: {', '.join(ROPE_TYPES)}")
-    kw: dict[str, Any] = {_PARAM_KEYS[k]: v for k, v in p.items() if k in _PARAM_KEYS and v is not None}
+    kw: dict[str, Any] = {PARAM_KEYS[k]: v for k, v in p.items() if k in PARAM_KEYS and v is not None}
     if base is not None and "base" not in kw:
         kw["base"] = base
     prf = p.get("partial_rotary_factor", partial_rotary_factor)

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._common import check_callable, check_int, check_lengths
-from ..formats import _as_float64, get_format
+from ..formats import as_float64, get_format
 from .recipes import FORMS, Recipe, _magnitudes_into, _resolve_slopes, get_recipe
 from .rows import AlibiAudit, HeadAudit
 from .slopes import alibi_slopes, check_heads
@@ -58,7 +58,7 @@ def _plan(lengths: int | Iterable[int], num_heads: int, recipe: str | Recipe, dt
     n = check_heads(num_heads)
     chunk_elements = check_int(chunk_elements, "chunk_elements", minimum=1, maximum=2**30)
     s_used = _resolve_slopes(r, n, slopes)
-    s_exact = alibi_slopes(n) if slopes is None else _as_float64(slopes, odd=False, name="slopes").reshape(-1)
+    s_exact = alibi_slopes(n) if slopes is None else as_float64(slopes, odd=False, name="slopes").reshape(-1)
     sign = 1.0 if r.form == "key" else -1.0
     return _Plan(r, label, tuple(lens), n, s_used, s_exact, sign, max(1, chunk_elements // n))
 

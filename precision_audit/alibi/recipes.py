@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._common import ArgumentTypeError, check_length, describe
-from ..formats import _as_float64, _bfloat16_from_float32, _round_into, get_format, round_to
+from ..formats import as_float64, bfloat16_from_float32, get_format, round_into, round_to
 from .slopes import SLOPE_FUNCTIONS, SLOPE_RULES, check_heads
 
 __all__ = ["FORMS", "RECIPES", "Recipe", "alibi_bias", "alibi_bias_torch", "get_recipe", "recipe_names",
@@ -136,7 +136,7 @@ def _magnitudes_into(recipe: Recipe, slopes: npt.NDArray[np.float64], k: npt.NDA
         p32 = scratch[0].reshape(-1).view(np.float32)[:n].reshape(out.shape)
         np.multiply(slopes.astype(np.float32)[:, None], pos.astype(np.float32)[None, :], out=p32)
         if fb.name == "bfloat16":
-            _bfloat16_from_float32(p32, out, scratch[1].reshape(-1).view(np.float32)[:n].reshape(out.shape))
+            bfloat16_from_float32(p32, out, scratch[1].reshape(-1).view(np.float32)[:n].reshape(out.shape))
             return
         if fb.name == "float16":
             h16 = scratch[1].reshape(-1).view(np.float16)[:n].reshape(out.shape)
@@ -147,8 +147,8 @@ def _magnitudes_into(recipe: Recipe, slopes: npt.NDArray[np.float64], k: npt.NDA
         return
     with np.errstate(invalid="ignore"):  # 0 * inf in formats that overflow positions
         np.multiply(slopes[:, None], pos[None, :], out=out)
-    _round_into(out, fp, out, scratch)
-    _round_into(out, fb, out, scratch)
+    round_into(out, fp, out, scratch)
+    round_into(out, fb, out, scratch)
 
 
 def _fits32(fmt: str) -> bool:
@@ -160,7 +160,7 @@ def _fits32(fmt: str) -> bool:
 def _resolve_slopes(recipe: Recipe, num_heads: int, slopes: npt.ArrayLike | None) -> npt.NDArray[np.float64]:
     if slopes is None:
         return stored_slopes(recipe, num_heads)
-    s = _as_float64(slopes, odd=False, name="slopes").reshape(-1)  # round_to(slopes, "float64"), errors naming slopes
+    s = as_float64(slopes, odd=False, name="slopes").reshape(-1)  # round_to(slopes, "float64"), errors naming slopes
     if s.shape != (num_heads,):
         raise ValueError(f"slopes has {s.size} values for num_heads={num_heads}")
     if not (np.isfinite(s) & (s > 0)).all():

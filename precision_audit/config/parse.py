@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..schedules import _IGNORED_KEYS, _PARAM_KEYS, RopeSchedule, schedule_from_rope_parameters
+from ..schedules import IGNORED_KEYS, PARAM_KEYS, RopeSchedule, schedule_from_rope_parameters
 
 __all__ = [
     "CONTEXT_KEYS",
@@ -155,13 +155,13 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (schedules as their fields plus ``describe``)."""
-        from .._common import _plain
+        from .._common import plain
 
         rope = []
         for t, s in self.rope:
             d = {k: getattr(s, k) for k in s.__dataclass_fields__}
             rope.append({"layer_type": t, **d, "attention_factor": s.cos_sin_scale, "describe": s.describe()})
-        return _plain({
+        return plain({
             "name": self.name, "model_type": self.model_type, "kind": self.kind, "rope": rope,
             "num_heads": self.num_heads, "max_position_embeddings": self.max_position_embeddings,
             "context_key": self.context_key, "torch_dtype": self.torch_dtype, "source": self.source,
@@ -421,7 +421,7 @@ def _rope_params(cfg: _Fields, source: str) -> Mapping[str, Any] | None:
 def _ignored_keys(cfg: _Fields) -> dict[str, str]:
     """rope parameter keys that do not change the frequencies: ours, and those transformers ignores at rope
     validation (e.g. Ministral 3's ``llama_4_scaling_beta``) unless the schedule reads them."""
-    known = {*_PARAM_KEYS, *_IGNORED_KEYS}
+    known = {*PARAM_KEYS, *IGNORED_KEYS}
     theirs = {k: "transformers ignores it at rope validation" for k in cfg.get("ignore_keys_at_rope_validation") or ()
               if isinstance(k, str) and k not in known}
     return {**theirs, **_NOT_FREQUENCY_KEYS}

@@ -33,7 +33,7 @@ from .hows import AngleMaker
 from .oracle import _TWO_PI, F64, _oracle_into, _wrap_into
 from .recipes import Recipe
 from . import tables as _tables
-from .tables import _AngleTable, _has_codes, _PairTable
+from .tables import _AngleTable, has_codes, _PairTable
 from .torch_engine import torch_stages
 
 BLOCK_ELEMS = 2**18  # angles per block of rows: 2 MiB float64 arrays, few calls per block (2**17: ~4 % slower here)
@@ -419,7 +419,7 @@ class _Stored:
     def of(self, cj: _CacheJob) -> tuple[F64, F64, F64]:
         """Stored cos, sin and atan2 (in ``w.cc``, ``w.ss``, ``w.rot`` or the trig buffers)."""
         w, job = self.w, self.job
-        if cj.table is not None and _has_codes(cj.table.fmt, self.angle):
+        if cj.table is not None and has_codes(cj.table.fmt, self.angle):
             return cj.table.lookup(self.angle, w)
         if cj.fast and self.est is not None:
             cc, ss = w.cc, w.ss

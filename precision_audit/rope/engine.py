@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ..formats import Format, _bfloat16_from_float32, _round_into, get_format, round_to
+from ..formats import Format, bfloat16_from_float32, get_format, round_into, round_to
 from ..schedules import RopeSchedule
 from .hows import AngleMaker
 from .oracle import F64
@@ -95,7 +95,7 @@ def _trig_into(angle: F64, ft: Format, w: _Rows) -> tuple[F64, F64]:
     """cos and sin of the angle (float64 ``np.cos``/``np.sin``) rounded to the trig format, in ``w.c``, ``w.s``."""
     for fn, tb in ((np.cos, w.c), (np.sin, w.s)):
         fn(angle, out=tb)
-        _round_into(tb, ft, tb, (w.s1, w.s2))
+        round_into(tb, ft, tb, (w.s1, w.s2))
     return w.c, w.s
 
 
@@ -109,8 +109,8 @@ def _cache_into(tb: F64, ft: Format, fc: Format, scale: float, sb: F64, scratch:
         return tb
     if scale != 1.0:
         np.multiply(tb, float(round_to(scale, _opmath(ft.name))[()]), out=sb)
-        _round_into(sb, ft, sb, scratch)
-        _round_into(sb, fc, sb, scratch)
+        round_into(sb, ft, sb, scratch)
+        round_into(sb, fc, sb, scratch)
         return sb
     if ft.name == "float32" and fc.significand_bits < 24 and (fc.name != "bfloat16" or _finite(tb)):
         n = tb.size
@@ -118,14 +118,14 @@ def _cache_into(tb: F64, ft: Format, fc: Format, scale: float, sb: F64, scratch:
         t32 = h32[:n].reshape(tb.shape)
         np.copyto(t32, tb, casting="same_kind")
         if fc.name == "bfloat16":  # the bit carry needs nan-free input
-            _bfloat16_from_float32(t32, sb, h32[n : 2 * n].reshape(tb.shape))
+            bfloat16_from_float32(t32, sb, h32[n : 2 * n].reshape(tb.shape))
         else:
             h32b = scratch[1].reshape(-1).view(np.float32)
-            _round_into(t32, fc, t32, (h32[n : 2 * n].reshape(tb.shape), h32b[:n].reshape(tb.shape)))
+            round_into(t32, fc, t32, (h32[n : 2 * n].reshape(tb.shape), h32b[:n].reshape(tb.shape)))
             np.copyto(sb, t32)
         return sb
     np.copyto(sb, tb)
-    _round_into(sb, fc, sb, scratch)
+    round_into(sb, fc, sb, scratch)
     return sb
 
 
@@ -160,7 +160,7 @@ def _angle_into(recipe: Recipe, pos: F64, inv: F64 | AngleMaker, w: _Rows) -> F6
     with np.errstate(invalid="ignore", over="ignore"):
         if isinstance(inv, AngleMaker):
             inv.angles_into(pos, angle)
-            _round_into(angle, fa, angle, scratch)
+            round_into(angle, fa, angle, scratch)
         elif _f32_product(recipe, fa, pos, inv):
             n = angle.size
             a32 = w.s1.reshape(-1).view(np.float32)[:n].reshape(angle.shape)
@@ -168,7 +168,7 @@ def _angle_into(recipe: Recipe, pos: F64, inv: F64 | AngleMaker, w: _Rows) -> F6
             if fa.name == "float32":
                 np.copyto(angle, a32)
             elif fa.name == "bfloat16":  # finite operands: no nan in the product
-                _bfloat16_from_float32(a32, angle, w.s1.reshape(-1).view(np.float32)[n : 2 * n].reshape(angle.shape))
+                bfloat16_from_float32(a32, angle, w.s1.reshape(-1).view(np.float32)[n : 2 * n].reshape(angle.shape))
             elif fa.name == "float16":
                 h16 = w.s2.reshape(-1).view(np.float16)[:n].reshape(angle.shape)
                 np.copyto(h16, a32, casting="same_kind")  # IEEE round to nearest even, overflow to inf
@@ -176,13 +176,13 @@ def _angle_into(recipe: Recipe, pos: F64, inv: F64 | AngleMaker, w: _Rows) -> F6
             else:
                 sc = (w.s1.reshape(-1).view(np.float32)[n : 2 * n].reshape(angle.shape),
                       w.s2.reshape(-1).view(np.float32)[:n].reshape(angle.shape))
-                _round_into(a32, fa, a32, sc)
+                round_into(a32, fa, a32, sc)
                 np.copyto(angle, a32)
         else:
             np.multiply(pos[:, None], inv[None, :], out=angle)
-            _round_into(angle, fa, angle, scratch)
+            round_into(angle, fa, angle, scratch)
         if not _round_is_identity(fa, ft):
-            _round_into(angle, ft, angle, scratch)
+            round_into(angle, ft, angle, scratch)
     return angle
 
 

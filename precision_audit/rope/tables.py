@@ -54,14 +54,14 @@ class _AngleTable:
 
     def lookup(self, angle: F64, w: _Rows) -> tuple[F64, F64, F64]:
         """Stored cos, sin and their atan2 of ``angle`` (values of ``fmt``, with bit patterns: see
-        :func:`_has_codes`) into ``w.cc``, ``w.ss``, ``w.rot``; scratch ``w.c``, ``w.s1``."""
-        idx = _codes_into(self.fmt, angle, w.c.view(np.intp).reshape(-1), w.s1).reshape(angle.shape)
+        :func:`has_codes`) into ``w.cc``, ``w.ss``, ``w.rot``; scratch ``w.c``, ``w.s1``."""
+        idx = codes_into(self.fmt, angle, w.c.view(np.intp).reshape(-1), w.s1).reshape(angle.shape)
         cc = np.take(self.cos, idx, out=w.cc, mode="clip")
         ss = np.take(self.sin, idx, out=w.ss, mode="clip")
         return cc, ss, np.take(self.atan2, idx, out=w.rot, mode="clip")
 
 
-def _codes_into(f: Format, x: F64, out: npt.NDArray[Any], scratch: F64) -> npt.NDArray[Any]:
+def codes_into(f: Format, x: F64, out: npt.NDArray[Any], scratch: F64) -> npt.NDArray[Any]:
     """The bit patterns of ``x`` (values of the 16-bit or narrower format ``f``) into the integer array
     ``out`` (flat, ``x.size`` long); ``scratch``: a C-contiguous float64 array of at least ``x.size``."""
     n, flat = x.size, x.reshape(-1)
@@ -100,13 +100,13 @@ class _PairTable:
 
     def lookup(self, cc: F64, ss: F64, out: F64, w: _Rows) -> F64:
         """``out = np.arctan2(ss, cc)``; scratch from ``w`` (``s1``, ``s2``, ``t``)."""
-        if not _has_codes(self.fmt, cc, ss):
+        if not has_codes(self.fmt, cc, ss):
             return np.arctan2(ss, cc, out=out)
         n, b = cc.size, self.bits
         u32 = w.s1.reshape(-1).view(np.uint32)
         pair, kc = u32[:n], u32[n : 2 * n]
-        _codes_into(self.fmt, cc, pair, w.s2)
-        _codes_into(self.fmt, ss, kc, w.s2)
+        codes_into(self.fmt, cc, pair, w.s2)
+        codes_into(self.fmt, ss, kc, w.s2)
         np.left_shift(pair, np.uint32(b), out=pair)
         np.bitwise_or(pair, kc, out=pair)  # the pair's code: cos code, then sin code
         idx = w.s2.reshape(-1).view(np.int64)[:n]
@@ -125,7 +125,7 @@ class _PairTable:
         return out
 
 
-def _has_codes(f: Format, *arrays: F64) -> bool:
+def has_codes(f: Format, *arrays: F64) -> bool:
     """Every value has a bit pattern in ``f``: false only for a nan in a format without nan (fp4, fp6),
     which ``round_to`` keeps as nan but a cast would turn into a number."""
     return f.overflow != "saturate" or all(bool(np.isfinite(np.max(a))) for a in arrays if a.size)

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._common import check_lengths
-from ..formats import Format, _round_into, round_to
+from ..formats import Format, round_into, round_to
 from .recipes import DEFAULT_BASE, Array, Recipe, frequencies, get_recipe
 
 __all__ = [
@@ -94,7 +94,7 @@ class _StoredRows:
 
     def _block(self, u: Array, out: Array) -> None:
         from ..rope import fastcache
-        from ..rope.tables import _codes_into, _has_codes
+        from ..rope.tables import codes_into, has_codes
         from .duplicates import scratch
 
         fa, ft, fs = self.fm["angles"], self.fm["trig"], self.fm["table"]
@@ -102,10 +102,10 @@ class _StoredRows:
         shape = (len(u), h)
         ang = scratch("t.ang", shape)
         np.multiply(u[:, None], self.freq[None, :], out=ang)
-        _round_into(ang, fa, ang, (scratch("t.s1", shape), scratch("t.s2", shape)))
-        if np.dtype(fa.numpy_type).itemsize <= 2 and _has_codes(fa, ang):
+        round_into(ang, fa, ang, (scratch("t.s1", shape), scratch("t.s2", shape)))
+        if np.dtype(fa.numpy_type).itemsize <= 2 and has_codes(fa, ang):
             sin_t, cos_t = self._angle_tables()
-            idx = _codes_into(fa, ang, scratch("t.idx", (ang.size,), np.intp), scratch("t.s1", shape))
+            idx = codes_into(fa, ang, scratch("t.idx", (ang.size,), np.intp), scratch("t.s1", shape))
             np.take(sin_t, idx.reshape(shape), out=out[:, :h])
             np.take(cos_t, idx.reshape(shape), out=out[:, h:])
             return
