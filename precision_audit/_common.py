@@ -246,19 +246,6 @@ def check_instance(value: Any, cls: type[T], name: str, hint: str = "") -> T:
     return value
 
 
-def check_schedule(value: Any, name: str = "schedule") -> Any:
-    """A :class:`~precision_audit.schedules.RopeSchedule` (for the RoPE auditors' first argument).
-
-    >>> check_schedule(None)
-    Traceback (most recent call last):
-    ...
-    precision_audit._common.ArgumentTypeError: schedule None must be a RopeSchedule, not NoneType (e.g. RopeSchedule(head_dim=128, base=10000.0))
-    """
-    from .schedules import RopeSchedule
-
-    return check_instance(value, RopeSchedule, name, "e.g. RopeSchedule(head_dim=128, base=10000.0)")
-
-
 def check_recipes(value: Any, cls: type[T], name: str = "recipes", hint: str = "") -> list[T]:
     """One ``cls`` or an iterable of them -> a non-empty list (text is not a recipe: ``hint`` says what is).
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ._common import (ArgumentTypeError, Row, check_choice, check_int, check_length, check_recipes, check_schedule,
-                      describe)
+from ._common import ArgumentTypeError, Row, check_choice, check_int, check_length, check_recipes, describe
 from .formats import get_format, round_to
 from .rope import APPLY_MODES, Recipe, RopeSchedule, check_rope_lengths, exact_angles, run_recipe
+from .schedules import check_schedule
 
 __all__ = [
     "APPLY_MODES",

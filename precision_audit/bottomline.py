@@ -20,24 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._common import Row
-from .verdicts import VERDICTS, worst
+from .verdicts import VERDICTS, human_length, worst
 
 __all__ = ["KINDS", "VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]
 
 VERDICT_ORDER: tuple[str, ...] = VERDICTS
 """The verdicts from best to worst (:data:`precision_audit.verdicts.VERDICTS`)."""
-
-
-def human_length(n: int) -> str:
-    """Tokens as the CLI writes them: 512K, 1M, 8192 -> 8K; other values as they are.
-
-    >>> [human_length(n) for n in (4096, 131072, 2**20, 3 * 2**20, 1000)]
-    ['4K', '128K', '1M', '3M', '1000']
-    """
-    for unit, size in (("M", 2**20), ("K", 2**10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
 
 
 @dataclass(frozen=True)

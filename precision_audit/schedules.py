@@ -59,12 +59,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._common import check_above
-from .formats import Format, get_format, round_to
+from ._common import check_above, check_instance
+from .formats import Format, get_format, round_to, spacing
 
 __all__ = [
     "ROPE_TYPES",
     "RopeSchedule",
+    "check_schedule",
     "schedule_from_rope_parameters",
     "round_mp",
     "ulp_distance",
@@ -558,8 +559,6 @@ def ulp_distance(a: npt.ArrayLike, b: npt.ArrayLike, fmt: str | Format) -> npt.N
     >>> ulp_distance([1.0, 0.1], [1.0 + 2**-23, 0.1], "float32").tolist()
     [1, 0]
     """
-    from .formats import spacing
-
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     step = np.minimum(spacing(x, fmt), spacing(y, fmt))
     with np.errstate(invalid="ignore"):
@@ -660,3 +659,14 @@ def schedule_from_rope_parameters(
     if kind in ("linear", "dynamic", "yarn", "llama3") and "factor" not in kw:
         raise ValueError(f"rope type {kind!r} needs a factor")
     return RopeSchedule(head_dim=head_dim, scaling=kind, **kw)
+
+
+def check_schedule(value: Any, name: str = "schedule") -> RopeSchedule:
+    """A :class:`RopeSchedule` (for the RoPE auditors' first argument).
+
+    >>> check_schedule(None)
+    Traceback (most recent call last):
+    ...
+    precision_audit._common.ArgumentTypeError: schedule None must be a RopeSchedule, not NoneType (e.g. RopeSchedule(head_dim=128, base=10000.0))
+    """
+    return check_instance(value, RopeSchedule, name, "e.g. RopeSchedule(head_dim=128, base=10000.0)")

@@ -45,13 +45,12 @@ from ._common import (
     check_int,
     check_length,
     check_number,
-    check_schedule,
     describe,
 )
 from .config import FALLBACK_CONTEXT, ModelConfig, load_config, load_config_dict, load_model, schedule_from_config
 from .verdicts import DEFAULT_TOLERANCE, NOTICED, PHASE_LOST, rope_verdict
 from .formats import get_format
-from .schedules import RopeSchedule
+from .schedules import RopeSchedule, check_schedule
 
 __all__ = [
     "ModuleAudit",

@@ -47,6 +47,7 @@ __all__ = [
     "VERDICTS",
     "VERDICT_RULES",
     "alibi_verdict",
+    "human_length",
     "positions_verdict",
     "rope_verdict",
     "rope_why",
@@ -69,6 +70,18 @@ VERDICT_RULES = (
     f"accuracy above it; ALiBi: a head's bias error above {DEFAULT_TOLERANCE:g} half-ulps of its largest bias); "
     "**safe** otherwise. The absolute angle error is shown, never judged: attention sees only differences."
 )
+
+
+def human_length(n: int) -> str:
+    """Tokens as the CLI writes them: 512K, 1M, 8192 -> 8K; other values as they are.
+
+    >>> [human_length(n) for n in (4096, 131072, 2**20, 3 * 2**20, 1000)]
+    ['4K', '128K', '1M', '3M', '1000']
+    """
+    for unit, size in (("M", 2**20), ("K", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
 
 
 def _pairs(pair_errors: Iterable[Any]) -> list[tuple[int, float]]:
@@ -116,8 +129,6 @@ def rope_why(max_rotation_error: float, colliding: int, pair_errors: Iterable[An
     >>> rope_why(3.1, 0, [(1, 0.005), (4096, 2.6)])
     'positions 4K apart: phase lost (2.6 rad)'
     """
-    from .bottomline import human_length  # bottomline builds on this module
-
     if colliding > 0:
         return f"local order lost: {colliding} positions share the previous one's rotation"
     bad = [(d, e) for d, e in _judged(max_rotation_error, pair_errors) if e >= NOTICED]

@@ -31,9 +31,9 @@ from precision_audit._common import (
     check_names,
     check_number,
     check_recipes,
-    check_schedule,
     parse_length,
 )
+from precision_audit.schedules import check_schedule
 
 
 # ---------------------------------------------------------------------------

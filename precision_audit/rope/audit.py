@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .._common import (Row, check_callable, check_choice, check_flag, check_int, check_lengths, check_recipes,
-                       check_schedule)
+from .._common import Row, check_callable, check_choice, check_flag, check_int, check_lengths, check_recipes
 from ..formats import Format, get_format, round_to, spacing
-from ..schedules import RopeSchedule
+from ..schedules import RopeSchedule, check_schedule
 from .chunk import _block_rows, _chunk_stats, _ChunkStats, _PairSpec, _Plan, _torch_chunk_stats
 from .cuda import widen
 from .engine import ENGINES, _Work

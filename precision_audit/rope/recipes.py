@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._common import check_choice, check_schedule
+from .._common import check_choice
 from ..formats import Format, get_format, round_to
 from ..schedules import ROPE_TYPES, RopeSchedule
 from .cuda import FAST_MATH

@@ -3,7 +3,6 @@ positions sharing a hash are compared element by element and split into classes 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,7 @@ import numpy.typing as npt
 
 from ..formats import round_to
 from .recipes import Array
-from .tables import _Positions
+from .tables import _Positions, scratch  # noqa: F401  (scratch: used here and by stream)
 
 _HASH_KEYS = np.random.default_rng(20170612).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
 
@@ -21,20 +20,6 @@ def _canonical_bits(rows: Array) -> npt.NDArray[np.uint64]:
     c = rows + 0.0
     c[np.isnan(c)] = np.nan
     return c.view(np.uint64)
-
-
-_SCRATCH = threading.local()
-
-
-def scratch(name: str, shape: tuple[int, ...], dtype: Any = np.float64) -> npt.NDArray[Any]:
-    """A C-contiguous array of ``shape`` in a buffer kept per thread and name (no allocation per chunk:
-    the first touch of fresh pages is what a large temporary costs)."""
-    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
-    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    buf = bufs.get(name)
-    if buf is None or buf.size < n:
-        buf = bufs[name] = np.empty(max(n, 8), dtype=np.uint8)
-    return buf[:n].view(dtype).reshape(shape)
 
 
 def _row_hash(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .duplicates import _hash_rows, _RowHashes, scratch
+from .duplicates import _hash_rows, _RowHashes
+from .tables import scratch
 from .neighbours import _WindowNeighbours
 from .recipes import Array
 from .tables import _StoredRows

@@ -3,6 +3,7 @@ distances and decay curve, and the stored rows made slice by slice that the stre
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,20 @@ __all__ = [
 ]
 
 LAYOUTS: tuple[str, ...] = ("interleaved", "concat")
+
+
+_SCRATCH = threading.local()
+
+
+def scratch(name: str, shape: tuple[int, ...], dtype: Any = np.float64) -> npt.NDArray[Any]:
+    """A C-contiguous array of ``shape`` in a buffer kept per thread and name (no allocation per chunk:
+    the first touch of fresh pages is what a large temporary costs)."""
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = bufs.get(name)
+    if buf is None or buf.size < n:
+        buf = bufs[name] = np.empty(max(n, 8), dtype=np.uint8)
+    return buf[:n].view(dtype).reshape(shape)
 
 
 def _to_layout(sin: Array, cos: Array, layout: str) -> Array:
@@ -95,7 +110,6 @@ class _StoredRows:
     def _block(self, u: Array, out: Array) -> None:
         from ..rope import fastcache
         from ..rope.tables import codes_into, has_codes
-        from .duplicates import scratch
 
         fa, ft, fs = self.fm["angles"], self.fm["trig"], self.fm["table"]
         h = len(self.freq)
