@@ -31,6 +31,7 @@ __all__ = [
     "Format",
     "as_float64",
     "bfloat16_from_float32",
+    "fits_in",
     "format_names",
     "get_format",
     "round_into",
@@ -547,6 +548,19 @@ def spacing(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     e = np.where(a == 0, f.min_exponent, np.maximum(e - 1, f.min_exponent))
     out = np.ldexp(1.0, e - (f.significand_bits - 1))
     return np.where(np.isfinite(a), out, np.where(np.isnan(a), np.nan, np.inf))  # a quiet nan, even from a signaling one
+
+
+def fits_in(a: Format, b: Format) -> bool:
+    """Every value of format ``a`` is a value of format ``b``.
+
+    >>> fits_in(get_format("bfloat16"), get_format("float32")), fits_in(get_format("float16"), get_format("bfloat16"))
+    (True, False)
+    """
+    return (
+        a.significand_bits <= b.significand_bits
+        and a.max_finite <= b.max_finite
+        and a.min_exponent - a.significand_bits >= b.min_exponent - b.significand_bits
+    )
 
 
 # The kernel layer the auditors build on, under public names (the functions keep their underscored names, which

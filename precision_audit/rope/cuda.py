@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -43,15 +43,23 @@ from ..schedules import RopeSchedule
 from .hows import angle_maker, llama31_smooth, rcp_pow_inputs, theta_scale
 from .oracle import F64
 from .pairs import PairError
-
-if TYPE_CHECKING:
-    from .audit import RopeRow
-    from .recipes import Recipe
+from .recipes import FAST_MATH, Recipe
 
 __all__ = ["FAST_MATH", "INV_2PI_F32", "bound_label", "frequency_bound", "powf_relative_bound", "rotation_addition",
            "sincos_bound", "widen"]
 
-FAST_MATH: tuple[str, ...] = ("powf", "sincosf")
+_Row = TypeVar("_Row", bound="_ErrorRow")
+
+
+class _ErrorRow(Protocol):
+    """The fields of a row :func:`widen` reads (a :class:`~.audit.RopeRow`)."""
+
+    length: int
+    pair_errors: tuple[PairError, ...]
+    angle_error_profile: tuple[float, ...]
+    rotation_error_profile: tuple[float, ...]
+
+
 """The float32 math functions ``-use_fast_math`` replaces by intrinsics that a recipe may name."""
 
 SIN_ERROR = 2.0 ** -21.41
@@ -181,7 +189,7 @@ def rotation_addition(recipe: Recipe, schedule: RopeSchedule, length: int, inv: 
     return _additions(recipe, schedule, length, inv, ())[1]
 
 
-def widen(row: RopeRow, recipe: Recipe, schedule: RopeSchedule, inv: F64) -> RopeRow:
+def widen(row: _Row, recipe: Recipe, schedule: RopeSchedule, inv: F64) -> _Row:
     """A row computed with correctly rounded stand-ins, widened into a bound for a recipe that names fast-math
     intrinsics (``recipe.fast_math``); other rows unchanged.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ..formats import Format, bfloat16_from_float32, get_format, round_into, round_to
+from ..formats import Format, bfloat16_from_float32, fits_in, get_format, round_into, round_to
 from ..schedules import RopeSchedule
 from .hows import AngleMaker
 from .oracle import F64
@@ -27,18 +27,9 @@ __all__ = ["ENGINES", "recipe_stages", "run_recipe"]
 ENGINES: tuple[str, ...] = ("numpy", "torch")  # who computes the stages: correctly rounded, or this machine's torch
 
 
-def _fits(a: Format, b: Format) -> bool:
-    """Every value of format ``a`` is a value of format ``b``."""
-    return (
-        a.significand_bits <= b.significand_bits
-        and a.max_finite <= b.max_finite
-        and a.min_exponent - a.significand_bits >= b.min_exponent - b.significand_bits
-    )
-
-
 def _round_is_identity(a: Format, b: Format) -> bool:
     """Rounding a value of format ``a`` to ``b`` returns it unchanged (inf, nan and -0 included)."""
-    return a.name == b.name or b.name == "float64" or (_fits(a, b) and b.overflow == "inf")
+    return a.name == b.name or b.name == "float64" or (fits_in(a, b) and b.overflow == "inf")
 
 
 class _Work:
@@ -192,7 +183,7 @@ def _f32_product(recipe: Recipe, fa: Format, pos: F64, inv: F64) -> bool:
     exact (their significands fit in 24 bits) and ``fa`` narrower; a bfloat16 angle also needs them finite."""
     fp, fi = get_format(recipe.positions), get_format(recipe.inv_freq)
     f32 = _F32
-    if not (_fits(fp, f32) and _fits(fi, f32)):
+    if not (fits_in(fp, f32) and fits_in(fi, f32)):
         return False
     if fa.name == "float32":
         return True
@@ -243,5 +234,5 @@ def run_recipe(recipe: Recipe, schedule: RopeSchedule, positions: npt.ArrayLike,
     if engine == "numpy":
         stages = recipe_stages
     else:
-        from .torch_engine import torch_stages as stages  # imports this module
+        from .torch_engine import torch_stages as stages  # torch is imported only when asked for
     return stages(effective_recipe(recipe, schedule, key), inv, m, schedule.cos_sin_scale)

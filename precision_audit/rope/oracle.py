@@ -11,17 +11,24 @@ Every error the rope auditor reports is measured against these angles.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from .engine import _Rows
-
 __all__ = ["MAX_ROPE_LENGTH", "exact_angles", "wrap"]
 
 F64 = npt.NDArray[np.float64]
+
+
+class _Rows(Protocol):
+    """The float64 buffers :func:`_oracle_into` writes (the engine's :class:`~.engine._Rows` has them)."""
+
+    p1: F64
+    p2: F64
+    k: F64
+    t: F64
+    ex: F64
 
 MAX_ROPE_LENGTH = 2**26  # the oracle's two-term product is exact for m < 2**27
 

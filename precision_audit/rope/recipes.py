@@ -22,7 +22,6 @@ from typing import Any
 from .._common import check_choice
 from ..formats import Format, get_format, round_to
 from ..schedules import ROPE_TYPES, RopeSchedule
-from .cuda import FAST_MATH
 from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq, scaled_product_maker
 from .oracle import F64
 
@@ -39,6 +38,8 @@ __all__ = [
     "preset",
     "stored_inv_freq",
 ]
+
+FAST_MATH: tuple[str, ...] = ("powf", "sincosf")  # CUDA fast-math intrinsics a recipe may name (:mod:`.cuda` bounds them)
 
 STAGES: tuple[str, ...] = ("positions", "inv_freq", "angle", "trig", "cache")
 # the rotation of q/k by the stored cos/sin (measured by precision_audit.attention, not by the cache audit)
@@ -150,7 +151,7 @@ class Recipe:
         self._check_fast_math()
 
     def _check_fast_math(self) -> None:
-        """The intrinsics named must be modelled (:data:`.cuda.FAST_MATH`) for float32 values made on the device."""
+        """The intrinsics named must be modelled (:data:`FAST_MATH`) for float32 values made on the device."""
         object.__setattr__(self, "fast_math", tuple(self.fast_math))
         bad = [f for f in self.fast_math if f not in FAST_MATH]
         if bad:

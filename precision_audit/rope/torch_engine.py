@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..formats import get_format
-from .engine import _fits
+from ..formats import fits_in, get_format
 from .oracle import F64
 from .recipes import Recipe, preset  # noqa: F401  (preset: doctests)
 
@@ -56,7 +55,7 @@ def torch_stages(
     # multiply in the angle format when both operands fit in it exactly (one rounding, as
     # model code does); otherwise form the product in float64 and cast it
     fa = get_format(recipe.angle)
-    fits = all(_fits(get_format(x), fa) for x in (recipe.positions, recipe.inv_freq))
+    fits = all(fits_in(get_format(x), fa) for x in (recipe.positions, recipe.inv_freq))
     wide = A if fits else torch.float64
     angle = torch.outer(pos.to(wide), inv.to(wide)).to(A).to(T)
     c, s = angle.cos(), angle.sin()
