@@ -262,7 +262,7 @@ def _pass(
                 elif a < twin.stop:  # kept for the chunks D later
                     stats = _chunk_stats(p, hi, lo, a, b, w, block, keep_at=a - twin.first(a))
                 elif twin.d <= a < twin.d + twin.stop:  # paired with the rows kept D earlier
-                    stats = _chunk_stats(p, hi, lo, a, b, w, block, twin=(twin.d, twin.first(a)))
+                    stats = _chunk_stats(p, hi, lo, a, b, w, block, twin=twin.d)
                 else:
                     stats = _chunk_stats(p, hi, lo, a, b, w, block)
                 if links is not None:
@@ -322,14 +322,13 @@ _TWIN_BYTES = 64 * 2**20  # the largest total of chunk reductions held back for 
 @dataclass(frozen=True)
 class _Twin:
     """The distance D of a pass paired from kept rows instead of recomputed: a unit of work computes the
-    chunks of positions [p, q) (``keep``: their signed errors stay in the worker) and then those of
-    [p + D, q + D) (paired with them at distance D); ``segments`` lists the [p, q), which tile
-    [0, ``stop``), each ending at a chunk boundary that is one at + D too.  The chunks from D on merge
-    only after every earlier one: their reductions wait (``_TWIN_BYTES`` at most)."""
+    chunks of positions [p, q) (their signed errors stay in the worker) and then those of [p + D, q + D)
+    (paired with them at distance D); ``segments`` lists the [p, q), which tile [0, ``stop``), each ending
+    at a chunk boundary that is one at + D too.  The chunks from D on merge only after every earlier one:
+    their reductions wait (``_TWIN_BYTES`` at most)."""
 
     d: int
     segments: tuple[tuple[int, int], ...]
-    rows: int  # the longest segment: the twin buffer
 
     @property
     def stop(self) -> int:
@@ -348,7 +347,7 @@ def _twin(steps: Sequence[_Chunk], spec: _PairSpec | None, chunk: int, nf: int, 
 
     >>> spec = _PairSpec({1: 8, 4: 8}, 1, 2, frozenset({0}))
     >>> _twin(_plan([8], 2), spec, 2, 1, 1)
-    _Twin(d=4, segments=((0, 2), (2, 4)), rows=2)
+    _Twin(d=4, segments=((0, 2), (2, 4)))
     """
     if spec is None or not spec.shifted:
         return None
@@ -359,19 +358,18 @@ def _twin(steps: Sequence[_Chunk], spec: _PairSpec | None, chunk: int, nf: int, 
     if not aligned or aligned[0] != 0 or aligned[-1] < chunk:
         return None
     segments = tuple((p, q) for p, q in zip(aligned, aligned[1:]) if q > p)
-    rows = max(q - p for p, q in segments)
     waiting = sum(1 for a, b, _ in steps if d <= a < d + aligned[-1])
     per_chunk = 8 * nf * (8 + 2 * len(spec.until))  # a chunk's reductions, end rows and pair sums, per recipe
-    if rows > 2 * chunk or waiting * n_recipes * per_chunk > _TWIN_BYTES:
-        return None
-    return _Twin(d, segments, rows)
+    if max(q - p for p, q in segments) > 2 * chunk or waiting * n_recipes * per_chunk > _TWIN_BYTES:
+        return None  # a segment's kept rows, or the waiting reductions, would take too much memory
+    return _Twin(d, segments)
 
 
 def _units(steps: Sequence[_Chunk], twin: _Twin | None) -> list[list[_Chunk]]:
     """The chunks grouped into units of work, in the order they are computed: one chunk each, or (twin
     chunks) the chunks of a segment [p, q) then those of [p + D, q + D); the units start in position order.
 
-    >>> _units(_plan([8], 2), _Twin(4, ((0, 2), (2, 4)), 2))
+    >>> _units(_plan([8], 2), _Twin(4, ((0, 2), (2, 4))))
     [[(0, 2, None), (4, 6, None)], [(2, 4, None), (6, 8, 8)]]
     """
     if twin is None:
@@ -480,7 +478,7 @@ def _merge(units: Sequence[Sequence[_Chunk]], run: Callable[[Sequence[_Chunk]], 
 
 def _windowed(pool: ThreadPoolExecutor, run: Callable[[Sequence[_Chunk]], list[list[_ChunkStats]]],
               plan: Sequence[Sequence[_Chunk]], ahead: int) -> Iterator[list[list[_ChunkStats]]]:
-    """``pool.map(run, plan)`` with at most ``ahead`` chunks submitted and not yet taken: finished chunks wait
+    """``pool.map(run, plan)`` with at most ``ahead`` units submitted and not yet taken: finished units wait
     for the merge in order, and their stats (pair rows) stay bounded however long the pass."""
     todo = iter(plan)
     pending = collections.deque(pool.submit(run, item) for item in itertools.islice(todo, ahead))

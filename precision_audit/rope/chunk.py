@@ -31,6 +31,7 @@ from . import f32cache, fastcache
 from .engine import _angle_into, _cache_into, _Rows, _trig_into, _Work
 from .hows import AngleMaker
 from .oracle import _TWO_PI, F64, _oracle_into, _wrap_into
+from .pairs import fold_pairs
 from .recipes import Recipe
 from . import tables as _tables
 from .tables import _AngleTable, has_codes, _PairTable
@@ -100,10 +101,10 @@ class _Total:
     max: F64 = field(default_factory=lambda: np.zeros(1))
     sum: F64 = field(default_factory=lambda: np.zeros(1))
 
-    def add(self, x: F64, xmax: float) -> None:
-        """Fold a block of pair errors (no nan) whose max is ``xmax``."""
-        self.max[0] = max(self.max[0], xmax)
-        self.sum[0] += x.sum()
+    def add(self, mx: float, sm: float) -> None:
+        """Fold a block of pair errors: its max and its sum."""
+        self.max[0] = max(self.max[0], mx)
+        self.sum[0] += sm
 
 
 @dataclass
@@ -253,12 +254,12 @@ def _block_rows(nf: int, chunk: int, engine: str) -> int:
 
 
 def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Work,
-                 block: int, keep_at: int | None = None, twin: tuple[int, int] | None = None) -> list[_ChunkStats]:
+                 block: int, keep_at: int | None = None, twin: int | None = None) -> list[_ChunkStats]:
     """Every recipe's reductions on positions start..stop-1, block by block (one oracle per block).
 
-    Twin chunks (:func:`_chunk_pairs`): ``keep_at`` copies the chunk's signed errors into each cache's twin
-    buffer from that row on; ``twin = (D, first)`` pairs the chunk at distance D with the rows kept there
-    (row 0 = position ``first``) instead of recomputing positions m - D."""
+    Twin chunks (:func:`_chunk_pairs`): ``keep_at``, the chunk's row in its segment, keeps the chunk's signed
+    errors (a reference; 0 starts a new segment) in each cache's ``twin`` list; ``twin = D`` pairs the chunk at
+    distance D with the rows kept there instead of recomputing positions m - D."""
     for job in plan.jobs:
         job.ang = _Reduction()
         for cj in job.caches:
@@ -312,55 +313,38 @@ def _block_pairs(cj: _CacheJob, off: int, n: int, w: _Rows, live: Sequence[int])
         a = max(off, d)
         if a < off + n:
             r = off + n - a
-            _pair_rows(cj.signed[a : off + n], cj.signed[a - d : off + n - d], w.kz[: r + 1], cj, d, w.t[:r])
+            _pair_rows(cj.signed[a : off + n], cj.signed[a - d : off + n - d], w.k[:r], w.t[:r], cj, d)
 
 
-def _pair_rows(cur: F64, prev: F64, w: Any, cj: _CacheJob, d: int, t: F64 | None = None) -> None:
-    """Fold ``|wrap(cur - prev)|`` (wrapped signed errors of positions m and m - d, as many rows as ``w``;
-    nan: pi) into the cache job's reduction for distance ``d``; in ``w.k``, scratch ``w.t``.
-
-    ``cur - prev`` lies in [-2T, 2T], where ``|wrap(x)| = min(|x|, |2pi - |x||)`` (as for the rotation
-    errors); that step is skipped while no difference exceeds T (and done at once for a job's blocks after
-    one that needed it).  ``w``: the rows' buffers (:class:`_Rows`), or the ``kz`` buffer itself (one more row
-    than ``cur``) with the scratch ``t``."""
-    kz, t = (w, t) if t is not None else (w.kz, w.t)
-    x = kz[1:]
+def _pair_rows(cur: F64, prev: F64, x: F64, t: F64, cj: _CacheJob, d: int) -> None:
+    """Fold ``|wrap(cur - prev)|`` (wrapped signed errors of positions m and m - d) into the cache job's reduction
+    for distance ``d`` (:func:`.pairs.fold_pairs`; the wrap done at once for a job's blocks after one that
+    needed it); in ``x`` and ``t``, scratch buffers of ``cur``'s shape."""
     np.subtract(cur, prev, out=x)
-    np.abs(x, out=x)
-    wraps = cj.pair_wraps.get(d, False)
-    if not wraps:
-        xmax = x.max()
-        wraps = cj.pair_wraps[d] = not xmax <= _WRAP_T  # some pair needs wrapping, or is nan
-    if wraps:  # both errors lie in [-pi, pi], so x <= 2 pi (float64 2 pi, rounding is monotone): 2pi - x >= 0
-        np.subtract(_TWO_PI, x, out=t)
-        np.minimum(x, t, out=x)  # nan stays nan
-        xmax = x.max()
-        if not np.isfinite(xmax):
-            x[~np.isfinite(x)] = math.pi
-            xmax = x.max()
-    cj.pair_red.setdefault(d, _Total()).add(x, float(xmax))
+    mx, sm, cj.pair_wraps[d] = fold_pairs(x, t, cj.pair_wraps.get(d, False))
+    cj.pair_red.setdefault(d, _Total()).add(mx, sm)
 
 
 def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Work, block: int,
-                 twin: tuple[int, int] | None = None) -> None:
+                 twin: int | None = None) -> None:
     """The pairs of chunk start..stop-1 at the distances above the carry: position m - D in a block recomputed
     here, only up to each distance's largest length (a chunk never straddles a length).  (Shorter distances:
     both positions in the chunk, :func:`_block_pairs`; the earlier one in another chunk, at the merge.)
 
-    ``twin = (D, first)``: the signed errors of positions m - D are in each cache's twin buffer (row 0 =
-    position ``first``), kept from the twin chunks the same worker computed just before: the same values
-    the recomputation gives, paired in the same blocks."""
+    ``twin = D``: the signed errors of positions m - D are in each cache's ``twin`` list, kept from the twin
+    chunks the same worker computed just before: the same values the recomputation gives, paired in the
+    same blocks."""
     spec = plan.pairs
     assert spec is not None
     for d in spec.shifted:
         if start >= spec.until[d]:
             continue
-        if twin is not None and d == twin[0]:
+        if d == twin:
             for a in range(max(start, d), stop, block):
                 b = min(stop, a + block)
                 w = work.rows(b - a)
                 for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
-                    _pair_rows(cj.signed[a - start : b - start], _kept(cj.twin, a - d, b - d), w, cj, d)
+                    _pair_rows(cj.signed[a - start : b - start], _kept(cj.twin, a - d, b - d), w.k, w.t, cj, d)
             continue
         for a in range(max(start, d), stop, block):
             b = min(stop, a + block)
@@ -378,7 +362,7 @@ def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
                         continue
                     _, _, rot = stored.of(cj)
                     _signed_into(rot, w)  # position m - d's signed error, in w.p1 (free here)
-                    _pair_rows(cj.signed[a - start : b - start], w.p1, w, cj, d)
+                    _pair_rows(cj.signed[a - start : b - start], w.p1, w.k, w.t, cj, d)
 
 
 def _kept(parts: Sequence[tuple[int, F64]], a: int, b: int) -> F64:
@@ -602,7 +586,7 @@ def _torch_pairs(recipes: Sequence[Recipe], hi: F64, lo: F64, invs: Sequence[Any
             w = work.rows(stop - start - d)
             for _, job in jobs:
                 assert job.signed is not None
-                _pair_rows(job.signed[d:], job.signed[: stop - start - d], w, job, d)
+                _pair_rows(job.signed[d:], job.signed[: stop - start - d], w.k, w.t, job, d)
     for d in spec.shifted:
         a = max(start, d)
         if start >= spec.until[d] or a >= stop:
@@ -614,4 +598,4 @@ def _torch_pairs(recipes: Sequence[Recipe], hi: F64, lo: F64, invs: Sequence[Any
             st = torch_stages(recipes[i], invs[i], m, scale)
             _signed_into(np.arctan2(st["sin"], st["cos"], out=w.rot), w)
             assert job.signed is not None
-            _pair_rows(job.signed[a - start :], w.p1, w, job, d)
+            _pair_rows(job.signed[a - start :], w.p1, w.k, w.t, job, d)

@@ -39,7 +39,7 @@ import numpy as np
 from .._common import Row
 from .oracle import _TWO_PI, F64
 
-__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "cross_pairs", "pair_block",
+__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "cross_pairs", "fold_pairs", "pair_block",
            "pair_plan", "row_distances"]
 
 DEFAULT_DISTANCES: tuple[int, ...] = (1, 16, 256, 4096)  # and L // 2; each capped at L - 1
@@ -128,11 +128,36 @@ def pair_plan(rows: Mapping[int, Sequence[int]], chunk: int) -> tuple[dict[int, 
     return dict(sorted(until.items())), max((d for d in until if d <= chunk), default=0)
 
 
+def fold_pairs(x: F64, t: F64, wrap: bool = False) -> tuple[float, float, bool]:
+    """Max and sum of ``|wrap(x)|`` for ``x = cur - prev``, the differences of wrapped signed errors (in [-pi, pi]
+    as :func:`~precision_audit.rope.wrap` gives them; nan: pi), and whether the wrap was needed.  ``x`` is
+    overwritten with ``|wrap(x)|``, ``t`` (its shape) is scratch.  ``|x|`` is at most float64 2 pi, where
+    ``|wrap(x)| = min(|x|, 2 pi - |x|)``; that step is skipped while no ``|x|`` exceeds pi, and done at once
+    when ``wrap`` says an earlier block needed it (it changes no value up to pi).
+
+    >>> x = np.array([[6.0], [0.25]]); mx, sm, wrapped = fold_pairs(x, np.empty_like(x))
+    >>> round(mx, 6), round(sm, 6), wrapped  # 6 - 2 pi = -0.283185
+    (0.283185, 0.533185, True)
+    """
+    np.abs(x, out=x)
+    if not x.size:
+        return 0.0, 0.0, wrap
+    if not wrap:
+        mx = float(x.max())
+        wrap = not mx <= math.pi  # some pair needs the wrap, or is nan
+    if wrap:
+        np.subtract(_TWO_PI, x, out=t)  # >= 0: both errors in [-pi, pi] give |x| <= 2 pi
+        np.minimum(x, t, out=x)  # nan stays nan
+        mx = float(x.max())
+        if not math.isfinite(mx):
+            x[~np.isfinite(x)] = math.pi
+            mx = float(x.max())
+    return mx, float(x.sum()), wrap
+
+
 def pair_block(cur: F64, prev: F64, scratch: F64 | None = None) -> tuple[F64, F64]:
-    """Max and sum of ``|wrap(cur - prev)|`` over every element (wrapped signed errors of rows m and m - D, in
-    [-pi, pi] as :func:`~precision_audit.rope.wrap` gives them; nan: pi), each an array of one value.  The
-    difference's magnitude is at most float64 2 pi, where ``|wrap(x)| = min(|x|, 2 pi - |x|)``.  ``scratch``:
-    a float64 buffer of twice ``cur``'s size to work in (or None: a new one).
+    """Max and sum of ``|wrap(cur - prev)|`` over every element (:func:`fold_pairs`), each an array of one value.
+    ``scratch``: a float64 buffer of twice ``cur``'s size to work in (or None: a new one).
 
     >>> mx, sm = pair_block(np.array([[3.0], [0.5]]), np.array([[-3.0], [0.25]]))
     >>> round(float(mx[0]), 6), round(float(sm[0]), 6)  # 6 - 2 pi = -0.283185
@@ -142,16 +167,8 @@ def pair_block(cur: F64, prev: F64, scratch: F64 | None = None) -> tuple[F64, F6
     buf = scratch.reshape(-1) if scratch is not None and scratch.size >= 2 * n else np.empty(2 * n)
     d, t = buf[:n].reshape(cur.shape), buf[n : 2 * n].reshape(cur.shape)
     np.subtract(cur, prev, out=d)
-    np.abs(d, out=d)
-    mx = d.max() if d.size else 0.0
-    if not mx <= math.pi:  # some pair needs the wrap, or is nan
-        np.subtract(_TWO_PI, d, out=t)  # >= 0: both errors in [-pi, pi] give |cur - prev| <= 2 pi
-        np.minimum(d, t, out=d)  # nan stays nan
-        mx = d.max()
-        if not np.isfinite(mx):
-            d[np.isnan(d)] = math.pi
-            mx = d.max()
-    return np.array([mx], dtype=np.float64), np.array([d.sum()], dtype=np.float64)
+    mx, sm, _ = fold_pairs(d, t)
+    return np.array([mx], dtype=np.float64), np.array([sm], dtype=np.float64)
 
 
 def cross_pairs(start: int, stop: int, head: F64, tail: F64, distances: Iterable[int],
