@@ -437,7 +437,7 @@ TWIN_CASES = [  # (head_dim, recipes, lengths, audit keywords): chunks of 512 po
 def test_twin_chunks_give_the_recomputed_rows(head_dim: int, names: list, lengths: list, kw: dict,
                                               workers: int) -> None:
     # The longest recomputed distance (L/2 by default) is paired from the chunks D earlier, computed just before
-    # by the same worker (rope/audit.py, _twin), instead of recomputing positions m - D: the same signed errors
+    # by the same worker (rope/units.py, _twin), instead of recomputing positions m - D: the same signed errors
     # in the same blocks, reductions merged in position order, so every row is the recomputation's to the bit.
     import importlib
 
@@ -464,7 +464,7 @@ def test_twin_chunks_give_the_recomputed_rows(head_dim: int, names: list, length
 def test_twin_and_linked_pairs_are_the_merge_pairs(aligned: list, extra: int | None, fracs: list, chunk_rows: int,
                                                    workers: int) -> None:
     # Random lengths, distances and chunk sizes: rows with the twin pairing and the cross pairs formed by the
-    # workers (rope/audit.py: _twin, _Links) against rows with neither (every pair recomputed or formed at the
+    # workers (rope/units.py: _twin, _Links) against rows with neither (every pair recomputed or formed at the
     # merge, in position order): identical to the bit, nan included.
     import importlib
 
