@@ -30,35 +30,30 @@ position ids 0..4095 in bfloat16 fail (want every position exact): 3327 position
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 
 from ._common import (
     ArgumentTypeError,
-    Row,
     check_flag,
     check_int,
     check_length,
     check_number,
     describe,
 )
-from .config import FALLBACK_CONTEXT, ModelConfig, load_config, load_config_dict, load_model, schedule_from_config
+from .config import FALLBACK_CONTEXT, ModelConfig, load_config_dict, load_model
 from .verdicts import DEFAULT_TOLERANCE, NOTICED, PHASE_LOST, rope_verdict
 from .formats import get_format
 from .schedules import RopeSchedule, check_schedule
 
 __all__ = [
-    "ModuleAudit",
     "assert_config",
     "assert_positions",
     "assert_rope",
     "assert_rope_module",
-    "audit_rope_module",
 ]
 
 
@@ -106,113 +101,12 @@ _ROPE_COLUMNS: list[tuple[str, Any]] = [
 # --------------------------------------------------------------------------- live modules
 
 
-@dataclass(frozen=True)
-class ModuleAudit(Row):
-    """Rotation errors of a live rotary module's cos/sin over positions 0..length-1 (rad).
-
-    Same metrics as the rope auditor: the rotation ``atan2(sin, cos)`` of each
-    stored pair against the exact ``m * theta_i`` of the float64 schedule;
-    ``colliding_positions`` = positions whose cos/sin row equals the previous
-    one's; ``ratio`` = max error / :func:`~precision_audit.rope.cache_rounding_bound`
-    of ``dtype`` (the format the module returns).
-    """
-
-    module: str
-    dtype: str
-    length: int
-    max_rotation_error: float
-    mean_rotation_error: float
-    colliding_positions: int
-    cache_bound: float
-    ratio: float
-    verdict: str
-
-
-def _schedule_of(module: Any, config: Any, layer_type: str | None) -> RopeSchedule:
-    if isinstance(config, RopeSchedule):
-        return config
-    if config is None:
-        config = getattr(module, "config", None)
-        if config is None:
-            raise ValueError(f"{type(module).__name__} has no .config; pass config= (a RopeSchedule, a config "
-                             "dict, a config.json path or a transformers config)")
-    if isinstance(config, ModelConfig):
-        return config.schedule_for(layer_type)
-    if isinstance(config, (str, os.PathLike)):
-        return load_config(_check_path(config, "config")).schedule_for(layer_type)
-    if hasattr(config, "to_dict") and not isinstance(config, Mapping):
-        # a transformers config object: the module's own config, read by attribute as transformers reads it
-        # (its to_dict() drops per-layer attributes such as Gemma 4's global_head_dim)
-        return schedule_from_config(config, layer_type)
-    if isinstance(config, Mapping):
-        return load_config_dict(config, name=type(module).__name__, source="config").schedule_for(layer_type)
-    raise ArgumentTypeError(f"config {describe(config)} is not a RopeSchedule, ModelConfig, config dict or "
-                            "config.json path")
-
-
 def _check_path(path: str | os.PathLike[str], name: str) -> str | os.PathLike[str]:
     """A path the file system can be asked about: not empty, no NUL character."""
     text = os.fspath(path)
     if not text or "\0" in str(text):
         raise ValueError(f"{name} {describe(path)} is not a usable path" + (" (empty)" if not text else " (NUL)"))
     return path
-
-
-def _check_module(module: Any, layer_type: Any) -> None:
-    """A callable module; ``layer_type`` None, or a string its forward accepts as a keyword."""
-    if not callable(module):
-        raise ArgumentTypeError(f"module {describe(module)} is not callable: pass a rotary module "
-                                "(forward(x, position_ids) -> (cos, sin))")
-    _check_text(layer_type, "layer_type", optional=True)
-    if layer_type is None:
-        return
-    try:
-        params = inspect.signature(getattr(module, "forward", module)).parameters.values()
-    except (TypeError, ValueError):  # no signature to read: let the call tell
-        return
-    if not any(p.name == "layer_type" or p.kind is p.VAR_KEYWORD for p in params):
-        raise ValueError(f"layer_type {layer_type!r} given, but {type(module).__name__}.forward takes no layer_type")
-
-
-def audit_rope_module(
-    module: Any,
-    *,
-    length: int,
-    dtype: str = "bfloat16",
-    config: Any = None,
-    layer_type: str | None = None,
-    tolerance: float = DEFAULT_TOLERANCE,
-    chunk: int = 4096,
-) -> ModuleAudit:
-    """Call a rotary module for positions 0..length-1 and measure its rotation errors.
-
-    The module is called as ``module(x, position_ids)`` (plus ``layer_type=``
-    when given) with ``x`` in ``dtype`` and ``chunk`` positions at a time;
-    each call also holds position ``length - 1`` (its output is dropped), so
-    modules that pick frequencies by the longest position (dynamic NTK,
-    LongRoPE) behave as in one full-length forward.  The reference is the
-    float64 schedule of ``config`` (default ``module.config``): the
-    frequencies the module is *meant* to have, not its possibly downcast
-    buffer.  The measurement is :func:`precision_audit.hf.audit_rope_module`'s.
-    """
-    from .hf import audit_rope_module as _audit
-    from .rope import cache_rounding_bound
-
-    length = check_length(length)
-    fmt = get_format(dtype)
-    if fmt.torch_dtype is None:
-        raise ValueError(f"format {fmt.name!r} has no torch dtype")
-    chunk = check_int(chunk, "chunk", minimum=1)
-    _, tolerance = _check_limits(None, tolerance)
-    _check_module(module, layer_type)
-    schedule = _schedule_of(module, config, layer_type)
-    (row,) = _audit(module, schedule, length, dtype=fmt.name, layer_type=layer_type, match=False, distances=(),
-                    chunk_elems=chunk * schedule.n_freq)
-    bound = cache_rounding_bound(fmt, schedule.cos_sin_scale)
-    err, colliding = row.max_rotation_error, row.colliding_positions
-    return ModuleAudit(module=type(module).__name__, dtype=fmt.name, length=length, max_rotation_error=err,
-                       mean_rotation_error=row.mean_rotation_error, colliding_positions=colliding,
-                       cache_bound=bound, ratio=err / bound, verdict=rope_verdict(err, colliding, bound, tolerance))
 
 
 def assert_rope_module(
@@ -227,8 +121,9 @@ def assert_rope_module(
 ) -> None:
     """Fail unless a live rotary module's cos/sin are accurate at ``length`` in ``dtype``.
 
-    See :func:`audit_rope_module` for how it is measured.  Passes when the
-    verdict is ``safe`` (or, with ``max_rotation_error``, when the max
+    Measured by :func:`precision_audit.hf.audit_rope_module` (pairwise errors at the default distances)
+    against the float64 schedule of ``config`` (:func:`precision_audit.hf.reference_schedule`; default
+    ``module.config``).  Passes when the verdict is ``safe`` (or, with ``max_rotation_error``, when the max
     rotation error is at most that many rad) and no position collides.
 
     >>> import torch
@@ -248,14 +143,17 @@ def assert_rope_module(
     ...     print(str(e).splitlines()[0])
     rotary module Rotary fails at length 8192 in bfloat16 (limit: verdict safe: no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad)
     """
+    from .hf import audit_rope_module, reference_schedule
+
     max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
-    a = audit_rope_module(module, length=length, dtype=dtype, config=config, layer_type=layer_type,
-                          tolerance=tolerance)
-    if _fails(a.max_rotation_error, a.colliding_positions, a.cache_bound, max_rotation_error, tolerance):
-        schedule = _schedule_of(module, config, layer_type)
+    length = check_length(length)
+    schedule = reference_schedule(module, config, layer_type, name="config")
+    (a,) = audit_rope_module(module, schedule, length, dtype=dtype, layer_type=layer_type, match=False)
+    if _fails(a.max_rotation_error, a.colliding_positions, a.cache_bound or 0.0, max_rotation_error, tolerance,
+              a.pair_errors):
         raise AssertionError(
-            f"rotary module {a.module} fails at length {a.length} in {a.dtype} "
-            f"(limit: {_limit_text(max_rotation_error, tolerance, a.cache_bound)})\n\n"
+            f"rotary module {a.module_class} fails at length {a.length} in {a.dtype} "
+            f"(limit: {_limit_text(max_rotation_error, tolerance, a.cache_bound or 0.0)})\n\n"
             + _table([a.to_dict()], _ROPE_COLUMNS)
             + f"\n\nreference: {schedule.describe()} (float64, exact m * theta_i); errors in rad, pi = phase lost."
             + "\nA float32 inv_freq buffer downcast by model.to(dtype) gives errors like these; keep it float32 "

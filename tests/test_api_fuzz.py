@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import precision_audit as pa
-from precision_audit import fix, testing
+from precision_audit import fix, hf, testing
 from precision_audit.rope import preset
 from precision_audit.schedules import RopeSchedule
 
@@ -105,11 +105,11 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
     "testing.assert_rope_module": (testing.assert_rope_module, lambda: dict(
         module=Rotary(), length=64, dtype="bf16", max_rotation_error=None, config=RopeSchedule(head_dim=8),
         layer_type=None, tolerance=8.0)),
-    "testing.audit_rope_module": (testing.audit_rope_module, lambda: dict(
-        module=Rotary(), length=64, dtype="bf16", config=RopeSchedule(head_dim=8), layer_type=None, tolerance=8.0,
-        chunk=16)),
-    "testing.ModuleAudit": (testing.ModuleAudit, lambda: testing.audit_rope_module(
-        Rotary(), length=64, config=RopeSchedule(head_dim=8)).__dict__.copy()),
+    "hf.audit_rope_module": (hf.audit_rope_module, lambda: dict(
+        module=Rotary(), schedule=RopeSchedule(head_dim=8), lengths=64, dtype="bf16", layer_type=None, match=False,
+        model_type=None, cast_module=None, chunk_elems=128, progress=None, distances=None)),
+    "hf.reference_schedule": (hf.reference_schedule, lambda: dict(module=Rotary(), schedule=RopeSchedule(head_dim=8),
+                                                                  layer_type=None)),
     "fix.buffer_kind": (fix.buffer_kind, lambda: dict(name="inv_freq")),
     "fix.ProtectedBuffer": (fix.ProtectedBuffer, lambda: dict(module="m", name="inv_freq", kind="rotary",
                                                               dtype="float32", restored=False, rotary_protocol=True,
@@ -118,7 +118,9 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
 }
 
 # other words a message may use for an argument: a config dict's own errors speak of the config
-SYNONYMS: dict[tuple[str, str], tuple[str, ...]] = {("testing.assert_config", "path"): ("config",)}
+SYNONYMS: dict[tuple[str, str], tuple[str, ...]] = {("testing.assert_config", "path"): ("config",),
+                                                    ("hf.audit_rope_module", "schedule"): ("config",),
+                                                    ("hf.reference_schedule", "schedule"): ("config",)}
 
 
 def test_every_public_callable_is_covered():

@@ -33,8 +33,8 @@ from precision_audit.testing import (
     assert_positions,
     assert_rope,
     assert_rope_module,
-    audit_rope_module,
 )
+from precision_audit.hf import audit_rope_module
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -70,7 +70,7 @@ def test_llama_module_matches_the_rope_auditor_as_built_and_after_cast():
     sched = RopeSchedule(head_dim=128, base=10000.0)
     L, b = 8192, cache_rounding_bound("bfloat16")
     for module, recipe in ((_llama(), "fp32"), (_llama().to(torch.bfloat16), "lowp-inv-freq")):
-        got = audit_rope_module(module, length=L, dtype="bfloat16")
+        (got,) = audit_rope_module(module, None, L, dtype="bfloat16")
         (want,) = audit(sched, preset(recipe, "bfloat16"), [L])
         assert got.max_rotation_error == pytest.approx(want.max_rotation_error, abs=2 * b), recipe
         assert got.mean_rotation_error == pytest.approx(want.mean_rotation_error, abs=1e-4), recipe
@@ -98,27 +98,27 @@ def test_longrope_module_above_its_pretraining_context():
 
 def test_interleaved_and_half_width_layouts():
     sched = RopeSchedule(head_dim=64)
-    a = audit_rope_module(Rotary(interleaved=True), length=2048, config=sched)
-    b = audit_rope_module(Rotary(), length=2048, config=sched)
-    c = audit_rope_module(Rotary(width=32), length=2048, config=sched)
+    (a,) = audit_rope_module(Rotary(interleaved=True), sched, 2048)
+    (b,) = audit_rope_module(Rotary(), sched, 2048)
+    (c,) = audit_rope_module(Rotary(width=32), sched, 2048)
     assert a.max_rotation_error == b.max_rotation_error == c.max_rotation_error
     assert a.verdict == "safe"
 
 
 def test_module_errors_are_clear():
     with pytest.raises(ValueError, match="returns 48 cos columns; the schedule from its config has 32 frequencies"):
-        audit_rope_module(Rotary(width=48), length=64, config=RopeSchedule(head_dim=64))
-    with pytest.raises(ValueError, match="has no .config; pass config="):
-        audit_rope_module(Rotary(), length=64)
+        audit_rope_module(Rotary(width=48), RopeSchedule(head_dim=64), 64)
+    with pytest.raises(ValueError, match="has no .config; pass its schedule"):
+        audit_rope_module(Rotary(), None, 64)
     with pytest.raises(ValueError, match="max_rotation_error -1"):
         assert_rope_module(Rotary(), length=64, config=RopeSchedule(head_dim=64), max_rotation_error=-1)
-    with pytest.raises(ValueError, match="no torch dtype"):
-        audit_rope_module(Rotary(), length=64, dtype="float6_e2m3fn", config=RopeSchedule(head_dim=64))
+    with pytest.raises(ValueError, match="torch has no dtype for float6_e2m3fn"):
+        audit_rope_module(Rotary(), RopeSchedule(head_dim=64), 64, dtype="float6_e2m3fn")
 
 
 def test_explicit_limit_replaces_the_verdict():
     sched = RopeSchedule(head_dim=64)
-    a = audit_rope_module(Rotary(), length=4096, config=sched)
+    (a,) = audit_rope_module(Rotary(), sched, 4096)
     assert_rope_module(Rotary(), length=4096, config=sched, max_rotation_error=a.max_rotation_error)
     with pytest.raises(AssertionError, match=r"limit: max rotation error <= "):
         assert_rope_module(Rotary(), length=4096, config=sched, max_rotation_error=a.max_rotation_error / 2)
@@ -163,7 +163,7 @@ def test_fp32_path_told_from_fp64_path_in_a_float32_cache():
     assert abs(fp32.max_rotation_error - D) <= b32 + slack
     assert fp64.max_rotation_error <= b32 + slack
     module = _llama()  # real third-party code, as built: float32 inv_freq buffer, float32 product
-    got = audit_rope_module(module, length=L, dtype="float32", config=sched)
+    (got,) = audit_rope_module(module, sched, L, dtype="float32")
     D_module = _fp32_angle_error(module.inv_freq.numpy(), theta, L)  # its own buffer (torch's pow)
     assert abs(got.max_rotation_error - D_module) <= 2 * b32 + slack
     assert got.max_rotation_error > 1000 * b32 and got.colliding_positions == 0
@@ -180,14 +180,14 @@ def test_bad_arguments_name_the_argument():
         (lambda: assert_rope(None, "fp32", 64), TypeError, r"^schedule None must be a RopeSchedule"),
         (lambda: assert_rope(s, ["fp32"], 64), TypeError, r"^recipe \['fp32'\] must be a preset name or a Recipe"),
         (lambda: assert_rope_module(r, length=64, config=s, tolerance=math.inf), ValueError, r"^tolerance inf must"),
-        (lambda: audit_rope_module(None, length=64, config=s), TypeError, r"^module None is not callable"),
-        (lambda: audit_rope_module(r, length=64, config=s, layer_type=3), TypeError, r"^layer_type 3 must be a string"),
-        (lambda: audit_rope_module(r, length=64, config=s, layer_type="full_attention"), ValueError,
+        (lambda: audit_rope_module(None, s, 64), TypeError, r"^module None is not callable"),
+        (lambda: audit_rope_module(r, s, 64, layer_type=3), TypeError, r"^layer_type 3 must be a string"),
+        (lambda: audit_rope_module(r, s, 64, layer_type="full_attention"), ValueError,
          r"^layer_type 'full_attention' given, but Rotary.forward takes no layer_type"),
-        (lambda: audit_rope_module(r, length=64, config=s, chunk=0), ValueError, r"^chunk 0 must be at least 1"),
-        (lambda: audit_rope_module(r, length=64, config=""), ValueError, r"^config '' is not a usable path \(empty\)"),
-        (lambda: audit_rope_module(r, length=64, config=8), TypeError, r"^config 8 is not a RopeSchedule"),
-        (lambda: audit_rope_module(r, length=64, config="a\0b"), ValueError, r"^config 'a\\x00b' is not a usable path"),
+        (lambda: audit_rope_module(r, s, 64, chunk_elems=0), ValueError, r"^chunk_elems 0 must be at least 1"),
+        (lambda: audit_rope_module(r, "", 64), ValueError, r"^schedule '' is not a usable path \(empty\)"),
+        (lambda: audit_rope_module(r, 8, 64), TypeError, r"^schedule 8 is not a RopeSchedule"),
+        (lambda: audit_rope_module(r, "a\0b", 64), ValueError, r"^schedule 'a\\x00b' is not a usable path"),
         (lambda: assert_config(""), ValueError, r"^path '' is not a usable path \(empty\)"),
         (lambda: assert_config(None), TypeError, r"^path None must be a config.json path, a config dict"),
         (lambda: assert_config(DATA / "llama-2-7b-hf.json", recipe=5), TypeError, r"^recipe 5 must be a string or None"),
@@ -327,6 +327,6 @@ def test_transformers_config_object_read_as_transformers_reads_it():
     cls = _thirdparty.private("transformers.models.gemma4.modeling_gemma4", "Gemma4TextRotaryEmbedding")
     cfg = _thirdparty.private("transformers", "Gemma4TextConfig")()
     module = cls(cfg)
-    a = audit_rope_module(module, length=1024, layer_type="full_attention")
+    (a,) = audit_rope_module(module, None, 1024, layer_type="full_attention")
     assert module.full_attention_inv_freq.numel() == 256
     assert a.verdict == "safe" and a.colliding_positions == 0

@@ -43,6 +43,7 @@ from .modules import (
     MODEL_TYPES_HINT,
     match_recipe,
     module_bottom_line,
+    reference_schedule,
     unknown_model_type,
 )
 from .scan import VERDICTS, ScanRow, _Found, damage_threshold, rotary_classes, scan
@@ -65,6 +66,7 @@ __all__ = [
     "find_rotary_classes",
     "match_recipe",
     "module_bottom_line",
+    "reference_schedule",
     "require_transformers",
     "rotary_classes",
     "scan",

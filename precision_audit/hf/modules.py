@@ -27,6 +27,7 @@ import functools
 import importlib
 import inspect
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +35,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import Row, unknown_name
-from ..config import rope_layer_types, schedule_from_config
+from .._common import ArgumentTypeError, Row, check_callable, check_flag, check_int, describe, unknown_name
+from ..config import ModelConfig, load_config, load_config_dict, rope_layer_types, schedule_from_config
 from ..verdicts import rope_verdict
 from ..formats import get_format, spacing
 from ..rope import PairError, audit, cache_rounding_bound, check_rope_lengths, exact_angles, preset, wrap
@@ -52,6 +53,7 @@ __all__ = [
     "find_rotary_classes",
     "match_recipe",
     "module_bottom_line",
+    "reference_schedule",
     "unknown_model_type",
 ]
 
@@ -344,9 +346,61 @@ class ModuleRow(Row):
         return {("class" if k == "module_class" else k): v for k, v in d.items()}
 
 
+def reference_schedule(module: Any, schedule: Any = None, layer_type: str | None = None, *,
+                       name: str = "schedule") -> RopeSchedule:
+    """The float64 schedule a rotary module is *meant* to implement: ``schedule`` itself (a
+    :class:`~precision_audit.schedules.RopeSchedule`), or read from a :class:`~precision_audit.config.ModelConfig`,
+    a config dict, a ``config.json`` path or a transformers config object; None: the module's own ``.config``.
+    ``name``: the argument's name in error messages.
+
+    >>> reference_schedule(None, {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4}).head_dim
+    64
+    """
+    if isinstance(schedule, RopeSchedule):
+        return schedule
+    if schedule is None:
+        schedule = getattr(module, "config", None)
+        if schedule is None:
+            raise ValueError(f"{type(module).__name__} has no .config; pass its schedule (a RopeSchedule, a config "
+                             "dict, a config.json path or a transformers config)")
+    if isinstance(schedule, ModelConfig):
+        return schedule.schedule_for(layer_type)
+    if isinstance(schedule, (str, os.PathLike)):
+        text = os.fspath(schedule)
+        if not text or "\0" in str(text):
+            raise ValueError(f"{name} {describe(schedule)} is not a usable path" + (" (empty)" if not text else " (NUL)"))
+        return load_config(schedule).schedule_for(layer_type)
+    if hasattr(schedule, "to_dict") and not isinstance(schedule, Mapping):
+        # a transformers config object: the module's own config, read by attribute as transformers reads it
+        # (its to_dict() drops per-layer attributes such as Gemma 4's global_head_dim)
+        return schedule_from_config(schedule, layer_type)
+    if isinstance(schedule, Mapping):
+        return load_config_dict(schedule, name=type(module).__name__, source="config").schedule_for(layer_type)
+    raise ArgumentTypeError(f"{name} {describe(schedule)} is not a RopeSchedule, ModelConfig, config dict or "
+                            "config.json path")
+
+
+def _check_module(module: Any, layer_type: Any) -> None:
+    """A callable module; ``layer_type`` None, or a string its forward takes as a third argument."""
+    if not callable(module):
+        raise ArgumentTypeError(f"module {describe(module)} is not callable: pass a rotary module "
+                                "(forward(x, position_ids) -> (cos, sin))")
+    if not (layer_type is None or isinstance(layer_type, str)):
+        raise ArgumentTypeError(f"layer_type {describe(layer_type)} must be a string or None")
+    if layer_type is None:
+        return
+    try:
+        params = inspect.signature(getattr(module, "forward", module)).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let the call tell
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 3 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        raise ValueError(f"layer_type {layer_type!r} given, but {type(module).__name__}.forward takes no layer_type")
+
+
 def audit_rope_module(
     module: Any,
-    schedule: RopeSchedule,
+    schedule: Any,
     lengths: int | Iterable[int],
     *,
     dtype: Any = "bfloat16",
@@ -360,6 +414,9 @@ def audit_rope_module(
 ) -> list[ModuleRow]:
     """Audit a live rotary module (or callable) against the schedule it is meant to implement.
 
+    ``schedule``: that schedule, or what gives it (:func:`reference_schedule`: a config dict, a
+    ``config.json`` path, a transformers config; None: the module's ``.config``), never the module's
+    possibly downcast buffer.
     ``module(x, position_ids)`` (or ``module(x, position_ids, layer_type)``)
     must return ``(cos, sin)`` of shape (1, n, w) with the schedule's
     ``n_freq`` frequencies in ``w = n_freq`` columns or twice that (halves
@@ -374,7 +431,8 @@ def audit_rope_module(
     ``match=True`` adds :func:`match_recipe`.  ``model_type`` and
     ``cast_module`` only label the rows.  ``distances``: the pair distances,
     as :func:`precision_audit.rope.audit` takes them (() for none); a distance
-    above a chunk calls the module again for positions m - D.
+    above a chunk calls the module again for positions m - D.  Each row carries
+    the verdict of :mod:`precision_audit.verdicts`.
 
     >>> import torch
     >>> s = RopeSchedule(head_dim=8)
@@ -383,9 +441,18 @@ def audit_rope_module(
     ...     ang = position_ids[..., None].float() * theta
     ...     return ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     >>> (row,) = audit_rope_module(rotary, s, 1024)
-    >>> row.matches_recipe, row.max_rotation_error < 0.005
-    ('fp32', True)
+    >>> row.matches_recipe, row.max_rotation_error < 0.005, row.verdict
+    ('fp32', True, 'safe')
     """
+    _check_module(module, layer_type)
+    chunk_elems = check_int(chunk_elems, "chunk_elems", minimum=1)
+    match = check_flag(match, "match")
+    progress = check_callable(progress, "progress")
+    if not (model_type is None or isinstance(model_type, str)):
+        raise ArgumentTypeError(f"model_type {describe(model_type)} must be a string or None")
+    if not (cast_module is None or isinstance(cast_module, bool)):
+        raise ArgumentTypeError(f"cast_module {describe(cast_module)} must be True, False or None")
+    schedule = reference_schedule(module, schedule, layer_type)
     lens = check_rope_lengths(lengths)
     asked = check_distances(distances, lens)
     name, _ = _torch_dtype(dtype)
