@@ -27,6 +27,7 @@ import numpy as np
 
 from ._common import Row, check_callable, check_choice, check_int, check_lengths, check_names, describe
 from .formats import Format, get_format, round_into
+from .verdicts import positions_verdict
 
 __all__ = [
     "BAICHUAN_DTYPES",
@@ -77,6 +78,17 @@ class PositionAudit(Row):
     non_finite: int
     overflow_position: int | None
     method: str
+
+    @property
+    def colliding_positions(self) -> int:
+        """Positions whose value another (earlier) position already has: ``length - distinct_values``."""
+        return self.length - self.distinct_values
+
+    @property
+    def verdict(self) -> str:
+        """``safe`` when every position keeps a value of its own and none overflows, else ``broken``
+        (:func:`precision_audit.verdicts.positions_verdict`)."""
+        return positions_verdict(self.colliding_positions, self.non_finite)
 
 
 # --------------------------------------------------------------------------

@@ -251,7 +251,7 @@ def assert_rope(
     if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound, max_rotation_error, tolerance,
               r.pair_errors) or pairs_fail:
         row = {**r.to_dict(), "ratio": r.max_rotation_error / r.cache_bound,
-               "verdict": rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=r.pair_errors)}
+               "verdict": r.verdict}
         what = "stack" if stack is not None else "recipe"
         limit = _limit_text(max_rotation_error, tolerance, r.cache_bound)
         cols = [(what, "recipe")] + _ROPE_COLUMNS

@@ -40,17 +40,22 @@ from typing import Any
 
 import numpy as np
 
+from .formats import spacing
+
 __all__ = [
     "DEFAULT_TOLERANCE",
     "NOTICED",
     "PHASE_LOST",
+    "SCAN_VERDICTS",
     "VERDICTS",
     "VERDICT_RULES",
     "alibi_verdict",
+    "damage_limit",
     "human_length",
     "positions_verdict",
     "rope_verdict",
     "rope_why",
+    "scan_verdict",
     "sinusoid_verdict",
     "worst",
 ]
@@ -161,8 +166,6 @@ def alibi_verdict(row: Any, tolerance: float = DEFAULT_TOLERANCE) -> str:
     >>> [alibi_verdict(audit_alibi(4096, 8, r, "bf16")[0]) for r in ("cast-output", "fp32")]
     ['broken', 'safe']
     """
-    from .formats import spacing
-
     if row.min_distinct_biases < row.length or row.nonfinite_biases or row.order_inversions:
         return "broken"
     top = np.array([h.slope * (row.length - 1) for h in row.heads])
@@ -179,6 +182,37 @@ def sinusoid_verdict(duplicate_rows: int, nn_shrink: float) -> str:
     ('safe', 'degraded', 'broken')
     """
     return "broken" if duplicate_rows else "degraded" if nn_shrink > 0.5 else "safe"
+
+
+SCAN_VERDICTS: tuple[str, ...] = ("safe", "damaged by the cast", "damaged as built")
+"""The scan's question (``hf-scan``): does a transformers rotary class compute what the float32 fix computes?"""
+
+
+def damage_limit(fp32_error: float, length: int, frequency_ulp: float) -> float:
+    """The largest max rotation error of correct rotary code: ``2 R + (L - 1) u``.
+
+    ``R`` is the fp32 preset's max rotation error at length L (float32 until cos/sin, then the cache format:
+    the fix), ``u`` the largest float32 ulp of the frequencies.  Real code differs from that correctly rounded
+    model only by faithful kernels: a float32 ``pow`` an ulp off moves an angle by at most ``(L - 1) u``, a
+    faithful cos/sin by an ulp of the cache format, well inside ``R``; every damaged code path measured lies
+    far above (a bfloat16 ``inv_freq`` moves the angles of 8K positions by radians).
+
+    >>> damage_limit(0.003, 8192, 2.0**-24)  # 2 * 0.003 + 8191 * 2**-24
+    0.006488221645355225
+    """
+    return 2 * fp32_error + (length - 1) * frequency_ulp
+
+
+def scan_verdict(built_error: float, cast_error: float, limit: float) -> str:
+    """A scanned class's verdict from the max rotation errors as built and after ``.to(dtype)`` against
+    :func:`damage_limit` (a nan error counts as damage).
+
+    >>> scan_verdict(0.003, 0.004, 0.0065), scan_verdict(0.003, 2.6, 0.0065), scan_verdict(0.01, 0.01, 0.0065)
+    ('safe', 'damaged by the cast', 'damaged as built')
+    """
+    if not built_error <= limit:
+        return "damaged as built"
+    return "damaged by the cast" if not cast_error <= limit else "safe"
 
 
 def worst(verdicts: Sequence[str]) -> str:

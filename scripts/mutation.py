@@ -35,9 +35,12 @@ P = "precision_audit."
 # area -> the functions mutated (mutmut's mutant names: x_<function> or xǁ<Class>ǁ<method>, then __mutmut_<n>)
 AREAS: dict[str, tuple[str, ...]] = {
     "verdicts": tuple(f"{P}{m}*" for m in (
-        "config.audit.x_rope_verdict_", "config.audit.x_positions_verdict_", "config.audit.x_alibi_verdict_",
-        "bottomline.x_bottom_line_", "bottomline.x_failing_", "bottomline.x_human_length_", "bottomline.x__get_")),
-    "damage_threshold": (f"{P}hf.scan.x_damage_threshold_*",),
+        "verdicts.x_rope_verdict_", "verdicts.x_rope_why_", "verdicts.x__judged_", "verdicts.x__pairs_",
+        "verdicts.x_positions_verdict_", "verdicts.x_alibi_verdict_", "verdicts.x_sinusoid_verdict_",
+        "verdicts.x_worst_", "verdicts.x_human_length_", "bottomline.x_bottom_line_", "bottomline.x_failing_",
+        "bottomline.x__get_")),
+    "damage_threshold": (f"{P}hf.scan.x_damage_threshold_*", f"{P}verdicts.x_damage_limit_*",
+                         f"{P}verdicts.x_scan_verdict_*"),
     "round_to": tuple(f"{P}formats.x_{f}_*" for f in (
         "round_to", "_as_float64", "_is_ml_number", "_rational_to_float", "_objects_to_float64", "_ints_to_float64",
         "_round_into", "_round_rne", "_rne_params", "_bfloat16_via_float32", "_bfloat16_from_float32",

@@ -88,3 +88,42 @@ def test_bottom_line_says_what_breaks() -> None:
     assert "positions" in cast and "apart" in cast and "keep_rotary_fp32" in cast  # long range, local order kept
     ov = next(x for x in r.output.splitlines() if "OpenVINO GPU (f16" in x)
     assert "local order lost" in ov
+
+
+def test_scan_verdict_and_damage_limit():
+    # the scan's rule (hf-scan), closed form: limit = 2 R + (L - 1) u; an error equal to the limit is correct code
+    # (the limit is the largest error correct code reaches); a nan error is damage, never "safe"
+    from precision_audit.verdicts import SCAN_VERDICTS, damage_limit, scan_verdict
+
+    assert damage_limit(0.25, 5, 2.0**-3) == 0.5 + 4 * 0.125  # exact in binary: 1.0
+    lim = 1.0
+    assert scan_verdict(lim, lim, lim) == "safe"
+    assert scan_verdict(lim, math.nextafter(lim, 2), lim) == "damaged by the cast"
+    assert scan_verdict(math.nextafter(lim, 2), 0.0, lim) == "damaged as built"
+    assert scan_verdict(math.nan, 0.0, lim) == "damaged as built"
+    assert scan_verdict(0.0, math.nan, lim) == "damaged by the cast"
+    assert set(SCAN_VERDICTS) == {scan_verdict(a, b, lim) for a in (0.0, 2.0) for b in (0.0, 2.0)}
+
+
+def test_rows_expose_the_rule_s_verdict():
+    # every row type carries the one rule's verdict (the report, config and testing read it there)
+    from precision_audit.alibi import audit_alibi
+    from precision_audit.positions import audit_positions
+    from precision_audit.rope import RopeSchedule, audit, preset
+    from precision_audit.verdicts import rope_why
+
+    # bfloat16 ids 0..4095: the representable values up to 4095 are 0..256 (257), 127 in (256, 512) and 128 in each
+    # of the binades [512, 1024), [1024, 2048), [2048, 4096); 4095 rounds up to 4096: 769 distinct values, closed form
+    (p,) = audit_positions(4096, "bfloat16")
+    assert p.colliding_positions == 4096 - (257 + 127 + 3 * 128 + 1) == 3327
+    assert p.verdict == "broken"
+    (q,) = audit_positions(2048, "float16")  # every integer up to 2048 is a float16 value
+    assert (q.colliding_positions, q.verdict) == (0, "safe")
+    rows = audit(RopeSchedule(head_dim=32), [preset(n, "bfloat16") for n in ("lowp", "fp32")], 4096)
+    for r in rows:
+        assert r.verdict == rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=r.pair_errors)
+        assert r.lost == rope_why(r.max_rotation_error, r.colliding_positions, r.pair_errors)
+    assert [r.verdict for r in rows] == ["broken", "safe"] and rows[1].lost is None
+    assert "local order lost" in rows[0].lost
+    assert [a.verdict for r in ("cast-output", "fp32") for a in audit_alibi(4096, 8, r, "bf16")] == ["broken", "safe"]
+    assert "verdict" not in rows[0].to_dict() and "verdict" not in p.to_dict()  # --json rows stay as they were

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._common import Row
+from ..verdicts import alibi_verdict
 from .recipes import FORMS
 
 __all__ = ["AlibiAudit", "HeadAudit"]
@@ -77,6 +78,11 @@ class AlibiAudit(Row):
     nonfinite_biases: int
     max_prob_change: float
     heads: tuple[HeadAudit, ...]
+
+    @property
+    def verdict(self) -> str:
+        """safe / degraded / broken by :func:`precision_audit.verdicts.alibi_verdict` (its default tolerance)."""
+        return alibi_verdict(self)
 
     def __post_init__(self) -> None:
         if self.form not in FORMS:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._common import Row, check_lengths
 from ..formats import get_format
@@ -310,10 +310,9 @@ def audit_config(
         from ..positions import audit_positions
 
         for p in audit_positions(lens, fmts, engine="torch" if engine == "torch" else "numpy"):
-            colliding = p.length - p.distinct_values
             rows.append(ConfigRow(
                 component="positions", recipe="position ids", dtype=p.dtype, length=p.length,
-                verdict=positions_verdict(colliding, p.non_finite), colliding_positions=colliding,
+                verdict=p.verdict, colliding_positions=p.colliding_positions,
                 max_run=p.max_run, max_abs_error=p.max_abs_error, non_finite=p.non_finite))
     order = {"rope": 0, "alibi": 0, "relative": 0, "learned": 0, "positions": 1}
     layer_rank = {t: i for i, (t, _) in enumerate(model.rope)}
@@ -343,8 +342,7 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
         for r in found:
             rows.append(ConfigRow(
                 component="rope", recipe=r.recipe, dtype=r.dtype, length=r.length, layer_type=lt,
-                verdict=rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=r.pair_errors),
-                why=_bounded(rope_why(r.max_rotation_error, r.colliding_positions, r.pair_errors), r.bound),
+                verdict=r.verdict, why=_bounded(r.lost, r.bound),
                 max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
                 colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
                 ratio=r.max_rotation_error / r.cache_bound, stack=r.stack, pair_errors=r.pair_errors,

@@ -24,6 +24,7 @@ from ..config import schedule_from_config
 from ..formats import get_format, spacing
 from ..rope import check_rope_lengths
 from ..schedules import RopeSchedule
+from ..verdicts import SCAN_VERDICTS, damage_limit, scan_verdict
 from ._transformers import _quiet, require_transformers
 from .modules import (
     _classes_in,
@@ -38,7 +39,7 @@ from .modules import (
 
 __all__ = ["VERDICTS", "ScanRow", "damage_threshold", "rotary_classes", "scan"]
 
-VERDICTS: tuple[str, ...] = ("safe", "damaged by the cast", "damaged as built")
+VERDICTS = SCAN_VERDICTS
 
 
 # --------------------------------------------------------------------------- class discovery
@@ -108,19 +109,10 @@ def rotary_classes(families: Iterable[str] | None = None) -> list[_Found]:
 
 
 def damage_threshold(schedule: RopeSchedule, dtype: str, length: int) -> tuple[float, float]:
-    """``(threshold, fp32 figure)``: a module is *damaged* when its max rotation error exceeds the threshold.
-
-    The fp32 preset (float32 until cos/sin, cast to ``dtype``: the fix) is
-    what correct code reaches; its max rotation error ``R`` is dominated by
-    the cache rounding (bf16: ~2.8e-3 rad) plus float32 angle rounding.
-    Real code differs from the correctly rounded model only by its faithful
-    (not correctly rounded) kernels: a float32 ``pow`` one ulp off moves the
-    angle by at most ``(L-1) * ulp(theta_i)``, and a faithful cos/sin by one
-    ulp of the cache format, both well inside ``R`` itself.  So the threshold
-    is ``2 R + (L-1) * max_i ulp_f32(theta_i)``: correct code stays below it
-    on any CPU, while each damaged code path measured lies far above it (a
-    bfloat16 ``inv_freq`` buffer moves ``theta_i`` by up to ``2**-9``
-    relative: at 8K the angles of the fast frequencies are off by radians).
+    """``(threshold, fp32 figure)``: a module is *damaged* when its max rotation error exceeds the threshold,
+    :func:`precision_audit.verdicts.damage_limit` of the fp32 preset's max rotation error ``R`` at this
+    schedule, dtype and length (float32 until cos/sin, cast to ``dtype``: the fix; dominated by the cache
+    rounding, bf16 ~2.8e-3 rad, plus float32 angle rounding) and the frequencies' largest float32 ulp.
 
     >>> t, r = damage_threshold(RopeSchedule(head_dim=128), "bfloat16", 8192)
     >>> r < t < 0.01
@@ -130,7 +122,7 @@ def damage_threshold(schedule: RopeSchedule, dtype: str, length: int) -> tuple[f
     r = figures["fp32"][length][0]
     theta = schedule.inv_freq(schedule.frequency_key(length))
     ulp = float(spacing(theta, "float32").max())  # a schedule has at least one frequency
-    return 2 * r + (length - 1) * ulp, r
+    return damage_limit(r, length, ulp), r
 
 
 @dataclass(frozen=True)
@@ -212,12 +204,7 @@ def _scan_class(found: _Found, length: int, dtype: str, fix: bool = False) -> li
             (cast,) = audit_rope_module(cast_mod.to(tdt), sched, length, dtype=dtype, layer_type=lt, match=False, distances=())
             thr, r = damage_threshold(sched, dtype, length)
             m = match_recipe(sched, dtype, length, cast.max_rotation_error, cast.mean_rotation_error)
-            if built.max_rotation_error > thr:
-                verdict = "damaged as built"
-            elif cast.max_rotation_error > thr:
-                verdict = "damaged by the cast"
-            else:
-                verdict = "safe"
+            verdict = scan_verdict(built.max_rotation_error, cast.max_rotation_error, thr)
             notes = [f"cast matches {m[1]}"]
             if cast.max_rotation_error > math.pi / 2 or built.max_rotation_error > math.pi / 2:
                 notes.append("phase lost")

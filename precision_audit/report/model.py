@@ -32,36 +32,35 @@ from .positions import length_grid, plot_positions, position_rows
 from .rope import error_grid, plot_error_heatmap, plot_error_per_frequency, plot_error_vs_length, rope_lengths
 from .writer import Bullets, Figure, Para, Report, Section, Table
 
-__all__ = ["VERDICT_RULES", "alibi_verdict", "model_report", "position_verdict", "rope_verdict"]
+__all__ = ["VERDICT_RULES", "alibi_cell", "model_report", "position_cell", "rope_cell"]
 
 VERDICT_RULES = _verdicts.VERDICT_RULES
 
 
-def rope_verdict(r: RopeRow) -> str:
-    """safe / degraded / broken for one RoPE row (:func:`precision_audit.verdicts.rope_verdict`), with what is lost.
+def rope_cell(r: RopeRow) -> str:
+    """The report's verdict cell of a RoPE row: its verdict (:attr:`RopeRow.verdict`) and what is lost.
 
     >>> from precision_audit.rope import RopeSchedule
     >>> row = audit(RopeSchedule(head_dim=16), preset("lowp", "bfloat16"), 4096)[0]
-    >>> rope_verdict(row).split()[0]
+    >>> rope_cell(row).split()[0]
     'broken'
     """
-    v = _verdicts.rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=r.pair_errors)
-    why = _verdicts.rope_why(r.max_rotation_error, r.colliding_positions, r.pair_errors)
+    v, why = r.verdict, r.lost
     worst = max((p.max_rotation_error for p in r.pair_errors), default=2 * r.max_rotation_error)
     return f"{v} ({why})" if why else f"{v} (pairs within {fmt(worst)} rad)"
 
 
-def position_verdict(r: PositionAudit) -> str:
-    """safe when every position id is exact, else broken with the share that survives."""
-    if _config.positions_verdict(r.length - r.exact_count, r.non_finite) == "safe":
+def position_cell(r: PositionAudit) -> str:
+    """The report's verdict cell of position ids (:attr:`PositionAudit.verdict`): broken with the share that survives."""
+    if r.verdict == "safe":
         return "safe (all exact)"
     extra = f", {r.non_finite} overflow" if r.non_finite else ""
     return f"broken ({100 * r.exact_fraction:.1f} % exact, runs of {r.max_run}{extra})"
 
 
-def alibi_verdict(r: AlibiAudit) -> str:
-    """:func:`precision_audit.config.alibi_verdict` with the share of distinct biases."""
-    v = _config.alibi_verdict(r)
+def alibi_cell(r: AlibiAudit) -> str:
+    """The report's verdict cell of an ALiBi row (:attr:`AlibiAudit.verdict`) with the share of distinct biases."""
+    v = r.verdict
     extra = f", {r.nonfinite_biases} non-finite" if r.nonfinite_biases else ""
     return f"{v} ({100 * r.distinct_fraction:.1f} % distinct{extra})"
 
@@ -202,7 +201,7 @@ def _positions_section(c: _Context) -> Section:
     pos_check = audit_positions(checks, dts)
     for d in dts:
         by = {r.length: r for r in pos_check if r.dtype == d}
-        c.verdict.append((f"position ids built in {d}",) + tuple(position_verdict(by[n]) for n in checks))
+        c.verdict.append((f"position ids built in {d}",) + tuple(position_cell(by[n]) for n in checks))
     grid_rows = position_rows(length_grid(16, max(4 * c.ctx, 2**12)), list(dict.fromkeys([*dts, "float32"])))
     marks = c.marks
     return Section("Position ids", [
@@ -243,7 +242,7 @@ def _rope_sections(c: _Context, sched: RopeSchedule) -> list[Section]:
         at = {(r.recipe, r.length): r for r in rows}
         for rec in recs:
             c.verdict.append((f"RoPE {rec.name}, cache in {d}",)
-                             + tuple(rope_verdict(at[rec.name, n]) for n in checks))
+                             + tuple(rope_cell(at[rec.name, n]) for n in checks))
         _say(c.progress, f"RoPE position x frequency heatmap at {length_label(ctx)}, cache in {d}")
         pair = [error_grid(sched, preset("lowp", d), ctx), error_grid(sched, preset("fp32", d), ctx)]
         grids += [g.to_dict() for g in pair]
@@ -282,8 +281,8 @@ def _alibi_section(c: _Context, heads: int) -> Section:
     sweep = alibi_sweep(heads, c.dts, lengths, slopes=spec.alibi_slopes)
     for (d, r), rows in sweep.items():
         at_len = {x.length: x for x in rows}
-        c.verdict.append((f"ALiBi {r}, model dtype {d}",) + tuple(alibi_verdict(at_len[n]) for n in checks))
-        c.alibi_rows += [{"recipe": r, "dtype": d, "length": n, "verdict": _config.alibi_verdict(at_len[n])}
+        c.verdict.append((f"ALiBi {r}, model dtype {d}",) + tuple(alibi_cell(at_len[n]) for n in checks))
+        c.alibi_rows += [{"recipe": r, "dtype": d, "length": n, "verdict": at_len[n].verdict}
                          for n in checks]
     return Section("ALiBi", [
         Para(f"{heads} heads, slopes: " + ("the model's own" if spec.alibi_slopes else "the ALiBi reference rule")

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from .._common import Row, check_callable, check_choice, check_flag, check_int, check_lengths, check_recipes
 from ..formats import Format, get_format, round_to, spacing
 from ..schedules import RopeSchedule, check_schedule
+from ..verdicts import rope_verdict, rope_why
 from .chunk import _block_rows, _chunk_stats, _ChunkStats, _PairSpec, _Plan, _torch_chunk_stats
 from .cuda import widen
 from .engine import ENGINES, _Work
@@ -115,6 +116,16 @@ class RopeRow(Row):
         if len(ds) != len(self.pair_errors) or ds != sorted(set(ds)) or any(d >= self.length for d in ds):
             raise ValueError(f"pair_errors {self.pair_errors!r} must be PairError records of increasing distances "
                              f"below the length {self.length}")
+
+    @property
+    def verdict(self) -> str:
+        """safe / degraded / broken by the rule of :mod:`precision_audit.verdicts` (pairwise errors, collisions)."""
+        return rope_verdict(self.max_rotation_error, self.colliding_positions, pair_errors=self.pair_errors)
+
+    @property
+    def lost(self) -> str | None:
+        """What the row loses, in words (:func:`precision_audit.verdicts.rope_why`), None when safe."""
+        return rope_why(self.max_rotation_error, self.colliding_positions, self.pair_errors)
 
 
 def _nf(inv: F64 | AngleMaker) -> int | None:
