@@ -8,7 +8,7 @@
 """
 
 from .alibi import alibi_slopes, audit_alibi
-from .attention import attention_errors
+from .rope.attention import attention_errors
 from .fix import keep_rotary_fp32, release_rotary_fp32
 from .formats import FORMATS, Format, format_names, get_format, round_to, spacing
 from .positions import PositionAudit, audit_positions, measure_positions, predict_positions, reproduce_baichuan

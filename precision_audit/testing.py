@@ -47,7 +47,7 @@ from ._common import (
 from .config import FALLBACK_CONTEXT, ModelConfig, load_config_dict, load_model
 from .verdicts import DEFAULT_TOLERANCE, NOTICED, PHASE_LOST, rope_verdict
 from .formats import get_format
-from .schedules import RopeSchedule, check_schedule
+from .rope.schedules import RopeSchedule, check_schedule
 
 __all__ = [
     "assert_config",

@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from precision_audit.schedules import _FORMULAS, RopeSchedule, ulp_distance
+from precision_audit.rope.schedules import _FORMULAS, RopeSchedule, ulp_distance
 
 U = 2.0**-24  # float32 unit roundoff: a correctly rounded operation's relative error
 F64_SLACK = 2.0**-40  # per operation: float64's own error in evaluating the exact value v

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 import precision_audit as pa
 from precision_audit import fix, hf, testing
 from precision_audit.rope import preset
-from precision_audit.schedules import RopeSchedule
+from precision_audit.rope.schedules import RopeSchedule
 
 TIMEOUT = 20  # seconds; a valid call here takes milliseconds
 

@@ -14,7 +14,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from precision_audit.attention import AttentionRow, attention_errors, default_distances
+from precision_audit.rope.attention import AttentionRow, attention_errors, default_distances
 from precision_audit.rope import Recipe, RopeSchedule, cache_rounding_bound, preset, recipe_stages
 
 mpmath.mp.prec = 120

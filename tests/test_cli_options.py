@@ -54,7 +54,7 @@ def test_every_dtype_option_is_repeatable_or_refuses_a_repeat():
 
 
 def test_attention_audits_every_dtype_given():
-    from precision_audit.attention import attention_errors
+    from precision_audit.rope.attention import attention_errors
     from precision_audit.rope import RopeSchedule, preset
 
     res = run("attention", "-l", "2048", "-d", "bf16", "-d", "fp16", "-r", "fp32", "--distance", "1",
@@ -104,9 +104,9 @@ def test_rope_and_attention_share_the_schedule_options():
 
 
 def test_attention_with_llama3_rope_parameters():
-    from precision_audit.attention import attention_errors
+    from precision_audit.rope.attention import attention_errors
     from precision_audit.rope import preset
-    from precision_audit.schedules import schedule_from_rope_parameters
+    from precision_audit.rope.schedules import schedule_from_rope_parameters
 
     args = ("-l", "16K", "-r", "fp32", "-r", "lowp-inv-freq", "--rope-parameters", LLAMA3)
     res = run("attention", *args, "--distance", "1", "--distance", "12000", "--pairs", "2", "--shifts", "8",

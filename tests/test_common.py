@@ -33,7 +33,7 @@ from precision_audit._common import (
     check_recipes,
     parse_length,
 )
-from precision_audit.schedules import check_schedule
+from precision_audit.rope.schedules import check_schedule
 
 
 # ---------------------------------------------------------------------------
@@ -217,7 +217,7 @@ def test_check_recipes(bad, error, match: str) -> None:
 
 
 def test_check_recipes_and_schedule_pass_good_values_through() -> None:
-    from precision_audit.schedules import RopeSchedule
+    from precision_audit.rope.schedules import RopeSchedule
 
     r = _Recipe()
     assert check_recipes(r, _Recipe) == [r] and check_recipes((r, r), _Recipe) == [r, r]

@@ -35,7 +35,7 @@ from precision_audit.config import (
     schedule_from_config,
 )
 from precision_audit.rope import cache_rounding_bound
-from precision_audit.schedules import RopeSchedule
+from precision_audit.rope.schedules import RopeSchedule
 
 DATA = Path(__file__).resolve().parent / "data"
 CONFIGS = sorted(p.name for p in DATA.glob("*.json"))

@@ -23,7 +23,7 @@ from _engine_bound import assert_engines_within_bound  # tests/ helper: the engi
 
 from precision_audit import hf
 from precision_audit.rope import audit, preset
-from precision_audit.schedules import RopeSchedule
+from precision_audit.rope.schedules import RopeSchedule
 
 torch = pytest.importorskip("torch")
 

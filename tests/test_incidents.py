@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from precision_audit.attention import apply_errors, apply_rotation, attention_errors
+from precision_audit.rope.attention import apply_errors, apply_rotation, attention_errors
 from precision_audit.cli import main
 from precision_audit.incidents import (
     CATALOG,

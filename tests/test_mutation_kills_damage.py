@@ -14,7 +14,7 @@ import pytest
 
 from precision_audit.hf import damage_threshold
 from precision_audit.rope import audit, preset
-from precision_audit.schedules import RopeSchedule
+from precision_audit.rope.schedules import RopeSchedule
 
 
 def fp32_max_error(schedule: RopeSchedule, dtype: str, length: int) -> float:

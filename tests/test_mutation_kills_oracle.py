@@ -16,7 +16,7 @@ import pytest
 
 from precision_audit.rope import exact_angles, wrap
 from precision_audit.rope.oracle import _oracle_into, _split
-from precision_audit.schedules import RopeSchedule
+from precision_audit.rope.schedules import RopeSchedule
 
 mpmath.mp.prec = 200
 MP_2PI = 2 * mpmath.pi

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from precision_audit.alibi import audit_alibi
-from precision_audit.attention import attention_errors
+from precision_audit.rope.attention import attention_errors
 from precision_audit.cli import main
 from precision_audit.verdicts import NOTICED, PHASE_LOST
 from precision_audit.positions import predict_positions, reproduce_baichuan

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from precision_audit.rope import audit, preset
-from precision_audit.schedules import ROPE_TYPES, RopeSchedule, schedule_from_rope_parameters, ulp_distance
+from precision_audit.rope.schedules import ROPE_TYPES, RopeSchedule, schedule_from_rope_parameters, ulp_distance
 
 DATA = Path(__file__).parent / "data"
 PHI35 = json.loads((DATA / "phi-3.5-mini-instruct.json").read_text())

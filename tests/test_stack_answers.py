@@ -269,7 +269,7 @@ def test_attention_llama_cpp_refereed_by_the_real_ggml_kernel():
     from referees import need
     from referees._ggml import ggml_rope_angles
 
-    from precision_audit.attention import attention_errors
+    from precision_audit.rope.attention import attention_errors
     from precision_audit.rope import preset, stack
 
     need("ggml")

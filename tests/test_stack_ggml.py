@@ -20,7 +20,7 @@ from referees import _ggml_model as model  # tests/ helper: the referees (kernel
 from referees import need
 from referees._ggml import ggml_rope_angles, libm_cosf_sinf
 
-from precision_audit.schedules import RopeSchedule
+from precision_audit.rope.schedules import RopeSchedule
 
 need("ggml")
 

@@ -48,7 +48,7 @@ from precision_audit.config import load_config
 from precision_audit.incidents import CATALOG, reproduce
 from precision_audit.rope import STACKS, RopeSchedule, audit, exact_angles, preset, run_recipe, stack, wrap
 from precision_audit.rope import hows
-from precision_audit.schedules import schedule_from_rope_parameters, ulp_distance
+from precision_audit.rope.schedules import schedule_from_rope_parameters, ulp_distance
 
 DATA = Path(__file__).parent / "data"
 L = 32768  # default run; the slow run adds 128K

@@ -39,7 +39,7 @@ from test_schedules import _build, _module_errors  # transformers' rotary module
 from precision_audit.rope import (STACKS, RopeSchedule, audit, exact_angles, run_recipe, select_stacks, stack,
                                   stored_inv_freq, wrap)
 from precision_audit.rope import hows
-from precision_audit.schedules import schedule_from_rope_parameters, ulp_distance
+from precision_audit.rope.schedules import schedule_from_rope_parameters, ulp_distance
 
 TRAIN = ("transformer-engine", "flash-attn", "liger", "unsloth", "torchtune", "maxtext")
 PRODUCT = TRAIN[:-1]

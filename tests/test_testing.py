@@ -27,7 +27,7 @@ import torch
 
 from precision_audit.config import load_config
 from precision_audit.rope import audit, cache_rounding_bound, preset, stored_inv_freq
-from precision_audit.schedules import RopeSchedule
+from precision_audit.rope.schedules import RopeSchedule
 from precision_audit.testing import (
     assert_config,
     assert_positions,

@@ -401,7 +401,7 @@ def schedule_from_options(ctx: click.Context, head_dim: int, rotary_dim: int | N
     """The RopeSchedule the :func:`schedule_options` describe (``--rope-parameters`` or the single options)."""
     from dataclasses import replace
 
-    from ..schedules import RopeSchedule, schedule_from_rope_parameters
+    from ..rope.schedules import RopeSchedule, schedule_from_rope_parameters
 
     if rope_parameters is not None:
         given = [k for k in _SCHEDULE_OPTIONS

@@ -299,7 +299,7 @@ def _torch_inv_freq_ulps(schedule: Any, by_dtype: dict[str, list[Any]],
 
     Returns the distances (the JSON's ``inv_freq_ulps``) and one footer line per format.
     """
-    from ..schedules import ulp_distance
+    from ..rope.schedules import ulp_distance
 
     ulps: dict[str, list[int]] = {}
     notes = ""
@@ -430,7 +430,7 @@ def attention_cmd(ctx: click.Context, length: int, dtypes: tuple[str, ...], head
 
     Example: precision-audit attention --length 128K --recipe lowp --recipe fp32 --stack llama.cpp-cpu
     """
-    from ..attention import attention_errors
+    from ..rope.attention import attention_errors
     from ..rope import RopeSchedule, preset, stack
 
     dtypes = tuple(dict.fromkeys(dtypes or ("bfloat16",)))

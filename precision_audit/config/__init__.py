@@ -5,8 +5,8 @@ This package is the one reader of model configs (:mod:`~precision_audit.config.p
 the JSON text only (nothing is imported or executed: no remote code, no
 transformers) into a :class:`ModelConfig`: the position encoding (``kind``:
 ``"rope"`` or ``"alibi"``), the RoPE schedule of each attention layer type (a
-:class:`~precision_audit.schedules.RopeSchedule`, built by
-:func:`~precision_audit.schedules.schedule_from_rope_parameters`) or the ALiBi
+:class:`~precision_audit.rope.schedules.RopeSchedule`, built by
+:func:`~precision_audit.rope.schedules.schedule_from_rope_parameters`) or the ALiBi
 head count, and the context length.  :func:`load_config_dict` takes the dict,
 or a transformers config object (read by attribute, as transformers reads
 it); :func:`schedule_from_config` gives the schedule of one rotary module's

@@ -41,7 +41,7 @@ from ..verdicts import rope_verdict
 from ..formats import get_format, spacing
 from ..rope import PairError, audit, cache_rounding_bound, check_rope_lengths, exact_angles, preset, wrap
 from ..rope.pairs import PairPass, check_distances
-from ..schedules import RopeSchedule
+from ..rope.schedules import RopeSchedule
 from ._transformers import _quiet, require_transformers
 
 __all__ = [
@@ -349,7 +349,7 @@ class ModuleRow(Row):
 def reference_schedule(module: Any, schedule: Any = None, layer_type: str | None = None, *,
                        name: str = "schedule") -> RopeSchedule:
     """The float64 schedule a rotary module is *meant* to implement: ``schedule`` itself (a
-    :class:`~precision_audit.schedules.RopeSchedule`), or read from a :class:`~precision_audit.config.ModelConfig`,
+    :class:`~precision_audit.rope.schedules.RopeSchedule`), or read from a :class:`~precision_audit.config.ModelConfig`,
     a config dict, a ``config.json`` path or a transformers config object; None: the module's own ``.config``.
     ``name``: the argument's name in error messages.
 

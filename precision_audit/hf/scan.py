@@ -23,7 +23,7 @@ from .._common import Row
 from ..config import schedule_from_config
 from ..formats import get_format, spacing
 from ..rope import check_rope_lengths
-from ..schedules import RopeSchedule
+from ..rope.schedules import RopeSchedule
 from ..verdicts import SCAN_VERDICTS, damage_limit, scan_verdict
 from ._transformers import _quiet, require_transformers
 from .modules import (

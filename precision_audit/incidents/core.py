@@ -21,10 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from .._common import Row, check_length
-from ..rope import Recipe, RopeSchedule, run_recipe
+from .._common import Row
+from ..rope import Recipe
+from ..rope.overflow import AngleOverflow, angle_overflow
 
 __all__ = [
     "VERDICTS",
@@ -78,48 +77,6 @@ def format_figure(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_figure(v) for v in value) + "]"
     return str(value)
-
-
-# --------------------------------------------------------------------------- the fp16 angle overflow
-
-
-@dataclass(frozen=True)
-class AngleOverflow(Row):
-    """Non-finite angles of a recipe over positions 0..length-1.
-
-    ``non_finite``: (position, frequency) angles that are inf/NaN (an fp16
-    angle stage overflows at 65520; cos/sin of inf is NaN: the phase is lost,
-    and :mod:`precision_audit.rope` counts it as error pi).
-    ``first_overflow``: per frequency index, the first position whose angle
-    is not finite, or None.
-    """
-
-    recipe: str
-    length: int
-    non_finite: int
-    first_overflow: tuple[int | None, ...]
-
-
-def angle_overflow(schedule: RopeSchedule, recipe: Recipe, length: int, *, chunk: int = 2**16) -> AngleOverflow:
-    """Count the non-finite angles (cos/sin argument) a recipe makes over 0..length-1.
-
-    >>> from precision_audit.rope import preset
-    >>> o = angle_overflow(RopeSchedule(head_dim=4), preset("lowp", "fp16"), 70000)
-    >>> o.first_overflow, o.non_finite
-    ((65520, 65520), 8960)
-    """
-    L = check_length(length)
-    theta = schedule.inv_freq(L)
-    first: list[int | None] = [None] * theta.size
-    count = 0
-    for start in range(0, L, chunk):
-        m = np.arange(start, min(L, start + chunk), dtype=np.float64)
-        bad = ~np.isfinite(run_recipe(recipe, schedule, m, L)["angle"])
-        count += int(np.count_nonzero(bad))
-        for i in np.flatnonzero(bad.any(axis=0)):
-            if first[i] is None:
-                first[i] = int(m[np.argmax(bad[:, i])])
-    return AngleOverflow(recipe=recipe.name, length=L, non_finite=count, first_overflow=tuple(first))
 
 
 # --------------------------------------------------------------------------- checks (data helpers)

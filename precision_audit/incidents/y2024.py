@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 
-from ..attention import apply_errors, attention_errors
+from ..rope.attention import apply_errors, attention_errors
 from ..formats import get_format, round_to
 from ..positions import predict_positions
 from ..rope import RopeSchedule, audit, preset

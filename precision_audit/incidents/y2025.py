@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attention import apply_errors, attention_errors
+from ..rope.attention import apply_errors, attention_errors
 from ..rope import RopeSchedule, audit, preset, wrap
 from .core import Figures, Incident, claim, close, rounded, stages_of
 

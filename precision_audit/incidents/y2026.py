@@ -15,7 +15,7 @@ import numpy as np
 
 from ..alibi import Recipe as AlibiRecipe
 from ..alibi import alibi_bias, stored_slopes
-from ..attention import apply_errors
+from ..rope.attention import apply_errors
 from ..formats import get_format, round_to, spacing
 from ..positions import predict_positions
 from ..rope import Recipe, RopeSchedule, audit, exact_angles, parse_stages, preset, run_recipe, wrap

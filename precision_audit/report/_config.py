@@ -20,7 +20,7 @@ from typing import Any
 
 from ..config import ModelConfig, default_dtype, load_config_dict, load_model
 from ..config import load_config as _load
-from ..schedules import RopeSchedule
+from ..rope.schedules import RopeSchedule
 
 __all__ = ["ModelSpec", "load_config", "load_spec", "model_spec", "mpt_slopes", "spec_for_model_type"]
 

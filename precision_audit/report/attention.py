@@ -1,6 +1,6 @@
 """Figure: RoPE attention-logit error and shift invariance vs offset.
 
-Input rows come from :func:`precision_audit.attention.attention_errors`.
+Input rows come from :func:`precision_audit.rope.attention.attention_errors`.
 :func:`plotted` and :func:`typical_logit` say what the figure shows, so
 that the report's text quotes the same offsets and scale.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..attention import AttentionRow
+from ..rope.attention import AttentionRow
 from ._plotting import ROPE_LABEL as _LABEL
 from ._plotting import ROPE_STYLE as _STYLE
 from ._plotting import fmt
@@ -25,7 +25,7 @@ def plotted(rows: Sequence[AttentionRow]) -> list[AttentionRow]:
     """The rows the figure draws: offset 0 has no place on a log axis, and a spread (and a fair max) needs
     at least two shifts (the farthest offset, ``length - 1``, has one).
 
-    >>> from precision_audit.attention import attention_errors
+    >>> from precision_audit.rope.attention import attention_errors
     >>> from precision_audit.rope import RopeSchedule, preset
     >>> rows = attention_errors(RopeSchedule(head_dim=8), preset("fp32", "bf16"), 1024, pairs=1)
     >>> max(r.distance for r in rows), max(r.distance for r in plotted(rows))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..attention import attention_errors
+from ..rope.attention import attention_errors
 from ..positions import reproduce_baichuan
 from ..rope import PRESETS, RopeSchedule, audit, preset
 from ..sinusoidal import audit_sinusoidal

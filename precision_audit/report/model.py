@@ -23,7 +23,7 @@ from .. import verdicts as _verdicts
 from ..alibi import AlibiAudit
 from ..positions import PositionAudit, audit_positions
 from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset
-from ..schedules import RopeSchedule
+from ..rope.schedules import RopeSchedule
 from ._config import ModelSpec
 from ._plotting import length_label
 from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct

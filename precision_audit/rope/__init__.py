@@ -1,7 +1,7 @@
 """RoPE auditor: computation recipes, the exact oracle, angle and rotation errors.
 
 Rotary position embedding rotates pair ``i`` of a query/key at position ``m``
-by the angle ``m * theta_i``.  A :class:`~precision_audit.schedules.RopeSchedule`
+by the angle ``m * theta_i``.  A :class:`~precision_audit.rope.schedules.RopeSchedule`
 gives the frequencies ``theta_i`` of every rope type.  A :class:`Recipe`
 gives one number format per stage of the computation::
 
@@ -43,14 +43,15 @@ The package's modules: :mod:`.recipes` (the vocabulary: stages, recipes,
 presets), :mod:`.hows` (how stacks make values), :mod:`.stacks` (the stacks'
 code paths), :mod:`.oracle` (exact angles), :mod:`.engine` (the numpy engine),
 :mod:`.tables` (lookup tables for 16-bit formats), :mod:`.torch_engine`,
-:mod:`.pairs` (pairwise errors at distances D) and :mod:`.audit` (the chunked
-driver and its rows).  Every public name is
+:mod:`.pairs` (pairwise errors at distances D), :mod:`.audit` (the chunked
+driver and its rows), :mod:`.schedules` (the rope types' frequencies), :mod:`.attention` (errors of
+the attention logits and of the rotated vectors) and :mod:`.overflow` (angles that overflow).  Every public name is
 importable from ``precision_audit.rope``.
 """
 
 from __future__ import annotations
 
-from ..schedules import RopeSchedule
+from .schedules import RopeSchedule
 from .audit import (RopeRow, audit, cache_rounding_bound, check_rope_lengths, default_workers, positions_to_scan,
                     stored_bound, stored_format)
 from .engine import ENGINES, recipe_stages, run_recipe
@@ -69,8 +70,13 @@ from .recipes import (
 )
 from .stacks import STACKS, Stack, select_stacks, stack
 from .torch_engine import torch_stages
+from .overflow import AngleOverflow, angle_overflow
+from .attention import ApplyRow, AttentionRow, apply_errors, attention_errors
 
 __all__ = [
+    "AngleOverflow",
+    "ApplyRow",
+    "AttentionRow",
     "DEFAULT_DISTANCES",
     "PRESETS",
     "SCALINGS",
@@ -81,6 +87,9 @@ __all__ = [
     "Stack",
     "RopeRow",
     "RopeSchedule",
+    "angle_overflow",
+    "apply_errors",
+    "attention_errors",
     "audit",
     "APPLY_MODES",
     "ENGINES",

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from .._common import Row, check_callable, check_choice, check_flag, check_int, check_lengths, check_recipes
 from ..formats import Format, get_format, round_to, spacing
-from ..schedules import RopeSchedule, check_schedule
+from .schedules import RopeSchedule, check_schedule
 from ..verdicts import rope_verdict, rope_why
 from .chunk import _block_rows, _chunk_stats, _ChunkStats, _PairSpec, _Plan, _torch_chunk_stats
 from .cuda import widen

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .._common import Row, check_lengths, check_recipes
-from ..schedules import RopeSchedule
+from .schedules import RopeSchedule
 from .audit import _frequency_groups, recipe_frequencies, stored_format
 from .cuda import bound_label, rotation_addition
 from .engine import run_recipe

@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..formats import spacing
-from ..schedules import RopeSchedule
+from .schedules import RopeSchedule
 from .hows import angle_maker, llama31_smooth, rcp_pow_inputs, theta_scale
 from .oracle import F64
 from .pairs import PairError

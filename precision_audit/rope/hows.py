@@ -85,7 +85,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..formats import get_format, round_to
-from ..schedules import RopeSchedule, round_mp, yarn_bounds
+from .schedules import RopeSchedule, round_mp, yarn_bounds
 from .oracle import F64
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._common import check_choice
 from ..formats import Format, get_format, round_to
-from ..schedules import ROPE_TYPES, RopeSchedule
+from .schedules import ROPE_TYPES, RopeSchedule
 from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq, scaled_product_maker
 from .oracle import F64
 
@@ -42,7 +42,7 @@ __all__ = [
 FAST_MATH: tuple[str, ...] = ("powf", "sincosf")  # CUDA fast-math intrinsics a recipe may name (:mod:`.cuda` bounds them)
 
 STAGES: tuple[str, ...] = ("positions", "inv_freq", "angle", "trig", "cache")
-# the rotation of q/k by the stored cos/sin (measured by precision_audit.attention, not by the cache audit)
+# the rotation of q/k by the stored cos/sin (measured by precision_audit.rope.attention, not by the cache audit)
 APPLY_MODES: tuple[str, ...] = ("elementwise", "fp32-then-cast")
 SCALINGS: tuple[str, ...] = ROPE_TYPES
 

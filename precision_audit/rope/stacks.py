@@ -18,7 +18,7 @@ from typing import Any
 
 from .._common import check_choice
 from ..formats import Format, get_format
-from ..schedules import ROPE_TYPES, RopeSchedule, check_schedule
+from .schedules import ROPE_TYPES, RopeSchedule, check_schedule
 from .hows import ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides
 from .recipes import DTYPE, Preset, Recipe
 

@@ -3,7 +3,7 @@
 Casts agree with the numpy engine bit for bit; ``cos``/``sin`` are torch's
 kernels, faithful but not correctly rounded, so they may differ from the numpy
 engine's by an ulp of the trig format.  (The inverse-frequency formula in torch
-is the schedule's: :meth:`~precision_audit.schedules.RopeSchedule.inv_freq_in`.)
+is the schedule's: :meth:`~precision_audit.rope.schedules.RopeSchedule.inv_freq_in`.)
 """
 
 from __future__ import annotations

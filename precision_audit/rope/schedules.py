@@ -59,8 +59,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._common import check_above, check_instance
-from .formats import Format, get_format, round_to, spacing
+from .._common import check_above, check_instance
+from ..formats import Format, get_format, round_to, spacing
 
 __all__ = [
     "ROPE_TYPES",

@@ -27,9 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ._common import ArgumentTypeError, Row, check_choice, check_int, check_length, check_recipes, describe
-from .formats import get_format, round_to
-from .rope import APPLY_MODES, Recipe, RopeSchedule, check_rope_lengths, exact_angles, run_recipe
+from .._common import ArgumentTypeError, Row, check_choice, check_int, check_length, check_recipes, describe
+from ..formats import get_format, round_to
+from .audit import check_rope_lengths
+from .engine import run_recipe
+from .oracle import exact_angles
+from .recipes import APPLY_MODES, Recipe
+from .schedules import RopeSchedule
 from .schedules import check_schedule
 
 __all__ = [
