@@ -107,9 +107,9 @@ def test_engine_equals_straightforward_reference(
     schedule: RopeSchedule, recipe: Recipe, lengths: list[int], tables: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the lookup tables (16-bit angles, 16-bit caches) serve long passes only: both paths are checked
-    from precision_audit.rope import tables as rope_tables
+    from precision_audit.rope import lookup
 
-    monkeypatch.setattr(rope_tables, "_TABLE_MIN_ELEMENTS", 0 if tables else 2**62)
+    monkeypatch.setattr(lookup, "_TABLE_MIN_ELEMENTS", 0 if tables else 2**62)
     chunk_elems = 4096  # several chunks per length, boundaries inside runs of collisions
     ref = _reference(schedule, recipe, lengths, chunk_elems)
     rows = audit(schedule, recipe, lengths, chunk_elems=chunk_elems, workers=2)
@@ -163,7 +163,7 @@ def test_pair_table_is_arctan2_of_any_pair(fmt: str, scale: float) -> None:
     # bands), far off it (the fallback), and zeros, infinities and nans of the format.
     from precision_audit.formats import get_format
     from precision_audit.rope.engine import _Work
-    from precision_audit.rope.tables import _PairTable
+    from precision_audit.rope.lookup import _PairTable
 
     f = get_format(fmt)
     rng = np.random.default_rng(7)
@@ -181,7 +181,7 @@ def test_pair_table_is_arctan2_of_any_pair(fmt: str, scale: float) -> None:
 
 
 def test_tables_only_for_narrow_formats() -> None:
-    from precision_audit.rope.tables import _AngleTable, _PairTable
+    from precision_audit.rope.lookup import _AngleTable, _PairTable
 
     assert _PairTable.build("float32", 1.0) is None
     assert _AngleTable.build(preset("fp32", "bf16"), 1.0) is None
@@ -209,11 +209,11 @@ def test_several_dtypes_in_one_call_give_the_rows_of_one_call_per_dtype(scaling:
 @pytest.mark.parametrize("cache", ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2fnuz"])
 @pytest.mark.parametrize("scale", [1.0, 1.3465735902799727])
 def test_fast_cache_is_the_rounding_chain(trig: str, cache: str, scale: float) -> None:
-    # The verified float32 estimate (rope/fastcache.py) must give the stored values of the definition:
+    # The verified float32 estimate (rope/narrow_cache.py) must give the stored values of the definition:
     # np.cos/np.sin of the angle, rounded to the trig format, times the factor there, cast to the cache.
     # Angles spread over [0, 2**26), and clustered at multiples of pi/2 (cos or sin near 0) and pi/4.
     from precision_audit.formats import get_format
-    from precision_audit.rope import fastcache
+    from precision_audit.rope import narrow_cache
 
     rng = np.random.default_rng(5)
     k = rng.integers(0, 2**24, 4096).astype(np.float64)
@@ -221,11 +221,11 @@ def test_fast_cache_is_the_rounding_chain(trig: str, cache: str, scale: float) -
                         (k + 0.5) * (np.pi / 2), rng.uniform(0, 1, 4096)])
     a = round_to(a, trig).reshape(-1, 64)
     T, C = get_format(trig), get_format(cache)
-    assert fastcache.eligible(T, C, scale)
+    assert narrow_cache.eligible(T, C, scale)
     bufs = [np.empty_like(a) for _ in range(8)]
-    est = fastcache.estimate(a, bufs[0], (bufs[1], bufs[2], bufs[3]))
+    est = narrow_cache.estimate(a, bufs[0], (bufs[1], bufs[2], bufs[3]))
     out = np.empty(2 * a.size)
-    fastcache.stored_into(est, T, C, scale, out, tuple(bufs[4:]))
+    narrow_cache.stored_into(est, T, C, scale, out, tuple(bufs[4:]))
     factor = float(round_to(scale, "float64" if trig == "float64" else "float32")[()])
     for fn, got in ((np.cos, out[: a.size]), (np.sin, out[a.size :])):
         v = round_to(fn(a.reshape(-1)), trig)
@@ -238,7 +238,7 @@ def test_rotation_wrap_threshold_is_pi() -> None:
     # the rotation errors wrap |x| above T by taking min(|x|, |2pi - |x||), which needs T == pi: float64
     # 2*pi is exactly twice float64 pi, so pi / 2pi = 0.5, and the next float64 above pi gives
     # 0.5 + 2**-51 / 2pi, more than half an ulp (2**-54) above 0.5: it rounds up, and wrap moves it
-    from precision_audit.rope.chunk import _WRAP_T
+    from precision_audit.rope.chunk_stats import _WRAP_T
 
     assert _WRAP_T == math.pi
     assert wrap(math.pi) == math.pi
@@ -260,12 +260,12 @@ def _midpoint_angles(rng: np.random.Generator, fn: object, count: int) -> np.nda
 
 @pytest.mark.parametrize("scale", [1.0, 1.3465735902799727])
 def test_float32_cache_path_is_the_rounding_chain(scale: float) -> None:
-    # rope/f32cache.py: a float32 trig stage stored in a float32 cache from a float64 polynomial estimate must
+    # rope/float32_cache.py: a float32 trig stage stored in a float32 cache from a float64 polynomial estimate must
     # give the stored values of the definition (np.cos/np.sin rounded to float32, times the factor in
     # float32) bit for bit.  Angles spread over [0, 2**26), at multiples of pi/2 and pi/4 (cos or sin near 0 or
     # equal), tiny, and found near a float32 midpoint of cos or sin (the guard must send them to np.cos).
     from precision_audit.formats import get_format
-    from precision_audit.rope import f32cache
+    from precision_audit.rope import float32_cache
 
     rng = np.random.default_rng(11)
     k = rng.integers(0, 2**24, 4096).astype(np.float64)
@@ -274,9 +274,9 @@ def test_float32_cache_path_is_the_rounding_chain(scale: float) -> None:
                         _midpoint_angles(rng, np.cos, 256), _midpoint_angles(rng, np.sin, 256)])
     a = round_to(a, "float32")
     T = C = get_format("float32")
-    assert f32cache.eligible(T, C, scale)
+    assert float32_cache.eligible(T, C, scale)
     out = np.empty(2 * a.size)
-    f32cache.stored_into(a, T, C, scale, out, tuple(np.empty_like(a) for _ in range(3)))
+    float32_cache.stored_into(a, T, C, scale, out, tuple(np.empty_like(a) for _ in range(3)))
     factor = float(round_to(scale, "float32")[()])
     for fn, got in ((np.cos, out[: a.size]), (np.sin, out[a.size :])):
         v = round_to(fn(a), "float32")
@@ -291,16 +291,16 @@ def test_float32_cache_estimate_within_its_bound() -> None:
     # over every binade up to 2**26, and tiny ones
     import mpmath
 
-    from precision_audit.rope import f32cache
+    from precision_audit.rope import float32_cache
 
     rng = np.random.default_rng(12)
     near = np.float32(rng.integers(1, 2**26 // 1, 1500).astype(np.float64) * (np.pi / 4))
     near = near[near < 2**26]
     a = np.concatenate([near, np.nextafter(near, np.float32(0)), np.nextafter(near, np.float32(np.inf)),
                         np.float32(2.0 ** rng.uniform(-30, 26, 1500))]).astype(np.float64)
-    a = a[a < f32cache.MAX_ANGLE]
+    a = a[a < float32_cache.MAX_ANGLE]
     c, s = np.empty_like(a), np.empty_like(a)
-    f32cache.estimate(a, c, s, tuple(np.empty_like(a) for _ in range(3)))
+    float32_cache.estimate(a, c, s, tuple(np.empty_like(a) for _ in range(3)))
     with mpmath.workprec(200):
         worst = max(max(abs(mpmath.cos(mpmath.mpf(x)) - cx), abs(mpmath.sin(mpmath.mpf(x)) - sx))
                     for x, cx, sx in zip(a.tolist(), c.tolist(), s.tolist()))
@@ -311,20 +311,20 @@ def test_float32_cache_rows_equal_the_engine_rows() -> None:
     # the audit of float32-cache stacks with the path on and off (np.cos per element): every row identical
     import importlib
 
-    f32cache = importlib.import_module("precision_audit.rope.f32cache")
+    float32_cache = importlib.import_module("precision_audit.rope.float32_cache")
     from precision_audit.rope import stack
 
     s = RopeSchedule(head_dim=32, scaling="yarn", factor=8, original_max_position_embeddings=4096)
     recipes = [stack(n, "bf16", s) for n in ("sglang", "tensorrt-llm", "llama.cpp-cuda")]
     recipes.append(Recipe("f32-all", "fp32", "fp32", "fp32", "fp32", "fp32"))
     calls = []
-    orig, orig_stored = f32cache.eligible, f32cache.stored_into
+    orig, orig_stored = float32_cache.eligible, float32_cache.stored_into
     try:
-        f32cache.stored_into = lambda *a: calls.append(1) or orig_stored(*a)
+        float32_cache.stored_into = lambda *a: calls.append(1) or orig_stored(*a)
         on = [r.to_dict() for r in audit(s, recipes, [1000, 40000], workers=2)]
         assert calls  # the path ran
-        f32cache.eligible = lambda *a: False
+        float32_cache.eligible = lambda *a: False
         off = [r.to_dict() for r in audit(s, recipes, [1000, 40000], workers=2)]
     finally:
-        f32cache.eligible, f32cache.stored_into = orig, orig_stored
+        float32_cache.eligible, float32_cache.stored_into = orig, orig_stored
     assert on == off

@@ -33,8 +33,8 @@ from referees import need
 from referees._mlx import BIT_EXACT, fallback_inv_freq, mlx_rope_pairs
 
 from precision_audit.rope import RopeSchedule
-from precision_audit.rope.hows import fma32 as package_fma32
-from precision_audit.rope.hows import how_inv_freq
+from precision_audit.rope.formulas import fma32 as package_fma32
+from precision_audit.rope.formulas import how_inv_freq
 
 L = 32768  # positions 0..L-1
 D = 128

@@ -47,7 +47,7 @@ from test_schedules import _build, _module_errors  # transformers' rotary module
 from precision_audit.config import load_config
 from precision_audit.incidents import CATALOG, reproduce
 from precision_audit.rope import STACKS, RopeSchedule, audit, exact_angles, preset, run_recipe, stack, wrap
-from precision_audit.rope import hows
+from precision_audit.rope import formulas
 from precision_audit.rope.schedules import schedule_from_rope_parameters, ulp_distance
 
 DATA = Path(__file__).parent / "data"
@@ -189,13 +189,13 @@ def _ggml(case: str, n: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_llama3_factors_are_the_converters() -> None:
-    """The package's ``rope_freqs`` (hows._llama3_factors) equal those of llama.cpp's converter, run in torch as
+    """The package's ``rope_freqs`` (formulas._llama3_factors) equal those of llama.cpp's converter, run in torch as
     the converter runs it (tests/test_gguf.py pins those against a float64 evaluation).  Both take one float32
     power per pair: the package a correctly rounded one, torch its own; where torch's powers are the correctly
     rounded ones (checked against mpmath) every later operation is the same float32 operation: bit for bit."""
     torch = need("torch")
     ff = ggml_model.converter_llama3_factors(LLAMA31_CFG)
-    ours = hows._llama3_factors(S_LLAMA31)
+    ours = formulas._llama3_factors(S_LLAMA31)
     d, base = S_LLAMA31.rotary, LLAMA31_CFG["rope_theta"]
     tpow = (base ** (torch.arange(0, d, 2, dtype=torch.float32) / d)).numpy()
     with mpmath.workprec(200):
@@ -300,7 +300,7 @@ def _mlx(case: str, positions: np.ndarray, dtype: str) -> tuple[np.ndarray, np.n
 def test_mlx_exp_log_inv_freq_is_the_kernels(base: float, dims: int) -> None:
     """how_inv_freq("exp-log") equals the inverse frequencies MLX's own ops compute in fast::rope's fallback."""
     need("mlx.core")
-    ours = hows.how_inv_freq("exp-log", RopeSchedule(head_dim=dims, base=base)).astype(np.float32)
+    ours = formulas.how_inv_freq("exp-log", RopeSchedule(head_dim=dims, base=base)).astype(np.float32)
     kernel = fallback_inv_freq(dims, base)
     if BIT_EXACT:
         assert np.array_equal(ours.view(np.uint32), kernel.view(np.uint32))
@@ -309,12 +309,12 @@ def test_mlx_exp_log_inv_freq_is_the_kernels(base: float, dims: int) -> None:
 
 
 def test_exp32_is_mlx_exp() -> None:
-    """The package's Cephes exp (hows.exp32) is MLX's CPU exp, on 400K float32 values over its whole range."""
+    """The package's Cephes exp (formulas.exp32) is MLX's CPU exp, on 400K float32 values over its whole range."""
     need("mlx.core")
     rng = np.random.default_rng(18)
     x = np.concatenate([np.linspace(-87.0, 87.0, 200001, dtype=np.float32),
                         rng.uniform(-20.0, 1.0, 200000).astype(np.float32), np.float32([0.0, -0.0, 1e-30])])
-    ours, kernel = hows.exp32(x), mlx_exp(x)
+    ours, kernel = formulas.exp32(x), mlx_exp(x)
     if BIT_EXACT:
         assert np.array_equal(ours.view(np.uint32), kernel.view(np.uint32))
     else:

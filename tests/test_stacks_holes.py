@@ -29,7 +29,7 @@ from referees._ggml import ggml_rope_angles
 from precision_audit.cli import main
 from precision_audit.config import load_config
 from precision_audit.rope import STACKS, RopeSchedule, audit, preset, run_recipe, stack
-from precision_audit.rope import hows
+from precision_audit.rope import formulas
 
 DATA = Path(__file__).parent / "data"
 PHI_CFG = json.loads((DATA / "phi-3.5-mini-instruct.json").read_text())
@@ -156,7 +156,7 @@ def test_vllm_dynamic_runs_the_plain_base(s: RopeSchedule) -> None:
     ``base * ((max_len / L0) - (factor - 1)) ** (d / (d - 2))``: the bracket is exactly 1 (closed form), so the
     base is the plain one, and its float32 inverse frequencies (``1.0 / base ** (arange / d)``) are the default
     schedule's at every length: equal to the mpmath model of that float32 formula bit for bit."""
-    assert hows.vllm_dynamic_base(s) == pytest.approx(s.base, rel=1e-15)
+    assert formulas.vllm_dynamic_base(s) == pytest.approx(s.base, rel=1e-15)
     with mpmath.workprec(200):
         b = mpmath.mpf(_cr32(s.base))
         want = [_cr32(1 / mpmath.mpf(_cr32(b ** mpmath.mpf(_cr32(mpmath.mpf(2 * i) / s.rotary)))))
@@ -208,8 +208,8 @@ def test_llama_cpp_longrope_divides_by_the_gguf_factors() -> None:
     long = np.asarray(PHI_CFG["rope_scaling"]["long_factor"], dtype=np.float32)
     short = np.asarray(PHI_CFG["rope_scaling"]["short_factor"], dtype=np.float32)
     for how in ("repeated-product", "power-product"):
-        assert np.array_equal(hows.angle_maker(how, PHI).freq_factors, long)
-        assert np.array_equal(hows.angle_maker(how, replace(PHI, factor=1.0)).freq_factors, short)
+        assert np.array_equal(formulas.angle_maker(how, PHI).freq_factors, long)
+        assert np.array_equal(formulas.angle_maker(how, replace(PHI, factor=1.0)).freq_factors, short)
 
 
 def test_llama_cpp_short_factors_on_ggml_kernel() -> None:
@@ -255,10 +255,10 @@ def test_mlx_lm_inv_freq_is_the_referee_model(name: str) -> None:
     stacks take it for the scaled types."""
     model = load_config(DATA / MLX_CONFIGS[name])
     for _, s in model.rope:
-        if s.scaling not in hows.MLX_LM_ROPE_TYPES:
+        if s.scaling not in formulas.MLX_LM_ROPE_TYPES:
             continue
         want = mlx_model.freqs_inv_freq(_mlx_referee_freqs(s)).astype(np.float64)
-        assert np.array_equal(hows.mlx_lm_inv_freq(s), want), name
+        assert np.array_equal(formulas.mlx_lm_inv_freq(s), want), name
         for st in ("mlx", "mlx-cpu"):
             assert stack(st, "bfloat16", s).inv_freq_from == "mlx-lm"
 

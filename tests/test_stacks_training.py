@@ -38,7 +38,7 @@ from test_schedules import _build, _module_errors  # transformers' rotary module
 
 from precision_audit.rope import (STACKS, RopeSchedule, audit, exact_angles, run_recipe, select_stacks, stack,
                                   stored_inv_freq, wrap)
-from precision_audit.rope import hows
+from precision_audit.rope import formulas
 from precision_audit.rope.schedules import schedule_from_rope_parameters, ulp_distance
 
 TRAIN = ("transformer-engine", "flash-attn", "liger", "unsloth", "torchtune", "maxtext")
@@ -137,7 +137,7 @@ def test_maxtext_from_mpmath(case: str, factor: float | None) -> None:
     ts = _timescales(s.rotary, s.base, factor)
     with mpmath.workprec(200):
         angles = [[_r(_r(p) / t) for t in ts] for p in SPOT]
-    assert hows.timescales(s).tolist() == [float(t) for t in ts]
+    assert formulas.timescales(s).tolist() == [float(t) for t in ts]
     _check_stages("maxtext", "bfloat16", s, None, angles)
 
 
@@ -190,7 +190,7 @@ def test_what_the_source_does_not_run_is_refused(name: str) -> None:
         chosen, skipped = select_stacks(["all"], [kind], strict=False)
         assert name not in chosen and any(f"'{name}'" in why for why in skipped)
     with pytest.raises(ValueError, match="MaxText's RotaryEmbedding does not implement rope type 'llama3'"):
-        hows.angle_maker("position-over-timescale", RopeSchedule(head_dim=64, scaling="llama3", factor=8.0))
+        formulas.angle_maker("position-over-timescale", RopeSchedule(head_dim=64, scaling="llama3", factor=8.0))
 
 
 # --------------------------------------------------------------------------- torchtune: the real modules

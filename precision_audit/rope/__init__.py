@@ -40,9 +40,9 @@ three-term 2*pi (Cody-Waite), i.e. accurate to ~1e-16 rad at 2**26.
 [('lowp', True), ('fp32', False)]
 
 The package's modules: :mod:`.recipes` (the vocabulary: stages, recipes,
-presets), :mod:`.hows` (how stacks make values), :mod:`.stacks` (the stacks'
+presets), :mod:`.formulas` (the formulas stacks evaluate: inverse frequencies, angle makers), :mod:`.stacks` (the stacks'
 code paths), :mod:`.oracle` (exact angles), :mod:`.engine` (the numpy engine),
-:mod:`.tables` (lookup tables for 16-bit formats), :mod:`.torch_engine`,
+:mod:`.lookup` (lookup tables for 16-bit formats), :mod:`.narrow_cache` and :mod:`.float32_cache` (stored cos/sin without a libm call per element), :mod:`.chunk_stats` (one chunk's reductions, shared stages once), :mod:`.torch_engine`,
 :mod:`.pairs` (pairwise errors at distances D), :mod:`.audit` (the chunked
 driver and its rows), :mod:`.schedules` (the rope types' frequencies), :mod:`.attention` (errors of
 the attention logits and of the rotated vectors) and :mod:`.overflow` (angles that overflow).  Every public name is

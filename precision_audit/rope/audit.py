@@ -23,10 +23,10 @@ from .._common import Row, check_callable, check_choice, check_flag, check_int, 
 from ..formats import Format, get_format, round_to, spacing
 from .schedules import RopeSchedule, check_schedule
 from ..verdicts import rope_verdict, rope_why
-from .chunk import _block_rows, _chunk_stats, _ChunkStats, _PairSpec, _Plan, _torch_chunk_stats
+from .chunk_stats import _block_rows, _chunk_stats, _ChunkStats, _PairSpec, _Plan, _torch_chunk_stats
 from .cuda import widen
 from .engine import ENGINES, _Work
-from .hows import AngleMaker
+from .formulas import AngleMaker
 from .oracle import F64, MAX_ROPE_LENGTH, _split
 from .pairs import PairAcc, PairError, check_distances, pair_plan, row_distances
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)

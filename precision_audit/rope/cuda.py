@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from ..formats import spacing
 from .schedules import RopeSchedule
-from .hows import angle_maker, llama31_smooth, rcp_pow_inputs, theta_scale
+from .formulas import angle_maker, llama31_smooth, rcp_pow_inputs, theta_scale
 from .oracle import F64
 from .pairs import PairError
 from .recipes import FAST_MATH, Recipe
@@ -142,7 +142,7 @@ def frequency_bound(recipe: Recipe, schedule: RopeSchedule) -> F64:
 
 def _roundings(recipe: Recipe, schedule: RopeSchedule) -> int:
     """How many float32 roundings follow the power in the recipe's angle: ggml's product, ``/ freq_factor``,
-    ``* freq_scale`` and YaRN's two-op mix (:class:`.hows.AngleMaker`); FlashInfer's ``* rope_rcp_scale`` and
+    ``* freq_scale`` and YaRN's two-op mix (:class:`.formulas.AngleMaker`); FlashInfer's ``* rope_rcp_scale`` and
     product."""
     s = recipe.runs_on(schedule)
     if recipe.angle_from != "power-product":

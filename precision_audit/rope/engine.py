@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ..formats import Format, bfloat16_from_float32, fits_in, get_format, round_into, round_to
 from .schedules import RopeSchedule
-from .hows import AngleMaker
+from .formulas import AngleMaker
 from .oracle import F64
 from .recipes import Recipe, _opmath, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
 

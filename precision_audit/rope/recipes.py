@@ -22,7 +22,7 @@ from typing import Any
 from .._common import check_choice
 from ..formats import Format, get_format, round_to
 from .schedules import ROPE_TYPES, RopeSchedule
-from .hows import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq, scaled_product_maker
+from .formulas import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq, scaled_product_maker
 from .oracle import F64
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Stacks: the RoPE code paths that inference and training stacks really run, each written from its source.
 
 A :class:`Stack` is a preset (:class:`~precision_audit.rope.recipes.Preset`: one format per stage and how each
-value is made, from the vocabulary of :mod:`precision_audit.rope.recipes` and :mod:`precision_audit.rope.hows`)
+value is made, from the vocabulary of :mod:`precision_audit.rope.recipes` and :mod:`precision_audit.rope.formulas`)
 with the rope types it runs, the code it was read from, the fix when it is not safe, and where it runs another
 schedule than the model declares (a mismatch the audit measures).  :data:`STACKS` holds one row per stack;
 :func:`stack` gives a stack's recipe for a dtype and schedule, :func:`select_stacks` the stacks that run a model.
@@ -19,7 +19,7 @@ from typing import Any
 from .._common import check_choice
 from ..formats import Format, get_format
 from .schedules import ROPE_TYPES, RopeSchedule, check_schedule
-from .hows import ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides
+from .formulas import ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides
 from .recipes import DTYPE, Preset, Recipe
 
 __all__ = ["ROLES", "STACKS", "Stack", "select_stacks", "stack"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .chunk import _ChunkStats, _PairSpec
+from .chunk_stats import _ChunkStats, _PairSpec
 from .oracle import F64
 from .pairs import PairAcc, cross_pairs
 

@@ -87,7 +87,7 @@ class _StoredRows:
     The fast ways give the same values: an angle format of at most 16 bits has at most 65536 values, whose
     stored sin and cos are tabulated (by :func:`_stored_rows` itself); a float32 or float64 trig stage
     cast to a narrow table format uses the RoPE engine's verified estimate
-    (:mod:`precision_audit.rope.fastcache`)."""
+    (:mod:`precision_audit.rope.narrow_cache`)."""
 
     def __init__(self, fm: dict[str, Format], freq: Array, n: int) -> None:
         self.fm, self.freq, self.pos = fm, freq, _Positions(fm["positions"], n)
@@ -108,8 +108,8 @@ class _StoredRows:
         return out
 
     def _block(self, u: Array, out: Array) -> None:
-        from ..rope import fastcache
-        from ..rope.tables import codes_into, has_codes
+        from ..rope import narrow_cache
+        from ..rope.lookup import codes_into, has_codes
 
         fa, ft, fs = self.fm["angles"], self.fm["trig"], self.fm["table"]
         h = len(self.freq)
@@ -123,12 +123,12 @@ class _StoredRows:
             np.take(sin_t, idx.reshape(shape), out=out[:, :h])
             np.take(cos_t, idx.reshape(shape), out=out[:, h:])
             return
-        if fastcache.eligible(ft, fs, 1.0):
+        if narrow_cache.eligible(ft, fs, 1.0):
             bufs = [scratch(f"t.b{i}", shape) for i in range(4)]
-            est = fastcache.estimate(ang, scratch("t.est", shape), (bufs[0], bufs[1], bufs[2]))
+            est = narrow_cache.estimate(ang, scratch("t.est", shape), (bufs[0], bufs[1], bufs[2]))
             if est is not None:
                 both = scratch("t.both", (2 * ang.size,))
-                fastcache.stored_into(est, ft, fs, 1.0, both, (bufs[0], bufs[1], bufs[2], bufs[3]))
+                narrow_cache.stored_into(est, ft, fs, 1.0, both, (bufs[0], bufs[1], bufs[2], bufs[3]))
                 out[:, h:] = both[: ang.size].reshape(shape)
                 out[:, :h] = both[ang.size :].reshape(shape)
                 return

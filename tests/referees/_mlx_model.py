@@ -17,12 +17,12 @@ the wheel tested is 0.32.4):
 
 The model below repeats these steps with numpy float32 operations (correctly rounded, as IEEE
 float ops are) and an exact float32 fma (:func:`fma32`, written independently of the package's
-round-to-odd ``precision_audit.rope.hows.fma32``); its values are therefore this code's bits on any
+round-to-odd ``precision_audit.rope.formulas.fma32``); its values are therefore this code's bits on any
 IEEE machine, not one machine's.  (1, 0) pairs come out as (cos, sin) cast to the dtype: the
 products 1*c, 0*s and the sums c - 0, s + 0 are exact in any format.
 
 The default inverse frequencies (the exp path) are not modelled here: the package's
-``precision_audit.rope.hows.how_inv_freq("exp-log", ...)`` models them, and the tests compare it
+``precision_audit.rope.formulas.how_inv_freq("exp-log", ...)`` models them, and the tests compare it
 with the kernel's own exp (``referees._mlx.fallback_inv_freq``) bit for bit instead of keeping a
 second copy of the same Cephes polynomial.
 """

@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 
 from ..formats import Format, get_format, round_to
-from . import f32cache, fastcache
+from . import float32_cache, narrow_cache
 from .engine import _angle_into, _cache_into, _Rows, _trig_into, _Work
-from .hows import AngleMaker
+from .formulas import AngleMaker
 from .oracle import _TWO_PI, F64, _oracle_into, _wrap_into
 from .pairs import fold_pairs
 from .recipes import Recipe
-from . import tables as _tables
-from .tables import _AngleTable, has_codes, _PairTable
+from . import lookup
+from .lookup import _AngleTable, has_codes, _PairTable
 from .torch_engine import torch_stages
 
 BLOCK_ELEMS = 2**18  # angles per block of rows: 2 MiB float64 arrays, few calls per block (2**17: ~4 % slower here)
@@ -117,7 +117,7 @@ class _CacheJob:
     table: _AngleTable | None = None
     pairs: _PairTable | None = None
     fast: bool = False
-    f32: bool = False  # a float32 cache of float32 cos/sin (:mod:`.f32cache`)
+    f32: bool = False  # a float32 cache of float32 cos/sin (:mod:`.float32_cache`)
     # running reductions of the chunk in progress
     rot: _Reduction = field(default_factory=_Reduction)
     collisions: int = 0
@@ -190,7 +190,7 @@ class _Plan:
               pairs: _PairSpec | None = None) -> "_Plan":
         """Group the recipes of a pass over ``angles`` angles (tables only for long passes)."""
         by_angle: dict[tuple[Any, ...], _AngleJob] = {}
-        tables = angles >= _tables._TABLE_MIN_ELEMENTS
+        tables = angles >= lookup._TABLE_MIN_ELEMENTS
         atan2_fast = _fast_atan2()
         for i, (r, inv) in enumerate(zip(recipes, invs)):
             key = (r.positions, r.angle, r.trig, _inv_key(inv))
@@ -204,8 +204,8 @@ class _Plan:
                 if tables:
                     cj.table = _AngleTable.build(r, scale)
                     cj.pairs = None if atan2_fast else _PairTable.build(r.cache, scale)
-                cj.fast = cj.table is None and fastcache.eligible(job.trig, fc, scale)
-                cj.f32 = cj.table is None and not cj.fast and f32cache.eligible(job.trig, fc, scale)
+                cj.fast = cj.table is None and narrow_cache.eligible(job.trig, fc, scale)
+                cj.f32 = cj.table is None and not cj.fast and float32_cache.eligible(job.trig, fc, scale)
                 job.caches.append(cj)
             cj.members.append(i)
         return _Plan(list(by_angle.values()), len(recipes), scale,
@@ -386,18 +386,18 @@ class _Stored:
     def __init__(self, job: _AngleJob, angle: F64, plan: _Plan, w: _Rows, pos: F64) -> None:
         self.job, self.angle, self.plan, self.w = job, angle, plan, w
         self.trig: tuple[F64, F64] | None = None
-        self.est: fastcache._Estimate | None = None
+        self.est: narrow_cache._Estimate | None = None
         self.bounded = _bounded(pos, job)
         self.small: bool | None = None
         if any(c.fast for c in job.caches):
-            self.est = fastcache.estimate(angle, w.est, (w.s1, w.s2, w.t), self.bounded)
+            self.est = narrow_cache.estimate(angle, w.est, (w.s1, w.s2, w.t), self.bounded)
 
     def _small(self) -> bool:
-        """Every angle of the block is finite and below :data:`f32cache.MAX_ANGLE` (checked once)."""
+        """Every angle of the block is finite and below :data:`float32_cache.MAX_ANGLE` (checked once)."""
         if self.small is None:
             a = self.angle
-            self.small = bool(a.size) and (self.bounded or (abs(float(np.max(a))) < f32cache.MAX_ANGLE
-                                                           and abs(float(np.min(a))) < f32cache.MAX_ANGLE))
+            self.small = bool(a.size) and (self.bounded or (abs(float(np.max(a))) < float32_cache.MAX_ANGLE
+                                                           and abs(float(np.min(a))) < float32_cache.MAX_ANGLE))
         return self.small
 
     def of(self, cj: _CacheJob) -> tuple[F64, F64, F64]:
@@ -407,10 +407,10 @@ class _Stored:
             return cj.table.lookup(self.angle, w)
         if cj.fast and self.est is not None:
             cc, ss = w.cc, w.ss
-            fastcache.stored_into(self.est, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t, w.rot))
+            narrow_cache.stored_into(self.est, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t, w.rot))
         elif cj.f32 and self._small():
             cc, ss = w.cc, w.ss
-            f32cache.stored_into(self.angle, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t))
+            float32_cache.stored_into(self.angle, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t))
         else:
             if self.trig is None:
                 self.trig = _trig_into(self.angle, job.trig, w)
@@ -437,11 +437,11 @@ def _angle_block(job: _AngleJob, pos: F64, plan: _Plan, w: _Rows, off: int = 0, 
 
 def _bounded(pos: F64, job: _AngleJob) -> bool:
     """The block's angles, ``pos * inv`` rounded to the angle and trig formats, are finite and below
-    :data:`fastcache._MAX_ANGLE` (half of it and of the formats' largest numbers before rounding)."""
+    :data:`narrow_cache._MAX_ANGLE` (half of it and of the formats' largest numbers before rounding)."""
     if isinstance(job.inv, AngleMaker) or not pos.size:
         return False
     top = float(np.max(np.abs(pos))) * float(np.max(np.abs(job.inv)))
-    return top < min(fastcache._MAX_ANGLE, job.angle_max) / 2  # nan fails
+    return top < min(narrow_cache._MAX_ANGLE, job.angle_max) / 2  # nan fails
 
 
 def _colmax(d: F64, scratch: F64) -> F64:

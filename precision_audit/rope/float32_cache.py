@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..formats import Format
-from .fastcache import _opmath_scale, exact_chain
+from .narrow_cache import _opmath_scale, exact_chain
 from .oracle import F64
 
 __all__ = ["eligible", "estimate", "stored_into"]
