@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import Row
+from .rows import Row
 from .verdicts import VERDICTS, human_length, worst
 
 __all__ = ["KINDS", "VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]

@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._common import ArgumentTypeError, check_flag, describe
+from .checks import ArgumentTypeError, check_flag, describe
 
 __all__ = [
     "KINDS",

@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from ._common import ArgumentTypeError, check_flag, check_int, check_number, describe
+from .checks import ArgumentTypeError, check_flag, check_int, check_number, describe
 
 __all__ = [
     "FORMATS",

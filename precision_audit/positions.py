@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._common import Row, check_callable, check_choice, check_int, check_lengths, check_names, describe
+from .checks import check_callable, check_choice, check_int, check_lengths, check_names, describe
+from .rows import Row
 from .formats import Format, get_format, round_into
 from .verdicts import positions_verdict
 

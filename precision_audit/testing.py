@@ -36,14 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
-from ._common import (
-    ArgumentTypeError,
-    check_flag,
-    check_int,
-    check_length,
-    check_number,
-    describe,
-)
+from .checks import ArgumentTypeError, check_flag, check_int, check_length, check_number, describe
 from .config import FALLBACK_CONTEXT, ModelConfig, load_config_dict, load_model
 from .verdicts import DEFAULT_TOLERANCE, NOTICED, PHASE_LOST, rope_verdict
 from .formats import get_format

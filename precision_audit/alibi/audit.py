@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import check_callable, check_int, check_lengths
+from ..checks import check_callable, check_int, check_lengths
 from ..formats import as_float64, get_format
 from .recipes import FORMS, Recipe, _magnitudes_into, _resolve_slopes, get_recipe
 from .rows import AlibiAudit, HeadAudit

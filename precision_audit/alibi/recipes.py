@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import ArgumentTypeError, check_length, describe
+from ..checks import ArgumentTypeError, check_length, describe
 from ..formats import as_float64, bfloat16_from_float32, get_format, round_into, round_to
 from .slopes import SLOPE_FUNCTIONS, SLOPE_RULES, check_heads
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._common import Row
+from ..rows import Row
 from ..verdicts import alibi_verdict
 from .recipes import FORMS
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from .._common import parse_length
+from ..checks import parse_length
 from ..formats import format_names, get_format
 from ..render import cell as _cell
 from ..render import table

@@ -153,12 +153,12 @@ def _check_config_lengths(model: Any, lens: tuple[int, ...], given: bool) -> Non
 
             check_rope_lengths(lens)
         elif model.kind == "alibi":
-            from .._common import check_lengths
+            from ..checks import check_lengths
             from ..alibi import MAX_ALIBI_LENGTH
 
             check_lengths(lens, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
         else:
-            from .._common import check_lengths
+            from ..checks import check_lengths
 
             check_lengths(lens)
     except ValueError as e:
@@ -520,7 +520,7 @@ def _check_families(families: Sequence[str], found: Sequence[Any]) -> None:
 
     import transformers.models
 
-    from .._common import unknown_name
+    from ..checks import unknown_name
     from ..hf import MODEL_TYPES_HINT
 
     packages = [i.name for i in pkgutil.iter_modules(transformers.models.__path__) if i.ispkg]

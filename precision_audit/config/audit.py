@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._common import Row, check_lengths
+from ..checks import check_lengths
+from ..rows import Row
 from ..formats import get_format
 from ..verdicts import (DEFAULT_TOLERANCE, PHASE_LOST, VERDICT_RULES, VERDICTS, alibi_verdict, positions_verdict,
                         rope_verdict, rope_why, sinusoid_verdict)

@@ -155,7 +155,7 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (schedules as their fields plus ``describe``)."""
-        from .._common import plain
+        from ..rows import plain
 
         rope = []
         for t, s in self.rope:

@@ -19,7 +19,7 @@ position ``context - 1``.
 
 from __future__ import annotations
 
-from .._common import check_int
+from ..checks import check_int
 from .evaluate import EVAL_SEED, SEQUENCES, EffectRow, _batch, evaluate, path_recipe  # noqa: F401 (doctest)
 from .tasks import TASKS
 

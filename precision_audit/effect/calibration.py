@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .._common import Row, check_lengths
+from ..checks import check_lengths
+from ..rows import Row
 from ..rope import audit
 from ..verdicts import rope_verdict
 from .evaluate import SCHEDULE, evaluate, path_recipe

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .._common import Row, check_choice, check_int
+from ..checks import check_choice, check_int
+from ..rows import Row
 from ..formats import get_format
 from ..rope import MAX_ROPE_LENGTH, PRESETS, STACKS, Recipe, RopeSchedule, exact_angles, preset, run_recipe, stack
 from .model import BASE, HEAD_DIM, _weights, forward, load_probe

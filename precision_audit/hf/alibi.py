@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import Row
+from ..rows import Row
 from ..formats import round_to
 from ..rope import check_rope_lengths
 from ._transformers import _quiet, require_transformers

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import ArgumentTypeError, Row, check_callable, check_flag, check_int, describe, unknown_name
+from ..checks import ArgumentTypeError, check_callable, check_flag, check_int, describe, unknown_name
+from ..rows import Row
 from ..config import ModelConfig, load_config, load_config_dict, rope_layer_types, schedule_from_config
 from ..verdicts import rope_verdict
 from ..formats import get_format, spacing

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._common import Row
+from ..rows import Row
 from ..config import schedule_from_config
 from ..formats import get_format, spacing
 from ..rope import check_rope_lengths

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._common import Row
+from ..rows import Row
 from ..rope import Recipe
 from ..rope.overflow import AngleOverflow, angle_overflow
 

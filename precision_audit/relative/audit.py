@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._common import Row, check_choice, check_lengths, check_names
+from ..checks import check_choice, check_lengths, check_names
+from ..rows import Row
 from ..formats import Format, get_format
 from .buckets import PATHS, BucketScheme, exact_buckets, path_buckets
 

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import check_choice, check_flag, check_int, describe
+from ..checks import check_choice, check_flag, check_int, describe
 from ..formats import Format, get_format, round_to
 from .ops import F64, div_in, log_in, mul_in, truncate
 

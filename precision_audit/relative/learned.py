@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._common import Row, check_choice, check_lengths, check_names
+from ..checks import check_choice, check_lengths, check_names
+from ..rows import Row
 from ..formats import Format, get_format, round_to
 from .ops import F64
 

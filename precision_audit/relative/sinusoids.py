@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._common import Row, check_choice, check_int, check_lengths, check_names
+from ..checks import check_choice, check_int, check_lengths, check_names
+from ..rows import Row
 from ..formats import Format, get_format, round_to
 from ..sinusoidal import DEFAULT_BASE, MAX_SINUSOIDAL_LENGTH, audit_sinusoidal, frequencies, get_recipe
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._common import Row
+from ..rows import Row
 from ..rope.attention import attention_errors
 from ..verdicts import NOTICED, PHASE_LOST
 from ..rope import (

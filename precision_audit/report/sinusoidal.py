@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._common import Row
+from ..rows import Row
 from ..sinusoidal import DEFAULT_BASE, SinusoidalRow, decay_curve, decay_exact
 from ._plotting import OKABE_ITO, format_color, pyplot, save_figure
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .._common import ArgumentTypeError, Row, check_choice, check_int, check_length, check_recipes, describe
+from ..checks import ArgumentTypeError, check_choice, check_int, check_length, check_recipes, describe
+from ..rows import Row
 from ..formats import get_format, round_to
 from .audit import check_rope_lengths
 from .engine import run_recipe

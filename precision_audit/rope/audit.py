@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .._common import Row, check_callable, check_choice, check_flag, check_int, check_lengths, check_recipes
+from ..checks import check_callable, check_choice, check_flag, check_int, check_lengths, check_recipes
+from ..rows import Row
 from ..formats import Format, get_format, round_to, spacing
 from .schedules import RopeSchedule, check_schedule
 from ..verdicts import rope_verdict, rope_why

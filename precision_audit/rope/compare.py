@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .._common import Row, check_lengths, check_recipes
+from ..checks import check_lengths, check_recipes
+from ..rows import Row
 from .schedules import RopeSchedule
 from .audit import _frequency_groups, recipe_frequencies, stored_format
 from .cuda import bound_label, rotation_addition

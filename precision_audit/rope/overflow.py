@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._common import Row, check_length
+from ..checks import check_length
+from ..rows import Row
 from .engine import run_recipe
 from .recipes import Recipe
 from .schedules import RopeSchedule

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._common import Row
+from ..rows import Row
 from .oracle import _TWO_PI, F64
 
 __all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "cross_pairs", "fold_pairs", "pair_block",

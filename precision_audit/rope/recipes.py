@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._common import check_choice
+from ..checks import check_choice
 from ..formats import Format, get_format, round_to
 from .schedules import ROPE_TYPES, RopeSchedule
 from .formulas import ANGLE_HOWS, INV_FREQ_HOWS, AngleMaker, angle_maker, how_inv_freq, scaled_product_maker

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import check_above, check_instance
+from ..checks import check_above, check_instance
 from ..formats import Format, get_format, round_to, spacing
 
 __all__ = [
@@ -667,6 +667,6 @@ def check_schedule(value: Any, name: str = "schedule") -> RopeSchedule:
     >>> check_schedule(None)
     Traceback (most recent call last):
     ...
-    precision_audit._common.ArgumentTypeError: schedule None must be a RopeSchedule, not NoneType (e.g. RopeSchedule(head_dim=128, base=10000.0))
+    precision_audit.checks.ArgumentTypeError: schedule None must be a RopeSchedule, not NoneType (e.g. RopeSchedule(head_dim=128, base=10000.0))
     """
     return check_instance(value, RopeSchedule, name, "e.g. RopeSchedule(head_dim=128, base=10000.0)")

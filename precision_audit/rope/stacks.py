@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._common import check_choice
+from ..checks import check_choice
 from ..formats import Format, get_format
 from .schedules import ROPE_TYPES, RopeSchedule, check_schedule
 from .formulas import ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides

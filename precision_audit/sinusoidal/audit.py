@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._common import Row, check_callable, check_int, check_lengths, check_names
+from ..checks import check_callable, check_int, check_lengths, check_names
+from ..rows import Row
 from ..formats import Format, get_format, round_to
 from ..rope.audit import default_workers
 from .duplicates import _duplicate_activation, _RowHashes

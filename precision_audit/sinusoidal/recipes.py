@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import check_above
+from ..checks import check_above
 from ..formats import Format, get_format
 
 MAX_DIM = 65536  # model widths in use stay below 2**15

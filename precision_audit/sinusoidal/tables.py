@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._common import check_lengths
+from ..checks import check_lengths
 from ..formats import Format, round_into, round_to
 from .recipes import DEFAULT_BASE, Array, Recipe, frequencies, get_recipe
 

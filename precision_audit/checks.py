@@ -1,4 +1,4 @@
-"""Small shared pieces: context-length parsing and validation, argument validators, unknown-name messages, result rows.
+"""Argument checks shared by every public function: context-length parsing and validation, validators, unknown-name messages.
 
 The ``check_*`` validators give every public function the same errors: a
 wrong type raises :class:`ArgumentTypeError` (a TypeError that is also a
@@ -13,12 +13,11 @@ ValueError: chunk 0 must be at least 1
 >>> check_choice(["numpy"], "engine", ("numpy", "torch"))
 Traceback (most recent call last):
 ...
-precision_audit._common.ArgumentTypeError: engine ['numpy'] must be a string, one of numpy, torch
+precision_audit.checks.ArgumentTypeError: engine ['numpy'] must be a string, one of numpy, torch
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 import re
@@ -130,7 +129,7 @@ def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int
     >>> check_int(2.0, "chunk")
     Traceback (most recent call last):
     ...
-    precision_audit._common.ArgumentTypeError: chunk 2.0 must be an integer
+    precision_audit.checks.ArgumentTypeError: chunk 2.0 must be an integer
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ArgumentTypeError(f"{name} {describe(value)} must be an integer")
@@ -203,7 +202,7 @@ def check_flag(value: Any, name: str) -> bool:
     >>> check_flag("no", "exact")
     Traceback (most recent call last):
     ...
-    precision_audit._common.ArgumentTypeError: exact 'no' must be True or False
+    precision_audit.checks.ArgumentTypeError: exact 'no' must be True or False
     """
     if not isinstance(value, (bool, np.bool_)):
         raise ArgumentTypeError(f"{name} {describe(value)} must be True or False")
@@ -231,7 +230,7 @@ def check_callable(value: Any, name: str) -> Callable[..., Any] | None:
     >>> check_callable(1, "progress")
     Traceback (most recent call last):
     ...
-    precision_audit._common.ArgumentTypeError: progress 1 must be callable (or None)
+    precision_audit.checks.ArgumentTypeError: progress 1 must be callable (or None)
     """
     if value is not None and not callable(value):
         raise ArgumentTypeError(f"{name} {describe(value)} must be callable (or None)")
@@ -253,7 +252,7 @@ def check_recipes(value: Any, cls: type[T], name: str = "recipes", hint: str = "
     >>> check_recipes("fp32", Recipe, hint="preset('fp32', dtype) builds one")
     Traceback (most recent call last):
     ...
-    precision_audit._common.ArgumentTypeError: recipes 'fp32' is text, not a Recipe or an iterable of Recipe (preset('fp32', dtype) builds one)
+    precision_audit.checks.ArgumentTypeError: recipes 'fp32' is text, not a Recipe or an iterable of Recipe (preset('fp32', dtype) builds one)
     >>> check_recipes([], Recipe)
     Traceback (most recent call last):
     ...
@@ -284,7 +283,7 @@ def check_names(value: Any, name: str, what: str, cls: type | tuple[type, ...] =
     >>> check_names(None, "dtypes", "format name")
     Traceback (most recent call last):
     ...
-    precision_audit._common.ArgumentTypeError: dtypes None must be a format name or an iterable of them
+    precision_audit.checks.ArgumentTypeError: dtypes None must be a format name or an iterable of them
     """
     if isinstance(value, str) or (cls and isinstance(value, cls)):
         return [value]
@@ -316,25 +315,3 @@ def unknown_name(what: str, value: str, names: Iterable[str], *, where: str = ""
     if near:
         msg += f"; did you mean: {', '.join(near)}?"
     return msg + f" ({len(pool)} {what}s" + (f"; {hint}" if hint else "") + ")"
-
-
-def plain(value: Any) -> Any:
-    """Make a value JSON-safe: numpy scalars to Python, non-finite floats to None."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [plain(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-class Row:
-    """Mixin for frozen result dataclasses: ``to_dict()`` gives plain JSON data."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return plain(dataclasses.asdict(self))  # type: ignore[call-overload]

@@ -17,10 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from precision_audit._common import (
+from precision_audit.checks import (
     MAX_LENGTH,
     ArgumentTypeError,
-    Row,
     check_callable,
     check_choice,
     check_flag,
@@ -33,6 +32,7 @@ from precision_audit._common import (
     check_recipes,
     parse_length,
 )
+from precision_audit.rows import Row
 from precision_audit.rope.schedules import check_schedule
 
 
