@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .checks import ArgumentTypeError, describe
 from .rows import Row
 from .verdicts import VERDICTS, human_length, worst
 
@@ -164,6 +165,22 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
     path to (a note, its fix): a stack that runs another schedule than the
     model declares (its fix replaces the path's own).
     """
+    if not isinstance(key, str):
+        raise ArgumentTypeError(f"key {describe(key)} must be a row field name (a string)")
+    if not key:
+        raise ValueError("key '' must be a row field name (empty)")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValueError(f"kind {describe(kind)} must be one of {', '.join(KINDS)}")
+    if notes is not None and not isinstance(notes, Mapping):
+        raise ArgumentTypeError(f"notes {describe(notes)} must be a mapping of path to (note, fix) or None")
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+        raise ArgumentTypeError(f"rows {describe(rows)} must be an iterable of rows")
+    rows = list(rows)
+    for r in rows:
+        missing = [f for f in (key, "dtype", "length", "verdict")
+                   if not (f in r if isinstance(r, Mapping) else hasattr(r, f))]
+        if missing:
+            raise ValueError(f"rows: row {describe(r)} has no {', '.join(missing)}")
     labels = _labels(kind)
     groups: dict[tuple[str, str], dict[int, str]] = {}
     whys: dict[tuple[str, str, int, str], str] = {}

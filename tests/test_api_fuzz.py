@@ -26,6 +26,7 @@ import re
 import signal
 from collections.abc import Callable
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,13 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
     "audit_sinusoidal": (pa.audit_sinusoidal, lambda: dict(lengths=[16, 32], dim=8, dtypes=["bf16"], recipes=["fp32"],
                                                            base=10000.0, nn_window=2, max_lag=2, chunk=16,
                                                            progress=None)),
+    "load_config_dict": (pa.load_config_dict, lambda: dict(data=dict(LLAMA), name="m", source="config")),
+    "load_model": (pa.load_model, lambda: dict(model=str(Path(__file__).parent / "data" / "llama-2-7b-hf.json"))),
+    "audit_config": (pa.audit_config, lambda: dict(model=pa.load_config_dict(dict(LLAMA)), lengths=[64], dtypes=["bf16"],
+                                                   recipes=["fp32"], stacks=None, engine="numpy", tolerance=8.0,
+                                                   positions=True, progress=None, distances=None)),
+    "bottom_line": (pa.bottom_line, lambda: dict(rows=[dict(path="fp32", dtype="bfloat16", length=64, verdict="safe")],
+                                                 key="path", kind="rope", notes=None)),
     "keep_rotary_fp32": (pa.keep_rotary_fp32, lambda: dict(model=torch.nn.Sequential(torch.nn.Linear(2, 2),
                                                                                         Rotary()))),
     "release_rotary_fp32": (pa.release_rotary_fp32, lambda: dict(model=torch.nn.Sequential(Rotary()))),
@@ -120,7 +128,10 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
 # other words a message may use for an argument: a config dict's own errors speak of the config
 SYNONYMS: dict[tuple[str, str], tuple[str, ...]] = {("testing.assert_config", "path"): ("config",),
                                                     ("hf.audit_rope_module", "schedule"): ("config",),
-                                                    ("hf.reference_schedule", "schedule"): ("config",)}
+                                                    ("hf.reference_schedule", "schedule"): ("config",),
+                                                    ("load_config_dict", "data"): ("config",),
+                                                    ("load_model", "model"): ("config",),
+                                                    ("audit_config", "model"): ("config",)}
 
 
 def test_every_public_callable_is_covered():

@@ -28,7 +28,8 @@ from precision_audit.rope.attention import attention_errors
 from precision_audit.cli import main
 from precision_audit.verdicts import NOTICED, PHASE_LOST
 from precision_audit.positions import predict_positions, reproduce_baichuan
-from precision_audit.report._config import load_config
+from precision_audit.config import load_config, load_config_dict
+from precision_audit.report._config import drawn
 from precision_audit.report._plotting import fmt, length_label, pyplot
 from precision_audit.rope import PRESETS, RopeSchedule, audit, preset
 from precision_audit.sinusoidal import audit_sinusoidal
@@ -162,9 +163,7 @@ def test_alibi_model_uses_mpt_slopes(tmp_path: Path) -> None:
     mpt = pytest.importorskip("transformers.models.mpt.modeling_mpt")
     cfg = {"model_type": "mpt", "n_heads": 12, "d_model": 768, "max_seq_len": 256,
            "attn_config": {"alibi": True, "alibi_bias_max": 8}}
-    from precision_audit.report._config import model_spec
-
-    spec = model_spec(cfg)
+    spec = drawn(load_config_dict(cfg))
     bias = mpt.build_mpt_alibi_tensor(12, 2, 8).double().numpy()  # (heads, 1, 2): slope * (k - 1), k = 0, 1
     assert list(spec.alibi_slopes) == pytest.approx((-bias[:, 0, 0]).tolist(), rel=2**-23)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
@@ -183,9 +182,9 @@ def test_model_type_config_read_as_transformers_reads_it() -> None:
     # the rotary module transformers builds from the same config
     cls = _thirdparty.private("transformers.models.gemma4.modeling_gemma4", "Gemma4TextRotaryEmbedding")
     cfg = _thirdparty.private("transformers", "Gemma4TextConfig")()
-    from precision_audit.report._config import spec_for_model_type
+    from precision_audit.hf import default_model_config
 
-    spec = spec_for_model_type("gemma4_text")
+    spec = drawn(default_model_config("gemma4_text"))
     theirs = cls(cfg).full_attention_inv_freq.double().numpy()
     assert spec.rope is not None and spec.rope.head_dim == 512
     np.testing.assert_array_equal(spec.rope.inv_freq_in("float32", engine="torch"), theirs)
@@ -305,7 +304,7 @@ def test_heatmap_shows_the_recipe_of_the_table(llama31) -> None:
     # the "fp32 (the fix)" panel once showed inv_freq rounded once from the exact value (0.00285 rad at 8K, 0.00842
     # at 128K) while the table showed the fp32 recipe (inv_freq evaluated in float32: 0.003099, 0.01121)
     out, titles = llama31
-    spec = load_config(LLAMA31)
+    spec = drawn(load_config(LLAMA31))
     rows = {r.recipe: r for r in audit(spec.rope, [preset(n, "bfloat16") for n in ("fp32", "lowp")], LLAMA31_CTX)}
     doc = json.loads((out / "results.json").read_text())
     grids = {g["recipe"]: g for g in doc["results"]["rope_heatmap"]}

@@ -19,13 +19,18 @@ from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column
 # --- report -----------------------------------------------------------------------------------
 
 
-def _load_spec(model: str | None, model_type: str | None) -> Any:
-    """The model spec a --model (config.json, .gguf, Hub id) or --model-type names (None: the headline report)."""
+def _load_model(model: str | None, model_type: str | None) -> Any:
+    """The model description a --model (config.json, .gguf, Hub id) or --model-type names (None: the headline
+    report)."""
     if not (model or model_type):
         return None
-    from ..report._config import load_spec, spec_for_model_type
+    if model:
+        from ..config import load_model
 
-    return load_spec(model) if model else spec_for_model_type(str(model_type))
+        return load_model(model)
+    from ..hf import default_model_config
+
+    return default_model_config(str(model_type))
 
 
 def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, out: str,
@@ -52,7 +57,7 @@ def _report_stacks(spec: Any, stacks: tuple[str, ...]) -> list[str] | None:
     if spec is None:
         raise click.BadParameter("stacks are audited for a model: give --model or --model-type",
                                  param_hint="'--stack'")
-    model = spec.model_config()
+    model = spec
     _rope_only(model, "--stack")
     _model_stacks(model, stacks)
     return list(stacks)
@@ -103,7 +108,7 @@ def report_cmd(model: str | None, model_type: str | None, stacks: tuple[str, ...
 
     if stacks and not (model or model_type):
         _report_stacks(None, stacks)
-    spec = _load_spec(model, model_type)
+    spec = _load_model(model, model_type)
     paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks))
     click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..checks import check_lengths
+from ..checks import ArgumentTypeError, check_callable, check_choice, check_flag, check_lengths, check_names, describe
 from ..rows import Row
 from ..formats import get_format
 from ..verdicts import (DEFAULT_TOLERANCE, PHASE_LOST, VERDICT_RULES, VERDICTS, alibi_verdict, positions_verdict,
@@ -262,6 +262,21 @@ def work_to_scan(model: ModelConfig, lengths: Iterable[int], dtypes: Sequence[st
     return sum(positions_to_scan(s, lens) for _, s in model.rope) * passes
 
 
+def _names_or_none(value: Any, name: str) -> list[str] | None:
+    """None, one name, or an iterable of names (possibly empty) -> None or a list of names."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (bytes, dict)) or not isinstance(value, Iterable):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be a name or an iterable of names")
+    items = list(value)
+    bad = next((n for n in items if not isinstance(n, str)), None)
+    if bad is not None:
+        raise ArgumentTypeError(f"{name} holds {describe(bad)}, not a name")
+    return items
+
+
 def audit_config(
     model: ModelConfig,
     lengths: int | Iterable[int] | None = None,
@@ -288,14 +303,17 @@ def audit_config(
     RoPE lengths above 2**26 raise ValueError (the oracle's limit).  ``distances``:
     the pair distances of the RoPE rows, as :func:`precision_audit.rope.audit` takes them.
     """
+    if not isinstance(model, ModelConfig):
+        raise ArgumentTypeError(f"model {describe(model)} must be a ModelConfig (load_model or load_config_dict "
+                                "reads one)")
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not tolerance > 0:
         raise ValueError(f"tolerance {tolerance!r} must be a number > 0")
-    if engine not in ("numpy", "torch"):
-        raise ValueError(f"unknown engine {engine!r}; valid: numpy, torch")
+    engine = check_choice(engine, "engine", ("numpy", "torch"))
+    positions = check_flag(positions, "positions")
+    progress = check_callable(progress, "progress")
+    recipes, stacks = _names_or_none(recipes, "recipes"), _names_or_none(stacks, "stacks")
     lens = check_lengths(default_lengths(model) if lengths is None else lengths)
-    fmts = list(dict.fromkeys(get_format(d).name for d in dtypes))
-    if not fmts:
-        raise ValueError("no dtype given")
+    fmts = list(dict.fromkeys(get_format(d).name for d in check_names(dtypes, "dtypes", "format name")))
     if stacks and model.kind != "rope":
         raise ValueError(f"{model.name}: stacks model RoPE code paths; this model uses {model.kind}")
     rows: list[ConfigRow] = []

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..checks import ArgumentTypeError, describe
 from ..rope.schedules import IGNORED_KEYS, PARAM_KEYS, RopeSchedule, schedule_from_rope_parameters
 
 __all__ = [
@@ -227,7 +228,11 @@ def load_model(model: str | os.PathLike[str]) -> ModelConfig:
     """
     from .hub import resolve_model
 
+    if not isinstance(model, (str, os.PathLike)):
+        raise ArgumentTypeError(f"model {describe(model)} must be a config.json path, a .gguf file or a Hub id")
     text = os.fspath(model)
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise ValueError(f"model {describe(model)} is not a usable path or Hub id")
     path = resolve_model(text)
     if _is_gguf(path):
         from .gguf import read_gguf_metadata
@@ -611,6 +616,9 @@ def load_config_dict(data: Any, *, name: str = "model", source: str = "config") 
     ...
     ValueError: x.json: the top level must be a JSON object, got list
     """
+    for arg, value in (("name", name), ("source", source)):
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"{arg} {describe(value)} must be a string")
     top = _need_fields(data, source)
     cfg = top
     notes: list[str] = []

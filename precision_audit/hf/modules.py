@@ -51,6 +51,7 @@ __all__ = [
     "audit_model_type",
     "audit_rope_module",
     "build_rotary_module",
+    "default_model_config",
     "find_rotary_classes",
     "match_recipe",
     "module_bottom_line",
@@ -726,3 +727,28 @@ def audit_model_type(
     return rows
 
 
+def default_model_config(model_type: str) -> ModelConfig:
+    """The description of transformers' default config for ``model_type`` (``AutoConfig.for_model``, read by
+    attribute as transformers reads it: ``to_dict()`` drops e.g. Gemma 4's head dims; nothing downloaded).
+
+    >>> m = default_model_config("llama")  # doctest: +SKIP
+    >>> m.kind, m.rope[0][1].head_dim  # doctest: +SKIP
+    ('rope', 128)
+    """
+    if not isinstance(model_type, str):
+        raise ArgumentTypeError(f"model_type {describe(model_type)} must be a string")
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        raise ValueError("a model type needs transformers (pip install 'precision-audit[hf]' or transformers)") \
+            from None
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        raise ValueError(unknown_model_type(model_type))
+    try:
+        cfg = AutoConfig.for_model(model_type)
+    except (ValueError, KeyError) as e:
+        raise ValueError(f"model type {model_type!r}: transformers cannot build its default config "
+                         f"({str(e)[:200]})") from None
+    return load_config_dict(cfg, name=f"{model_type} (transformers default config)")

@@ -2,10 +2,10 @@
 the bottom line per stack and dtype, a verdict per code path at its maximum context and at 2x / 4x,
 then its figures.
 
->>> from precision_audit.report._config import model_spec
->>> spec = model_spec({"model_type": "llama", "head_dim": 16, "num_attention_heads": 2,
-...                    "rope_theta": 10000.0, "max_position_embeddings": 512})
->>> rep = model_report(spec, stacks=["transformers", "transformers-cast"])
+>>> from precision_audit.config import load_config_dict
+>>> model = load_config_dict({"model_type": "llama", "head_dim": 16, "num_attention_heads": 2,
+...                           "rope_theta": 10000.0, "max_position_embeddings": 512})
+>>> rep = model_report(model, stacks=["transformers", "transformers-cast"])
 >>> [s.title for s in rep.sections][:3]
 ['Bottom line', 'Verdict', 'Model']
 >>> print(rep.sections[0].blocks[1].items[0])
@@ -20,11 +20,12 @@ from typing import Any
 
 from .. import config as _config
 from .. import verdicts as _verdicts
+from ..checks import ArgumentTypeError, describe
 from ..alibi import AlibiAudit
 from ..positions import PositionAudit, audit_positions
 from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset
 from ..rope.schedules import RopeSchedule
-from ._config import ModelSpec
+from ._config import Drawn, drawn
 from ._plotting import length_label
 from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct
 from .headline import HEADLINE, Progress, _say, attention_blocks, fmt
@@ -69,7 +70,7 @@ def alibi_cell(r: AlibiAudit) -> str:
 class _Context:
     """What every step of a model report shares; each step appends its verdict rows to ``verdict``."""
 
-    spec: ModelSpec
+    spec: Drawn
     dts: list[str]
     ctx: int
     progress: Progress
@@ -87,9 +88,12 @@ class _Context:
         return [(self.ctx, "max context"), (2 * self.ctx, "2x"), (4 * self.ctx, "4x")]
 
 
-def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_context: int | None = None,
+def model_report(model: _config.ModelConfig, dtypes: Sequence[str] | None = None, max_context: int | None = None,
                  progress: Progress = None, stacks: Sequence[str] | None = None) -> Report:
     """Audit the model's code paths at its context (``max_context`` overrides the config's) and 2x, 4x.
+
+    ``model``: the model's description (:func:`precision_audit.config.load_model` reads a config.json, a GGUF
+    file or a Hub id; :func:`precision_audit.hf.default_model_config` a transformers model type's defaults).
 
     The report opens with the bottom line: per stack (``stacks``, names of
     :data:`precision_audit.rope.STACKS`, ``all`` = every stack that runs the
@@ -97,10 +101,13 @@ def model_report(spec: ModelSpec, dtypes: Sequence[str] | None = None, max_conte
     or, for ALiBi, per recipe, and per dtype: the longest of those lengths
     that is safe and the fix (see :func:`precision_audit.bottomline.bottom_line`).
     """
+    if not isinstance(model, _config.ModelConfig):
+        raise ArgumentTypeError(f"model {describe(model)} must be a ModelConfig (precision_audit.config.load_model "
+                                "reads one)")
+    spec = drawn(model)
     ctx = max_context or spec.max_context or _config.FALLBACK_CONTEXT  # the bottom line says so
     if 4 * ctx > MAX_ROPE_LENGTH:
         raise ValueError(f"max context {ctx} x 4 exceeds the audits' limit {MAX_ROPE_LENGTH} (2**26)")
-    model = spec.model_config()
     names, skipped = _config.model_stacks(model, stacks)
     c = _Context(spec, list(dict.fromkeys(dtypes or [spec.dtype])), ctx, progress)
     if model.kind in ("relative", "learned"):
@@ -328,7 +335,7 @@ def _settings_rows(settings: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-def _settings(spec: ModelSpec, dts: Sequence[str], ctx: int, stacks: Sequence[str] = ()) -> dict[str, Any]:
+def _settings(spec: Drawn, dts: Sequence[str], ctx: int, stacks: Sequence[str] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {"model": spec.name, "model_type": spec.model_type, "dtypes": list(dts),
                            "max_context": ctx, "config_max_context": spec.max_context}
     if spec.rope is not None:
