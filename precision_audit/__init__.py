@@ -31,7 +31,7 @@ from .config import audit_config, load_config_dict, load_model
 from .rope.attention import attention_errors
 from .fix import keep_rotary_fp32, release_rotary_fp32
 from .formats import FORMATS, Format, format_names, get_format, round_to, spacing
-from .positions import PositionAudit, audit_positions, measure_positions, predict_positions, reproduce_baichuan
+from .positions import PositionAudit, PositionRow, audit_positions, measure_positions, predict_positions, reproduce_baichuan
 from .rope import RopeSchedule
 from .rope import audit as audit_rope
 from .rope import preset as rope_preset
@@ -42,7 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMATS",
     "Format",
-    "PositionAudit",
+    "PositionRow",
     "RopeSchedule",
     "__version__",
     "alibi_slopes",

@@ -34,7 +34,7 @@ __all__ = [
     "BAICHUAN_DTYPES",
     "BAICHUAN_LENGTHS",
     "EMPIRICAL_LIMIT",
-    "PositionAudit",
+    "PositionRow",
     "audit_positions",
     "measure_positions",
     "positions_to_scan",
@@ -51,7 +51,7 @@ CHUNK = 2**20
 
 
 @dataclass(frozen=True)
-class PositionAudit(Row):
+class PositionRow(Row):
     """What the positions 0..length-1 become when cast to ``dtype``.
 
     * ``exact_count`` / ``exact_fraction``: positions whose value survives.
@@ -91,6 +91,9 @@ class PositionAudit(Row):
         (:func:`precision_audit.verdicts.positions_verdict`)."""
         return positions_verdict(self.colliding_positions, self.non_finite)
 
+
+
+PositionAudit = PositionRow  # the name before the rows were named *Row (kept for existing code)
 
 # --------------------------------------------------------------------------
 # Closed form.  All arithmetic on Python ints: exact for any length.
@@ -150,7 +153,7 @@ def _max_full_run(u: int, p: int) -> int:
     return max(hi - lo + 1 for lo, hi in sizes)
 
 
-def predict_positions(length: int, dtype: str | Format) -> PositionAudit:
+def predict_positions(length: int, dtype: str | Format) -> PositionRow:
     """Position metrics for ``length`` and ``dtype`` in closed form.
 
     Exact for any length up to 2**53; costs O(1).
@@ -208,7 +211,7 @@ def predict_positions(length: int, dtype: str | Format) -> PositionAudit:
         singles += (j_max + 1) // 2
     singles += (run_last == 1) + (non_finite == 1)
 
-    return PositionAudit(
+    return PositionRow(
         dtype=f.name,
         length=L,
         exact_count=exact,
@@ -324,9 +327,9 @@ class _Tally:
             self.max_closed = max(self.max_closed, run)
             self.singles_closed += run == 1
 
-    def result(self, dtype: str) -> PositionAudit:
+    def result(self, dtype: str) -> PositionRow:
         singles = self.singles_closed + (self.run == 1)
-        return PositionAudit(
+        return PositionRow(
             dtype=dtype,
             length=self.n,
             exact_count=self.exact,
@@ -421,7 +424,7 @@ def measure_positions(
     engine: Engine = "numpy",
     chunk: int = CHUNK,
     progress: Callable[[int], None] | None = None,
-) -> list[PositionAudit]:
+) -> list[PositionRow]:
     """Round every position 0..max(lengths)-1 and measure, one pass for all lengths.
 
     ``engine="numpy"`` rounds the exact positions with ``round_to`` (correctly
@@ -475,7 +478,7 @@ def audit_positions(
     method: Method = "auto",
     engine: Engine = "numpy",
     progress: Callable[[int], None] | None = None,
-) -> list[PositionAudit]:
+) -> list[PositionRow]:
     """Audit positions for every (dtype, length); rows ordered by dtype, then length.
 
     ``method="auto"`` measures lengths up to :data:`EMPIRICAL_LIMIT` and uses
@@ -490,7 +493,7 @@ def audit_positions(
     measured = _measured_lengths(lens, method)
     check_choice(engine, "engine", tuple(_ENGINES))
     check_callable(progress, "progress")
-    rows: list[PositionAudit] = []
+    rows: list[PositionRow] = []
     for f in fmts:
         by_len = {}
         if measured:
@@ -504,7 +507,7 @@ BAICHUAN_LENGTHS: tuple[int, ...] = tuple(2**k for k in range(10, 18))  # 1K .. 
 BAICHUAN_DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
 
 
-def reproduce_baichuan() -> list[PositionAudit]:
+def reproduce_baichuan() -> list[PositionRow]:
     """The headline: position ids 0..L-1 in bfloat16 and float16 against the
     float32 fix, for L = 1K .. 128K (Baichuan: "about 10 %" exact in bf16 at 8K).
 

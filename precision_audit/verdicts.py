@@ -155,7 +155,7 @@ def positions_verdict(colliding: int, non_finite: int) -> str:
 
 
 def alibi_verdict(row: Any, tolerance: float = DEFAULT_TOLERANCE) -> str:
-    """Verdict of an :class:`~precision_audit.alibi.AlibiAudit` row.
+    """Verdict of an :class:`~precision_audit.alibi.AlibiRow` row.
 
     ``broken``: neighbouring keys share a bias in some head, a bias overflowed
     or two swapped order; ``degraded``: some head's largest bias error exceeds

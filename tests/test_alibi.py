@@ -28,8 +28,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from precision_audit.alibi import (
-    AlibiAudit,
-    HeadAudit,
+    AlibiRow,
+    HeadRow,
     Recipe,
     alibi_bias,
     alibi_bias_torch,
@@ -316,19 +316,19 @@ def test_row_validation():
     h = dict(head=0, slope=0.5, stored_slope=0.5, distinct_biases=1, max_run=1, max_abs_error=0.0,
              order_inversions=0, nonfinite_biases=0, max_prob_change=0.0)
     with pytest.raises(ValueError, match="head -1"):
-        HeadAudit(**{**h, "head": -1})
+        HeadRow(**{**h, "head": -1})
     with pytest.raises(ValueError, match="distinct_biases 0"):
-        HeadAudit(**{**h, "distinct_biases": 0})
+        HeadRow(**{**h, "distinct_biases": 0})
     row = dict(recipe="fp32", dtype="bfloat16", bias_dtype="float32", form="relative", length=1, num_heads=1,
                min_distinct_biases=1, distinct_fraction=1.0, max_run=1, max_abs_error=0.0, order_inversions=0,
-               nonfinite_biases=0, max_prob_change=0.0, heads=(HeadAudit(**h),))
-    AlibiAudit(**row)
+               nonfinite_biases=0, max_prob_change=0.0, heads=(HeadRow(**h),))
+    AlibiRow(**row)
     with pytest.raises(ValueError, match="heads holds 1 entries for num_heads=2"):
-        AlibiAudit(**{**row, "num_heads": 2})
+        AlibiRow(**{**row, "num_heads": 2})
     with pytest.raises(ValueError, match="form 'diagonal'"):
-        AlibiAudit(**{**row, "form": "diagonal"})
+        AlibiRow(**{**row, "form": "diagonal"})
     with pytest.raises(ValueError, match="min_distinct_biases 3"):
-        AlibiAudit(**{**row, "min_distinct_biases": 3})
+        AlibiRow(**{**row, "min_distinct_biases": 3})
 
 
 # ----------------------------------------------------------------------------

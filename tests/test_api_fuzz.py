@@ -66,7 +66,7 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
     "format_names": (pa.format_names, lambda: dict(with_aliases=True)),
     "Format": (pa.Format, lambda: dict(name="f", numpy_type=np.float16, torch_name=None, significand_bits=11,
                                        min_exponent=-14, max_finite=65504.0, overflow="inf")),
-    "PositionAudit": (pa.PositionAudit, lambda: pa.predict_positions(64, "bf16").__dict__.copy()),
+    "PositionRow": (pa.PositionRow, lambda: pa.predict_positions(64, "bf16").__dict__.copy()),
     "predict_positions": (pa.predict_positions, lambda: dict(length=64, dtype="bf16")),
     "measure_positions": (pa.measure_positions, lambda: dict(lengths=[32, 64], dtype="bf16", engine="numpy",
                                                              chunk=16, progress=None)),

@@ -38,7 +38,7 @@ def head_oracle(row, slope: float, sign: float) -> dict[str, float]:
     nonfinite = sum(not math.isfinite(v) for v in vals)
     err = max((abs(v - slope * k) if math.isfinite(v) else math.inf) for k, v in enumerate(vals))
     if any(math.isnan(v) or sign * v == math.inf for v in vals):
-        dp = math.nan  # the softmax is undefined (AlibiAudit's documented NaN)
+        dp = math.nan  # the softmax is undefined (AlibiRow's documented NaN)
     else:
         lp = [mpmath.mpf(sign * v) if math.isfinite(v) else mpmath.mpf("-inf") for v in vals]
         lq = [mpmath.mpf(sign * slope * k) for k in range(len(vals))]

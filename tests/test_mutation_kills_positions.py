@@ -1,7 +1,7 @@
 """The position tally on hand-made chunks of rounded positions (mutation testing, issue 21:
 ``python scripts/mutation.py "positions tally"``).
 
-Expected values are counted by hand from the definitions in ``PositionAudit``: position p is exact when its
+Expected values are counted by hand from the definitions in ``PositionRow``: position p is exact when its
 rounded value is p; every non-finite value is one value (inf); distinct values are runs of equal neighbours
 (rounding is monotone, so equal values are neighbours); the overflow position is the first non-finite one.
 """

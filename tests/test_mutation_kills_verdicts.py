@@ -71,7 +71,7 @@ def test_positions_verdict(colliding, non_finite, verdict):
 
 
 def alibi_row(length, heads, *, distinct=None, nonfinite=0, inversions=0, bias_dtype="bfloat16"):
-    """A stand-in for an AlibiAudit row: only the fields the rule reads."""
+    """A stand-in for an AlibiRow row: only the fields the rule reads."""
     return SimpleNamespace(
         length=length, min_distinct_biases=length if distinct is None else distinct,
         nonfinite_biases=nonfinite, order_inversions=inversions, bias_dtype=bias_dtype,

@@ -39,15 +39,15 @@ from __future__ import annotations
 
 from .audit import CHUNK_ELEMENTS, MAX_ALIBI_LENGTH, audit_alibi, stored_bias_metrics  # noqa: F401
 from .recipes import FORMS, RECIPES, Recipe, alibi_bias, alibi_bias_torch, get_recipe, recipe_names, stored_slopes
-from .rows import AlibiAudit, HeadAudit
+from .rows import AlibiAudit, AlibiRow, HeadAudit, HeadRow  # noqa: F401  (*Audit: the former names)
 from .slopes import MAX_HEADS, SLOPE_FUNCTIONS, SLOPE_RULES, alibi_slopes, bloom_slopes, check_heads  # noqa: F401
 
 __all__ = [
     "FORMS",
     "RECIPES",
     "SLOPE_RULES",
-    "AlibiAudit",
-    "HeadAudit",
+    "AlibiRow",
+    "HeadRow",
     "Recipe",
     "alibi_bias",
     "alibi_bias_torch",

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from ..checks import check_callable, check_int, check_lengths
 from ..formats import as_float64, get_format
 from .recipes import FORMS, Recipe, _magnitudes_into, _resolve_slopes, get_recipe
-from .rows import AlibiAudit, HeadAudit
+from .rows import AlibiRow, HeadRow
 from .slopes import alibi_slopes, check_heads
 from .stream import count_pass, prob_change_pass
 
@@ -63,11 +63,11 @@ def _plan(lengths: int | Iterable[int], num_heads: int, recipe: str | Recipe, dt
     return _Plan(r, label, tuple(lens), n, s_used, s_exact, sign, max(1, chunk_elements // n))
 
 
-def _audit_row(plan: _Plan, L: int, f: Any) -> AlibiAudit:
-    """One length's :class:`AlibiAudit` from its per-head totals."""
+def _audit_row(plan: _Plan, L: int, f: Any) -> AlibiRow:
+    """One length's :class:`AlibiRow` from its per-head totals."""
     r = plan.recipe
     heads = tuple(
-        HeadAudit(
+        HeadRow(
             head=h, slope=float(plan.s_exact[h]), stored_slope=float(plan.s_used[h]),
             distinct_biases=int(f.distinct[h]), max_run=int(f.run[h]),
             max_abs_error=float(f.err[h]), order_inversions=int(f.inversions[h]),
@@ -76,7 +76,7 @@ def _audit_row(plan: _Plan, L: int, f: Any) -> AlibiAudit:
         for h in range(plan.num_heads)
     )
     dmin = int(f.distinct.min())
-    return AlibiAudit(
+    return AlibiRow(
         recipe=r.name, dtype=plan.label, bias_dtype=r.bias_format, form=r.form,
         length=L, num_heads=plan.num_heads, min_distinct_biases=dmin, distinct_fraction=dmin / L,
         max_run=int(f.run.max()), max_abs_error=float(f.err.max()),
@@ -94,7 +94,7 @@ def audit_alibi(
     slopes: npt.ArrayLike | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
     progress: Callable[[int], None] | None = None,
-) -> list[AlibiAudit]:
+) -> list[AlibiRow]:
     """Audit the ALiBi bias of ``recipe`` in ``dtype``; one row per length.
 
     Two chunked passes over ``k = 0 .. max(lengths) - 1`` serve every length
@@ -144,7 +144,7 @@ class _StoredPlan:
 
 def stored_bias_metrics(stored: npt.ArrayLike, slopes: npt.ArrayLike | None = None,
                         form: str = "key") -> dict[str, Any]:
-    """The :class:`AlibiAudit` summary metrics of stored bias magnitudes held in memory, shape (heads, L).
+    """The :class:`AlibiRow` summary metrics of stored bias magnitudes held in memory, shape (heads, L).
 
     ``stored[h, k]`` is head ``h``'s stored magnitude at ``k = 0..L-1`` (key
     form: the bias of key ``k``; relative form: the penalty for distance

@@ -1,4 +1,4 @@
-"""The rows of an ALiBi audit: per head (:class:`HeadAudit`) and per context length (:class:`AlibiAudit`)."""
+"""The rows of an ALiBi audit: per head (:class:`HeadRow`) and per context length (:class:`AlibiRow`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from ..rows import Row
 from ..verdicts import alibi_verdict
 from .recipes import FORMS
 
-__all__ = ["AlibiAudit", "HeadAudit"]
+__all__ = ["AlibiRow", "HeadRow"]
 
 
 @dataclass(frozen=True)
-class HeadAudit(Row):
+class HeadRow(Row):
     """Metrics of one head at one context length.
 
     * ``slope``: the float64 reference slope; ``stored_slope``: the one used.
@@ -54,7 +54,7 @@ class HeadAudit(Row):
 
 
 @dataclass(frozen=True)
-class AlibiAudit(Row):
+class AlibiRow(Row):
     """ALiBi metrics of one (recipe, dtype, length): per head and summarised.
 
     ``dtype`` is the model dtype asked for, ``bias_dtype`` the format the
@@ -77,7 +77,7 @@ class AlibiAudit(Row):
     order_inversions: int
     nonfinite_biases: int
     max_prob_change: float
-    heads: tuple[HeadAudit, ...]
+    heads: tuple[HeadRow, ...]
 
     @property
     def verdict(self) -> str:
@@ -91,3 +91,8 @@ class AlibiAudit(Row):
             raise ValueError(f"heads holds {len(self.heads)} entries for num_heads={self.num_heads}")
         if not 1 <= self.min_distinct_biases <= self.length:
             raise ValueError(f"min_distinct_biases {self.min_distinct_biases} not in 1..{self.length}")
+
+
+# the names before the rows were named *Row (kept for existing code)
+AlibiAudit = AlibiRow
+HeadAudit = HeadRow

@@ -62,7 +62,7 @@ ALIBI_BUILDERS: dict[str, tuple[Callable[[int, int, Any], Any], str, str]] = {
 class AlibiBuilderRow(Row):
     """A transformers ALiBi builder's bias for the last query, with the alibi auditor's metrics.
 
-    Metrics as :class:`~precision_audit.alibi.AlibiAudit` (summaries over
+    Metrics as :class:`~precision_audit.alibi.AlibiRow` (summaries over
     heads), measured on the builder's real tensor against the exact float64
     bias ``slope_h * k`` (reference slopes).  ``bias_dtype`` is the dtype
     the builder returns; ``value_format`` the narrowest registry format that

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy.typing as npt
 
-from ..alibi import AlibiAudit, audit_alibi, recipe_names
+from ..alibi import AlibiRow, audit_alibi, recipe_names
 from ._plotting import OKABE_ITO, mark_lengths, pyplot, save_figure, tokens_formatter
 
 __all__ = ["alibi_sweep", "plot_alibi", "plot_alibi_attention", "plot_alibi_distinct"]
 
-Sweep = dict[tuple[str, str], list[AlibiAudit]]
+Sweep = dict[tuple[str, str], list[AlibiRow]]
 
 _STYLE = {  # recipe -> (colour, marker, linestyle)
     "lowp": (OKABE_ITO["vermillion"], "v", "-"),

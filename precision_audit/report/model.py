@@ -21,8 +21,8 @@ from typing import Any
 from .. import config as _config
 from .. import verdicts as _verdicts
 from ..checks import ArgumentTypeError, describe
-from ..alibi import AlibiAudit
-from ..positions import PositionAudit, audit_positions
+from ..alibi import AlibiRow
+from ..positions import PositionRow, audit_positions
 from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset
 from ..rope.schedules import RopeSchedule
 from ._config import Drawn, drawn
@@ -51,16 +51,16 @@ def rope_cell(r: RopeRow) -> str:
     return f"{v} ({why})" if why else f"{v} (pairs within {fmt(worst)} rad)"
 
 
-def position_cell(r: PositionAudit) -> str:
-    """The report's verdict cell of position ids (:attr:`PositionAudit.verdict`): broken with the share that survives."""
+def position_cell(r: PositionRow) -> str:
+    """The report's verdict cell of position ids (:attr:`PositionRow.verdict`): broken with the share that survives."""
     if r.verdict == "safe":
         return "safe (all exact)"
     extra = f", {r.non_finite} overflow" if r.non_finite else ""
     return f"broken ({100 * r.exact_fraction:.1f} % exact, runs of {r.max_run}{extra})"
 
 
-def alibi_cell(r: AlibiAudit) -> str:
-    """The report's verdict cell of an ALiBi row (:attr:`AlibiAudit.verdict`) with the share of distinct biases."""
+def alibi_cell(r: AlibiRow) -> str:
+    """The report's verdict cell of an ALiBi row (:attr:`AlibiRow.verdict`) with the share of distinct biases."""
     v = r.verdict
     extra = f", {r.nonfinite_biases} non-finite" if r.nonfinite_biases else ""
     return f"{v} ({100 * r.distinct_fraction:.1f} % distinct{extra})"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..positions import PositionAudit, predict_positions
+from ..positions import PositionRow, predict_positions
 from ._plotting import format_color, mark_lengths, pyplot, save_figure
 
 __all__ = ["POSITION_FORMATS", "length_grid", "plot_positions", "position_rows"]
@@ -33,13 +33,13 @@ def length_grid(lo: int, hi: int) -> list[int]:
     return sorted({int(n) for n in grid} | {int(hi)})
 
 
-def position_rows(lengths: Sequence[int], dtypes: Sequence[str]) -> list[PositionAudit]:
+def position_rows(lengths: Sequence[int], dtypes: Sequence[str]) -> list[PositionRow]:
     """The closed form (equal to the measured values; see the tests) per dtype, then length."""
     return [predict_positions(int(n), d) for d in dtypes for n in lengths]
 
 
 def plot_positions(
-    rows: Sequence[PositionAudit], path: str | Path, *, marks: Sequence[tuple[int, str]] = (),
+    rows: Sequence[PositionRow], path: str | Path, *, marks: Sequence[tuple[int, str]] = (),
     baichuan: bool = True,
 ) -> Path:
     """Exact share and longest collision run of position ids vs context length, one line per format.
