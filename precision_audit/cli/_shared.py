@@ -23,11 +23,12 @@ import click
 from ..checks import parse_length
 from ..formats import format_names, get_format
 from ..render import cell as _cell
-from ..render import table
+from ..render import bottom_line_text as render_bottom_line
+from ..render import bound_notes, pair_table, table, worst_pair  # noqa: F401  (re-exported for the commands)
 
 __all__ = [
     "DISTANCE", "DTYPE", "DTYPE_HELP", "JSON_HELP", "LENGTH", "AuditCommand", "AuditGroup", "DistanceType", "DtypeType",
-    "LengthType", "ProgressBar", "distance_label", "distance_options", "distances_from_options", "echo_json",
+    "LengthType", "ProgressBar", "distance_options", "distances_from_options", "echo_json",
     "echo_table", "emit", "one_value", "pair_table", "pct", "progress_bar", "rope_even", "worst_pair",
     "schedule_from_options", "schedule_options", "stderr_is_tty", "stdout_is_tty", "table", "wide_option",
 ]
@@ -454,32 +455,13 @@ def stack_option(help_default: str) -> Callable[[Any], Any]:
 
 
 def bottom_line_text(summaries: Sequence[Any]) -> str:
-    """The bottom line block: one sentence per code path and dtype (verdict words coloured on a terminal)."""
-    lines = ["Bottom line (longest audited context that is safe, and the fix where one is known):"]
-    groups = _role_groups(summaries)
-    for title, group in groups:
-        if len(groups) > 1:
-            lines.append(f" {title}:")
-        for s in group:
-            text = str(s)
-            if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
-                for word, colour in (("safe", "green"), ("degraded", "yellow"), ("broken", "red")):
-                    text = text.replace(f" {word} ", " " + click.style(word, fg=colour) + " ")
-            lines.append("  " + text)
-    return "\n".join(lines)
+    """:func:`precision_audit.render.bottom_line_text`, its verdict words coloured on a terminal."""
+    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    return render_bottom_line(summaries, _coloured if colour else None)
 
 
-_ROLE_TITLES = {("train", "serve"): "trains and serves", ("serve",): "serving stacks", ("train",): "training stacks",
-                (): "code paths"}
-
-
-def _role_groups(summaries: Sequence[Any]) -> list[tuple[str, list[Any]]]:
-    """Summaries grouped by the roles of their stack (trains and serves, serving, training, recipes), in that
-    order; one group when all share their roles."""
-    out: dict[tuple[str, ...], list[Any]] = {k: [] for k in _ROLE_TITLES}
-    for s in summaries:
-        out.setdefault(tuple(getattr(s, "roles", ())), []).append(s)
-    return [(_ROLE_TITLES.get(k, ", ".join(k)), v) for k, v in out.items() if v]
+def _coloured(word: str) -> str:
+    return click.style(word, fg={"safe": "green", "degraded": "yellow", "broken": "red"}[word])
 
 
 def fail_on(rows: Sequence[Any], threshold: str, paths: Sequence[str] | None, key: str = "recipe") -> None:
@@ -524,46 +506,3 @@ def distances_from_options(distances: Sequence[int], no_pairs: bool) -> tuple[in
     if no_pairs and distances:
         raise click.UsageError("--no-pairs and --distance exclude each other")
     return () if no_pairs else (tuple(distances) or None)
-
-
-def distance_label(d: int) -> str:
-    """A distance as the CLI takes it: 4096 -> '4K', 1048576 -> '1M', 100 -> '100'.
-
-    >>> [distance_label(d) for d in (1, 100, 4096, 6144, 2**20)]
-    ['1', '100', '4K', '6K', '1M']
-    """
-    for size, suffix in ((2**20, "M"), (2**10, "K")):
-        if d >= size and d % size == 0:
-            return f"{d // size}{suffix}"
-    return str(d)
-
-
-def worst_pair(row: dict[str, Any]) -> float | None:
-    """A table cell: the row's largest pairwise max rotation error over its distances (None: no pairs); a
-    number, so a narrow terminal never cuts it (``--json`` names each distance's).
-
-    >>> worst_pair({"pair_errors": [{"distance": 1, "max_rotation_error": 0.0054},
-    ...                             {"distance": 4096, "max_rotation_error": 2.6}]})
-    2.6
-    """
-    pairs = row.get("pair_errors") or []
-    return max((p["max_rotation_error"] for p in pairs), default=None)
-
-
-def bound_notes(rows: Sequence[dict[str, Any]]) -> str:
-    """One footer line per path whose rows are upper bounds (CUDA fast math: a row's ``bound``), else ""."""
-    return "".join(f"\n{name}: {label} (upper bounds)"
-                   for name, label in dict.fromkeys((r["recipe"], r["bound"]) for r in rows if r.get("bound")))
-
-
-def pair_table(rows: Sequence[dict[str, Any]], keys: Sequence[Column]) -> str:
-    """The pairwise maxima as a text table: the ``keys`` columns, then one column per distance (D=...)
-    that any row carries ('-': not below that row's length); empty when no row has pairs."""
-    ds = sorted({p["distance"] for r in rows for p in r.get("pair_errors") or []})
-    if not ds:
-        return ""
-
-    def cell(d: int) -> Callable[[dict[str, Any]], Any]:
-        return lambda r: next((p["max_rotation_error"] for p in r["pair_errors"] if p["distance"] == d), None)
-
-    return table(rows, [*keys, *((f"D={distance_label(d)}", cell(d)) for d in ds)])
