@@ -19,7 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import positions
+from .alibi import recipes as alibi_recipes
 from .checks import ArgumentTypeError, describe
+from .relative import buckets, learned, sinusoids
+from .rope.recipes import PRESETS
+from .rope.stacks import STACKS
 from .rows import Row
 from .verdicts import VERDICTS, human_length, worst
 
@@ -86,62 +91,27 @@ def _get(row: Any, key: str) -> Any:
     return row[key] if isinstance(row, Mapping) else getattr(row, key)
 
 
-_ALIBI_FIX = "keep the bias float32 and add it to float32 scores (the fp32 recipe)"
-_ALIBI_LABELS: dict[str, tuple[str, str | None]] = {
-    "lowp": ("ALiBi in the model dtype (lowp)", _ALIBI_FIX),
-    "cast-output": ("ALiBi built in float32, cast (cast-output: Bloom's build_alibi_tensor)", _ALIBI_FIX),
-    "relative-cast": ("ALiBi slope * (i - j) in float32, cast (relative-cast)", _ALIBI_FIX),
-    "fp32": ("ALiBi bias in float32 (fp32)", None),
-}
-
-
-_FLOAT32_BUCKET = "compute the bucket in float32: .float() on the distance before the log, as transformers does"
-_FLOAT32_DISTANCES = "build the relative distances in float32 (torch.arange(..., dtype=torch.float32)); cast only the encoding"
-_INT64_MASK = "cast the attention mask to int64 before the cumsum that makes position ids"
-_OTHER_LABELS: dict[str, dict[str, tuple[str, str | None]]] = {
-    "relative": {
-        "transformers": ("transformers (distances int64, the bucket log or the sinusoid in float32)", None),
-        "lowp": ("every bucket operation in the dtype (lowp: an ONNX float16 export, MindSpore bfloat16)",
-                 _FLOAT32_BUCKET),
-        "cast-distance": ("the distance cast to the dtype (cast-distance)", _FLOAT32_BUCKET),
-        "arange-dtype": ("relative distances built in the dtype (arange-dtype)", _FLOAT32_DISTANCES),
-        "positions-dtype": ("relative distances cast to the dtype (positions-dtype)", _FLOAT32_DISTANCES),
-    },
-    "learned": {
-        "arange": ("position ids from arange (int64)", None),
-        "mask-int64": ("position ids from an int64 attention mask's cumsum (OPT, left padding)", None),
-        "mask-cumsum": ("position ids from the cumsum of a mask held in the dtype", _INT64_MASK),
-        "mask-scan": ("position ids from a running sum in the dtype", _INT64_MASK),
-    },
-}
 KINDS: tuple[str, ...] = ("rope", "alibi", "relative", "learned")
 
 
 def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
+    """Each code path's (label, fix), as its own module defines them: the RoPE presets (:data:`.rope.PRESETS`)
+    and stacks (:data:`.rope.STACKS`), the ALiBi recipes, the relative and learned paths, the position ids."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} must be one of {', '.join(KINDS)}")
     if kind == "alibi":
-        return dict(_ALIBI_LABELS)
-    if kind in _OTHER_LABELS:
-        return dict(_OTHER_LABELS[kind])
-    from .rope.stacks import STACKS
-
+        return dict(alibi_recipes.LABELS)
+    if kind == "relative":
+        return {**buckets.LABELS, **sinusoids.LABELS}
+    if kind == "learned":
+        return dict(learned.LABELS)
     out: dict[str, tuple[str, str | None]] = {n: (s.label, s.fix) for n, s in STACKS.items()}
-    out.update({
-        "lowp": ("positions and angles in the model dtype (lowp)",
-                 "build positions, inv_freq and angles in float32; cast only cos/sin"),
-        "lowp-inv-freq": ("inv_freq buffer downcast (lowp-inv-freq)",
-                          "call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"),
-        "fp32": ("float32 angles, cache in the dtype (fp32)", "compute the angle in float64 (see the fp64 recipe)"),
-        "fp64": ("float64 angles, cache in the dtype (fp64)", None),
-        "position ids": ("position ids in the dtype", "build position ids as int64/float32, never in the dtype"),
-    })
+    out.update({n: (p.label, p.fix) for n, p in PRESETS.items()})
+    out["position ids"] = positions.LABEL
     return out
 
 
 def _roles(path: str) -> tuple[str, ...]:
-    from .rope.stacks import STACKS
-
     return STACKS[path].roles if path in STACKS else ()
 
 

@@ -95,6 +95,9 @@ class PositionRow(Row):
 
 PositionAudit = PositionRow  # the name before the rows were named *Row (kept for existing code)
 
+LABEL: tuple[str, str | None] = ("position ids in the dtype", "build position ids as int64/float32, never in the dtype")
+"""Position ids as the bottom line names them, and the fix."""
+
 # --------------------------------------------------------------------------
 # Closed form.  All arithmetic on Python ints: exact for any length.
 # An integer n >= 2**p lies in the binade [2**e, 2**(e+1)) with e = bit_length-1

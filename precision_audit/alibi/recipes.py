@@ -70,6 +70,16 @@ RECIPES: dict[str, Callable[[str], Recipe]] = {
 }
 
 
+_FIX = "keep the bias float32 and add it to float32 scores (the fp32 recipe)"
+LABELS: dict[str, tuple[str, str | None]] = {
+    # each recipe as the bottom line names it, and its fix (None: nothing to fix)
+    "lowp": ("ALiBi in the model dtype (lowp)", _FIX),
+    "cast-output": ("ALiBi built in float32, cast (cast-output: Bloom's build_alibi_tensor)", _FIX),
+    "relative-cast": ("ALiBi slope * (i - j) in float32, cast (relative-cast)", _FIX),
+    "fp32": ("ALiBi bias in float32 (fp32)", None),
+}
+
+
 def recipe_names() -> list[str]:
     """Names of the preset recipes.
 

@@ -67,6 +67,13 @@ __all__ = ["DEFAULTS", "MAX_BUCKETS", "MAX_DISTANCE", "PATHS", "SCHEMES", "Bucke
 
 SCHEMES: tuple[str, ...] = ("t5", "deberta")
 PATHS: tuple[str, ...] = ("transformers", "lowp", "cast-distance")
+_FLOAT32_BUCKET = "compute the bucket in float32: .float() on the distance before the log, as transformers does"
+LABELS: dict[str, tuple[str, str | None]] = {  # each path as the bottom line names it, and its fix
+    "transformers": ("transformers (distances int64, the bucket log or the sinusoid in float32)", None),
+    "lowp": ("every bucket operation in the dtype (lowp: an ONNX float16 export, MindSpore bfloat16)",
+             _FLOAT32_BUCKET),
+    "cast-distance": ("the distance cast to the dtype (cast-distance)", _FLOAT32_BUCKET),
+}
 DEFAULTS: dict[str, tuple[int, int]] = {
     "t5": (32, 128),  # relative_attention_num_buckets, relative_attention_max_distance (every T5 / Flan-T5 / UMT5)
     "deberta": (256, 512),  # position_buckets, max_relative_positions (DeBERTa-v3: max_position_embeddings 512)

@@ -48,6 +48,13 @@ from .ops import F64
 __all__ = ["LEARNED_PATHS", "MAX_LEARNED_LENGTH", "OPT_OFFSET", "LearnedRow", "audit_learned", "position_ids"]
 
 LEARNED_PATHS: tuple[str, ...] = ("arange", "mask-int64", "mask-cumsum", "mask-scan")
+_INT64_MASK = "cast the attention mask to int64 before the cumsum that makes position ids"
+LABELS: dict[str, tuple[str, str | None]] = {  # each path as the bottom line names it, and its fix
+    "arange": ("position ids from arange (int64)", None),
+    "mask-int64": ("position ids from an int64 attention mask's cumsum (OPT, left padding)", None),
+    "mask-cumsum": ("position ids from the cumsum of a mask held in the dtype", _INT64_MASK),
+    "mask-scan": ("position ids from a running sum in the dtype", _INT64_MASK),
+}
 OPT_OFFSET = 2  # OPTLearnedPositionalEmbedding.offset
 MAX_LEARNED_LENGTH = 2**26  # the ids are materialised: 8 bytes a token
 

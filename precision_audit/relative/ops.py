@@ -20,7 +20,7 @@ True
 
 from __future__ import annotations
 
-import math
+import math  # noqa: F401  (the doctests use it)
 from fractions import Fraction
 
 import numpy as np

@@ -49,6 +49,11 @@ from ..sinusoidal import DEFAULT_BASE, MAX_SINUSOIDAL_LENGTH, audit_sinusoidal, 
 __all__ = ["ATTN_TYPES", "SINUSOID_PATHS", "RelativeSinusoidRow", "audit_relative_sinusoid", "relative_distances"]
 
 SINUSOID_PATHS: dict[str, str] = {"transformers": "fp32", "arange-dtype": "lowp", "positions-dtype": "lowp-positions"}
+_FLOAT32_DISTANCES = "build the relative distances in float32 (torch.arange(..., dtype=torch.float32)); cast only the encoding"
+LABELS: dict[str, tuple[str, str | None]] = {  # the paths beyond transformers' as the bottom line names them
+    "arange-dtype": ("relative distances built in the dtype (arange-dtype)", _FLOAT32_DISTANCES),
+    "positions-dtype": ("relative distances cast to the dtype (positions-dtype)", _FLOAT32_DISTANCES),
+}
 ATTN_TYPES: tuple[str, ...] = ("bi", "uni")
 
 

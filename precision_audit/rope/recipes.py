@@ -235,6 +235,8 @@ class Preset:
     angle_from: str = "product"
     overrides: tuple[tuple[str, Any], ...] = ()
     fast_math: tuple[str, ...] = ()
+    label: str = ""  # how the bottom line names it
+    fix: str | None = None  # what the bottom line tells its users to do (None: nothing to fix)
 
     def __post_init__(self) -> None:
         self.recipe("preset", "float32")  # a bad format or mode fails here, with Recipe's message
@@ -260,11 +262,18 @@ _D, _F32, _F64 = DTYPE, "float32", "float64"
 PRESETS: dict[str, Preset] = {
     #                        positions inv_freq angle trig cache inv_freq formula in
     "lowp": Preset(_D, _D, _D, _D, _D, _F32,
-                   "everything in the target dtype, positions built in it (old Llama/NeoX caches)"),
+                   "everything in the target dtype, positions built in it (old Llama/NeoX caches)",
+                   label="positions and angles in the model dtype (lowp)",
+                   fix="build positions, inv_freq and angles in float32; cast only cos/sin"),
     "lowp-inv-freq": Preset(_F32, _D, _F32, _F32, _D, _F32,
-                            "buffer downcast by .to(dtype), then used in fp32 (transformers 5)"),
-    "fp32": Preset(_F32, _F32, _F32, _F32, _D, _F32, "the fix: fp32 until the cache"),
-    "fp64": Preset(_F64, _F64, _F64, _F64, _D, _F64, "beyond fp32: float64 angle and cos/sin, cache in dtype"),
+                            "buffer downcast by .to(dtype), then used in fp32 (transformers 5)",
+                            label="inv_freq buffer downcast (lowp-inv-freq)",
+                            fix="call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)"),
+    "fp32": Preset(_F32, _F32, _F32, _F32, _D, _F32, "the fix: fp32 until the cache",
+                   label="float32 angles, cache in the dtype (fp32)",
+                   fix="compute the angle in float64 (see the fp64 recipe)"),
+    "fp64": Preset(_F64, _F64, _F64, _F64, _D, _F64, "beyond fp32: float64 angle and cos/sin, cache in dtype",
+                   label="float64 angles, cache in the dtype (fp64)"),
 }
 
 
