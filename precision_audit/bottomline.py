@@ -19,12 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import positions
-from .alibi import recipes as alibi_recipes
 from .checks import ArgumentTypeError, describe
-from .relative import buckets, learned, sinusoids
-from .rope.recipes import PRESETS
-from .rope.stacks import STACKS
 from .rows import Row
 from .verdicts import VERDICTS, human_length, worst
 
@@ -97,6 +92,13 @@ KINDS: tuple[str, ...] = ("rope", "alibi", "relative", "learned")
 def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
     """Each code path's (label, fix), as its own module defines them: the RoPE presets (:data:`.rope.PRESETS`)
     and stacks (:data:`.rope.STACKS`), the ALiBi recipes, the relative and learned paths, the position ids."""
+    # imported here: a bottom line of one kind needs only that kind's modules (and the CLI starts faster)
+    from . import positions
+    from .alibi import recipes as alibi_recipes
+    from .relative import buckets, learned, sinusoids
+    from .rope.recipes import PRESETS
+    from .rope.stacks import STACKS
+
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} must be one of {', '.join(KINDS)}")
     if kind == "alibi":
@@ -112,6 +114,8 @@ def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
 
 
 def _roles(path: str) -> tuple[str, ...]:
+    from .rope.stacks import STACKS
+
     return STACKS[path].roles if path in STACKS else ()
 
 
