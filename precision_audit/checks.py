@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -222,6 +223,20 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(choices)}")
     return value
+
+
+def check_path(path: Any, name: str, what: str = "path") -> Any:
+    """A path the file system can be asked about (not empty, no NUL character); ``what`` names what it may be.
+
+    >>> check_path("", "config")
+    Traceback (most recent call last):
+    ...
+    ValueError: config '' is not a usable path (empty)
+    """
+    text = os.fspath(path)
+    if not text or "\0" in str(text):
+        raise ValueError(f"{name} {describe(path)} is not a usable {what}" + (" (empty)" if not text else " (NUL)"))
+    return path
 
 
 def check_callable(value: Any, name: str) -> Callable[..., Any] | None:

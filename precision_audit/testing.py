@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
-from .checks import ArgumentTypeError, check_flag, check_int, check_length, check_number, describe
+from .checks import ArgumentTypeError, check_flag, check_int, check_length, check_number, check_path, describe
 from .config import FALLBACK_CONTEXT, ModelConfig, load_config_dict, load_model
 from .verdicts import DEFAULT_TOLERANCE, NOTICED, PHASE_LOST, rope_verdict
 from .formats import get_format
@@ -92,14 +92,6 @@ _ROPE_COLUMNS: list[tuple[str, Any]] = [
 
 
 # --------------------------------------------------------------------------- live modules
-
-
-def _check_path(path: str | os.PathLike[str], name: str) -> str | os.PathLike[str]:
-    """A path the file system can be asked about: not empty, no NUL character."""
-    text = os.fspath(path)
-    if not text or "\0" in str(text):
-        raise ValueError(f"{name} {describe(path)} is not a usable path" + (" (empty)" if not text else " (NUL)"))
-    return path
 
 
 def assert_rope_module(
@@ -269,7 +261,7 @@ def _load(path: Any) -> ModelConfig:
     if isinstance(path, Mapping):
         return load_config_dict(path)
     if isinstance(path, (str, os.PathLike)):
-        return load_model(_check_path(path, "path"))
+        return load_model(check_path(path, "path"))
     raise ArgumentTypeError(f"path {describe(path)} must be a config.json path, a config dict or a ModelConfig")
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..checks import ArgumentTypeError, describe
+from ..checks import ArgumentTypeError, check_path, describe
 from ..rope.schedules import IGNORED_KEYS, PARAM_KEYS, RopeSchedule, schedule_from_rope_parameters
 
 __all__ = [
@@ -230,9 +230,9 @@ def load_model(model: str | os.PathLike[str]) -> ModelConfig:
 
     if not isinstance(model, (str, os.PathLike)):
         raise ArgumentTypeError(f"model {describe(model)} must be a config.json path, a .gguf file or a Hub id")
-    text = os.fspath(model)
-    if not isinstance(text, str) or not text or "\0" in text:
-        raise ValueError(f"model {describe(model)} is not a usable path or Hub id")
+    text = os.fspath(check_path(model, "model", "path or Hub id"))
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"model {describe(model)} must name a path as text, not bytes")
     path = resolve_model(text)
     if _is_gguf(path):
         from .gguf import read_gguf_metadata

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..checks import ArgumentTypeError, check_callable, check_flag, check_int, describe, unknown_name
+from ..checks import ArgumentTypeError, check_callable, check_flag, check_int, check_path, describe, unknown_name
 from ..rows import Row
 from ..config import ModelConfig, load_config, load_config_dict, rope_layer_types, schedule_from_config
 from ..verdicts import rope_verdict
@@ -368,10 +368,7 @@ def reference_schedule(module: Any, schedule: Any = None, layer_type: str | None
     if isinstance(schedule, ModelConfig):
         return schedule.schedule_for(layer_type)
     if isinstance(schedule, (str, os.PathLike)):
-        text = os.fspath(schedule)
-        if not text or "\0" in str(text):
-            raise ValueError(f"{name} {describe(schedule)} is not a usable path" + (" (empty)" if not text else " (NUL)"))
-        return load_config(schedule).schedule_for(layer_type)
+        return load_config(check_path(schedule, name)).schedule_for(layer_type)
     if hasattr(schedule, "to_dict") and not isinstance(schedule, Mapping):
         # a transformers config object: the module's own config, read by attribute as transformers reads it
         # (its to_dict() drops per-layer attributes such as Gemma 4's global_head_dim)
