@@ -290,8 +290,9 @@ def check_recipes(value: Any, cls: type[T], name: str = "recipes", hint: str = "
     return items
 
 
-def check_names(value: Any, name: str, what: str, cls: type | tuple[type, ...] = ()) -> list[Any]:
-    """One name (a string, or a ``cls``) or an iterable of them -> a non-empty list.
+def check_names(value: Any, name: str, what: str, cls: type | tuple[type, ...] = (), *, empty: bool = False
+                ) -> list[Any]:
+    """One name (a string, or a ``cls``) or an iterable of them -> a list, non-empty unless ``empty``.
 
     >>> check_names("bf16", "dtypes", "format name")
     ['bf16']
@@ -305,7 +306,7 @@ def check_names(value: Any, name: str, what: str, cls: type | tuple[type, ...] =
     if isinstance(value, bytes) or not isinstance(value, Iterable) or isinstance(value, dict):
         raise ArgumentTypeError(f"{name} {describe(value)} must be a {what} or an iterable of them")
     items = list(value)
-    if not items:
+    if not items and not empty:
         raise ValueError(f"no {what} given ({name} {describe(value)} is empty)")
     return items
 

@@ -24,12 +24,12 @@ from ..checks import parse_length
 from ..formats import format_names, get_format
 from ..render import cell as _cell
 from ..render import bottom_line_text as render_bottom_line
-from ..render import bound_notes, pair_table, table, worst_pair  # noqa: F401  (re-exported for the commands)
+from ..render import table
 
 __all__ = [
     "DISTANCE", "DTYPE", "DTYPE_HELP", "JSON_HELP", "LENGTH", "AuditCommand", "AuditGroup", "DistanceType", "DtypeType",
     "LengthType", "ProgressBar", "distance_options", "distances_from_options", "echo_json",
-    "echo_table", "emit", "one_value", "pair_table", "pct", "progress_bar", "rope_even", "worst_pair",
+    "echo_table", "emit", "one_value", "pct", "progress_bar", "rope_even",
     "schedule_from_options", "schedule_options", "stderr_is_tty", "stdout_is_tty", "table", "wide_option",
 ]
 

@@ -16,8 +16,9 @@ from ..formats import get_format
 from ..rope import PRESETS as _ROPE_PRESETS
 from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
+from ..render import bound_notes, pair_table
 from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, distance_options,
-                      bound_notes, distances_from_options, emit, one_value, pair_table, pct, progress_bar, rope_even,
+                      distances_from_options, emit, one_value, pct, progress_bar, rope_even,
                       schedule_from_options, schedule_options, stack_option, stacks_for, wide_option)
 
 

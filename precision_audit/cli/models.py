@@ -12,9 +12,10 @@ import click
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
 from ._shared import fail_on as judge_rows
-from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text, bound_notes,
+from ..render import bound_notes, worst_pair
+from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text,
                       distance_options, distances_from_options, echo_json, echo_table, emit, pct, progress_bar,
-                      stack_option, wide_option, worst_pair)
+                      stack_option, wide_option)
 
 # --- report -----------------------------------------------------------------------------------
 

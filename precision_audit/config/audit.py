@@ -266,11 +266,7 @@ def _names_or_none(value: Any, name: str) -> list[str] | None:
     """None, one name, or an iterable of names (possibly empty) -> None or a list of names."""
     if value is None:
         return None
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (bytes, dict)) or not isinstance(value, Iterable):
-        raise ArgumentTypeError(f"{name} {describe(value)} must be a name or an iterable of names")
-    items = list(value)
+    items = check_names(value, name, "name", empty=True)
     bad = next((n for n in items if not isinstance(n, str)), None)
     if bad is not None:
         raise ArgumentTypeError(f"{name} holds {describe(bad)}, not a name")
