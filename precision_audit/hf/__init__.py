@@ -5,10 +5,11 @@ it against the same oracle.
 
 * :mod:`~precision_audit.hf.modules`: :func:`audit_rope_module` (any module
   or callable that follows the rotary protocol, against the schedule its
-  config declares, :func:`~precision_audit.config.schedule_from_config`),
-  :func:`build_rotary_module` and :func:`audit_model_type` (a model type's
-  rotary class from its default config or a ``config.json``), and
+  config declares, :func:`~precision_audit.config.schedule_from_config`) and
   :func:`match_recipe` (which rope preset the figures match).
+* :mod:`~precision_audit.hf.classes`: :func:`build_rotary_module` and
+  :func:`audit_model_type` (a model type's rotary class from its default
+  config or a ``config.json``), :func:`default_model_config`.
 * :mod:`~precision_audit.hf.scan`: :func:`scan`, every ``*RotaryEmbedding``
   class of the installed transformers, as built and after the cast, with a
   verdict per class (:func:`rotary_classes`, :func:`damage_threshold`).
@@ -31,22 +32,17 @@ from __future__ import annotations
 from ..config import schedule_from_config
 from ._transformers import HF_INSTALL, TransformersMissing, _quiet, require_transformers
 from .alibi import ALIBI_BUILDERS, MAX_ALIBI_ELEMENTS, AlibiBuilderRow, audit_alibi_builder
-from .modules import (
-    DIAGNOSES,
-    ModuleRow,
+from .classes import (
+    MODEL_TYPES_HINT,
     _forward_kind,
     _layer_types,
     audit_model_type,
-    audit_rope_module,
     build_rotary_module,
     default_model_config,
     find_rotary_classes,
-    MODEL_TYPES_HINT,
-    match_recipe,
-    module_bottom_line,
-    reference_schedule,
     unknown_model_type,
 )
+from .modules import DIAGNOSES, ModuleRow, audit_rope_module, match_recipe, module_bottom_line, reference_schedule
 from .scan import VERDICTS, ScanRow, _Found, damage_threshold, rotary_classes, scan
 
 __all__ = [

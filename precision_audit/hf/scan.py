@@ -26,16 +26,8 @@ from ..rope import check_rope_lengths
 from ..rope.schedules import RopeSchedule
 from ..verdicts import SCAN_VERDICTS, damage_limit, scan_verdict
 from ._transformers import _quiet, require_transformers
-from .modules import (
-    _classes_in,
-    _forward_kind,
-    _layer_types,
-    _preset_figures,
-    _torch_dtype,
-    audit_rope_module,
-    build_rotary_module,
-    match_recipe,
-)
+from .classes import _classes_in, _forward_kind, _layer_types, build_rotary_module
+from .modules import _preset_figures, _torch_dtype, audit_rope_module, match_recipe
 
 __all__ = ["VERDICTS", "ScanRow", "damage_threshold", "rotary_classes", "scan"]
 
