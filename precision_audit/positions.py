@@ -480,12 +480,15 @@ def audit_positions(
     *,
     method: Method = "auto",
     engine: Engine = "numpy",
+    chunk: int = CHUNK,
     progress: Callable[[int], None] | None = None,
 ) -> list[PositionRow]:
     """Audit positions for every (dtype, length); rows ordered by dtype, then length.
 
-    ``method="auto"`` measures lengths up to :data:`EMPIRICAL_LIMIT` and uses
-    the closed form beyond; ``"empirical"`` or ``"closed-form"`` force one.
+    Position ids have no subject and one code path (``arange`` in the dtype), so the auditors' call shape
+    reduces to ``(lengths, dtypes)``.  ``method="auto"`` measures lengths up to :data:`EMPIRICAL_LIMIT` and uses
+    the closed form beyond; ``"empirical"`` or ``"closed-form"`` force one.  ``engine``, ``chunk`` (positions
+    per chunk) and ``progress`` as :func:`measure_positions` takes them.
 
     >>> rows = audit_positions([4096, 8192], ["bf16", "fp16"])
     >>> [(r.dtype, r.length, r.exact_count) for r in rows]
@@ -495,12 +498,14 @@ def audit_positions(
     fmts = list(dict.fromkeys(get_format(d) for d in check_names(dtypes, "dtypes", "format name", Format)))
     measured = _measured_lengths(lens, method)
     check_choice(engine, "engine", tuple(_ENGINES))
+    chunk = check_int(chunk, "chunk", minimum=1)
     check_callable(progress, "progress")
     rows: list[PositionRow] = []
     for f in fmts:
         by_len = {}
         if measured:
-            by_len = {r.length: r for r in measure_positions(measured, f, engine=engine, progress=progress)}
+            by_len = {r.length: r for r in measure_positions(measured, f, engine=engine, chunk=chunk,
+                                                              progress=progress)}
         rows += [by_len.get(n) or predict_positions(n, f) for n in lens]
     return rows
 

@@ -110,12 +110,10 @@ def _judged(max_rotation_error: float, pair_errors: Iterable[Any]) -> list[tuple
     return [(None, min(math.pi, 2 * e))]  # no pairs measured: the triangle bound
 
 
-def rope_verdict(max_rotation_error: float, colliding: int, cache_bound: float | None = None,
-                 tolerance: float = DEFAULT_TOLERANCE, pair_errors: Iterable[Any] = ()) -> str:
+def rope_verdict(max_rotation_error: float, colliding: int, *, pair_errors: Iterable[Any] = ()) -> str:
     """safe / degraded / broken of a RoPE row (see the module docstring).
 
-    ``cache_bound`` and ``tolerance`` are accepted for the callers' convenience and do not enter the RoPE rule
-    (the absolute error against the cache format's rounding is shown, not judged).
+    The absolute error against the cache format's rounding is shown, not judged: it takes no cache bound.
 
     >>> rope_verdict(0.002, 0), rope_verdict(0.3, 0), rope_verdict(0.003, 5)  # no pairs: 2 x absolute
     ('safe', 'degraded', 'broken')
@@ -163,7 +161,7 @@ def alibi_verdict(row: Any, tolerance: float = DEFAULT_TOLERANCE) -> str:
     bias ``slope * (length - 1)``; ``safe`` otherwise.
 
     >>> from precision_audit.alibi import audit_alibi
-    >>> [alibi_verdict(audit_alibi(4096, 8, r, "bf16")[0]) for r in ("cast-output", "fp32")]
+    >>> [alibi_verdict(audit_alibi(8, r, 4096, "bf16")[0]) for r in ("cast-output", "fp32")]
     ['broken', 'safe']
     """
     if row.min_distinct_biases < row.length or row.nonfinite_biases or row.order_inversions:

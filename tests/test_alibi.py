@@ -220,7 +220,7 @@ def test_stored_slopes_correctly_rounded(n, fmt):
     r = Recipe("t", "relative", "exact", fmt, "float32", "float32", "float32")
     expected = [mp_round(x, BITS[fmt]) for x in mp_exact_slopes(n)]
     assert stored_slopes(r, n).tolist() == expected
-    (row,) = audit_alibi([4], n, r)  # each head's row carries the slope the recipe multiplies with
+    (row,) = audit_alibi(n, r, [4])  # each head's row carries the slope the recipe multiplies with
     assert [h.stored_slope for h in row.heads] == expected
 
 
@@ -290,18 +290,19 @@ def test_recipe_validation(kwargs, message):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: audit_alibi(8, 0), "num_heads 0 must be at least 1"),
-        (lambda: audit_alibi(8, 2.5), "num_heads 2.5 is not an integer"),
-        (lambda: audit_alibi(0, 8), "length 0 must be at least 1"),
-        (lambda: audit_alibi(8, 8, "bloom"), "unknown ALiBi recipe 'bloom'"),
-        (lambda: audit_alibi(8, 8, "lowp", "fp7"), "unknown dtype 'fp7'"),
-        (lambda: audit_alibi(8, 2, slopes=[0.5]), "slopes has 1 values for num_heads=2"),
-        (lambda: audit_alibi(8, 2, chunk_elements=0), "chunk_elements 0"),
-        (lambda: audit_alibi(8, 2, slopes=[0.5, -1.0]), "slopes must be positive and finite, got -1.0"),
-        (lambda: audit_alibi(8, 2, slopes=[0.5, 2**1100]), "slopes must be positive and finite, got inf"),
-        (lambda: audit_alibi(8, 2, slopes="0.5"), "slopes '0.5' is text"),
-        (lambda: audit_alibi(8, 2, ["lowp"]), r"ALiBi recipe \['lowp'\] must be a name"),
-        (lambda: audit_alibi(8, 2, chunk_elements=2.0), "chunk_elements 2.0 must be an integer"),
+        (lambda: audit_alibi(0, "cast-output", 8), "num_heads 0 must be at least 1"),
+        (lambda: audit_alibi(2.5, "cast-output", 8), "num_heads 2.5 is not an integer"),
+        (lambda: audit_alibi(8, "cast-output", 0), "length 0 must be at least 1"),
+        (lambda: audit_alibi(8, "bloom", 8), "unknown ALiBi recipe 'bloom'"),
+        (lambda: audit_alibi(8, "lowp", 8, "fp7"), "unknown dtype 'fp7'"),
+        (lambda: audit_alibi(2, "cast-output", 8, slopes=[0.5]), "slopes has 1 values for num_heads=2"),
+        (lambda: audit_alibi(2, "cast-output", 8, chunk=0), "chunk 0"),
+        (lambda: audit_alibi(2, "cast-output", 8, slopes=[0.5, -1.0]), "slopes must be positive and finite, got -1.0"),
+        (lambda: audit_alibi(2, "cast-output", 8, slopes=[0.5, 2**1100]),
+         "slopes must be positive and finite, got inf"),
+        (lambda: audit_alibi(2, "cast-output", 8, slopes="0.5"), "slopes '0.5' is text"),
+        (lambda: audit_alibi(2, [["lowp"]], 8), r"ALiBi recipe \['lowp'\] must be a name"),
+        (lambda: audit_alibi(2, "cast-output", 8, chunk=2.0), "chunk 2.0 must be an integer"),
         (lambda: alibi_slopes(-1), "num_heads -1"),
     ],
     ids=["heads0", "heads-float", "length0", "recipe", "dtype", "slopes", "chunk", "slope-value", "slope-huge",
@@ -344,8 +345,8 @@ def test_audit_matches_brute_force(recipe, dt, n):
     lengths = [1, 2, 255, 257, 1000, 3000]
     mag, slopes = brute_magnitudes(recipe, dt, n, max(lengths))
     form = get_recipe(recipe, dt).form
-    for chunk in (97, 2**19):  # chunk boundaries inside the lengths and one chunk for all
-        rows = audit_alibi(lengths, n, recipe, dt, chunk_elements=chunk)
+    for chunk in (97 // n or 1, 2**19):  # chunk boundaries inside the lengths and one chunk for all
+        rows = audit_alibi(n, recipe, lengths, dt, chunk=chunk)
         assert [r.length for r in rows] == lengths
         for row in rows:
             ref = brute_metrics(mag, slopes, row.length, form)
@@ -375,8 +376,8 @@ def test_chunking_does_not_change_results(recipe, dt, n, lengths, chunk):
     # Property: prefix reductions over chunks give the same rows as one whole-array chunk; counts and
     # maxima are order-free (exact); the log-sum-exp is summed in another order, which moves a
     # probability change by float64 rounding (~1e-16 absolute).
-    whole = audit_alibi(lengths, n, recipe, dt, chunk_elements=10**7)
-    parts = audit_alibi(lengths, n, recipe, dt, chunk_elements=chunk)
+    whole = audit_alibi(n, recipe, lengths, dt, chunk=10**7)
+    parts = audit_alibi(n, recipe, lengths, dt, chunk=max(1, chunk // n))
     for a, b in zip(whole, parts):
         da, db = a.to_dict(), b.to_dict()
         for row_a, row_b in [(da, db), *zip(da.pop("heads"), db.pop("heads"))]:
@@ -393,7 +394,7 @@ def test_prob_change_against_mpmath():
         zs = mpmath.fsum(mpmath.exp(mpmath.mpf(v)) for v in stored)
         zx = mpmath.fsum(mpmath.exp(s * mpmath.mpf(j)) for j in range(L))
         dp = max(abs(mpmath.exp(mpmath.mpf(v)) / zs - mpmath.exp(s * mpmath.mpf(j)) / zx) for j, v in enumerate(stored))
-    row = audit_alibi(L, 1, "cast-output", "bf16", slopes=[s])[0]
+    row = audit_alibi(1, "cast-output", L, "bf16", slopes=[s])[0]
     assert row.max_prob_change == pytest.approx(float(dp), rel=1e-9)
 
 
@@ -427,21 +428,21 @@ def test_power_of_two_slopes_closed_form(recipe, dt):
     # the largest error is slope * s/2 in the top binade.  bf16 at 8192: 256 + 5*128 + 1 = 897.
     p = BITS[dt]
     lengths = [256, 2048, 8192, 2**15]
-    for row in audit_alibi(lengths, 8, recipe, dt):
+    for row in audit_alibi(8, recipe, lengths, dt):
         e = row.length.bit_length() - 1
         for h in row.heads:
             assert h.distinct_biases == distinct_rounded_integers(row.length, p)
             assert h.max_run == max_run_rounded_integers(row.length, p)
             assert h.max_abs_error == (h.slope * 2.0 ** (e - p - 1) if e > p else 0.0)
             assert h.order_inversions == 0 and h.nonfinite_biases == 0
-    assert audit_alibi(8192, 8, recipe, "bf16")[0].min_distinct_biases == 897
+    assert audit_alibi(8, recipe, 8192, "bf16")[0].min_distinct_biases == 897
 
 
 @pytest.mark.parametrize("n", [8, 12, 40, 64])
 def test_fp32_keeps_every_bias(n):
     # Consecutive products differ by slope >= 2**-8 while ulp(slope*k) <= slope*k*2**-23 < slope/2
     # for k < 2**22, so float32 keeps all L biases distinct (closed form: distinct = L, run = 1).
-    for row in audit_alibi([4096, 65536], n, "fp32", "bf16"):
+    for row in audit_alibi(n, "fp32", [4096, 65536], "bf16"):
         assert row.min_distinct_biases == row.length and row.max_run == 1
         assert row.bias_dtype == "float32" and row.nonfinite_biases == 0
 
@@ -449,7 +450,7 @@ def test_fp32_keeps_every_bias(n):
 def test_float16_overflow_counts():
     # cast-output in float16, slope 1/2, L = 2**18: 0.5 j rounds to inf from 0.5 j >= 65520,
     # i.e. j >= 131040, so 2**18 - 131040 biases overflow (closed form, float16.overflow_integer).
-    row = audit_alibi(2**18, 8, "cast-output", "float16")[0]
+    row = audit_alibi(8, "cast-output", 2**18, "float16")[0]
     assert row.heads[0].nonfinite_biases == 2**18 - 131040
     assert math.isnan(row.heads[0].max_prob_change)  # softmax over +inf logits is undefined
     assert math.isinf(row.heads[0].max_abs_error)
@@ -558,7 +559,7 @@ def test_cli_errors_exit_2(args, message):
 def test_one_million_tokens_64_heads():
     # Bounded memory at 1M x 64 heads; closed forms: fp32 keeps all 2**20 biases; bf16 cast-output
     # of head 7 (slope 2**-1 for 64 heads is head 7: 2**(-8*8/64)) has distinct = that of the integers.
-    rows = {r: audit_alibi(2**20, 64, r, "bf16")[0] for r in ("fp32", "cast-output")}
+    rows = {r: audit_alibi(64, r, 2**20, "bf16")[0] for r in ("fp32", "cast-output")}
     assert rows["fp32"].min_distinct_biases == 2**20
     assert rows["cast-output"].heads[7].slope == 0.5
     assert rows["cast-output"].heads[7].distinct_biases == distinct_rounded_integers(2**20, 8)
@@ -576,7 +577,7 @@ def test_prob_change_against_transformers_softmax(n):
     slopes = [float(x) for x in mp_rule_slopes(n)]  # the exact slopes (mpmath) rounded to float64
     exact = torch.tensor(slopes, dtype=torch.float64)[:, None] * torch.arange(L, dtype=torch.float64)
     dp = (torch.softmax(stored.double(), -1) - torch.softmax(exact, -1)).abs().max(-1).values.tolist()
-    row = audit_alibi(L, n, "cast-output", "bf16")[0]
+    row = audit_alibi(n, "cast-output", L, "bf16")[0]
     assert [h.max_prob_change for h in row.heads] == pytest.approx(dp, rel=1e-6, abs=1e-14)
 
 
@@ -587,7 +588,7 @@ def test_cli_runs_every_library_recipe(name):
     res = CliRunner().invoke(main, ["alibi", "-r", name, "-d", "fp16", "--heads", "3", "-l", "300", "--json"])
     assert res.exit_code == 0, res.output
     (row,) = json.loads(res.output)["results"]
-    want = audit_alibi(300, 3, name, "float16")[0].to_dict()
+    want = audit_alibi(3, name, 300, "float16")[0].to_dict()
     assert row == json.loads(json.dumps(want))
 
 
@@ -595,18 +596,18 @@ def test_custom_recipe_row_label():
     # A user-built recipe: label defaults to its bias format; the fp16-slope variant of relative-cast
     # must match the brute-force count of distinct fp16 slope products (np.unique oracle).
     r = Recipe("fp16-slopes", "relative", "exact", "float16", "float32", "float32", "float32")
-    row = audit_alibi(3000, 12, r)[0]
+    row = audit_alibi(12, r, 3000)[0]
     assert (row.recipe, row.dtype, row.bias_dtype) == ("fp16-slopes", "float32", "float32")
     s16 = np.array([mp_round(x, 11) for x in mp_exact_slopes(12)], dtype=np.float32)
     mag = s16[:, None] * np.arange(3000, dtype=np.float32)[None, :]
     assert [h.distinct_biases for h in row.heads] == [len(np.unique(m)) for m in mag]
-    assert audit_alibi(10, 2, r, "bf16")[0].dtype == "bfloat16"
+    assert audit_alibi(2, r, 10, "bf16")[0].dtype == "bfloat16"
 
 
 def test_progress_reports_both_passes():
     # two chunked passes (statistics, then softmax change) over max(lengths) positions
     seen: list[int] = []
-    audit_alibi([100, 3000], 4, "lowp", "bf16", chunk_elements=4 * 256, progress=seen.append)
+    audit_alibi(4, "lowp", [100, 3000], "bf16", chunk=256, progress=seen.append)
     assert sum(seen) == 2 * 3000 and max(seen) <= 256
 
 
@@ -622,7 +623,7 @@ def test_stored_bias_metrics_agree_with_the_streaming_auditor(name, dtype):
     b = alibi_bias(r, 12, 8192, dtype)
     mag = b if r.form == "key" else 0.0 - b[:, ::-1]
     got = stored_bias_metrics(mag, form=r.form)
-    (row,) = audit_alibi(8192, 12, name, dtype, chunk_elements=12 * 1000)
+    (row,) = audit_alibi(12, name, 8192, dtype, chunk=1000)
     for k in ("min_distinct_biases", "distinct_fraction", "max_run", "max_abs_error", "order_inversions",
               "nonfinite_biases"):
         assert got[k] == getattr(row, k), k

@@ -396,14 +396,15 @@ def test_verdict_rules():
     # RoPE is judged on pairwise errors (precision_audit.verdicts; tests/test_verdicts.py has the calibration):
     # degraded from pi/8, broken from pi/2 or with a collision; the absolute error never enters when pairs exist
     b = cache_rounding_bound("bfloat16")
-    assert rope_verdict(math.pi, 0, b, pair_errors=[(1, 8 * b)]) == "safe"
-    assert rope_verdict(math.pi, 0, b, pair_errors=[(1, math.pi / 8)]) == "degraded"
-    assert rope_verdict(0.0, 0, b, pair_errors=[(4096, math.pi / 2)]) == "broken"
-    assert rope_verdict(0.0, 1, b) == "broken"
+    assert rope_verdict(math.pi, 0, pair_errors=[(1, 8 * b)]) == "safe"
+    assert rope_verdict(math.pi, 0, pair_errors=[(1, math.pi / 8)]) == "degraded"
+    assert rope_verdict(0.0, 0, pair_errors=[(4096, math.pi / 2)]) == "broken"
+    assert rope_verdict(0.0, 1) == "broken"
     # without pairs, twice the absolute error bounds every pair (triangle inequality)
-    assert rope_verdict(math.pi / 16, 0, b) == "degraded" and rope_verdict(0.19, 0, b) == "safe"
-    assert rope_verdict(float("nan"), 0, b) == "broken"
-    assert rope_verdict(2 * b, 0, b, tolerance=1) == rope_verdict(2 * b, 0, b)  # tolerance is ALiBi's knob only
+    assert rope_verdict(math.pi / 16, 0) == "degraded" and rope_verdict(0.19, 0) == "safe"
+    assert rope_verdict(float("nan"), 0) == "broken"
+    with pytest.raises(TypeError):  # it takes no cache bound (nor ALiBi's tolerance): the former third argument
+        rope_verdict(2 * b, 0, b)  # type: ignore[misc]
 
 
 def _distinct_bf16(n: int) -> int:
@@ -438,7 +439,7 @@ def test_alibi_rows_match_the_alibi_auditor():
 
     rows = audit_config(load_config(DATA / "bloom-7b1.json"), [2048], ["bfloat16"], recipes=["cast-output"],
                         positions=False)
-    (a,) = audit_alibi(2048, 32, "cast-output", "bfloat16")
+    (a,) = audit_alibi(32, "cast-output", 2048, "bfloat16")
     (r,) = rows
     assert (r.min_distinct_biases, r.max_run, r.max_abs_error) == (a.min_distinct_biases, a.max_run, a.max_abs_error)
     assert r.verdict == alibi_verdict(a) == "broken"

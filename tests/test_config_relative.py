@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from precision_audit.cli import main
 from precision_audit.config import audit_config, default_lengths, load_config, load_config_dict
-from precision_audit.relative import audit_learned, audit_relative
+from precision_audit.relative import LEARNED_PATHS, audit_learned, audit_relative
 from precision_audit.testing import assert_config
 
 DATA = Path(__file__).parent / "data"
@@ -75,7 +75,7 @@ def test_config_rows_are_the_relative_auditors() -> None:
         assert [(r.recipe, r.changed, r.first_changed, r.max_shift, r.verdict) for r in got] == \
                [(w.path, w.flipped, w.first_flip, w.max_shift, w.verdict) for w in want]
     gpt2 = audit_config(load_config(DATA / "gpt2.json"), None, ["bfloat16"])
-    want = audit_learned([1024], ["bfloat16"])
+    want = audit_learned(LEARNED_PATHS, [1024], ["bfloat16"])
     assert [(r.recipe, r.changed, r.first_changed, r.colliding_positions) for r in gpt2] == \
            [(w.path, w.wrong, w.first_wrong, w.collided) for w in want]
     # bfloat16 keeps 8 significant bits: 256 is the last id every integer below reaches exactly

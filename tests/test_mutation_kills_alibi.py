@@ -175,7 +175,7 @@ TINY = Recipe("tiny", "key", "exact", "float32", "float32", "float32", "float8_e
 def test_streaming_tallies_equal_the_oracle_at_every_length(width):
     slopes = [1.0, 2.0**-30]
     lengths = [1, 2, 3, 5, 17, 300, 465, 466, 470, 600]
-    rows = audit_alibi(lengths, 2, TINY, slopes=slopes, chunk_elements=2 * width)
+    rows = audit_alibi(2, TINY, lengths, slopes=slopes, chunk=width)
     full = alibi_bias(TINY, 2, lengths[-1], slopes=slopes)
     for L, row in zip(lengths, rows):
         for h, head in enumerate(row.heads):

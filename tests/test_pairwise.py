@@ -126,10 +126,10 @@ PROPORTIONAL = RopeSchedule(head_dim=32, rotary_dim=8, scaling="proportional", b
     (PROPORTIONAL, "lowp", "bfloat16"), (PROPORTIONAL, "fp32", "float16"),
 ])
 def test_pairs_match_brute_force(schedule: RopeSchedule, name: str, dtype: str) -> None:
-    # chunks of 256 positions (2048 angles / 8 frequencies): D <= 256 paired across chunks at the merge,
+    # chunks of 256 positions: D <= 256 paired across chunks at the merge,
     # D > 256 from recomputed blocks; lengths 1500 and 700 end mid-chunk (fp16 angles stay below 1500: finite)
     lengths, ds = [700, 1500], (1, 16, 255, 256, 257, 699, 1499)
-    rows = audit(schedule, preset(name, dtype), lengths, distances=ds, chunk_elems=256 * schedule.n_freq)
+    rows = audit(schedule, preset(name, dtype), lengths, distances=ds, chunk=256)
     cc, ss = stored(name, dtype, schedule, max(lengths))
     theta = schedule.inv_freq()
     for row in rows:
@@ -173,9 +173,9 @@ def test_chunk_boundaries_change_nothing(engine: str) -> None:
     s = RopeSchedule(head_dim=16, base=500000.0)
     recs = [preset("lowp", "bf16"), preset("lowp-inv-freq", "bf16"), preset("fp32", "fp16")]
     ds = (1, 100, 255, 256, 300, 699, 999)
-    one = audit(s, recs, [1000, 700, 300], distances=ds, chunk_elems=2**20, engine=engine)
+    one = audit(s, recs, [1000, 700, 300], distances=ds, chunk=2**20, engine=engine)
     for workers in (1, 3):
-        many = audit(s, recs, [1000, 700, 300], distances=ds, chunk_elems=2048, engine=engine, workers=workers)
+        many = audit(s, recs, [1000, 700, 300], distances=ds, chunk=256, engine=engine, workers=workers)
         for a, b in zip(one, many):
             assert [(p.distance, p.max_rotation_error) for p in a.pair_errors] == \
                 [(p.distance, p.max_rotation_error) for p in b.pair_errors]
@@ -314,7 +314,7 @@ def test_live_module_pairs_match_brute_force() -> None:
     s = RopeSchedule(head_dim=int(conf.hidden_size // conf.num_attention_heads),
                      base=float(conf.rope_parameters["rope_theta"]))
     L, ds = 700, (1, 16, 255, 256, 300, 699)
-    (row,) = audit_rope_module(module, s, L, match=False, chunk_elems=256 * s.n_freq, distances=ds)
+    (row,) = audit_rope_module(module, s, L, match=False, chunk=256, distances=ds)
     with torch.no_grad():
         c, sn = module(torch.zeros(1, L, 1, dtype=torch.bfloat16), torch.arange(L)[None])
     cc, ss = (t[0, :, : s.n_freq].double().numpy() for t in (c, sn))
@@ -387,7 +387,7 @@ def test_stack_pairs_match_their_stored_values(name: str) -> None:
     # those of its correctly rounded stand-in, the same recipe without them
     rec = dataclasses.replace(stack(name, "bfloat16", s), fast_math=())
     ds = (1, 200, 256, 700)
-    (row,) = audit(s, rec, 1000, distances=ds, chunk_elems=256 * s.n_freq)
+    (row,) = audit(s, rec, 1000, distances=ds, chunk=256)
     st = run_recipe(rec, s, np.arange(1000))
     for p in row.pair_errors:
         mx, mean = brute(st["cos"], st["sin"], s.inv_freq(), p.distance, 1000)
@@ -402,7 +402,7 @@ def test_non_finite_rows_count_pi() -> None:
     # touches such a row has error pi (as the absolute errors count it).  fp16 max 65504; 65519.x rounds down.
     s = RopeSchedule(head_dim=4, base=10000.0)
     L, ds = 65600, (1, 50, 300)
-    (row,) = audit(s, preset("lowp", "float16"), L, distances=ds, chunk_elems=512)
+    (row,) = audit(s, preset("lowp", "float16"), L, distances=ds, chunk=256)
     with np.errstate(invalid="ignore", over="ignore"):
         pos = np.arange(L, dtype=np.float64).astype(np.float16).astype(np.float64)  # IEEE cast: inf from 65520
         assert np.isinf(pos[65520:]).all() and np.isfinite(pos[:65520]).all()
@@ -419,16 +419,16 @@ def test_non_finite_rows_count_pi() -> None:
 
 
 TWIN_CASES = [  # (head_dim, recipes, lengths, audit keywords): chunks of 512 positions (nf 8) unless said
-    (16, [("lowp", "bf16"), ("fp32", "fp16"), ("lowp-inv-freq", "bf16")], [1024, 4096], {"chunk_elems": 4096}),
-    (16, [("lowp", "bf16"), ("fp32", "fp16")], [512, 1024, 2048, 4096, 4096], {"chunk_elems": 4096}),
+    (16, [("lowp", "bf16"), ("fp32", "fp16"), ("lowp-inv-freq", "bf16")], [1024, 4096], {"chunk": 512}),
+    (16, [("lowp", "bf16"), ("fp32", "fp16")], [512, 1024, 2048, 4096, 4096], {"chunk": 512}),
     # positions [1024, 2048) paired at D = 1024; the rest of [2048, 6000) recomputed, after the waiting chunks
-    (16, [("lowp", "bf16")], [4096, 6000], {"chunk_elems": 4096, "distances": (1, 256, 1024)}),
+    (16, [("lowp", "bf16")], [4096, 6000], {"chunk": 512, "distances": (1, 256, 1024)}),
     # D = 2048 pairs [2048, 2560) only; [512, 2048) merged between (until 3000 < 2D)
-    (16, [("lowp", "bf16"), ("fp32", "fp16")], [3000], {"chunk_elems": 4096, "distances": (1, 256, 2048)}),
+    (16, [("lowp", "bf16"), ("fp32", "fp16")], [3000], {"chunk": 512, "distances": (1, 256, 2048)}),
     # two recipes that share every stage share one cache job, and its stats (formed once, merged twice)
-    (16, [("fp32", "bf16"), ("lowp", "bf16"), ("fp32", "bf16")], [2048, 4096], {"chunk_elems": 4096}),
+    (16, [("fp32", "bf16"), ("lowp", "bf16"), ("fp32", "bf16")], [2048, 4096], {"chunk": 512}),
     # nan in the cache (e4m3 overflow), chunks of 2048 positions, D = 32768
-    (16, [("lowp", "e4m3"), ("lowp", "fp16"), ("lowp-inv-freq", "e5m2")], [65536], {"chunk_elems": 2**14}),
+    (16, [("lowp", "e4m3"), ("lowp", "fp16"), ("lowp-inv-freq", "e5m2")], [65536], {"chunk": 2048}),
 ]
 
 
@@ -474,7 +474,7 @@ def test_twin_and_linked_pairs_are_the_merge_pairs(aligned: list, extra: int | N
     ds = sorted({max(1, min(top - 1, int(f * top))) for f in fracs}) if top > 1 else None
     s = RopeSchedule(head_dim=16)
     recs = [preset("lowp", "e4m3"), preset("lowp-inv-freq", "bf16"), preset("fp32", "fp16")]
-    kw = dict(chunk_elems=chunk_rows * s.n_freq, workers=workers, distances=ds if ds else ())
+    kw = dict(chunk=chunk_rows, workers=workers, distances=ds if ds else ())
     fast = [r.to_dict() for r in audit(s, recs, lengths, **kw)]
     twin, done = audit_mod._twin, audit_mod._Links.done
     try:

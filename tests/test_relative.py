@@ -430,15 +430,15 @@ def test_t5_compute_bias_in_a_low_precision_model_reads_the_exact_buckets(fmt, a
 
 
 def test_cli_learned_and_xlnet_pass_the_library_rows_through():
-    from precision_audit.relative import audit_learned, audit_relative_sinusoid
+    from precision_audit.relative import LEARNED_PATHS, audit_learned, audit_relative_sinusoid
 
     res = CliRunner().invoke(main, ["relative", "--scheme", "learned", "-l", "8K", "-d", "fp16", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["results"] == [r.to_dict() for r in audit_learned(8192, "float16")]
+    assert json.loads(res.output)["results"] == [r.to_dict() for r in audit_learned(LEARNED_PATHS, 8192, "float16")]
     res = CliRunner().invoke(main, ["relative", "--scheme", "xlnet", "-l", "300", "-d", "bf16", "--d-model", "16",
                                     "--qlen", "200", "--attn-type", "uni", "-r", "arange-dtype", "--json"])
     assert res.exit_code == 0, res.output
-    want = audit_relative_sinusoid(300, 16, "bfloat16", paths="arange-dtype", qlen=200, attn_type="uni")
+    want = audit_relative_sinusoid(16, "arange-dtype", 300, "bfloat16", qlen=200, attn_type="uni")
     assert json.loads(res.output)["results"] == [r.to_dict() for r in want]
     table = CliRunner().invoke(main, ["relative", "--scheme", "xlnet", "-l", "300", "-d", "bf16", "--d-model", "16"])
     assert table.exit_code == 0 and "cross-sign proven" in table.output.splitlines()[0]

@@ -56,7 +56,7 @@ def test_scan_matches_a_scalar_loop(fmt):
 
 @pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
 def test_rows_count_by_brute_force(fmt):
-    for r in audit_learned([100, 300, 3000, 9000], fmt):
+    for r in audit_learned(LEARNED_PATHS, [100, 300, 3000, 9000], fmt):
         ids = position_ids(r.length, r.path, fmt)
         exact = np.arange(r.length) + (0 if r.path == "arange" else 2)
         c = Counter(ids.tolist())
@@ -70,8 +70,8 @@ def test_rows_count_by_brute_force(fmt):
 
 
 def test_verdicts_and_thresholds():
-    rows = {(r.dtype, r.length, r.path): r for r in audit_learned([256, 257, 2048, 2049, 2**20],
-                                                                  ["bfloat16", "float16"])}
+    rows = {(r.dtype, r.length, r.path): r
+            for r in audit_learned(LEARNED_PATHS, [256, 257, 2048, 2049, 2**20], ["bfloat16", "float16"])}
     for key, r in rows.items():
         if key[2] in ("arange", "mask-int64"):
             assert r.verdict == "safe" and r.wrong == 0  # an int64 index: exact in every model dtype
@@ -86,11 +86,11 @@ def test_verdicts_and_thresholds():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="unknown path 'cumsum'"):
-        audit_learned(512, "bf16", paths="cumsum")
+        audit_learned("cumsum", 512, "bf16")
     with pytest.raises(ValueError, match="unknown dtype"):
-        audit_learned(512, "bf17")
+        audit_learned(LEARNED_PATHS, 512, "bf17")
     with pytest.raises(ValueError, match="length 0"):
-        audit_learned(0, "bf16")
+        audit_learned(LEARNED_PATHS, 0, "bf16")
     with pytest.raises(ValueError, match="verdict"):
         LearnedRow("arange", "bfloat16", 4, 0, None, 4, 0, 0, "fine")
-    assert set(LEARNED_PATHS) == {r.path for r in audit_learned(8, "bf16")}
+    assert set(LEARNED_PATHS) == {r.path for r in audit_learned(LEARNED_PATHS, 8, "bf16")}

@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from precision_audit.relative import audit_relative_sinusoid, relative_distances
+from precision_audit.relative import SINUSOID_PATHS, audit_relative_sinusoid, relative_distances
 from precision_audit.sinusoidal import encoding_table, frequencies
 
 torch = pytest.importorskip("torch")
@@ -85,7 +85,7 @@ def _signed_table(p: np.ndarray, d: int, fmt: str, recipe: str) -> np.ndarray:
 def test_duplicates_match_a_brute_force_signed_table(fmt, attn_type):
     # float16 positions are exact to 2048: use klen 3000 there; d = 16 keeps the table small
     klen, qlen, d = (600, 400, 16) if fmt == "bfloat16" else (3000, 2500, 16)
-    rows = audit_relative_sinusoid(klen, d, fmt, qlen=qlen, attn_type=attn_type)
+    rows = audit_relative_sinusoid(d, tuple(SINUSOID_PATHS), klen, fmt, qlen=qlen, attn_type=attn_type)
     p = relative_distances(klen, qlen, attn_type)
     for r in rows:
         table = _signed_table(p, d, fmt, r.recipe)
@@ -104,16 +104,16 @@ def test_negative_rows_mirror_positive_rows():
 
 def test_cross_sign_proof_fails_where_it_must():
     # d_model 2: one frequency, w = 1: angles pass pi/2 at distance 2, so nothing is proven
-    [r] = audit_relative_sinusoid(100, 2, "bfloat16", paths="transformers")
+    [r] = audit_relative_sinusoid(2, "transformers", 100, "bfloat16")
     assert not r.cross_sign_clear
-    [u] = audit_relative_sinusoid(100, 2, "bfloat16", paths="transformers", attn_type="uni")
+    [u] = audit_relative_sinusoid(2, "transformers", 100, "bfloat16", attn_type="uni")
     assert u.cross_sign_clear  # no negative distances
 
 
 def test_bad_input():
     with pytest.raises(ValueError, match="unknown path 'lowp'"):
-        audit_relative_sinusoid(100, 64, paths="lowp")
+        audit_relative_sinusoid(64, "lowp", 100)
     with pytest.raises(ValueError, match="qlen 200 must be at most 100"):
-        audit_relative_sinusoid(100, 64, qlen=200)
+        audit_relative_sinusoid(64, tuple(SINUSOID_PATHS), 100, qlen=200)
     with pytest.raises(ValueError, match="unknown attn_type 'both'"):
-        audit_relative_sinusoid(100, 64, attn_type="both")
+        audit_relative_sinusoid(64, tuple(SINUSOID_PATHS), 100, attn_type="both")

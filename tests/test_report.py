@@ -115,9 +115,10 @@ def test_headline_results_are_the_auditors(headline: Path) -> None:
     assert res["attention"] == plain(attention_errors(sched, recs, L, pairs=st["attention_pairs"],
                                                       shifts=st["attention_shifts"], seed=st["attention_seed"]))
     alibi = [x for d in ("bfloat16", "float16") for r in ("lowp", "cast-output", "relative-cast", "fp32")
-             for x in audit_alibi([256, 512, 1024], st["alibi_heads"], r, d)]
+             for x in audit_alibi(st["alibi_heads"], r, [256, 512, 1024], d)]
     assert res["alibi"] == plain(alibi)
-    assert res["sinusoidal"] == plain(audit_sinusoidal([256, 512, 1024], st["sinusoidal_dim"], max_lag=0))
+    assert res["sinusoidal"] == plain(audit_sinusoidal(st["sinusoidal_dim"], ("lowp", "fp32"), [256, 512, 1024],
+                                                       max_lag=0))
 
 
 @pytest.mark.slow  # draws all eight figures again; the model report's rerun below runs by default
@@ -172,7 +173,7 @@ def test_alibi_model_uses_mpt_slopes(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
     assert doc["results"]["alibi"] == plain(
         [x for r in ("lowp", "cast-output", "relative-cast", "fp32")
-         for x in audit_alibi([256, 512, 1024], 12, r, "bfloat16", slopes=spec.alibi_slopes)])
+         for x in audit_alibi(12, r, [256, 512, 1024], "bfloat16", slopes=spec.alibi_slopes)])
     assert (tmp_path / "r" / "alibi_distinct.png").is_file()
 
 

@@ -307,10 +307,10 @@ def test_prefix_reductions_and_chunking_agree():
     # one pass for several lengths == separate passes; chunk size does not change any figure
     s = RopeSchedule(head_dim=32)
     recs = [preset("lowp", "bf16"), preset("fp32", "fp16")]
-    together = audit(s, recs, [300, 1000, 4096], chunk_elems=5000)
+    together = audit(s, recs, [300, 1000, 4096], chunk=312)
     for r in together:
         rec = recs[0] if r.recipe == "lowp" else recs[1]
-        (alone,) = audit(s, rec, r.length, chunk_elems=2**20)
+        (alone,) = audit(s, rec, r.length, chunk=2**20)
         a, b = r.to_dict(), alone.to_dict()
         for key in ("mean_angle_error", "mean_rotation_error", "mean_angle_error_profile",
                     "mean_rotation_error_profile"):  # sums: only the summation order differs

@@ -20,11 +20,10 @@ from precision_audit.rope import STAGES, Recipe, RopeSchedule, audit, preset, st
 TWO_PI = float.fromhex("0x1.921fb54442d18p+2")
 
 
-def _reference(schedule: RopeSchedule, recipe: Recipe, lengths: list[int], chunk_elems: int) -> list[dict]:
+def _reference(schedule: RopeSchedule, recipe: Recipe, lengths: list[int], chunk: int) -> list[dict]:
     theta = schedule.inv_freq()
     nf = theta.size
     scale = schedule.cos_sin_scale
-    chunk = max(256, chunk_elems // nf)
     # two-term product of m and theta (Veltkamp split), Cody-Waite reduction
     t = theta * 134217729.0
     hi = t - (t - theta)
@@ -110,9 +109,9 @@ def test_engine_equals_straightforward_reference(
     from precision_audit.rope import lookup
 
     monkeypatch.setattr(lookup, "_TABLE_MIN_ELEMENTS", 0 if tables else 2**62)
-    chunk_elems = 4096  # several chunks per length, boundaries inside runs of collisions
-    ref = _reference(schedule, recipe, lengths, chunk_elems)
-    rows = audit(schedule, recipe, lengths, chunk_elems=chunk_elems, workers=2)
+    chunk = max(256, 4096 // schedule.n_freq)  # several chunks per length, boundaries inside runs of collisions
+    ref = _reference(schedule, recipe, lengths, chunk)
+    rows = audit(schedule, recipe, lengths, chunk=chunk, workers=2)
     for row, want in zip(rows, ref):
         got = {k: getattr(row, k) for k in want}
         assert got == want  # floats compared exactly (no nan can reach a row)
@@ -122,7 +121,7 @@ def test_rows_identical_for_any_number_of_workers() -> None:
     schedule = RopeSchedule(head_dim=32, scaling="yarn", factor=8)
     recipes = [preset(name, d) for name in ("lowp", "fp32") for d in ("bf16", "fp16")]
     lengths = [100, 1000, 9000]
-    runs = [audit(schedule, recipes, lengths, budget=True, chunk_elems=2048, workers=w) for w in (1, 2, 3)]
+    runs = [audit(schedule, recipes, lengths, budget=True, chunk=256, workers=w) for w in (1, 2, 3)]
     dicts = [[r.to_dict() for r in rows] for rows in runs]
     assert dicts[0] == dicts[1] == dicts[2]
     assert len(dicts[0]) == len(recipes) * len(lengths)
@@ -142,10 +141,10 @@ def test_zero_frequencies_skipped_without_changing_rows() -> None:
 
     s = RopeSchedule(head_dim=32, rotary_dim=8, scaling="proportional", base=1e6)
     recs = [preset("lowp", "bf16"), preset("fp32", "fp16")]
-    rows = audit(s, recs, [100, 3000], chunk_elems=2048, workers=2)
+    rows = audit(s, recs, [100, 3000], chunk=512, workers=2)
     theta = s.inv_freq()
     assert (theta == 0).sum() == 12
-    snaps = _pass(recs, theta, [stored_inv_freq(r, s) for r in recs], [100, 3000], 1.0, 2048, workers=1)
+    snaps = _pass(recs, theta, [stored_inv_freq(r, s) for r in recs], [100, 3000], 1.0, 256, workers=1)
     for i, r in enumerate(recs):
         for (acc, L), row in zip(snaps[i], [x for x in rows if x.recipe == r.name]):
             assert row.length == L and row.colliding_positions == acc.collisions
@@ -199,9 +198,9 @@ def test_several_dtypes_in_one_call_give_the_rows_of_one_call_per_dtype(scaling:
     s = RopeSchedule(head_dim=64, **kw)
     dtypes, lengths = ["bf16", "e4m3", "fp16"], [300, 5000]
     together = audit(s, [preset(n, d) for d in dtypes for n in ("lowp", "lowp-inv-freq", "fp32", "fp64")], lengths,
-                     budget=True, chunk_elems=4096, workers=2)
+                     budget=True, chunk=256, workers=2)
     separate = [r for d in dtypes for r in audit(s, [preset(n, d) for n in ("lowp", "lowp-inv-freq", "fp32", "fp64")],
-                                                 lengths, budget=True, chunk_elems=4096, workers=1)]
+                                                 lengths, budget=True, chunk=256, workers=1)]
     assert [r.to_dict() for r in together] == [r.to_dict() for r in separate]
 
 

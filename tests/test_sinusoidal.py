@@ -214,7 +214,7 @@ def test_duplicates_match_torch_brute_force(recipe: str, dtype: str) -> None:
     # brute force: the whole table built with torch kernels, np.unique over rows, per length
     lengths = (200, 700, 2100, 5000)
     dim = 32
-    rows = audit_sinusoidal(lengths, dim, [dtype], [recipe])
+    rows = audit_sinusoidal(dim, [recipe], lengths, [dtype])
     full = ref_torch_table(lengths[-1], dim, recipe, dtype)
     for r in rows:
         dup, distinct = brute_duplicates(full[: r.length])
@@ -226,7 +226,7 @@ def test_duplicates_float8_match_numpy_brute_force(dtype: str) -> None:
     # float8: positions overflow (e4m3fn -> nan past 464, e5m2 -> inf past 61439) and tables collide
     # heavily; brute force with ml_dtypes casts and np.unique (nan rows count as equal)
     lengths = (40, 300, 1000)
-    rows = audit_sinusoidal(lengths, 8, [dtype], ["lowp"])
+    rows = audit_sinusoidal(8, ["lowp"], lengths, [dtype])
     full = ref_numpy_lowp(lengths[-1], 8, dtype)
     for r in rows:
         dup, distinct = brute_duplicates(full[: r.length])
@@ -237,7 +237,7 @@ def test_duplicates_float8_match_numpy_brute_force(dtype: str) -> None:
 def test_far_collisions_found_without_window() -> None:
     # d = 2: one frequency w = 1, and 710 = 113 * 2pi + 6.0e-5 (355/113 ~ pi), so rows p and p+710
     # differ by ~6e-5, below float16's spacing near +-1: collisions 710 apart, not local
-    rows = audit_sinusoidal([2000], 2, ["float16"], ["fp32"])
+    rows = audit_sinusoidal(2, ["fp32"], [2000], ["float16"])
     full = ref_torch_table(2000, 2, "fp32", "float16")
     dup, distinct = brute_duplicates(full)
     assert dup > 0
@@ -259,7 +259,7 @@ def test_fp32_recipe_keeps_rows_distinct(dtype: str, dim: int) -> None:
     ex = ref_exact(L, dim)
     d_min = float(np.min(np.sqrt(np.sum((ex[1:] - ex[0]) ** 2, axis=1))))
     assert d_min > 2 * math.sqrt(dim) * eps
-    (r,) = audit_sinusoidal(L, dim, [dtype], ["fp32"])
+    (r,) = audit_sinusoidal(dim, ["fp32"], L, [dtype])
     assert r.duplicate_rows == 0 and r.distinct_rows == L
     assert r.max_abs_error <= eps
     assert r.min_nn_distance >= d_min - 2 * math.sqrt(dim) * eps
@@ -275,14 +275,14 @@ def test_lowp_positions_duplicates_are_position_collisions(dtype: str) -> None:
     ids = torch.arange(L).to(TORCH[dtype]).to(torch.float64).numpy()
     _, inv, counts = np.unique(ids, return_inverse=True, return_counts=True)
     expected = int(np.count_nonzero(counts[inv] >= 2))
-    (r,) = audit_sinusoidal(L, dim, [dtype], ["lowp-positions"])
+    (r,) = audit_sinusoidal(dim, ["lowp-positions"], L, [dtype])
     assert (r.duplicate_rows, r.distinct_rows) == (expected, len(counts))
 
 
 def test_float16_overflowing_positions_are_nonfinite() -> None:
     # float16 positions >= 65520 (Format.overflow_integer) become inf, their angles inf, sin/cos nan:
     # the 16 positions 65520..65535 share one all-nan row; metrics they poison are None in JSON
-    (r,) = audit_sinusoidal(65536, 2, ["float16"], ["lowp"], max_lag=2)
+    (r,) = audit_sinusoidal(2, ["lowp"], 65536, ["float16"], max_lag=2)
     assert r.nonfinite_rows == 65536 - get_format("float16").overflow_integer == 16
     d = r.to_dict()
     assert d["max_abs_error"] is None and d["min_nn_distance"] is None and d["decay_max_dev"] is None
@@ -299,7 +299,7 @@ CASES = [("lowp", "bfloat16", 16), ("lowp", "float16", 8), ("fp32", "float16", 1
 @pytest.mark.parametrize(("recipe", "dtype", "dim"), CASES)
 def test_metrics_match_brute_force(recipe: str, dtype: str, dim: int) -> None:
     L, window, max_lag = 600, 3, 20
-    (r,) = audit_sinusoidal(L, dim, [dtype], [recipe], nn_window=window, max_lag=max_lag)
+    (r,) = audit_sinusoidal(dim, [recipe], L, [dtype], nn_window=window, max_lag=max_lag)
     S = ref_torch_table(L, dim, recipe, dtype)
     E = ref_exact(L, dim)
     # torch's sin kernels may move a few entries by one ulp (see the engine test): allow that much
@@ -324,7 +324,7 @@ def test_metrics_match_brute_force(recipe: str, dtype: str, dim: int) -> None:
 def test_nn_metrics_match_brute_force_exactly_on_numpy_table() -> None:
     # same stored table as the auditor (numpy engine), so the nearest-neighbour figures agree to rounding
     L, dim = 500, 32
-    (r,) = audit_sinusoidal(L, dim, ["float16"], ["fp32"], nn_window=2, max_lag=5)
+    (r,) = audit_sinusoidal(dim, ["fp32"], L, ["float16"], nn_window=2, max_lag=5)
     assert r.nn_certified
     S = encoding_table(L, dim, "fp32", "float16")
     nn_s, nn_e = pairwise(S).min(axis=1), pairwise(ref_exact(L, dim)).min(axis=1)
@@ -335,7 +335,7 @@ def test_nn_metrics_match_brute_force_exactly_on_numpy_table() -> None:
 def test_lowp_bfloat16_loses_identity() -> None:
     # bf16 positions 257 -> 256 (closed form: 8 significant bits), so rows collide: min NN 0, shrink 100 %,
     # which are the global extremes whatever the window
-    (r,) = audit_sinusoidal(300, 16, ["bfloat16"], ["lowp"])
+    (r,) = audit_sinusoidal(16, ["lowp"], 300, ["bfloat16"])
     assert r.duplicate_rows >= 2 and r.min_nn_distance == 0.0 and r.nn_shrink == 1.0 and r.nn_certified
 
 
@@ -347,7 +347,7 @@ def test_far_nearest_neighbours_are_found(dim: int, dtype: str, monkeypatch: pyt
     E = ref_exact(L, dim)
     k_nn = int(np.argmin(np.sqrt(np.sum((E[1:] - E[0]) ** 2, axis=1)))) + 1
     assert k_nn > 4
-    (r,) = audit_sinusoidal(L, dim, [dtype], ["fp32"])
+    (r,) = audit_sinusoidal(dim, ["fp32"], L, [dtype])
     S = encoding_table(L, dim, "fp32", dtype)
     nn_s, nn_e = pairwise(S).min(axis=1), pairwise(E).min(axis=1)
     assert r.nn_certified
@@ -355,7 +355,7 @@ def test_far_nearest_neighbours_are_found(dim: int, dtype: str, monkeypatch: pyt
     assert r.nn_shrink == pytest.approx(float(np.max(1 - nn_s / nn_e)), rel=1e-9, abs=1e-12)
     # without the far search the window result cannot be proven, and the CLI says so
     monkeypatch.setattr("precision_audit.sinusoidal.neighbours.FAR_SEARCH_BUDGET", 0)
-    (w,) = audit_sinusoidal(L, dim, [dtype], ["fp32"])
+    (w,) = audit_sinusoidal(dim, ["fp32"], L, [dtype])
     assert not w.nn_certified and w.min_nn_distance >= r.min_nn_distance
     res = CliRunner().invoke(main, ["sinusoidal", "-l", str(L), "--dim", str(dim), "-d", dtype, "-r", "fp32"])
     assert res.exit_code == 0 and "window" in res.output.splitlines()[2]
@@ -367,9 +367,9 @@ def test_far_nearest_neighbours_are_found(dim: int, dtype: str, monkeypatch: pyt
 def test_prefix_lengths_equal_separate_runs_and_chunking() -> None:
     lengths = [1, 2, 5, 257, 1000, 3001]
     kw = dict(dim=16, dtypes=["bfloat16", "float16"], recipes=["lowp", "fp32"], nn_window=3, max_lag=7)
-    together = audit_sinusoidal(lengths, **kw)
-    chunked = audit_sinusoidal(lengths, **kw, chunk=7)
-    separate = [row for L in lengths for row in audit_sinusoidal(L, **kw)]
+    together = audit_sinusoidal(lengths=lengths, **kw)
+    chunked = audit_sinusoidal(lengths=lengths, **kw, chunk=7)
+    separate = [row for L in lengths for row in audit_sinusoidal(lengths=L, **kw)]
     key = lambda r: (r.dtype, r.length, r.recipe)  # noqa: E731
     separate.sort(key=lambda r: (["bfloat16", "float16"].index(r.dtype), r.length, r.recipe != "lowp"))
     assert [key(r) for r in together] == [key(r) for r in separate] == [key(r) for r in chunked]
@@ -383,7 +383,7 @@ def test_prefix_lengths_equal_separate_runs_and_chunking() -> None:
 
 
 def test_length_one_has_no_neighbours() -> None:
-    (r,) = audit_sinusoidal(1, 4, ["float16"], ["fp32"])
+    (r,) = audit_sinusoidal(4, ["fp32"], 1, ["float16"])
     assert (r.distinct_rows, r.duplicate_rows) == (1, 0)
     assert r.to_dict()["exact_nn_distance"] is None and r.decay_max_dev_lag == 0
 
@@ -407,15 +407,15 @@ def test_length_one_has_no_neighbours() -> None:
     ({"lengths": 0}, "length 0 must be at least 1"),
 ])
 def test_bad_arguments_raise(kwargs: dict, message: str) -> None:
-    args = {"lengths": 8, "dim": 4, **kwargs}
+    args = {"lengths": 8, "dim": 4, "recipes": "lowp", **kwargs}
     with pytest.raises(ValueError, match=message):
         audit_sinusoidal(**args)
 
 
 def test_a_bare_name_is_one_name() -> None:
     # "float16" is one dtype (as audit_positions takes it), not the letters f, l, o, ...
-    one = audit_sinusoidal(8, 4, "float16", "fp32")
-    assert [r.to_dict() for r in one] == [r.to_dict() for r in audit_sinusoidal(8, 4, ["float16"], ["fp32"])]
+    one = audit_sinusoidal(4, "fp32", 8, "float16")
+    assert [r.to_dict() for r in one] == [r.to_dict() for r in audit_sinusoidal(4, ["fp32"], 8, ["float16"])]
 
 
 def test_recipe_and_row_validation() -> None:
@@ -424,7 +424,7 @@ def test_recipe_and_row_validation() -> None:
     with pytest.raises(ValueError, match="recipe name ''"):
         Recipe("")
     assert get_recipe(" FP32 ") is RECIPES["fp32"]
-    (r,) = audit_sinusoidal(8, 4, ["float16"], ["fp32"])
+    (r,) = audit_sinusoidal(4, ["fp32"], 8, ["float16"])
     good = r.to_dict()
     for field, bad in [("dim", 3), ("duplicate_rows", 9), ("distinct_rows", 0), ("nn_window", 0)]:
         with pytest.raises(ValueError, match=field):
@@ -500,7 +500,7 @@ def test_hash_collisions_are_verified(recipe: str, dtype: str, dim: int, monkeyp
     # alone; the counts must still equal the np.unique brute force
     monkeypatch.setattr("precision_audit.sinusoidal.duplicates._row_hash", lambda bits: np.zeros(len(bits), dtype=np.uint64))
     lengths = (300, 1500)
-    rows = audit_sinusoidal(lengths, dim, [dtype], [recipe], chunk=100)
+    rows = audit_sinusoidal(dim, [recipe], lengths, [dtype], chunk=100)
     full = ref_torch_table(lengths[-1], dim, recipe, dtype)
     for r in rows:
         assert (r.duplicate_rows, r.distinct_rows) == brute_duplicates(full[: r.length])
@@ -528,15 +528,14 @@ def test_duplicates_at_1m_match_torch_row_digests(recipe: str, dtype: str) -> No
         digests += [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in pe]
     counts = Counter(digests)
     expected = sum(c for c in counts.values() if c >= 2)
-    (r,) = audit_sinusoidal(L, dim, [dtype], [recipe], max_lag=1)
+    (r,) = audit_sinusoidal(dim, [recipe], L, [dtype], max_lag=1)
     assert (r.duplicate_rows, r.distinct_rows) == (expected, len(counts))
 
 
 def test_progress_reports_every_position_of_every_pass():
     # one streaming pass per (recipe, dtype), each over max(lengths) positions
     seen: list[int] = []
-    audit_sinusoidal([100, 3000], dim=16, dtypes=["bfloat16"], recipes=["lowp", "fp32"], chunk=512,
-                     progress=seen.append)
+    audit_sinusoidal(16, ["lowp", "fp32"], [100, 3000], ["bfloat16"], chunk=512, progress=seen.append)
     assert sum(seen) == 2 * 3000 and max(seen) <= 512
 
 
@@ -544,5 +543,5 @@ def test_rows_identical_for_any_number_of_workers() -> None:
     # chunks run on threads and merge in position order: the sums are the single thread's, to the bit
     kw = dict(dim=16, dtypes=["bfloat16", "float16"], recipes=["lowp", "fp32", "fp64"], nn_window=3, max_lag=7,
               chunk=300)
-    runs = [audit_sinusoidal([100, 2000, 5000], workers=w, **kw) for w in (1, 3)]
+    runs = [audit_sinusoidal(lengths=[100, 2000, 5000], workers=w, **kw) for w in (1, 3)]
     assert [r.to_dict() for r in runs[0]] == [r.to_dict() for r in runs[1]]

@@ -207,7 +207,9 @@ def test_hf_rope_verdicts_bottom_line_and_fail_on():
     doc = json.loads(res.output)
     (row,) = doc["results"]
     assert row["verdict"] == "safe" and row["cache_bound"] == cache_rounding_bound("bfloat16")
-    assert row["verdict"] == rope_verdict(row["max_rotation_error"], row["colliding_positions"], row["cache_bound"])
+    assert row["verdict"] == rope_verdict(row["max_rotation_error"], row["colliding_positions"],
+                                         pair_errors=[(p["distance"], p["max_rotation_error"])
+                                                      for p in row["pair_errors"]])
     (summ,) = doc["summary"]
     assert (summ["label"], summ["verdict"], summ["safe_to"]) == ("LlamaRotaryEmbedding as built", "safe", 8192)
 

@@ -184,7 +184,7 @@ def test_bad_arguments_name_the_argument():
         (lambda: audit_rope_module(r, s, 64, layer_type=3), TypeError, r"^layer_type 3 must be a string"),
         (lambda: audit_rope_module(r, s, 64, layer_type="full_attention"), ValueError,
          r"^layer_type 'full_attention' given, but Rotary.forward takes no layer_type"),
-        (lambda: audit_rope_module(r, s, 64, chunk_elems=0), ValueError, r"^chunk_elems 0 must be at least 1"),
+        (lambda: audit_rope_module(r, s, 64, chunk=0), ValueError, r"^chunk 0 must be at least 1"),
         (lambda: audit_rope_module(r, "", 64), ValueError, r"^schedule '' is not a usable path \(empty\)"),
         (lambda: audit_rope_module(r, 8, 64), TypeError, r"^schedule 8 is not a RopeSchedule"),
         (lambda: audit_rope_module(r, "a\0b", 64), ValueError, r"^schedule 'a\\x00b' is not a usable path"),

@@ -125,5 +125,5 @@ def test_rows_expose_the_rule_s_verdict():
         assert r.lost == rope_why(r.max_rotation_error, r.colliding_positions, r.pair_errors)
     assert [r.verdict for r in rows] == ["broken", "safe"] and rows[1].lost is None
     assert "local order lost" in rows[0].lost
-    assert [a.verdict for r in ("cast-output", "fp32") for a in audit_alibi(4096, 8, r, "bf16")] == ["broken", "safe"]
+    assert [a.verdict for r in ("cast-output", "fp32") for a in audit_alibi(8, r, 4096, "bf16")] == ["broken", "safe"]
     assert "verdict" not in rows[0].to_dict() and "verdict" not in p.to_dict()  # --json rows stay as they were

@@ -24,10 +24,10 @@ L-1``, so collision counts agree; the attention effect differs.
 
 >>> alibi_slopes(8).tolist()
 [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625]
->>> r = audit_alibi(8192, 8, "cast-output", "bfloat16")[0]
+>>> r = audit_alibi(8, "cast-output", 8192, "bfloat16")[0]
 >>> r.min_distinct_biases, r.max_run, r.order_inversions
 (897, 33, 0)
->>> audit_alibi(8192, 8, "fp32", "bfloat16")[0].min_distinct_biases
+>>> audit_alibi(8, "fp32", 8192, "bfloat16")[0].min_distinct_biases
 8192
 
 The package: :mod:`.slopes` (the slope rules), :mod:`.recipes` (code paths and the biases they store),
@@ -38,7 +38,8 @@ The package: :mod:`.slopes` (the slope rules), :mod:`.recipes` (code paths and t
 from __future__ import annotations
 
 from .audit import CHUNK_ELEMENTS, MAX_ALIBI_LENGTH, audit_alibi, stored_bias_metrics  # noqa: F401
-from .recipes import FORMS, RECIPES, Recipe, alibi_bias, alibi_bias_torch, get_recipe, recipe_names, stored_slopes
+from .recipes import (FORMS, RECIPES, Recipe, alibi_bias, alibi_bias_torch, get_recipe, recipe, recipe_names,
+                      stored_slopes)
 from .rows import AlibiAudit, AlibiRow, HeadAudit, HeadRow  # noqa: F401  (*Audit: the former names)
 from .slopes import MAX_HEADS, SLOPE_FUNCTIONS, SLOPE_RULES, alibi_slopes, bloom_slopes, check_heads  # noqa: F401
 
@@ -55,6 +56,7 @@ __all__ = [
     "audit_alibi",
     "bloom_slopes",
     "get_recipe",
+    "recipe",
     "recipe_names",
     "stored_slopes",
 ]

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..checks import check_callable, check_int, check_lengths
-from ..formats import as_float64, get_format
-from .recipes import FORMS, Recipe, _magnitudes_into, _resolve_slopes, get_recipe
+from ..checks import check_callable, check_int, check_lengths, check_names
+from ..formats import Format, as_float64, get_format
+from .recipes import FORMS, Recipe, _magnitudes_into, _resolve_slopes, recipe
 from .rows import AlibiRow, HeadRow
 from .slopes import alibi_slopes, check_heads
 from .stream import count_pass, prob_change_pass
@@ -20,7 +20,7 @@ from .stream import count_pass, prob_change_pass
 __all__ = ["CHUNK_ELEMENTS", "MAX_ALIBI_LENGTH", "audit_alibi", "stored_bias_metrics"]
 
 MAX_ALIBI_LENGTH = 2**26  # 2**26 tokens x 64 heads already take minutes
-CHUNK_ELEMENTS = 2**19  # heads x positions per chunk: a few tens of MB of temporaries
+CHUNK_ELEMENTS = 2**19  # heads x positions per chunk by default: a few tens of MB of temporaries
 
 
 def _chunks(stop: int, width: int) -> Iterable[tuple[int, int]]:
@@ -49,18 +49,13 @@ class _Plan:
         _magnitudes_into(self.recipe, self.s_used, k, out, scratch)
 
 
-def _plan(lengths: int | Iterable[int], num_heads: int, recipe: str | Recipe, dtype: str | None,
-          slopes: npt.ArrayLike | None, chunk_elements: int) -> _Plan:
-    """Validate :func:`audit_alibi`'s arguments."""
-    r = get_recipe(recipe, "bfloat16" if dtype is None else dtype)
-    label = get_format(dtype).name if dtype is not None else r.bias_format if isinstance(recipe, Recipe) else "bfloat16"
-    lens = check_lengths(lengths, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases")
-    n = check_heads(num_heads)
-    chunk_elements = check_int(chunk_elements, "chunk_elements", minimum=1, maximum=2**30)
-    s_used = _resolve_slopes(r, n, slopes)
+def _plan(recipe: Recipe, label: str, lens: tuple[int, ...], n: int, slopes: npt.ArrayLike | None,
+          width: int) -> _Plan:
+    """One (recipe, label) job of :func:`audit_alibi` (arguments checked there)."""
+    s_used = _resolve_slopes(recipe, n, slopes)
     s_exact = alibi_slopes(n) if slopes is None else as_float64(slopes, odd=False, name="slopes").reshape(-1)
-    sign = 1.0 if r.form == "key" else -1.0
-    return _Plan(r, label, tuple(lens), n, s_used, s_exact, sign, max(1, chunk_elements // n))
+    sign = 1.0 if recipe.form == "key" else -1.0
+    return _Plan(recipe, label, lens, n, s_used, s_exact, sign, width)
 
 
 def _audit_row(plan: _Plan, L: int, f: Any) -> AlibiRow:
@@ -86,41 +81,57 @@ def _audit_row(plan: _Plan, L: int, f: Any) -> AlibiRow:
 
 
 def audit_alibi(
-    lengths: int | Iterable[int],
     num_heads: int,
-    recipe: str | Recipe = "cast-output",
-    dtype: str | None = None,
+    recipes: str | Recipe | Iterable[str | Recipe],
+    lengths: int | Iterable[int],
+    dtypes: str | Format | Iterable[str | Format] | None = None,
     *,
     slopes: npt.ArrayLike | None = None,
-    chunk_elements: int = CHUNK_ELEMENTS,
+    chunk: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[AlibiRow]:
-    """Audit the ALiBi bias of ``recipe`` in ``dtype``; one row per length.
+    """Audit the ALiBi bias of ``num_heads`` heads: one row per (dtype, recipe, length), in that order.
 
-    Two chunked passes over ``k = 0 .. max(lengths) - 1`` serve every length
-    (prefix reductions); the second needs each length's log-sum-exp from the
-    first.  Memory stays near ``chunk_elements`` values per array.
-    ``progress`` is called after each chunk with the number of positions it
-    held (``2 * max(lengths)`` in all).  ``slopes``
-    (float64, one per head) replaces the reference slope rule, e.g. with
-    another model's schedule: they become the reference and are rounded to
-    the recipe's ``slope_format``.  ``dtype`` (the model dtype; default
-    bfloat16) picks the preset's formats; for a :class:`Recipe` it is only the
-    row's label and defaults to the recipe's ``bias_format``.
+    ``recipes``: preset names (:func:`~.recipes.recipe` builds each for every
+    model dtype of ``dtypes``, default bfloat16) or :class:`Recipe` objects
+    (their formats are fixed; the dtype only labels the row, by default their
+    ``bias_format``).  Per (recipe, dtype), two chunked passes over ``k = 0 ..
+    max(lengths) - 1`` serve every length (prefix reductions); the second
+    needs each length's log-sum-exp from the first.  ``chunk``: positions per
+    chunk (default ``2**19 // num_heads``); memory stays near ``chunk`` x
+    heads values per array.  ``progress`` is called after each chunk with the
+    number of positions it held (``2 * max(lengths)`` per (recipe, dtype)).
+    ``slopes`` (float64, one per head) replaces the reference slope rule,
+    e.g. with another model's schedule: they become the reference and are
+    rounded to the recipe's ``slope_format``.
 
-    >>> rows = audit_alibi([256, 512], 8, "lowp", "bf16")
+    >>> rows = audit_alibi(8, "lowp", [256, 512], "bf16")
     >>> [(r.length, r.min_distinct_biases, r.max_run) for r in rows]
     [(256, 256, 1), (512, 385, 3)]
     >>> rows[1].heads[0].max_prob_change < 1e-2
     True
     """
+    n = check_heads(num_heads)
+    items = check_names(recipes, "recipes", "ALiBi recipe name or Recipe", Recipe)
+    fmts: list[str | None] = [None] if dtypes is None else list(dict.fromkeys(
+        get_format(d).name for d in check_names(dtypes, "dtypes", "format name", Format)))
+    lens = tuple(check_lengths(lengths, limit=MAX_ALIBI_LENGTH, why="the ALiBi audit streams L x heads biases"))
+    width = max(1, CHUNK_ELEMENTS // n) if chunk is None else check_int(chunk, "chunk", minimum=1,
+                                                                         maximum=MAX_ALIBI_LENGTH)
     check_callable(progress, "progress")
-    plan = _plan(lengths, num_heads, recipe, dtype, slopes, chunk_elements)
-    with np.errstate(invalid="ignore", over="ignore"):
-        found = count_pass(plan, progress)
-        prob_change_pass(plan, found, progress)
-    return [_audit_row(plan, L, found[L]) for L in plan.lengths]
-
+    jobs = []
+    for d in fmts:
+        for item in items:
+            r = recipe(item, "bfloat16" if d is None else d)
+            jobs.append((r, d if d is not None else r.bias_format if isinstance(item, Recipe) else "bfloat16"))
+    plans = [_plan(r, label, lens, n, slopes, width) for r, label in jobs]  # every slope checked before any pass
+    rows = []
+    for plan in plans:
+        with np.errstate(invalid="ignore", over="ignore"):
+            found = count_pass(plan, progress)
+            prob_change_pass(plan, found, progress)
+        rows += [_audit_row(plan, L, found[L]) for L in plan.lengths]
+    return rows
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..checks import ArgumentTypeError, check_length, describe
-from ..formats import as_float64, bfloat16_from_float32, get_format, round_into, round_to
+from ..formats import Format, as_float64, bfloat16_from_float32, get_format, round_into, round_to
 from .slopes import SLOPE_FUNCTIONS, SLOPE_RULES, check_heads
 
-__all__ = ["FORMS", "RECIPES", "Recipe", "alibi_bias", "alibi_bias_torch", "get_recipe", "recipe_names",
+__all__ = ["FORMS", "RECIPES", "Recipe", "alibi_bias", "alibi_bias_torch", "get_recipe", "recipe", "recipe_names",
            "stored_slopes"]
 
 FORMS = ("key", "relative")
@@ -89,14 +89,15 @@ def recipe_names() -> list[str]:
     return list(RECIPES)
 
 
-def get_recipe(name: str | Recipe, dtype: str = "bfloat16") -> Recipe:
-    """The preset ``name`` for model dtype ``dtype`` (a Recipe passes through).
+def recipe(name: str | Recipe, dtype: str | Format = "bfloat16") -> Recipe:
+    """The preset ``name`` for model dtype ``dtype`` (a Recipe passes through).  Every encoding package has a
+    ``recipe(name, dtype)``; ``get_recipe`` is its former name.
 
-    >>> get_recipe("cast-output", "fp16").bias_format
+    >>> recipe("cast-output", "fp16").bias_format
     'float16'
-    >>> get_recipe("fp32", "fp16").bias_format
+    >>> recipe("fp32", "fp16").bias_format
     'float32'
-    >>> get_recipe("bloom")
+    >>> recipe("bloom")
     Traceback (most recent call last):
     ...
     ValueError: unknown ALiBi recipe 'bloom'; valid: lowp, cast-output, relative-cast, fp32
@@ -112,10 +113,13 @@ def get_recipe(name: str | Recipe, dtype: str = "bfloat16") -> Recipe:
     return build(get_format(dtype).name)
 
 
+get_recipe = recipe  # the former name
+
+
 def stored_slopes(recipe: Recipe, num_heads: int) -> npt.NDArray[np.float64]:
     """The slopes a recipe multiplies with (exact values of ``slope_format``).
 
-    >>> stored_slopes(get_recipe("lowp", "bf16"), 12)[8:].tolist()
+    >>> stored_slopes(recipe("lowp", "bf16"), 12)[8:].tolist()
     [0.70703125, 0.353515625, 0.1767578125, 0.08837890625]
     """
     return round_to(SLOPE_FUNCTIONS[recipe.slope_rule](num_heads), recipe.slope_format)

@@ -128,7 +128,7 @@ def sinusoidal_cmd(lengths: tuple[int, ...], dim: int, dtypes: tuple[str, ...], 
 
     total = len(set(recipes)) * len(set(dtypes)) * max(lengths)
     with progress_bar(total, "sinusoidal positions", enabled=total * dim >= 2**28) as bar:
-        rows = audit_sinusoidal(lengths, dim, dtypes, recipes, base=base, nn_window=nn_window, max_lag=max_lag,
+        rows = audit_sinusoidal(dim, recipes, lengths, dtypes, base=base, nn_window=nn_window, max_lag=max_lag,
                                 progress=bar.update)
     cols: list[Column] = [
         ("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
@@ -358,8 +358,7 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
     recipes = tuple(dict.fromkeys(recipes or _ALIBI_RECIPES))
     total = 2 * max(lengths) * len(recipes) * len(dtypes)  # two passes per (recipe, dtype)
     with progress_bar(total, "alibi positions", enabled=total * num_heads >= 2**28) as bar:
-        rows = [row for d in dtypes for r in recipes
-                for row in audit_alibi(lengths, num_heads, r, d, progress=bar.update)]
+        rows = audit_alibi(num_heads, recipes, lengths, dtypes, progress=bar.update)
     rows = _alibi_rows_sorted(rows, dtypes, recipes)
     common: list[Column] = [("dtype", "dtype"), ("length", "length"), ("recipe", "recipe"),
                                      ("bias in", "bias_dtype"), ("form", "form")]

@@ -123,12 +123,12 @@ def relative_cmd(ctx: click.Context, scheme: str, bidirectional: bool, num_bucke
     chosen = paths or _SCHEME_PATHS[scheme]
     rows: list[Any]
     if scheme == "learned":
-        rows, columns = audit_learned(lengths, dtypes, paths=chosen), LEARNED_COLUMNS
+        rows, columns = audit_learned(chosen, lengths, dtypes), LEARNED_COLUMNS
     elif scheme == "xlnet":
         if d_model % 2:
             raise click.BadParameter(f"{d_model} must be even (sin and cos come in pairs)", ctx,
                                      param_hint="'--d-model'")
-        rows = audit_relative_sinusoid(lengths, d_model, dtypes, paths=chosen, qlen=qlen, attn_type=attn_type)
+        rows = audit_relative_sinusoid(d_model, chosen, lengths, dtypes, qlen=qlen, attn_type=attn_type)
         columns = SINUSOID_COLUMNS
     else:
         rows = audit_relative(scheme, chosen, lengths, dtypes, bidirectional=bidirectional, num_buckets=num_buckets,

@@ -341,7 +341,7 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
                stacks: Sequence[str], engine: str, progress: Callable[[int], None] | None,
                distances: int | Iterable[int] | None = None) -> list[ConfigRow]:
     """Every preset and stack of every dtype, one audit (one pass) per layer type's schedule."""
-    from ..rope import audit, check_rope_lengths, preset, stack
+    from ..rope import audit, check_rope_lengths
 
     check_rope_lengths(lens)
     rows = []
@@ -349,11 +349,9 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
         lt = None if layer_type == "all" else layer_type
         found = []
         if names:
-            found += audit(s, [preset(n, d) for d in fmts for n in names], lens, progress=progress, engine=engine,
-                           distances=distances)
+            found += audit(s, names, lens, fmts, progress=progress, engine=engine, distances=distances)
         if stacks:  # a stack's hows are modelled by the numpy engine (its kernels are not torch's)
-            found += audit(s, [stack(n, d, s) for d in fmts for n in stacks], lens, progress=progress,
-                           distances=distances)
+            found += audit(s, stacks, lens, fmts, progress=progress, distances=distances)
         for r in found:
             rows.append(ConfigRow(
                 component="rope", recipe=r.recipe, dtype=r.dtype, length=r.length, layer_type=lt,
@@ -418,12 +416,12 @@ def _table_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str],
     p = dict(model.scheme_params)
     rows = []
     if model.kind == "learned":
-        for r in audit_learned(lens, fmts, paths=names):
+        for r in audit_learned(names, lens, fmts):
             rows.append(ConfigRow(component="learned", recipe=r.path, dtype=r.dtype, length=r.length,
                                   verdict=r.verdict, changed=r.wrong, first_changed=r.first_wrong,
                                   colliding_positions=r.collided, max_abs_error=float(r.max_error)))
     elif model.scheme == "xlnet":
-        for x in audit_relative_sinusoid(lens, p["d_model"], fmts, paths=names, attn_type=p["attn_type"]):
+        for x in audit_relative_sinusoid(p["d_model"], names, lens, fmts, attn_type=p["attn_type"]):
             rows.append(ConfigRow(component="relative", recipe=x.path, dtype=x.dtype, length=x.klen,
                                   verdict=sinusoid_verdict(x.duplicate_rows, x.nn_shrink), changed=x.duplicate_rows,
                                   max_abs_error=x.max_abs_error))
@@ -443,16 +441,11 @@ def _alibi_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], 
     """Every ALiBi recipe of every dtype with the model's head count (reference slopes)."""
     from ..alibi import audit_alibi
 
-    rows = []
-    for d in fmts:
-        for n in names:
-            for a in audit_alibi(lens, int(model.num_heads), n, d, progress=progress):  # type: ignore[arg-type]
-                rows.append(ConfigRow(
-                    component="alibi", recipe=n, dtype=d, length=a.length, verdict=alibi_verdict(a, tolerance),
-                    colliding_positions=a.length - a.min_distinct_biases,
-                    min_distinct_biases=a.min_distinct_biases, max_run=a.max_run,
-                    max_abs_error=a.max_abs_error, max_prob_change=a.max_prob_change,
-                    non_finite=a.nonfinite_biases))
-    return rows
+    return [ConfigRow(component="alibi", recipe=a.recipe, dtype=a.dtype, length=a.length,
+                      verdict=alibi_verdict(a, tolerance), colliding_positions=a.length - a.min_distinct_biases,
+                      min_distinct_biases=a.min_distinct_biases, max_run=a.max_run,
+                      max_abs_error=a.max_abs_error, max_prob_change=a.max_prob_change,
+                      non_finite=a.nonfinite_biases)
+            for a in audit_alibi(int(model.num_heads), names, lens, fmts, progress=progress)]  # type: ignore[arg-type]
 
 

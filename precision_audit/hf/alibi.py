@@ -125,7 +125,7 @@ def audit_alibi_builder(model_type: str, num_heads: int, length: int, dtype: Any
     ``identical_fraction`` 1.0 (tests/test_hf.py runs it).
     """
     from ..alibi import RECIPES, check_heads, alibi_bias, audit_alibi, stored_bias_metrics
-    from ..alibi import get_recipe as alibi_recipe
+    from ..alibi import recipe as alibi_recipe
 
     if model_type not in ALIBI_BUILDERS:
         raise ValueError(f"unknown ALiBi model type {model_type!r}; valid: {', '.join(ALIBI_BUILDERS)}")
@@ -163,7 +163,7 @@ def audit_alibi_builder(model_type: str, num_heads: int, length: int, dtype: Any
     rec = alibi_recipe(rname, rdt)
     if rec.form != form:  # same stored magnitudes; the attention effect depends on the form
         rec = replace(rec, form=form)
-    (rec_row,) = audit_alibi(L, n, rec, rdt)
+    (rec_row,) = audit_alibi(n, rec, L, rdt)
     return AlibiBuilderRow(
         model_type=model_type, builder=qual, dtype=name, bias_dtype=bias_dtype, value_format=_value_format(mag),
         form=form, length=L, num_heads=n, matches_recipe=rname, recipe_dtype=rdt, identical_fraction=frac,

@@ -36,7 +36,8 @@ from ..rows import Row
 from ..config import ModelConfig, load_config, load_config_dict, schedule_from_config
 from ..verdicts import rope_verdict
 from ..formats import get_format, spacing
-from ..rope import PairError, audit, cache_rounding_bound, check_rope_lengths, exact_angles, preset, wrap
+from ..rope import (MAX_ROPE_LENGTH, PairError, audit, cache_rounding_bound, check_rope_lengths, exact_angles,
+                    preset, wrap)
 from ..rope.pairs import PairPass, check_distances
 from ..rope.schedules import RopeSchedule
 
@@ -200,7 +201,7 @@ class _Caller:
 
 
 def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dtype: Any, layer_type: str | None,
-                 chunk_elems: int, progress: Callable[[int], None] | None,
+                 chunk: int | None, progress: Callable[[int], None] | None,
                  distances: Sequence[int] | None = ()) -> list[_Errors]:
     """One pass per frequency group over positions 0..L-1; prefix reductions give every length (and the pair
     errors at ``distances``, :class:`~precision_audit.rope.pairs.PairPass`: () none, None the defaults)."""
@@ -209,7 +210,7 @@ def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dt
     groups: dict[int | None, list[int]] = {}
     for L in lengths:
         groups.setdefault(schedule.frequency_key(L), []).append(L)
-    chunk = max(256, chunk_elems // max(nf, 1))
+    chunk = max(256, 2**19 // max(nf, 1)) if chunk is None else chunk
     out: list[_Errors] = []
     # groups in ascending order: a dynamic module keeps the largest frequencies it has grown to
     for key, ls in sorted(groups.items(), key=lambda kv: max(kv[1])):
@@ -397,7 +398,7 @@ def audit_rope_module(
     match: bool = True,
     model_type: str | None = None,
     cast_module: bool | None = None,
-    chunk_elems: int = 2**19,
+    chunk: int | None = None,
     progress: Callable[[int], None] | None = None,
     distances: int | Iterable[int] | None = None,
 ) -> list[ModuleRow]:
@@ -420,7 +421,8 @@ def audit_rope_module(
     ``match=True`` adds :func:`match_recipe`.  ``model_type`` and
     ``cast_module`` only label the rows.  ``distances``: the pair distances,
     as :func:`precision_audit.rope.audit` takes them (() for none); a distance
-    above a chunk calls the module again for positions m - D.  Each row carries
+    above a chunk (``chunk`` positions; default about 2**19 angles) calls the
+    module again for positions m - D.  Each row carries
     the verdict of :mod:`precision_audit.verdicts`.
 
     >>> import torch
@@ -434,7 +436,7 @@ def audit_rope_module(
     ('fp32', True, 'safe')
     """
     _check_module(module, layer_type)
-    chunk_elems = check_int(chunk_elems, "chunk_elems", minimum=1)
+    chunk = None if chunk is None else check_int(chunk, "chunk", minimum=1, maximum=MAX_ROPE_LENGTH)
     match = check_flag(match, "match")
     progress = check_callable(progress, "progress")
     if not (model_type is None or isinstance(model_type, str)):
@@ -446,7 +448,7 @@ def audit_rope_module(
     asked = check_distances(distances, lens)
     name, _ = _torch_dtype(dtype)
     buf_fmt = _check_buffer(module, schedule, layer_type)
-    errs = _module_pass(module, schedule, lens, name, layer_type, chunk_elems, progress, asked)
+    errs = _module_pass(module, schedule, lens, name, layer_type, chunk, progress, asked)
     cls = module.__class__.__name__ if not inspect.isfunction(module) else module.__qualname__
     bound = cache_rounding_bound(name, schedule.cos_sin_scale)
     rows = []

@@ -24,7 +24,7 @@ Paths (:data:`LEARNED_PATHS`):
 Left padding does not change the figures: a pad has mask 0, its cumsum adds
 nothing and its id is ``0 * 0 - 1 = -1`` (row 1 after the offset), exactly.
 
->>> rows = audit_learned([256, 8192], "bfloat16", paths=["mask-cumsum", "mask-scan"])
+>>> rows = audit_learned(["mask-cumsum", "mask-scan"], [256, 8192], "bfloat16")
 >>> for r in rows:
 ...     print(r.length, r.path, r.wrong, r.distinct_ids, r.verdict)
 256 mask-cumsum 0 256 safe
@@ -147,14 +147,13 @@ def _row(path: str, f: Format, n: int) -> LearnedRow:
 
 
 def audit_learned(
+    paths: str | Iterable[str] = LEARNED_PATHS,
     lengths: int | Iterable[int] = (512, 2048, 8192),
     dtypes: str | Format | Iterable[str | Format] = ("bfloat16", "float16"),
-    *,
-    paths: str | Iterable[str] = LEARNED_PATHS,
 ) -> list[LearnedRow]:
     """Audit learned-position ids: one :class:`LearnedRow` per (dtype, length, path).
 
-    >>> [(r.path, r.verdict) for r in audit_learned(4096, "float16")]
+    >>> [(r.path, r.verdict) for r in audit_learned(LEARNED_PATHS, 4096, "float16")]
     [('arange', 'safe'), ('mask-int64', 'safe'), ('mask-cumsum', 'broken'), ('mask-scan', 'broken')]
     """
     lens = check_lengths(lengths, limit=MAX_LEARNED_LENGTH, why="the ids are materialised")

@@ -26,7 +26,7 @@ frequency's stored sine is > 0 for every distance 1..klen (its rounded angle sta
 smallest one's sine does not round to zero), which proves no row is shared across signs; the
 duplicate and distinct counts then add up exactly.
 
->>> r = audit_relative_sinusoid(512, d_model=64, dtypes="bfloat16", paths=["transformers", "arange-dtype"])
+>>> r = audit_relative_sinusoid(64, ["transformers", "arange-dtype"], 512, "bfloat16")
 >>> [(x.path, x.distances, x.duplicate_rows, x.cross_sign_clear) for x in r]
 [('transformers', 1024, 0, True), ('arange-dtype', 1024, 384, True)]
 
@@ -112,11 +112,11 @@ def _cross_sign_clear(klen: int, d_model: int, base: float, recipe: str, dtype: 
 
 
 def audit_relative_sinusoid(
+    d_model: int,
+    paths: str | Iterable[str],
     klens: int | Iterable[int],
-    d_model: int = 1024,
     dtypes: str | Format | Iterable[str | Format] = ("bfloat16", "float16"),
     *,
-    paths: str | Iterable[str] = tuple(SINUSOID_PATHS),
     qlen: int | None = None,
     attn_type: str = "bi",
     base: float = DEFAULT_BASE,
@@ -134,7 +134,7 @@ def audit_relative_sinusoid(
     qs = {k: (k if qlen is None else check_int(qlen, "qlen", minimum=1, maximum=k)) for k in ks}
     neg = {k: qs[k] if attn_type == "bi" else 1 for k in ks}  # distances 0..q-1 mirror the negatives 1..q-1
     lengths = sorted({k + 1 for k in ks} | {n for n in neg.values() if n > 1})
-    rows = audit_sinusoidal(lengths, dim=d_model, dtypes=fmts, recipes=[SINUSOID_PATHS[p] for p in names], base=base)
+    rows = audit_sinusoidal(d_model, [SINUSOID_PATHS[p] for p in names], lengths, fmts, base=base)
     by = {(r.dtype, r.length, r.recipe): r for r in rows}
     out = []
     for f in fmts:

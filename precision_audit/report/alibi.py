@@ -51,7 +51,7 @@ def alibi_sweep(
     [256, 512]
     """
     recipes = list(recipes or recipe_names())
-    return {(d, r): audit_alibi(lengths, num_heads, r, d, slopes=slopes) for d in dtypes for r in recipes}
+    return {(d, r): audit_alibi(num_heads, r, lengths, d, slopes=slopes) for d in dtypes for r in recipes}
 
 
 def _sweep_axes(sweep: Sweep) -> tuple[list[str], list[str], int]:

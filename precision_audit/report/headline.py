@@ -218,7 +218,7 @@ def sinusoidal_section(max_length: int, dtypes: Sequence[str], progress: Progres
     top = min(HEADLINE["sinusoidal_max_length"], max_length)
     lengths = rope_lengths(top, [top])
     _say(progress, f"sinusoidal encodings, d = {dim}, L = 256 .. {length_label(top)}")
-    rows = audit_sinusoidal(lengths, dim, dtypes, ("lowp", "fp32"), max_lag=0)
+    rows = audit_sinusoidal(dim, ("lowp", "fp32"), lengths, dtypes, max_lag=0)
     dl = min(HEADLINE["decay_length"], max_length)
     cases = [(d, "lowp") for d in dtypes] + [(dtypes[0], "fp32")]
     curves = decay_curves(dl, dim, cases, max_lag=HEADLINE["decay_max_lag"])

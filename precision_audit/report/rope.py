@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_int
 from ..rows import Row
 from ..rope.attention import attention_errors
 from ..verdicts import NOTICED, PHASE_LOST
@@ -206,7 +207,7 @@ class ErrorGrid(Row):
 
 
 def error_grid(schedule: RopeSchedule, recipe: Recipe, length: int, bins: int = 256,
-               chunk_elems: int = 2**19) -> ErrorGrid:
+               chunk: int | None = None) -> ErrorGrid:
     """Rotation error of ``recipe`` for positions 0..length-1 and every frequency, max-pooled into bins.
 
     The recipe runs as :func:`~precision_audit.rope.audit` runs it (:func:`~precision_audit.rope.run_recipe`:
@@ -224,7 +225,8 @@ def error_grid(schedule: RopeSchedule, recipe: Recipe, length: int, bins: int = 
     edges = list(range(0, L, width)) + [L]
     theta = schedule.inv_freq(schedule.frequency_key(L))  # the oracle's frequencies, as the audit's
     grid = np.zeros((len(edges) - 1, theta.size))
-    step = max(width, (chunk_elems // max(theta.size, 1)) // width * width)
+    per = 2**19 // max(theta.size, 1) if chunk is None else check_int(chunk, "chunk", minimum=1)
+    step = max(width, per // width * width)
     for start in range(0, L, step):
         m = np.arange(start, min(L, start + step), dtype=np.float64)
         st = run_recipe(recipe, schedule, m, seq_len=L)  # the recipe's own inv_freq, how and attention factor

@@ -2,7 +2,7 @@
 
 >>> import tempfile, pathlib
 >>> from precision_audit.sinusoidal import audit_sinusoidal
->>> rows = audit_sinusoidal([256, 1024], 8, max_lag=0)
+>>> rows = audit_sinusoidal(8, ("lowp", "fp32"), [256, 1024], max_lag=0)
 >>> with tempfile.TemporaryDirectory() as tmp:
 ...     plot_duplicates(rows, pathlib.Path(tmp) / "d.png").stat().st_size > 0
 True

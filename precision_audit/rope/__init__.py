@@ -68,7 +68,7 @@ from .recipes import (
     preset,
     stored_inv_freq,
 )
-from .stacks import STACKS, Stack, select_stacks, stack
+from .stacks import STACKS, Stack, recipe, select_stacks, stack
 from .torch_engine import torch_stages
 from .overflow import AngleOverflow, angle_overflow
 from .attention import ApplyRow, AttentionRow, apply_errors, attention_errors
@@ -98,6 +98,7 @@ __all__ = [
     "exact_angles",
     "parse_stages",
     "preset",
+    "recipe",
     "recipe_stages",
     "row_distances",
     "run_recipe",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ..checks import check_callable, check_choice, check_flag, check_int, check_lengths, check_recipes
+from ..checks import check_callable, check_choice, check_flag, check_int, check_lengths
 from ..rows import Row
 from ..formats import Format, get_format, round_to, spacing
 from .schedules import RopeSchedule, check_schedule
@@ -31,6 +31,7 @@ from .formulas import AngleMaker
 from .oracle import F64, MAX_ROPE_LENGTH, _split
 from .pairs import PairAcc, PairError, check_distances, pair_plan, row_distances
 from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  # noqa: F401  (preset: doctests)
+from .stacks import recipes_for
 from .units import _Acc, _Chunk, _Links, _merge, _plan, _twin, _units
 
 __all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan",
@@ -147,7 +148,7 @@ def default_workers() -> int:
 
 def _pass(
     recipes: Sequence[Recipe], theta: F64, inv_freqs: Sequence[F64 | AngleMaker], lengths: Sequence[int],
-    scale: float, chunk_elems: int, progress: Callable[[int], None] | None = None, workers: int = 1,
+    scale: float, chunk: int | None, progress: Callable[[int], None] | None = None, workers: int = 1,
     engine: str = "numpy", pairs: dict[int, Sequence[int]] | None = None, pair_recipes: Iterable[int] = (),
 ) -> list[list[tuple[_Acc, int]]]:
     """One pass over positions 0..max(lengths)-1; snapshots of every accumulator at each length.
@@ -167,7 +168,7 @@ def _pass(
     invs = [v if isinstance(v, AngleMaker) else round_to(np.asarray(v, dtype=np.float64), r.inv_freq)
             for r, v in zip(recipes, inv_freqs)]
     hi, lo = _split(theta)
-    chunk = max(256, chunk_elems // max(nf, 1))
+    chunk = max(256, 2**19 // max(nf, 1)) if chunk is None else chunk
     block = _block_rows(nf, chunk, engine)
     spec = _pair_spec(pairs, pair_recipes, chunk)
     plan = _Plan.build(recipes, invs, scale, max(lengths, default=0) * nf, spec) if engine == "numpy" else None
@@ -259,17 +260,21 @@ def positions_to_scan(schedule: RopeSchedule, lengths: int | Iterable[int]) -> i
 
 def audit(
     schedule: RopeSchedule,
-    recipes: Recipe | Iterable[Recipe],
+    recipes: str | Recipe | Iterable[str | Recipe],
     lengths: int | Iterable[int],
+    dtypes: str | Format | Iterable[str | Format] | None = None,
     *,
-    budget: bool = False,
-    chunk_elems: int = 2**19,
-    progress: Callable[[int], None] | None = None,
     engine: str = "numpy",
+    chunk: int | None = None,
     workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    budget: bool = False,
     distances: int | Iterable[int] | None = None,
 ) -> list[RopeRow]:
     """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
+
+    ``recipes``: names of presets or stacks (:func:`~.stacks.recipe`), each audited with its cache in every
+    dtype of ``dtypes`` (default bfloat16; dtype-major), or :class:`Recipe` objects (they carry their dtype).
 
     One chunked pass over positions up to the largest length serves every
     shorter length (prefix reductions) and every recipe: the exact oracle is
@@ -277,9 +282,11 @@ def audit(
     recipes share (positions, angles and their errors, cos/sin, a stored
     cache and its errors), so stacks that differ from a preset only in the
     apply stage cost nothing extra.  Recipes may end in different cache
-    dtypes (``[preset(n, d) for d in dtypes for n in names]``): cos/sin are
+    dtypes: cos/sin are
     evaluated once for all of them, and the rows are those of one call per
-    dtype, to the bit.  Memory stays ~``chunk_elems`` float64 per array.  ``dynamic`` scaling changes the frequencies with the length,
+    dtype, to the bit.  ``chunk``: positions per chunk (default: about 2**19
+    angles, at least 256 positions); memory stays near ``chunk`` x frequencies
+    float64 per array.  ``dynamic`` scaling changes the frequencies with the length,
     so lengths above ``original_max_position_embeddings`` get a pass each.
     ``budget=True`` adds the error budget (five more recipe runs per recipe).
     ``progress`` is called after each chunk with the number of positions it
@@ -305,9 +312,9 @@ def audit(
     [(1, True), (16, True), (256, True), (1024, True), (2047, True)]
     """
     check_schedule(schedule)
-    recs = check_recipes(recipes, Recipe, hint="build one with preset(name, dtype) or parse_stages(text, dtype)")
+    recs = recipes_for(recipes, dtypes, schedule)
     budget = check_flag(budget, "budget")
-    chunk_elems = check_int(chunk_elems, "chunk_elems", minimum=1, maximum=2**26)
+    chunk = None if chunk is None else check_int(chunk, "chunk", minimum=1, maximum=MAX_ROPE_LENGTH)
     check_callable(progress, "progress")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1):
         raise ValueError(f"workers {workers!r} must be a positive integer")
@@ -316,15 +323,15 @@ def audit(
     pairs = {L: row_distances(L, asked) for L in lens}
     check_choice(engine, "engine", ENGINES)
     variants: list[Recipe] = []
-    dtypes: list[str] = []  # the cache dtype of the recipe each variant belongs to
+    caches: list[str] = []  # the cache dtype of the recipe each variant belongs to
     for r in recs:
         variants.append(r)
         if budget:
             variants.extend(r.with_exact(s) for s in STAGES)
-        dtypes += [r.cache] * (len(variants) - len(dtypes))
+        caches += [r.cache] * (len(variants) - len(caches))
     n_workers = default_workers() if workers is None else workers
     stride = 1 + (len(STAGES) if budget else 0)
-    results = _scan(schedule, variants, dtypes, lens, chunk_elems, progress, engine, n_workers, pairs,
+    results = _scan(schedule, variants, caches, lens, chunk, progress, engine, n_workers, pairs,
                     {i * stride for i in range(len(recs))})
     rows: list[RopeRow] = []
     for i, r in enumerate(recs):
@@ -337,7 +344,7 @@ def audit(
 
 
 def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[str], lens: Sequence[int],
-          chunk_elems: int, progress: Callable[[int], None] | None, engine: str, workers: int,
+          chunk: int | None, progress: Callable[[int], None] | None, engine: str, workers: int,
           pairs: dict[int, Sequence[int]] | None = None, pair_variants: Iterable[int] = ()
           ) -> dict[tuple[int, int], _Acc]:
     """Each variant's accumulator at each length, keyed (variant index, length): a pass per frequency group
@@ -359,7 +366,7 @@ def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[s
             active = np.frombuffer(mask, dtype=bool)
             parts = [invs[i] if active.all() else invs[i][active] for i in members]
             # progress counts the positions of the first pass only (positions_to_scan: one per group)
-            snaps = _pass([runs[i] for i in members], theta[active], parts, ls, scale, chunk_elems,
+            snaps = _pass([runs[i] for i in members], theta[active], parts, ls, scale, chunk,
                           progress if n == 0 else None, workers, engine, {L: (pairs or {}).get(L, ()) for L in ls},
                           [j for j, i in enumerate(members) if i in want])
             for i, per_len in zip(members, snaps):

@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..checks import check_choice
+from ..checks import ArgumentTypeError, check_choice, check_names, describe, unknown_name
 from ..formats import Format, get_format
 from .schedules import ROPE_TYPES, RopeSchedule, check_schedule
 from .formulas import ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides
-from .recipes import DTYPE, Preset, Recipe
+from .recipes import DTYPE, PRESETS, Preset, Recipe, preset
 
-__all__ = ["ROLES", "STACKS", "Stack", "select_stacks", "stack"]
+__all__ = ["ROLES", "STACKS", "Stack", "recipe", "recipes_for", "select_stacks", "stack"]
 
 ROLES: tuple[str, ...] = ("train", "serve")
 """What a stack is used for: training (the schedule a model learns) or serving (the schedule it is run with)."""
@@ -399,3 +399,49 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool 
             continue
         out.append(n)
     return out, skipped
+
+
+def recipe(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | None = None) -> Recipe:
+    """The code path ``name`` with its cache in ``dtype``: a preset (:data:`~.recipes.PRESETS`, :func:`preset`)
+    or a stack (:data:`STACKS`, :func:`stack`, checked against ``schedule``'s rope type when one is given).
+    Every encoding package has a ``recipe(name, dtype)``.
+
+    >>> recipe("fp32", "fp16").stages["cache"], recipe("vllm").stack
+    ('float16', 'vllm')
+    >>> recipe("fp23")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown RoPE recipe 'fp23'; did you mean: fp32? (4 presets: lowp, lowp-inv-freq, fp32, fp64; or a stack, see precision_audit.rope.STACKS)
+    """
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"RoPE recipe {describe(name)} must be a name (a preset or a stack)")
+    if name in PRESETS:
+        get_format(dtype)
+        if schedule is not None:
+            check_schedule(schedule)
+        return preset(name, dtype)
+    if name in STACKS:
+        return stack(name, dtype, schedule)
+    near = unknown_name("RoPE recipe", name, [*PRESETS, *STACKS]).split(" (")[0]
+    raise ValueError(f"{near} ({len(PRESETS)} presets: {', '.join(PRESETS)}; or a stack, see "
+                     "precision_audit.rope.STACKS)")
+
+
+def recipes_for(recipes: str | Recipe | Any, dtypes: Any = None, schedule: RopeSchedule | None = None
+                ) -> list[Recipe]:
+    """The recipes an audit runs: each name (:func:`recipe`) once per dtype of ``dtypes`` (default bfloat16),
+    dtype-major; a :class:`Recipe` as it is (it carries its dtype), once, where it stands among the first
+    dtype's.
+
+    >>> [(r.name, r.cache) for r in recipes_for(["lowp", "fp32"], ["bf16", "fp16"])]
+    [('lowp', 'bfloat16'), ('fp32', 'bfloat16'), ('lowp', 'float16'), ('fp32', 'float16')]
+    """
+    items = check_names(recipes, "recipes", "recipe", Recipe)
+    for i, item in enumerate(items):
+        if not isinstance(item, (str, Recipe)):
+            raise ArgumentTypeError(f"recipes[{i}] {describe(item)} is not a recipe name or a Recipe (build one "
+                                    "with preset(name, dtype), stack(name, dtype) or parse_stages(text, dtype))")
+    fmts = ["bfloat16"] if dtypes is None else list(dict.fromkeys(
+        get_format(d).name for d in check_names(dtypes, "dtypes", "format name", Format)))
+    return [item if isinstance(item, Recipe) else recipe(item, d, schedule)
+            for k, d in enumerate(fmts) for item in items if k == 0 or not isinstance(item, Recipe)]

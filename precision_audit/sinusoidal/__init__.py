@@ -51,7 +51,7 @@ is up to 7 float32 ulps off the correctly rounded w_i at d = 512; the fp32
 preset uses correctly rounded w_i; spot checks (d = 512, L = 8K .. 1M) move its
 table error by under 1 %, since the float32 angle rounding dominates.)
 
->>> rows = audit_sinusoidal([512], dim=64, dtypes=["bfloat16"], recipes=["lowp", "fp32"])
+>>> rows = audit_sinusoidal(64, ["lowp", "fp32"], [512], ["bfloat16"])
 >>> [(r.recipe, r.duplicate_rows, r.distinct_rows) for r in rows]
 [('lowp', 191, 385), ('fp32', 0, 512)]
 
@@ -62,7 +62,7 @@ positions share a row; 0..256, the 127 even values 258..510 and 512 stay distinc
 # recipes: stages, presets, w_i;  tables: whole stored and exact tables;  audit: the streaming auditor and its rows;
 # duplicates: exact duplicate rows;  neighbours: nearest stored neighbours.  The limits MAX_* stay importable here.
 from .audit import MAX_LAG, MAX_SINUSOIDAL_LENGTH, SinusoidalRow, audit_sinusoidal
-from .recipes import DEFAULT_BASE, MAX_DIM, RECIPES, STAGES, Recipe, frequencies, get_recipe
+from .recipes import DEFAULT_BASE, MAX_DIM, RECIPES, STAGES, Recipe, frequencies, get_recipe, recipe
 from .tables import (
     LAYOUTS,
     decay_curve,
@@ -89,4 +89,5 @@ __all__ = [
     "exact_table",
     "frequencies",
     "get_recipe",
+    "recipe",
 ]

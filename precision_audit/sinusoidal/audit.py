@@ -16,7 +16,7 @@ from ..formats import Format, get_format, round_to
 from ..rope.audit import default_workers
 from .duplicates import _duplicate_activation, _RowHashes
 from .neighbours import _NeighbourSearch, _WindowNeighbours
-from .recipes import DEFAULT_BASE, Array, Recipe, _check_base, _check_dim, frequencies, get_recipe
+from .recipes import DEFAULT_BASE, Array, Recipe, _check_base, _check_dim, frequencies, recipe
 from .stream import Pass, _ErrorTally, _LagSums, stream
 from .tables import _StoredRows, decay_exact, exact_distances
 
@@ -204,25 +204,28 @@ def _audit_all(pairs: Sequence[tuple[Recipe, str]], st: _Settings, workers: int,
 
 
 def audit_sinusoidal(
+    dim: int,
+    recipes: str | Recipe | Iterable[str | Recipe],
     lengths: int | Iterable[int],
-    dim: int = 512,
     dtypes: str | Format | Iterable[str | Format] = ("bfloat16", "float16"),
-    recipes: str | Recipe | Iterable[str | Recipe] = ("lowp", "fp32"),
     *,
     base: float = DEFAULT_BASE,
     nn_window: int = 4,
     max_lag: int = 32,
     chunk: int | None = None,
-    progress: Callable[[int], None] | None = None,
     workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[SinusoidalRow]:
-    """Audit sinusoidal encodings: one :class:`SinusoidalRow` per (dtype, length, recipe).
+    """Audit sinusoidal encodings of width ``dim``: one :class:`SinusoidalRow` per (dtype, length, recipe).
 
-    One streaming pass over positions up to the largest length yields every
+    ``recipes``: preset names (:data:`~.recipes.RECIPES`) or :class:`Recipe` objects; a stage without a format
+    runs in the target dtype, each of ``dtypes``.  One streaming pass over
+    positions up to the largest length yields every
     shorter length (prefix reductions) for every (recipe, dtype) at once, the
     exact rows computed once per chunk for all of them (as many as fit in
     512 MB of O(length) state; the others in further passes); memory is
-    ``O(chunk * dim + length)`` each.  Chunks run on ``workers`` threads
+    ``O(chunk * dim + length)`` each (``chunk``: positions per chunk, default
+    ``2**19 // dim``, at least 256).  Chunks run on ``workers`` threads
     (default: as the RoPE audit); the rows are the same to the bit for any
     number.  ``progress`` is called after each chunk of each (recipe, dtype)
     with the number of positions it held (``len(recipes) * len(dtypes) *
@@ -231,13 +234,16 @@ def audit_sinusoidal(
     by side.  A bare name (``dtypes="float16"``) is one
     name, as in :func:`~precision_audit.positions.audit_positions`.
 
-    >>> r = audit_sinusoidal(4096, dim=128, dtypes=["float16"], recipes=["lowp", "fp32"])
+    >>> r = audit_sinusoidal(128, ["lowp", "fp32"], 4096, ["float16"])
     >>> [(x.recipe, x.duplicate_rows) for x in r]  # fp16: {2048, 2049}, then 511 triples {4m-1, 4m, 4m+1}
     [('lowp', 1535), ('fp32', 0)]
     """
     lens = check_lengths(lengths, limit=MAX_SINUSOIDAL_LENGTH, why="the sinusoidal audit keeps O(L) state")
     dim, base = _check_dim(dim), _check_base(base)
-    recs = [get_recipe(r) for r in check_names(recipes, "recipes", "sinusoidal recipe", Recipe)]
+    recs = [recipe(r) for r in check_names(recipes, "recipes", "sinusoidal recipe", Recipe)]
+    twice = next((r.name for i, r in enumerate(recs) if r.name in {q.name for q in recs[:i]}), None)
+    if twice is not None:
+        raise ValueError(f"recipes hold two recipes named {twice!r} (rows are keyed by recipe name)")
     fmts = [get_format(d).name for d in check_names(dtypes, "dtypes", "format name", Format)]
     check_callable(progress, "progress")
     if isinstance(nn_window, bool) or not isinstance(nn_window, (int, np.integer)) or nn_window < 1:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ from ..formats import Format, get_format
 
 MAX_DIM = 65536  # model widths in use stay below 2**15
 
-__all__ = ["DEFAULT_BASE", "MAX_DIM", "RECIPES", "STAGES", "Recipe", "frequencies", "get_recipe"]
+__all__ = ["DEFAULT_BASE", "MAX_DIM", "RECIPES", "STAGES", "Recipe", "frequencies", "get_recipe", "recipe"]
 
 STAGES: tuple[str, ...] = ("positions", "frequencies", "angles", "trig", "table")
 DEFAULT_BASE = 10000.0
@@ -76,22 +76,34 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-def get_recipe(recipe: str | Recipe) -> Recipe:
-    """A preset by name (or a :class:`Recipe`, returned as is).
+def recipe(name: str | Recipe, dtype: str | Format | None = None) -> Recipe:
+    """A preset by name (or a :class:`Recipe`, returned as is); with ``dtype``, bound to it: its stages
+    without a format run in ``dtype`` whatever an audit's dtypes (the rows still carry the audit's dtype).
+    Every encoding package has a ``recipe(name, dtype)``; ``get_recipe`` is its former name.
 
-    >>> get_recipe("fp32").angles
-    'float32'
-    >>> get_recipe("fp16")
+    >>> recipe("fp32").angles, recipe("fp32").table
+    ('float32', None)
+    >>> recipe("fp32", "bf16").table
+    'bfloat16'
+    >>> recipe("fp16")
     Traceback (most recent call last):
     ...
     ValueError: unknown sinusoidal recipe 'fp16'; valid recipes: lowp, lowp-positions, fp32, fp64
     """
-    if isinstance(recipe, Recipe):
-        return recipe
-    try:
-        return RECIPES[str(recipe).strip().lower()]
-    except KeyError:
-        raise ValueError(f"unknown sinusoidal recipe {recipe!r}; valid recipes: {', '.join(RECIPES)}") from None
+    if isinstance(name, Recipe):
+        found = name
+    else:
+        try:
+            found = RECIPES[str(name).strip().lower()]
+        except KeyError:
+            raise ValueError(f"unknown sinusoidal recipe {name!r}; valid recipes: {', '.join(RECIPES)}") from None
+    if dtype is None:
+        return found
+    target = get_format(dtype).name
+    return replace(found, **{s: getattr(found, s) or target for s in STAGES})
+
+
+get_recipe = recipe  # the former name
 
 
 def _check_dim(dim: Any) -> int:
