@@ -586,3 +586,25 @@ def test_cli_default_lengths_beyond_the_oracle_say_so(tmp_path):
     res = run("config", str(p))
     assert res.exit_code == 2
     assert "exceeds the RoPE oracle's limit" in res.output and "default lengths are the config's context" in res.output
+
+
+def test_mpt_config_audits_the_models_own_slopes():
+    # MPT's alibi_bias_max = 16 halves every slope exponent's step: config must audit those slopes, not the
+    # reference rule.  Referees: transformers' build_mpt_alibi_tensor (float32) for the slopes, and the ALiBi
+    # auditor called with them for the rows.
+    mpt = pytest.importorskip("transformers.models.mpt.modeling_mpt")
+    from precision_audit.alibi import audit_alibi, mpt_slopes
+
+    cfg = {"model_type": "mpt", "n_heads": 12, "d_model": 768, "max_seq_len": 2048,
+           "attn_config": {"alibi": True, "alibi_bias_max": 16}}
+    model = load_config_dict(cfg)
+    bias = mpt.build_mpt_alibi_tensor(12, 2, alibi_bias_max=16).double().numpy()  # slope * (k - 1), k = 0, 1
+    assert list(model.alibi_slopes()) == pytest.approx((-bias[:, 0, 0]).tolist(), rel=2**-23)
+    assert model.alibi_slopes() == tuple(mpt_slopes(12, 16.0).tolist())
+    rows = audit_config(model, [2048], ["bfloat16"], positions=False)
+    want = audit_alibi(12, ["lowp", "cast-output", "relative-cast", "fp32"], [2048], "bfloat16",
+                       slopes=model.alibi_slopes())
+    assert [(r.recipe, r.min_distinct_biases, r.max_abs_error) for r in rows] == \
+        [(a.recipe, a.min_distinct_biases, a.max_abs_error) for a in want]
+    reference = audit_alibi(12, "cast-output", [2048], "bfloat16")[0]
+    assert reference.min_distinct_biases != rows[1].min_distinct_biases  # the slopes matter here

@@ -41,7 +41,8 @@ from .audit import CHUNK_ELEMENTS, MAX_ALIBI_LENGTH, audit_alibi, stored_bias_me
 from .recipes import (FORMS, RECIPES, Recipe, alibi_bias, alibi_bias_torch, get_recipe, recipe, recipe_names,
                       stored_slopes)
 from .rows import AlibiAudit, AlibiRow, HeadAudit, HeadRow  # noqa: F401  (*Audit: the former names)
-from .slopes import MAX_HEADS, SLOPE_FUNCTIONS, SLOPE_RULES, alibi_slopes, bloom_slopes, check_heads  # noqa: F401
+from .slopes import (MAX_HEADS, SLOPE_FUNCTIONS, SLOPE_RULES, alibi_slopes, bloom_slopes,  # noqa: F401
+                     check_heads, mpt_slopes)
 
 __all__ = [
     "FORMS",

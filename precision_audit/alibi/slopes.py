@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 
-__all__ = ["MAX_HEADS", "SLOPE_FUNCTIONS", "SLOPE_RULES", "alibi_slopes", "bloom_slopes", "check_heads"]
+__all__ = ["MAX_HEADS", "SLOPE_FUNCTIONS", "SLOPE_RULES", "alibi_slopes", "bloom_slopes", "check_heads", "mpt_slopes"]
 
 MAX_HEADS = 4096  # Bloom-176B has 112
 SLOPE_RULES = ("exact", "bloom")
@@ -104,3 +104,24 @@ SLOPE_FUNCTIONS: dict[str, Callable[[int], npt.NDArray[np.float64]]] = {
     "exact": alibi_slopes,
     "bloom": bloom_slopes,
 }
+
+
+def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> npt.NDArray[np.float64]:
+    """MPT's slopes (float64): ``2**-(k * alibi_bias_max / n2)`` for k = 1..n2, n2 the next power of two,
+    interleaved (odd then even indices) and cut to ``num_heads`` when that is not a power of two (llm-foundry's
+    and transformers' ``build_mpt_alibi_tensor``).  ``alibi_bias_max = 8`` gives :func:`alibi_slopes`.
+
+    >>> mpt_slopes(4).tolist()  # 2**-(8k/4)
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    >>> bool((mpt_slopes(12) == alibi_slopes(12)).all()), mpt_slopes(4, 16.0).tolist()[:2]
+    (True, [0.0625, 0.00390625])
+    """
+    n = check_heads(num_heads)
+    if isinstance(alibi_bias_max, bool) or not isinstance(alibi_bias_max, (int, float)) \
+            or not math.isfinite(alibi_bias_max) or alibi_bias_max <= 0:
+        raise ValueError(f"alibi_bias_max {alibi_bias_max!r} must be a finite number > 0")
+    n2 = 1 << max(0, math.ceil(math.log2(n)))
+    s = [2.0 ** -(k * float(alibi_bias_max) / n2) for k in range(1, n2 + 1)]
+    if n2 != n:
+        s = (s[1::2] + s[::2])[:n]
+    return np.array(s, dtype=np.float64)

@@ -438,7 +438,8 @@ def _table_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str],
 
 def _alibi_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], names: Sequence[str],
                 tolerance: float, progress: Callable[[int], None] | None) -> list[ConfigRow]:
-    """Every ALiBi recipe of every dtype with the model's head count (reference slopes)."""
+    """Every ALiBi recipe of every dtype with the model's head count and slopes (MPT's own, else the reference
+    rule)."""
     from ..alibi import audit_alibi
 
     return [ConfigRow(component="alibi", recipe=a.recipe, dtype=a.dtype, length=a.length,
@@ -446,6 +447,7 @@ def _alibi_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], 
                       min_distinct_biases=a.min_distinct_biases, max_run=a.max_run,
                       max_abs_error=a.max_abs_error, max_prob_change=a.max_prob_change,
                       non_finite=a.nonfinite_biases)
-            for a in audit_alibi(int(model.num_heads), names, lens, fmts, progress=progress)]  # type: ignore[arg-type]
+            for a in audit_alibi(int(model.num_heads), names, lens, fmts, slopes=model.alibi_slopes(),
+                                 progress=progress)]  # type: ignore[arg-type]
 
 

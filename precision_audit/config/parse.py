@@ -138,6 +138,21 @@ class ModelConfig:
                 return s
         raise ValueError(f"{self.name} has no layer type {layer_type!r}; valid: {', '.join(t for t, _ in self.rope)}")
 
+    def alibi_slopes(self) -> tuple[float, ...] | None:
+        """The ALiBi slopes the model uses, None for the reference rule (:func:`~precision_audit.alibi.
+        alibi_slopes`): MPT's own (:func:`~precision_audit.alibi.mpt_slopes`, its ``alibi_bias_max``).
+
+        >>> m = ModelConfig("m", "mpt", "alibi", num_heads=4, alibi_bias_max=16.0)
+        >>> m.alibi_slopes()[:2]
+        (0.0625, 0.00390625)
+        """
+        if self.kind != "alibi" or self.model_type != "mpt":
+            return None
+        from ..alibi.slopes import mpt_slopes
+
+        bias_max = 8.0 if self.alibi_bias_max is None else float(self.alibi_bias_max)
+        return tuple(mpt_slopes(int(self.num_heads or 1), bias_max).tolist())
+
     def describe(self) -> str:
         """A few lines: kind, schedules or heads, context."""
         ctx = (f"context {self.max_position_embeddings} ({self.context_key})" if self.max_position_embeddings

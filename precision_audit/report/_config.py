@@ -1,6 +1,6 @@
 """What the model report draws of a :class:`~precision_audit.config.ModelConfig` (the one model description,
 read by :mod:`precision_audit.config`): one RoPE schedule (the ``full_attention`` layers' when a model has one
-per layer type), the ALiBi heads and, for MPT, its slopes (``alibi_bias_max`` may differ from 8).
+per layer type), the ALiBi heads and their slopes (:meth:`~precision_audit.config.ModelConfig.alibi_slopes`).
 
 >>> from precision_audit.config import load_config_dict
 >>> s = drawn(load_config_dict({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
@@ -11,13 +11,12 @@ per layer type), the ALiBi heads and, for MPT, its slopes (``alibi_bias_max`` ma
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ..config import ModelConfig, default_dtype
 from ..rope.schedules import RopeSchedule
 
-__all__ = ["Drawn", "drawn", "mpt_slopes"]
+__all__ = ["Drawn", "drawn"]
 
 
 @dataclass(frozen=True)
@@ -42,30 +41,12 @@ class Drawn:
             raise ValueError(f"max context {self.max_context} must be at least 1")
 
 
-def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> tuple[float, ...]:
-    """MPT's ALiBi slopes: 2**-(k * bias_max / n2) for k = 1..n2, n2 = next power of two,
-    interleaved (odd then even indices) when ``num_heads`` is not a power of two.
-
-    >>> mpt_slopes(4)  # 2**-(8k/4)
-    (0.25, 0.0625, 0.015625, 0.00390625)
-    """
-    n2 = 1 << max(0, math.ceil(math.log2(num_heads)))
-    s = [2.0 ** -(k * alibi_bias_max / n2) for k in range(1, n2 + 1)]
-    if n2 != num_heads:
-        s = (s[1::2] + s[::2])[:num_heads]
-    return tuple(s)
-
-
 def drawn(mc: ModelConfig) -> Drawn:
     """What the report draws of ``mc`` (see the module docstring)."""
     dtype = default_dtype(mc)  # the config's torch_dtype, else bfloat16 (as `config` defaults)
     notes = list(mc.notes)
     if mc.kind == "alibi":
-        slopes = None
-        if mc.model_type == "mpt":
-            bias_max = 8.0 if mc.alibi_bias_max is None else float(mc.alibi_bias_max)
-            slopes = mpt_slopes(int(mc.num_heads or 1), bias_max)
-        return Drawn(mc.name, mc.model_type, dtype, mc.max_position_embeddings, None, mc.num_heads, slopes,
+        return Drawn(mc.name, mc.model_type, dtype, mc.max_position_embeddings, None, mc.num_heads, mc.alibi_slopes(),
                          tuple(notes), mc)
     if mc.kind in ("relative", "learned"):  # no schedule, no slopes: the report audits it through `config`
         return Drawn(mc.name, mc.model_type, dtype, mc.max_position_embeddings, None, None, None, tuple(notes), mc)
