@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..checks import ArgumentTypeError, check_callable, check_choice, check_flag, check_lengths, check_names, describe
-from ..rows import Row
+from ..rows import Row, plain
 from ..formats import get_format
 from ..verdicts import (DEFAULT_TOLERANCE, PHASE_LOST, VERDICT_RULES, VERDICTS, alibi_verdict, positions_verdict,
                         rope_verdict, rope_why, sinusoid_verdict)
@@ -65,7 +66,9 @@ class ConfigRow(Row):
     that stack's stored cos/sin.  Absent metrics are None.  ``pair_errors`` (rope rows): the pairwise rotation
     errors at distances D (:class:`~precision_audit.rope.PairError`), which the verdict judges
     (:mod:`precision_audit.verdicts`).  ``bound``: set for a path that runs CUDA fast-math intrinsics, whose
-    figures are upper bounds (:mod:`precision_audit.rope.cuda`).
+    figures are upper bounds (:mod:`precision_audit.rope.cuda`).  ``source``: the auditor's own row the
+    figures come from (a :class:`~precision_audit.rope.RopeRow`, ``AlibiRow``, ``PositionRow``, ...; not compared,
+    not in :meth:`to_dict`), for callers that draw more of it (the report's figures).
     """
 
     component: str
@@ -92,12 +95,19 @@ class ConfigRow(Row):
     pair_errors: tuple[PairError, ...] = ()
     why: str | None = None
     bound: str | None = None
+    source: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:
             raise ValueError(f"component {self.component!r} must be one of {', '.join(COMPONENTS)}")
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} must be one of {', '.join(VERDICTS)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data, without :attr:`source` (the auditor's row has its own ``to_dict``)."""
+        out = plain(dataclasses.asdict(dataclasses.replace(self, source=None)))
+        del out["source"]
+        return out  # type: ignore[no-any-return]
 
 
 FALLBACK_CONTEXT = 2048
@@ -328,7 +338,7 @@ def audit_config(
             rows.append(ConfigRow(
                 component="positions", recipe="position ids", dtype=p.dtype, length=p.length,
                 verdict=p.verdict, colliding_positions=p.colliding_positions,
-                max_run=p.max_run, max_abs_error=p.max_abs_error, non_finite=p.non_finite))
+                max_run=p.max_run, max_abs_error=p.max_abs_error, non_finite=p.non_finite, source=p))
     order = {"rope": 0, "alibi": 0, "relative": 0, "learned": 0, "positions": 1}
     layer_rank = {t: i for i, (t, _) in enumerate(model.rope)}
     rec_rank = {n: i for i, n in enumerate([*names, *(stacks or ())])}
@@ -359,7 +369,7 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
                 max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
                 colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
                 ratio=r.max_rotation_error / r.cache_bound, stack=r.stack, pair_errors=r.pair_errors,
-                bound=r.bound))
+                bound=r.bound, source=r))
     return rows
 
 
@@ -403,7 +413,7 @@ def training_differences(model: ModelConfig, stacks: Sequence[str], trained_on: 
                     verdict=rope_verdict(r.max_rotation_difference, 0),
                     why=_bounded(rope_why(r.max_rotation_difference, 0), r.bound),
                     max_rotation_error=r.max_rotation_difference, mean_rotation_error=r.mean_rotation_difference,
-                    cache_bound=bound, ratio=r.max_rotation_difference / bound, bound=r.bound))
+                    cache_bound=bound, ratio=r.max_rotation_difference / bound, bound=r.bound, source=r))
     return rows
 
 
@@ -419,12 +429,12 @@ def _table_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str],
         for r in audit_learned(names, lens, fmts):
             rows.append(ConfigRow(component="learned", recipe=r.path, dtype=r.dtype, length=r.length,
                                   verdict=r.verdict, changed=r.wrong, first_changed=r.first_wrong,
-                                  colliding_positions=r.collided, max_abs_error=float(r.max_error)))
+                                  colliding_positions=r.collided, max_abs_error=float(r.max_error), source=r))
     elif model.scheme == "xlnet":
         for x in audit_relative_sinusoid(p["d_model"], names, lens, fmts, attn_type=p["attn_type"]):
             rows.append(ConfigRow(component="relative", recipe=x.path, dtype=x.dtype, length=x.klen,
                                   verdict=sinusoid_verdict(x.duplicate_rows, x.nn_shrink), changed=x.duplicate_rows,
-                                  max_abs_error=x.max_abs_error))
+                                  max_abs_error=x.max_abs_error, source=x))
     else:
         sides = ((True, "encoder"), (False, "decoder")) if model.scheme == "t5" else ((True, None),)
         for bidirectional, side in sides:
@@ -432,7 +442,7 @@ def _table_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str],
                                     num_buckets=p["num_buckets"], max_distance=p["max_distance"]):
                 rows.append(ConfigRow(component="relative", recipe=r.path, dtype=r.dtype, length=r.length,
                                       layer_type=side, verdict=r.verdict, changed=r.flipped,
-                                      first_changed=r.first_flip, max_shift=r.max_shift))
+                                      first_changed=r.first_flip, max_shift=r.max_shift, source=r))
     return rows
 
 
@@ -446,7 +456,7 @@ def _alibi_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], 
                       verdict=alibi_verdict(a, tolerance), colliding_positions=a.length - a.min_distinct_biases,
                       min_distinct_biases=a.min_distinct_biases, max_run=a.max_run,
                       max_abs_error=a.max_abs_error, max_prob_change=a.max_prob_change,
-                      non_finite=a.nonfinite_biases)
+                      non_finite=a.nonfinite_biases, source=a)
             for a in audit_alibi(int(model.num_heads), names, lens, fmts, slopes=model.alibi_slopes(),
                                  progress=progress)]  # type: ignore[arg-type]
 

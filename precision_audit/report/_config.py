@@ -11,7 +11,7 @@ per layer type), the ALiBi heads and their slopes (:meth:`~precision_audit.confi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..config import ModelConfig, default_dtype
 from ..rope.schedules import RopeSchedule
@@ -32,6 +32,11 @@ class Drawn:
     alibi_slopes: tuple[float, ...] | None = None  # None: the ALiBi reference rule
     notes: tuple[str, ...] = field(default=())
     model: ModelConfig = field(default=None, repr=False, compare=False)  # type: ignore[assignment]  # every layer type
+    layer_type: str = "all"  # the layer type whose schedule is ``rope``
+
+    def drawn_model(self) -> ModelConfig:
+        """The model with the drawn schedule only (what the report's RoPE sections audit through ``config``)."""
+        return replace(self.model, rope=tuple((t, s) for t, s in self.model.rope if t == self.layer_type))
 
     def __post_init__(self) -> None:
         if self.rope is None and self.alibi_heads is None and self.model.kind in ("rope", "alibi"):
@@ -55,4 +60,4 @@ def drawn(mc: ModelConfig) -> Drawn:
     if len(by_type) > 1:
         notes.append(f"one RoPE schedule per layer type ({', '.join(by_type)}): the {key} layers' are drawn")
     return Drawn(mc.name, mc.model_type, dtype, mc.max_position_embeddings, by_type[key], None, None,
-                     tuple(notes), mc)
+                 tuple(notes), mc, key)

@@ -21,13 +21,13 @@ from typing import Any
 from .. import config as _config
 from .. import verdicts as _verdicts
 from ..checks import ArgumentTypeError, describe
-from ..alibi import AlibiRow
+from ..alibi import AlibiRow, recipe_names
 from ..positions import PositionRow, audit_positions
-from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset
+from ..rope import MAX_ROPE_LENGTH, PRESETS, RopeRow, audit, preset  # noqa: F401  (audit: doctests)
 from ..rope.schedules import RopeSchedule
 from ._config import Drawn, drawn
 from ._plotting import length_label
-from .alibi import alibi_sweep, plot_alibi_attention, plot_alibi_distinct
+from .alibi import plot_alibi_attention, plot_alibi_distinct
 from .headline import HEADLINE, Progress, _say, attention_blocks, fmt
 from .positions import length_grid, plot_positions, position_rows
 from .rope import error_grid, plot_error_heatmap, plot_error_per_frequency, plot_error_vs_length, rope_lengths
@@ -244,7 +244,7 @@ def _rope_sections(c: _Context, sched: RopeSchedule) -> list[Section]:
     for d in c.dts:
         _say(c.progress, f"RoPE, 4 recipes, cache in {d}, L = 256 .. {length_label(4 * ctx)}")
         recs = [preset(n, d) for n in PRESETS]
-        rows = audit(sched, recs, lengths)
+        rows = _audited(c.spec.drawn_model(), lengths, d, list(PRESETS))
         rope_rows += [r.to_dict() for r in rows]
         at = {(r.recipe, r.length): r for r in rows}
         for rec in recs:
@@ -280,12 +280,24 @@ def _rope_sections(c: _Context, sched: RopeSchedule) -> list[Section]:
                 "both positions shift (exact RoPE: 0).")] + att_blocks, {"attention": att_rows})]
 
 
+def _audited(model: _config.ModelConfig, lengths: Sequence[int], dtype: str, recipes: Sequence[str]) -> list[Any]:
+    """The auditors' rows of ``recipes`` in ``dtype`` over ``lengths``, audited as ``config`` audits the model
+    (:func:`precision_audit.config.audit_config`; its rows' ``source``), recipe-major."""
+    found = _config.audit_config(model, lengths, [dtype], recipes=recipes, positions=False)
+    rank = {n: i for i, n in enumerate(recipes)}
+    return [r.source for r in sorted(found, key=lambda r: (rank[r.recipe], r.length))]
+
+
 def _alibi_section(c: _Context, heads: int) -> Section:
     """ALiBi in each model dtype: the four presets' verdicts, a table and two figures."""
     spec, checks, marks = c.spec, c.checks, c.marks
     lengths = rope_lengths(4 * c.ctx, checks)
     _say(c.progress, f"ALiBi, {heads} heads, 4 recipes, L = 256 .. {length_label(4 * c.ctx)}")
-    sweep = alibi_sweep(heads, c.dts, lengths, slopes=spec.alibi_slopes)
+    names = recipe_names()
+    sweep = {}
+    for d in c.dts:
+        rows = _audited(spec.model, lengths, d, names)
+        sweep.update({(d, r): [x for x in rows if x.recipe == r] for r in names})
     for (d, r), rows in sweep.items():
         at_len = {x.length: x for x in rows}
         c.verdict.append((f"ALiBi {r}, model dtype {d}",) + tuple(alibi_cell(at_len[n]) for n in checks))
