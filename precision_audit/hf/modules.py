@@ -38,6 +38,7 @@ from ..verdicts import rope_verdict
 from ..formats import get_format, spacing
 from ..rope import (MAX_ROPE_LENGTH, PairError, audit, cache_rounding_bound, check_rope_lengths, exact_angles,
                     preset, wrap)
+from ..rope.audit import default_chunk
 from ..rope.pairs import PairPass, check_distances
 from ..rope.schedules import RopeSchedule
 
@@ -210,7 +211,7 @@ def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dt
     groups: dict[int | None, list[int]] = {}
     for L in lengths:
         groups.setdefault(schedule.frequency_key(L), []).append(L)
-    chunk = max(256, 2**19 // max(nf, 1)) if chunk is None else chunk
+    chunk = default_chunk(nf) if chunk is None else chunk
     out: list[_Errors] = []
     # groups in ascending order: a dynamic module keeps the largest frequencies it has grown to
     for key, ls in sorted(groups.items(), key=lambda kv: max(kv[1])):

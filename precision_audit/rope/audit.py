@@ -34,8 +34,8 @@ from .recipes import STAGES, Recipe, effective_recipe, preset, stored_inv_freq  
 from .stacks import recipes_for
 from .units import _Acc, _Chunk, _Links, _merge, _plan, _twin, _units
 
-__all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_workers", "positions_to_scan",
-           "recipe_frequencies", "stored_bound", "stored_format"]
+__all__ = ["RopeRow", "audit", "cache_rounding_bound", "check_rope_lengths", "default_chunk", "default_workers",
+           "positions_to_scan", "recipe_frequencies", "stored_bound", "stored_format"]
 
 
 def cache_rounding_bound(fmt: str | Format, scale: float = 1.0) -> float:
@@ -137,6 +137,16 @@ def _nf(inv: F64 | AngleMaker) -> int | None:
     return int(np.shape(inv)[0]) if np.ndim(inv) == 1 else None
 
 
+def default_chunk(width: int) -> int:
+    """Positions per chunk when a chunked audit is given none: about 2**19 values of ``width`` each (angles,
+    table columns), at least 256 positions.
+
+    >>> default_chunk(64), default_chunk(4096)
+    (8192, 256)
+    """
+    return max(256, 2**19 // max(width, 1))
+
+
 def default_workers() -> int:
     """Threads an audit uses by default: the CPU count, at most 4 (memory ~50 MB each).
 
@@ -168,7 +178,7 @@ def _pass(
     invs = [v if isinstance(v, AngleMaker) else round_to(np.asarray(v, dtype=np.float64), r.inv_freq)
             for r, v in zip(recipes, inv_freqs)]
     hi, lo = _split(theta)
-    chunk = max(256, 2**19 // max(nf, 1)) if chunk is None else chunk
+    chunk = default_chunk(nf) if chunk is None else chunk
     block = _block_rows(nf, chunk, engine)
     spec = _pair_spec(pairs, pair_recipes, chunk)
     plan = _Plan.build(recipes, invs, scale, max(lengths, default=0) * nf, spec) if engine == "numpy" else None

@@ -416,7 +416,6 @@ def recipe(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule |
     if not isinstance(name, str):
         raise ArgumentTypeError(f"RoPE recipe {describe(name)} must be a name (a preset or a stack)")
     if name in PRESETS:
-        get_format(dtype)
         if schedule is not None:
             check_schedule(schedule)
         return preset(name, dtype)

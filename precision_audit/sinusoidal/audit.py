@@ -13,7 +13,7 @@ import numpy as np
 from ..checks import check_callable, check_int, check_lengths, check_names
 from ..rows import Row
 from ..formats import Format, get_format, round_to
-from ..rope.audit import default_workers
+from ..rope.audit import default_chunk, default_workers
 from .duplicates import _duplicate_activation, _RowHashes
 from .neighbours import _NeighbourSearch, _WindowNeighbours
 from .recipes import DEFAULT_BASE, Array, Recipe, _check_base, _check_dim, frequencies, recipe
@@ -253,7 +253,7 @@ def audit_sinusoidal(
     for name, value in (("nn_window", nn_window), ("max_lag", max_lag)):
         if value > MAX_LAG:  # the work grows as L * lags * dim
             raise ValueError(f"{name} {value} exceeds {MAX_LAG}")
-    chunk = max(256, 2**19 // dim) if chunk is None else check_int(chunk, "chunk", minimum=1)
+    chunk = default_chunk(dim) if chunk is None else check_int(chunk, "chunk", minimum=1)
     st = _Settings(tuple(lens), dim, base, int(nn_window), int(max_lag), int(chunk))
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1):
         raise ValueError(f"workers {workers!r} must be a positive integer")
