@@ -333,6 +333,40 @@ def test_rope_parameters_errors(params, message):
         schedule_from_rope_parameters(params, head_dim=64)
 
 
+@pytest.mark.parametrize("kw,message", [
+    # a float32 0: FlashInfer's blend constant -1 / (high / low - 1) divided by it (found by the random CLI fuzz)
+    ({"low_freq_factor": 8.801573759410631e-279},
+     r"low_freq_factor 8.801573759410631e-279 must lie in \[2\*\*-32, 2\*\*32\]"),
+    ({"high_freq_factor": 1e39}, r"high_freq_factor 1e\+39 must lie in"),
+    # distinct in float64, one float32 number: the float32 blend divides by high / low - 1 = 0
+    ({"low_freq_factor": 1.0, "high_freq_factor": 1.00000001}, "in float32, where stacks blend"),
+    ({"factor": 2.0 ** 33}, "scaling factor 8589934592.0 must lie in"),
+    ({"base": 2.0 ** 40 + 1}, r"base 1099511627777.0 must be at most 2\*\*40"),
+])
+def test_schedule_parameters_stay_in_float32_range(kw, message):
+    with pytest.raises(ValueError, match=message):
+        RopeSchedule(**{"head_dim": 8, "scaling": "llama3", "factor": 8.0, **kw})
+
+
+@pytest.mark.parametrize("scaling", ["linear", "llama3", "yarn", "dynamic", "proportional"])
+def test_range_corners_run_on_every_stack_without_overflow(scaling):
+    # The corners of SCALE_RANGE and MAX_BASE: every stack's float32 arithmetic stays finite (the suite turns numpy's
+    # overflow / divide warnings into errors), so the limits are the ones the validation states
+    from precision_audit import rope
+    from precision_audit.rope.schedules import MAX_BASE, SCALE_RANGE
+    from precision_audit.rope.stacks import select_stacks
+
+    names = select_stacks(["all"], [scaling])[0]
+    lo, hi = SCALE_RANGE
+    kw = {"llama3": [dict(low_freq_factor=lo, high_freq_factor=hi)], "yarn": [dict(beta_slow=lo, beta_fast=hi)]}
+    for base, factor in [(MAX_BASE, lo), (MAX_BASE, hi), (1.5, lo), (1.5, hi)]:
+        for extra in kw.get(scaling, [{}]):
+            f = max(factor, 1.0) if scaling == "yarn" else factor
+            s = RopeSchedule(head_dim=8, base=base, scaling=scaling, factor=f, **extra)
+            for row in rope.audit(s, names, [4096], ["bfloat16"]):
+                assert np.isfinite(row.max_rotation_error), (scaling, base, factor, row.recipe)
+
+
 def test_inv_freq_engines_validate():
     with pytest.raises(ValueError, match="unknown engine 'jax'"):
         RopeSchedule().inv_freq_in("float32", engine="jax")
@@ -349,6 +383,19 @@ def _rope_cli(*args: str) -> Any:
     from precision_audit.cli import main
 
     return CliRunner().invoke(main, ["rope", *args])
+
+
+def test_cli_out_of_range_factor_exits_2_with_one_line():
+    # The random CLI fuzz's find (CI, session 31): a low_freq_factor that is 0 in float32 made a stack's float32 blend
+    # divide by zero (exit 1); the schedule now refuses it
+    from click.testing import CliRunner
+
+    from precision_audit.cli import main
+
+    res = CliRunner().invoke(main, ["attention", "--length", "1", "--scaling", "llama3", "--low-freq-factor",
+                                    "8.801573759410631e-279", "--stack", "all"])
+    assert res.exit_code == 2, res.output  # click's usage error: one "Error:" line naming the value
+    assert res.output.strip().splitlines()[-1].startswith("Error: low_freq_factor 8.801573759410631e-279 must lie in")
 
 
 def test_cli_rope_parameters_equal_single_options():

@@ -205,7 +205,7 @@ def widen(row: _Row, recipe: Recipe, schedule: RopeSchedule, inv: F64) -> _Row:
     ang = np.asarray(row.angle_error_profile) + add_angle
     rot = np.minimum(np.asarray(row.rotation_error_profile) + add_rot, math.pi)
     pairs = tuple(PairError(p.distance, min(p.max_rotation_error + float(add_pairs[p.distance].max()), math.pi),
-                            p.mean_rotation_error + float(add_pairs[p.distance].mean()))
+                            min(p.mean_rotation_error + float(add_pairs[p.distance].mean()), math.pi))
                   for p in row.pair_errors)
     return replace(
         row, max_angle_error=float(ang.max()), mean_angle_error=row.mean_angle_error + float(add_angle.mean()),

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..checks import check_above, check_instance
+from ..checks import check_above, check_instance, describe
 from ..formats import Format, get_format, round_to, spacing
 
 __all__ = [
@@ -363,8 +363,20 @@ _TYPE_ALIASES = {"none": "default", "su": "longrope", "mrope": "default"}
 # --------------------------------------------------------------------------- the schedule
 
 
+SCALE_RANGE: tuple[float, float] = (2.0 ** -32, 2.0 ** 32)
+"""The range of every scaling parameter (``factor``, the llama3 and yarn factors, ``mscale``, ``attention_factor``,
+the longrope factors): stacks compute with them in float32, where a wider range overflows or underflows."""
+MAX_BASE: float = 2.0 ** 40
+"""The largest ``base`` (about 1.1e12; real models use 1e4 .. 1e8): stacks compute its powers in float32, and
+mlx-lm's YaRN blend multiplies ``factor * base**x * base**x``, which stays below float32's 2**128 within
+:data:`SCALE_RANGE`."""
+
+
 def _positive(name: str, value: Any) -> float:
-    return check_above(value, name, 0.0)
+    v = check_above(value, name, 0.0)
+    if not SCALE_RANGE[0] <= v <= SCALE_RANGE[1]:
+        raise ValueError(f"{name} {describe(value)} must lie in [2**-32, 2**32] (stacks compute it in float32)")
+    return v
 
 
 def _even_dim(name: str, value: Any) -> int:
@@ -422,6 +434,8 @@ class RopeSchedule:
     def __post_init__(self) -> None:
         d = _even_dim("head_dim", self.head_dim)
         base = check_above(self.base, "base", 1.0)
+        if base > MAX_BASE:
+            raise ValueError(f"base {describe(self.base)} must be at most 2**40 (stacks compute its powers in float32)")
         r = _even_dim("rotary_dim", d if self.rotary_dim is None else self.rotary_dim)
         if r > d:
             raise ValueError(f"rotary_dim {r} is larger than head_dim {d}")
@@ -436,9 +450,9 @@ class RopeSchedule:
             _positive(name, getattr(self, name))
         if kind == "dynamic" and r <= 2:
             raise ValueError(f"dynamic scaling needs rotary_dim > 2, got {r}")
-        if kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
-            raise ValueError(f"llama3 needs high_freq_factor > low_freq_factor, got {self.high_freq_factor!r}"
-                             f" and {self.low_freq_factor!r}")
+        if kind == "llama3" and not np.float32(self.high_freq_factor) > np.float32(self.low_freq_factor):
+            raise ValueError(f"llama3 needs high_freq_factor > low_freq_factor (in float32, where stacks blend), got "
+                             f"{self.high_freq_factor!r} and {self.low_freq_factor!r}")
         if kind == "yarn" and not self.beta_fast > self.beta_slow:
             raise ValueError(f"yarn needs beta_fast > beta_slow, got {self.beta_fast!r} and {self.beta_slow!r}")
         for name in ("mscale", "mscale_all_dim", "attention_factor"):
