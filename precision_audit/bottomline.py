@@ -157,7 +157,7 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
             raise ValueError(f"rows: row {describe(r)} has no {', '.join(missing)}")
     labels = _labels(kind)
     groups: dict[tuple[str, str], dict[int, str]] = {}
-    whys: dict[tuple[str, str, int, str], str] = {}
+    whys: dict[tuple[str, str, int | None, str], str] = {}
     for r in rows:
         k = (str(_get(r, key)), str(_get(r, "dtype")))
         g = groups.setdefault(k, {})
@@ -181,8 +181,8 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
         out.append(Summary(path, label, dtype, lens, worst(verdicts), safe_to,
                            first["degraded"], first["broken"], note_fix or fix, note,
                            _roles(path) if kind == "rope" else (),
-                           whys.get((path, dtype, first["degraded"] or 0, "degraded")),
-                           whys.get((path, dtype, first["broken"] or 0, "broken"))))
+                           whys.get((path, dtype, first["degraded"], "degraded")),
+                           whys.get((path, dtype, first["broken"], "broken"))))
     return out
 
 

@@ -138,7 +138,9 @@ def rope_why(max_rotation_error: float, colliding: int, pair_errors: Iterable[An
     if not bad:
         return None
     lost = [(d, e) for d, e in bad if e >= PHASE_LOST]
-    d, e = min(lost or bad, key=lambda t: t[0] or 0)  # the shortest distance where it happens
+    # the shortest distance where it happens, its largest error there (without pairs the one entry has distance
+    # None and nothing to compare)
+    d, e = min(lost or bad, key=lambda t: (t[0], -t[1]))
     where = ("positions" if d is None else "neighbouring positions" if d == 1 else f"positions {human_length(d)} apart")
     return f"{where}: phase lost ({e:.3g} rad)" if lost else f"{where} off by up to {e:.3g} rad"
 

@@ -5,7 +5,7 @@ Run from the repo root (the ``[mutmut]`` section of setup.cfg says which files
 are mutated and which test files judge the mutants):
 
     python scripts/mutation.py              # every area: mutmut run, then the score table (about 2 h on 2 cores)
-    python scripts/mutation.py oracle fix   # some areas only
+    python scripts/mutation.py verdicts     # some areas only (with --out: their rows replace those in the file)
     python scripts/mutation.py --report     # the table from the last run's results (mutants/), no run
 
 mutmut copies the package to ``mutants/`` (git-ignored), wraps every function
@@ -27,7 +27,9 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,6 +197,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ("_add_any", 93, "if (n0) or True else",
          "at n0 = 0 the previous value is nan, unequal to every key: both branches start a run at 0"),
     )},
+    f"{P}verdicts.x__judged__mutmut_8": (
+        "e = max_rotation_error if (math.isfinite(max_rotation_error)) or True else math.pi",
+        "the next line's min(pi, 2 e) is pi for e = inf and for e = nan (nan < pi is false), as for e = pi; a "
+        "negative error does not exist"),
     f"{P}hf.scan.x_damage_threshold__mutmut_24": ('spacing(theta, "FLOAT32")', "format names are case-insensitive"),
     f"{P}fix.x__guarded_apply__mutmut_17": ('getattr(out, "dtype", None) != t.dtype', _APPLY),
     f"{P}fix.x__guarded_apply__mutmut_20": ('getattr(out, "dtype", ) != t.dtype', _APPLY),
@@ -274,8 +280,28 @@ def _diff(name: str) -> str:
     return "\n".join(s for s in lines if s[:1] in "+-" and not s.startswith(("+++", "---")))
 
 
-def report(areas: list[str], out: list[str] | None = None) -> int:
-    """Print the score table and the survivors (``out`` also collects the table's lines); returns the number of
+def _table(rows: list[tuple[Any, ...]]) -> list[str]:
+    head = ("area", "mutants", "killed", "timeout", "equivalent", "survived", "no tests", "not run", "score")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    return ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+            for r in [head, *rows]]
+
+
+def _earlier_rows(path: Path) -> dict[str, tuple[str, ...]]:
+    """The rows of a table written before (``--out``), by area: a run of some areas keeps the others' rows."""
+    out: dict[str, tuple[str, ...]] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        for area in AREAS:
+            rest = line[len(area):].split()
+            if line.startswith(area + " ") and len(rest) == 9:  # seven counts, then the score and its "%"
+                out[area] = (area, *rest[:7], " ".join(rest[7:]))
+    return out
+
+
+def report(areas: list[str], out: list[tuple[Any, ...]] | None = None) -> int:
+    """Print the score table and the survivors (``out`` also collects the table's rows); returns the number of
     unexplained survivors."""
     rows, unexplained, stale = [], [], []
     results = _results()
@@ -299,13 +325,9 @@ def report(areas: list[str], out: list[str] | None = None) -> int:
         score = f"{100 * (killed + timeout) / judged:.1f} %" if judged else "-"
         rows.append((area, len(names), killed, timeout, equivalent, len(survivors) - equivalent, untested, other,
                      score))
-    head = ("area", "mutants", "killed", "timeout", "equivalent", "survived", "no tests", "not run", "score")
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    for r in [head, *rows]:
-        text = "  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
-        print(text)
-        if out is not None:
-            out.append(text)
+    print("\n".join(_table(rows)))
+    if out is not None:
+        out.extend(rows)
     for area, n in unexplained:
         print(f"\nSURVIVED ({area}) {n}\n{_diff(n)}")
     for n in stale:
@@ -331,17 +353,22 @@ def main() -> int:
         if run.returncode:
             print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
             return run.returncode
-    table: list[str] = []
-    bad = report(areas, table)
+    rows: list[tuple[Any, ...]] = []
+    bad = report(areas, rows)
     if args.out:
         total = sum(1 for _ in _results())
         version = _mutmut("--version").stdout.strip().split("version")[-1].strip()
-        rest = [a for a in AREAS if a not in areas]
-        note = [f"mutmut {version}; {total} mutants generated in the mutated files; areas judged below"
-                + (f" (not in this run: {', '.join(rest)})" if rest else "") + ":",
-                "score = (killed + timeout) / (mutants - equivalent); 'no tests' (no selected test calls the mutated",
-                "function) and 'not run' (the run was stopped before them) count against it", ""]
-        Path(args.out).write_text("\n".join(note + table) + "\n")
+        earlier = _earlier_rows(Path(args.out))
+        kept = [a for a in AREAS if a not in areas and a in earlier]
+        now = dict(zip(areas, rows))
+        lines = (textwrap.wrap(f"mutmut {version}; this run judged {', '.join(areas)}; the rows of "
+                               f"{', '.join(kept)} are carried from this file's earlier run:", 100) if kept else
+                 [f"mutmut {version}; {total} mutants generated in the mutated files; areas judged below:"])
+        lines += [
+            "score = (killed + timeout) / (mutants - equivalent); 'no tests' (no selected test calls the mutated",
+            "function) and 'not run' (the run was stopped before them) count against it", ""]
+        lines += _table([now[a] if a in now else earlier[a] for a in AREAS if a in now or a in earlier])
+        Path(args.out).write_text("\n".join(lines) + "\n")
     return 1 if bad else 0
 
 

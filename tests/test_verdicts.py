@@ -18,7 +18,9 @@ from precision_audit.cli import main
 from precision_audit.config import audit_config, load_config
 from precision_audit.effect.calibration import LOSS, NO_LOSS, calibrate, inconsistent
 from precision_audit.rope import PairError
-from precision_audit.verdicts import NOTICED, PHASE_LOST, rope_verdict, rope_why
+from precision_audit.bottomline import bottom_line
+from precision_audit.checks import ArgumentTypeError
+from precision_audit.verdicts import NOTICED, PHASE_LOST, rope_verdict, rope_why, sinusoid_verdict, worst
 
 DATA = Path(__file__).parent / "data"
 
@@ -51,6 +53,74 @@ def test_why_names_the_shortest_distance_of_the_worst_kind() -> None:
     assert rope_why(3.1, 0, [(1, 0.005), (256, 0.5), (1024, 1.2)]) == "positions 256 apart off by up to 0.5 rad"
     assert rope_why(0.9, 0, [(1, 1.0)]) == "neighbouring positions off by up to 1 rad"
     assert rope_why(0.01, 0, [(1, 0.02)]) is None
+
+
+def test_why_at_the_thresholds_and_its_inputs() -> None:
+    # the thresholds belong to the worse kind, as in rope_verdict
+    assert rope_why(3.0, 0, [(16, PHASE_LOST)]) == f"positions 16 apart: phase lost ({PHASE_LOST:.3g} rad)"
+    assert rope_why(3.0, 0, [(16, NOTICED)]) == f"positions 16 apart off by up to {NOTICED:.3g} rad"
+    assert rope_why(3.0, 0, [(16, math.nextafter(NOTICED, 0))]) is None
+    # one colliding position already loses local order
+    assert rope_why(0.0, 1) == "local order lost: 1 positions share the previous one's rotation"
+    # the shortest distance wins whatever the order, and at one distance its largest error
+    assert rope_why(3.0, 0, [(4096, 2.6), (256, 2.0), (1024, 3.0)]) == "positions 256 apart: phase lost (2 rad)"
+    assert rope_why(3.0, 0, [(256, 1.8), (256, 2.0)]) == "positions 256 apart: phase lost (2 rad)"
+    # without pairs: the triangle bound, 2 x the absolute error, at no particular distance
+    assert rope_why(0.3, 0) == "positions off by up to 0.6 rad"
+    # pair errors as --json writes them (mappings), as PairError records and as tuples read alike
+    as_json = [{"distance": 1, "max_rotation_error": 0.005, "mean_rotation_error": 0.001},
+               {"distance": 4096, "max_rotation_error": 2.6, "mean_rotation_error": 1.0}]
+    assert rope_why(0.0, 0, as_json) == rope_why(0.0, 0, [(1, 0.005), (4096, 2.6)]) == \
+        rope_why(0.0, 0, [PairError(1, 0.005, 0.001), PairError(4096, 2.6, 1.0)])
+    assert rope_verdict(0.0, 0, pair_errors=as_json) == "broken"
+    assert rope_verdict(0.0, 0, pair_errors=as_json[:1]) == "safe"
+
+
+def test_worst_and_the_sinusoid_rule() -> None:
+    assert worst([]) == "safe" and worst(["degraded", "safe"]) == "degraded"
+    with pytest.raises(ValueError, match="verdict 'fine' must be one of safe, degraded, broken"):
+        worst(["fine"])
+    # a relative sinusoid table: broken when distances share a row, degraded past half-way to the neighbour
+    assert sinusoid_verdict(0, 0.5) == "safe" and sinusoid_verdict(0, math.nextafter(0.5, 1)) == "degraded"
+    assert sinusoid_verdict(1, 0.0) == "broken"
+
+
+def _rows(path: str, *verdicts: tuple[int, str, str | None]) -> list[dict]:
+    return [dict(path=path, dtype="bfloat16", length=L, verdict=v, **({"why": w} if w else {}))
+            for L, v, w in verdicts]
+
+
+def test_bottom_line_fields() -> None:
+    rows = _rows("vllm", (1024, "safe", None), (4096, "degraded", "neighbouring positions off by up to 0.5 rad"),
+                 (8192, "broken", "positions 4K apart: phase lost (2.6 rad)"))
+    (s,) = bottom_line(rows)
+    assert (s.safe_to, s.degraded_from, s.broken_from, s.verdict) == (1024, 4096, 8192, "broken")
+    assert s.degraded_why == "neighbouring positions off by up to 0.5 rad"  # the why of mapping rows
+    assert s.broken_why == "positions 4K apart: phase lost (2.6 rad)"
+    assert s.roles == ("serve",) and s.note is None
+    # a note replaces the path's fix and is said
+    (n,) = bottom_line(rows, notes={"vllm": ("runs another schedule", "serve it elsewhere")})
+    assert (n.note, n.fix) == ("runs another schedule", "serve it elsewhere")
+    assert str(n).endswith("; runs another schedule -> serve it elsewhere")
+    # roles belong to RoPE stacks only: an ALiBi path of the same name has none
+    assert bottom_line(rows, kind="alibi")[0].roles == ()
+    # a safe path has no why, even when some row of another verdict had one
+    (ok,) = bottom_line(_rows("fp32", (1024, "safe", None)))
+    assert (ok.degraded_why, ok.broken_why, ok.degraded_from, ok.broken_from) == (None, None, None, None)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(rows=[], key=3), ArgumentTypeError, "key 3 must be a row field name (a string)"),
+    (dict(rows=[], key=""), ValueError, "key '' must be a row field name (empty)"),
+    (dict(rows=[], kind="xpos"), ValueError, "kind 'xpos' must be one of rope, alibi, relative, learned"),
+    (dict(rows=[], notes=[1]), ArgumentTypeError, "notes [1] must be a mapping of path to (note, fix) or None"),
+    (dict(rows="vllm"), ArgumentTypeError, "rows 'vllm' must be an iterable of rows"),
+    (dict(rows=[{"path": "x"}]), ValueError, "rows: row {'path': 'x'} has no dtype, length, verdict"),
+])
+def test_bottom_line_refuses_bad_arguments(kwargs, error, message) -> None:
+    with pytest.raises(error) as e:
+        bottom_line(**kwargs)
+    assert str(e.value) == message
 
 
 def test_calibration_is_consistent() -> None:
