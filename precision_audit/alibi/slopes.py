@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..checks import check_above
+
 
 __all__ = ["MAX_HEADS", "SLOPE_FUNCTIONS", "SLOPE_RULES", "alibi_slopes", "bloom_slopes", "check_heads", "mpt_slopes"]
 
@@ -117,11 +119,9 @@ def mpt_slopes(num_heads: int, alibi_bias_max: float = 8.0) -> npt.NDArray[np.fl
     (True, [0.0625, 0.00390625])
     """
     n = check_heads(num_heads)
-    if isinstance(alibi_bias_max, bool) or not isinstance(alibi_bias_max, (int, float)) \
-            or not math.isfinite(alibi_bias_max) or alibi_bias_max <= 0:
-        raise ValueError(f"alibi_bias_max {alibi_bias_max!r} must be a finite number > 0")
+    bias_max = check_above(alibi_bias_max, "alibi_bias_max", 0.0)
     n2 = 1 << max(0, math.ceil(math.log2(n)))
-    s = [2.0 ** -(k * float(alibi_bias_max) / n2) for k in range(1, n2 + 1)]
+    s = [2.0 ** -(k * bias_max / n2) for k in range(1, n2 + 1)]
     if n2 != n:
         s = (s[1::2] + s[::2])[:n]
     return np.array(s, dtype=np.float64)
