@@ -293,10 +293,10 @@ def _earlier_rows(path: Path) -> dict[str, tuple[str, ...]]:
     if not path.exists():
         return out
     for line in path.read_text().splitlines():
-        for area in AREAS:
-            rest = line[len(area):].split()
-            if line.startswith(area + " ") and len(rest) == 9:  # seven counts, then the score and its "%"
-                out[area] = (area, *rest[:7], " ".join(rest[7:]))
+        area = next((a for a in AREAS if line.startswith(a + " ")), None)
+        rest = line[len(area):].split() if area else []
+        if len(rest) == 9:  # seven counts, then the score and its "%"
+            out[area] = (area, *rest[:7], " ".join(rest[7:]))
     return out
 
 
