@@ -9,9 +9,8 @@ No GPU runs here.  The bounds of precision_audit.rope.cuda are checked three way
     their documented errors in either direction): the emulated errors never exceed the bounds;
 (c) whole audit rows: an emulated FlashInfer kernel, within the documented bounds with random signs, computed
     in float64 from its own float32 steps, never errs more than the row's bound, absolute or pairwise;
-(d) the real intrinsics, when a CUDA machine has recorded them (scripts/capture_cuda.py ->
-    tests/data/cuda_intrinsics.npz): every recorded value within its bound.  No file was recorded yet (no GPU
-    was available to the session that wrote this): the test says so when it skips.
+(d) the real intrinsics, recorded on an H200 (scripts/capture_cuda.py -> tests/data/cuda_intrinsics.npz, its
+    ``meta`` says how): every recorded value within its bound.
 """
 
 from __future__ import annotations
