@@ -308,7 +308,7 @@ def test_apply_errors_bound_and_validation():
     # exact cos/sin, fp32 ops, one bf16 cast per component: |err| <= 2**-8 |y| + O(2**-23)
     assert row.max_rel_error <= 2**-8 * (1 + 2**-4) and row.unit_roundoff == 2**-8
     with pytest.raises(ValueError, match="unknown apply mode"):
-        apply_errors(s, preset("fp32"), [64], "bf16", "fused")
+        apply_errors(s, preset("fp32"), [64], "bf16", "fp64")
     with pytest.raises(ValueError, match="unknown dtype"):
         apply_errors(s, preset("fp32"), [64], "bf17")
 

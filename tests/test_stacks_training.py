@@ -51,6 +51,7 @@ BITS = {"bfloat16": 8, "float32": 24}  # significand bits of the stored formats 
 # as is the float32 cos/sin rounded once to the dtype in every one of them: a cache cast to the dtype (flash-attn,
 # liger, unsloth, MaxText), or float32 cos/sin (TransformerEngine, torchtune) and the float32 result cast.
 FP32_ROTATION = {"transformer-engine", "flash-attn", "torchtune"}  # rotation in float32, result cast to the dtype
+TRITON_FUSED = {"liger", "unsloth"}  # triton contracts one product into the sum (tests/test_kernels_recorded.py)
 FP32_CACHE = {"transformer-engine", "torchtune"}  # cos/sin never stored in the dtype (rows: rotate into it)
 
 CASES = {
@@ -160,11 +161,12 @@ def test_maxtext_division_is_not_the_product() -> None:
 @pytest.mark.parametrize("name", TRAIN)
 def test_rotation_as_the_source_does_it(name: str) -> None:
     """The apply stage: float32 rotation cast once (TransformerEngine's CUDA kernel, flash-attn's triton kernel
-    loading .to(tl.float32), torchtune's x.float()), or each operation in the cos/sin dtype (liger's and
-    unsloth's triton kernels cast q/k to the cos/sin dtype, the model's; MaxText's jnp ops on activation-dtype
-    operands); and every training stack says it trains."""
+    loading .to(tl.float32), torchtune's x.float()), or in the cos/sin dtype (liger's and unsloth's triton
+    kernels cast q/k to the cos/sin dtype, the model's, and triton fuses one product into each sum; MaxText's
+    jnp ops on activation-dtype operands, each rounded); and every training stack says it trains."""
     r = stack(name, "bfloat16")
-    assert (r.apply, r.apply_mode) == ("bfloat16", "fp32-then-cast" if name in FP32_ROTATION else "elementwise")
+    mode = "fp32-then-cast" if name in FP32_ROTATION else "fused" if name in TRITON_FUSED else "elementwise"
+    assert (r.apply, r.apply_mode) == ("bfloat16", mode)
     assert STACKS[name].roles == ("train",)
     assert name in select_stacks(["all"], ["default"])[0]
 

@@ -406,10 +406,11 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
               help="Store q/k in this format and rotate them in it (q*cos + rotate_half(q)*sin), as a "
                    "model in that dtype does; float64 leaves the cache's error alone (one format: a repeat "
                    "exits 2).  [default: each recipe's apply stage: the cache format, DTYPE]")
-@click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast"]), default=None,
+@click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast", "fused"]), default=None,
               help="Each product and sum rounded to the apply format (elementwise, as eager bf16/fp16 code "
-                   "runs it), or the rotation computed in float32 and the result cast (fp32-then-cast, fused "
-                   "kernels).  [default: elementwise]")
+                   "runs it), the rotation computed in float32 and the result cast (fp32-then-cast, fused "
+                   "kernels), or one product per output fused into the sum (fused: triton's multiply-add "
+                   "contraction, liger's and unsloth's kernels).  [default: elementwise]")
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context

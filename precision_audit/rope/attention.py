@@ -137,10 +137,21 @@ def apply_rotation(
       the formula in eager mode (no fused multiply-add);
     * ``"fp32-then-cast"``: cos/sin in float32, each operation rounded to
       float32, the result cast to ``apply_format`` once (``q.float()`` ...
-      ``.to(q.dtype)``; MLX's ``fast.rope`` kernel, flash-attn's fp32 rotary).
+      ``.to(q.dtype)``; MLX's ``fast.rope`` kernel, flash-attn's fp32 rotary);
+    * ``"fused"``: as ``"elementwise"``, but the product with ``x1`` is fused
+      into the sum, rounded once: ``(x1 cos - r(x2 sin), r(x2 cos) + x1 sin)``.
+      This is what triton compiles ``x1*cos - x2*sin`` and
+      ``x2*cos + x1*sin`` on bf16/fp16 tiles into (LLVM's multiply-add
+      contraction): liger's and unsloth's rotary kernels, recorded bit for
+      bit on an H200 (``tests/data/cuda_kernels.npz``).
 
     Products of two float32 values are exact in float64, so every rounding
-    here is the correctly rounded one.
+    here is the correctly rounded one; a fused sum is rounded to odd in
+    float64 first, which makes its one rounding exact too.
+
+    >>> x1 = c = 1 + 2 ** -7  # x1 * c = 1 + 2**-6 + 2**-14, which bfloat16 rounds to 1 + 2**-6
+    >>> [apply_rotation([x1], [1.0], [c], [3 * 2 ** -8], "bfloat16", mode=m)[0].tolist() for m in ("elementwise", "fused")]
+    [[1.0], [1.0078125]]
 
     >>> y1, y2 = apply_rotation([1.0], [0.0], [0.5], [0.75], "float16")
     >>> y1.tolist(), y2.tolist()
@@ -148,11 +159,11 @@ def apply_rotation(
     >>> apply_rotation([1.0], [0.0], [0.5], [0.75], "float16", mode="fp64")
     Traceback (most recent call last):
     ...
-    ValueError: unknown apply mode 'fp64'; valid: elementwise, fp32-then-cast
+    ValueError: unknown apply mode 'fp64'; valid: elementwise, fp32-then-cast, fused
     """
     _check_mode(mode)
     fmt = get_format(apply_format).name
-    work = fmt if mode == "elementwise" else "float32"
+    work = "float32" if mode == "fp32-then-cast" else fmt
 
     def r(v: npt.ArrayLike, f: str = work) -> F64:
         return round_to(np.asarray(v, dtype=np.float64), f)
@@ -160,9 +171,23 @@ def apply_rotation(
     with np.errstate(invalid="ignore", over="ignore"):
         a1, a2 = r(r(x1, fmt)), r(r(x2, fmt))
         c, s = r(cos), r(sin)
+        if mode == "fused":
+            return r(_odd_sum(a1 * c, -r(a2 * s))), r(_odd_sum(r(a2 * c), a1 * s))
         y1 = r(r(a1 * c) - r(a2 * s))
         y2 = r(r(a2 * c) + r(a1 * s))
         return r(y1, fmt), r(y2, fmt)
+
+
+def _odd_sum(a: F64, b: F64) -> F64:
+    """``a + b`` rounded to odd in float64: rounding that once more to a format of
+    at most 25 significant bits gives the correctly rounded sum (Boldo and
+    Melquiond, "When double rounding is odd", 2005).  TwoSum gives the error."""
+    s = a + b
+    bb = s - a
+    err = (a - (s - bb)) + (b - bb)
+    even = (s.view(np.int64) & 1) == 0
+    nudge = np.isfinite(s) & (err != 0) & even
+    return np.where(nudge, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
 
 
 def attention_errors(

@@ -43,7 +43,7 @@ FAST_MATH: tuple[str, ...] = ("powf", "sincosf")  # CUDA fast-math intrinsics a 
 
 STAGES: tuple[str, ...] = ("positions", "inv_freq", "angle", "trig", "cache")
 # the rotation of q/k by the stored cos/sin (measured by precision_audit.rope.attention, not by the cache audit)
-APPLY_MODES: tuple[str, ...] = ("elementwise", "fp32-then-cast")
+APPLY_MODES: tuple[str, ...] = ("elementwise", "fp32-then-cast", "fused")
 SCALINGS: tuple[str, ...] = ROPE_TYPES
 
 
@@ -81,7 +81,9 @@ class Recipe:
     ``apply`` is the format q/k are rotated in (default: the cache format, as
     a model in that dtype runs ``q*cos + rotate_half(q)*sin``); ``apply_mode``
     ``"elementwise"`` rounds every product and sum to it, ``"fp32-then-cast"``
-    computes the rotation in float32 and casts the result (fused kernels).
+    computes the rotation in float32 and casts the result (fused kernels),
+    ``"fused"`` rounds one product to it and fuses the other into the sum
+    (triton's multiply-add contraction in liger's and unsloth's kernels).
     ``overrides``: schedule fields the code computes its frequencies with in
     place of the declared ones (a stack that always rounds YaRN's ramp bounds:
     ``(("truncate", True),)``); errors stay measured against the declared
@@ -187,8 +189,9 @@ class Recipe:
         out["trig"] = (f"cos/sin rounded to {self.trig}" if "sincosf" not in self.fast_math
                        else f"__sincosf in {self.trig} (CUDA fast math: a bound)")
         out["cache"] = f"stored in {self.cache}"
-        out["apply"] = (f"q*cos + rotate_half(q)*sin, each operation in {self.apply}" if self.apply_mode == "elementwise"
-                        else f"rotation in float32, cast to {self.apply}")
+        out["apply"] = {"elementwise": f"q*cos + rotate_half(q)*sin, each operation in {self.apply}",
+                        "fused": f"q*cos + rotate_half(q)*sin in {self.apply}, x1's product fused into the sum",
+                        }.get(self.apply_mode, f"rotation in float32, cast to {self.apply}")
         return out
 
     def runs_on(self, schedule: RopeSchedule) -> RopeSchedule:

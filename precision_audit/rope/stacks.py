@@ -112,6 +112,7 @@ _MAXTEXT_REFUSED = (("llama3", "MaxText's LLaMARotaryEmbedding (hard-coded Llama
 _ALL = ROPE_TYPES
 _GGML = ("default", "linear", "yarn", "llama3", "longrope")
 _FP32_THEN_CAST = "fp32-then-cast"
+_FUSED = "fused"  # triton's multiply-add contraction (liger, unsloth: tests/data/cuda_kernels.npz)
 _TRUNCATE = (("truncate", True),)  # code that always rounds YaRN's ramp bounds (no truncate switch)
 _UPGRADE_VLLM = "upgrade vLLM to a release with vllm-project/vllm#28244 (truncate honoured)"
 _GGML_MISMATCH_FIX = ("serve it on a stack that computes the declared schedule (transformers; vLLM with "
@@ -295,8 +296,8 @@ STACKS: dict[str, Stack] = {
     "liger": Stack(
         "Liger-Kernel (liger_rotary_pos_emb)",
         Preset(_F32, _F32, _F32, _F32, _D, _F32, "transformers' rotary module makes cos/sin (fp32, cast to the dtype); "
-               "liger's triton kernel casts q/k to the cos/sin dtype and rotates in it (per-op rounding modelled; "
-               "triton's FMA fusion not modelled)"),
+               "liger's triton kernel casts q/k to the cos/sin dtype and rotates in it, x1's product fused into "
+               "the sum by triton (recorded bit for bit on an H200)", apply_mode=_FUSED),
         _ALL, "linkedin/Liger-Kernel ead96b6: src/liger_kernel/transformers/rope.py liger_rotary_pos_emb (replaces "
               "transformers' apply_rotary_pos_emb; cos/sin from the model's rotary module); src/liger_kernel/ops/"
               "rope.py _triton_rope (q/k tiles .to(sin_row.dtype), q*cos - q2*sin in that dtype, stored in q's)",
@@ -305,7 +306,8 @@ STACKS: dict[str, Stack] = {
         "Unsloth (fast rope kernel)",
         Preset(_F32, _F32, _F32, _F32, _D, _F32, "int64 positions .float(), float32 inv_freq (transformers' init "
                "functions) and angle, cos/sin * attention_scaling in float32 cached in the dtype; the triton kernel "
-               "rotates in the cos/sin dtype (per-op rounding modelled; triton's FMA fusion not modelled)"),
+               "rotates in the cos/sin dtype, x1's product fused into the sum by triton (recorded bit for bit on an "
+               "H200)", apply_mode=_FUSED),
         ("default", "linear", "yarn", "llama3"),
         "unslothai/unsloth 015bdef: unsloth/models/llama.py LlamaRotaryEmbedding._unsloth_recompute_inv_freq "
         "(_compute_config_rope_inv_freq: transformers' ROPE_INIT_FUNCTIONS), _set_cos_sin_cache (arange int64 "
