@@ -408,8 +408,8 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
                    "exits 2).  [default: each recipe's apply stage: the cache format, DTYPE]")
 @click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast", "fused"]), default=None,
               help="Each product and sum rounded to the apply format (elementwise, as eager bf16/fp16 code "
-                   "runs it), the rotation computed in float32 and the result cast (fp32-then-cast, fused "
-                   "kernels), or one product per output fused into the sum (fused: triton's multiply-add "
+                   "runs it), the rotation computed in float32 and the result cast (fp32-then-cast: "
+                   "flash-attention, MLX, vLLM), or one product per output fused into the sum (fused: triton's multiply-add "
                    "contraction, liger's and unsloth's kernels).  [default: elementwise]")
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)

@@ -179,9 +179,10 @@ def apply_rotation(
 
 
 def _odd_sum(a: F64, b: F64) -> F64:
-    """``a + b`` rounded to odd in float64: rounding that once more to a format of
-    at most 25 significant bits gives the correctly rounded sum (Boldo and
-    Melquiond, "When double rounding is odd", 2005).  TwoSum gives the error."""
+    """``a + b`` rounded to odd in float64 (Knuth's TwoSum gives the error):
+    rounding that to nearest in a format of at most 51 significant bits
+    (float32 and narrower) gives the correctly rounded sum (Boldo and
+    Melquiond, "When double rounding is odd", 2005)."""
     s = a + b
     bb = s - a
     err = (a - (s - bb)) + (b - bb)

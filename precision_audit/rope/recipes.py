@@ -81,8 +81,8 @@ class Recipe:
     ``apply`` is the format q/k are rotated in (default: the cache format, as
     a model in that dtype runs ``q*cos + rotate_half(q)*sin``); ``apply_mode``
     ``"elementwise"`` rounds every product and sum to it, ``"fp32-then-cast"``
-    computes the rotation in float32 and casts the result (fused kernels),
-    ``"fused"`` rounds one product to it and fuses the other into the sum
+    computes the rotation in float32 and casts the result (vLLM's, MLX's and
+    flash-attention's kernels), ``"fused"`` rounds one product to it and fuses the other into the sum
     (triton's multiply-add contraction in liger's and unsloth's kernels).
     ``overrides``: schedule fields the code computes its frequencies with in
     place of the declared ones (a stack that always rounds YaRN's ramp bounds:
