@@ -15,7 +15,7 @@ and outputs in ``tests/data/cuda_kernels.npz``:
     Programming Guide's maximum errors (powf 4 ulp, sinf/cosf 2 ulp, + - * / correctly rounded); the bfloat16
     cache is the round-to-nearest-even cast of the float32 one; and our model of the cache (correctly rounded
     cos/sin standing in for CUDA's) gives the recorded bfloat16 cache wherever CUDA's 2 ulp cannot cross a
-    bfloat16 rounding boundary.
+    bfloat16 rounding boundary; the audit's rotation errors, computed from the model, describe the GPU's cache.
 """
 
 from __future__ import annotations
@@ -181,3 +181,27 @@ def test_cache_model_gives_the_recorded_bf16_cache_away_from_rounding_boundaries
         assert np.array_equal(model16[safe], got16[safe]), (name, key)
         assert np.all((got16 == lo) | (got16 == hi)), (name, key)
         assert safe.mean() > 0.99, (name, key, safe.mean())
+
+
+def test_the_audit_figures_hold_for_the_gpu_cache(z) -> None:
+    """(b) The audit's figures for the transformers stack (bfloat16 cache, base 1e4) describe the GPU's cache:
+    max and mean rotation error against the exact angle (mpmath frequencies, the package's float64 oracle for
+    m * theta) in three bands of positions agree within 1 % between the recorded cache and the model's."""
+    from precision_audit.rope import RopeSchedule
+    from precision_audit.rope.engine import run_recipe
+    from precision_audit.rope.oracle import exact_angles, wrap
+
+    pos = z["positions"]
+    sched = RopeSchedule(head_dim=128, base=10000.0)
+    model = run_recipe(stack("transformers", "bfloat16", sched), sched, pos)
+    with mpmath.workprec(120):
+        theta = np.array([float(1 / mpmath.power(10000, mpmath.mpf(i) / HALF)) for i in range(HALF)])
+    exact = exact_angles(pos.astype(np.float64), theta)
+    gpu = np.abs(wrap(np.arctan2(_values(z["hf_llama2_sin16"], "bfloat16"),
+                                 _values(z["hf_llama2_cos16"], "bfloat16")) - exact))
+    ours = np.abs(wrap(np.arctan2(model["sin"], model["cos"]) - exact))
+    for lo, hi in ((0, 2**12), (2**12, 2**16), (2**16, 2**20)):
+        band = (pos >= lo) & (pos < hi)
+        for stat in (np.max, np.mean):
+            g, o = stat(gpu[band]), stat(ours[band])
+            assert abs(g - o) <= 0.01 * o, (lo, hi, stat.__name__, g, o)
