@@ -13,6 +13,7 @@ import click
 
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..formats import get_format
+from ..rope import APPLY_MODES as _APPLY_MODES
 from ..rope import PRESETS as _ROPE_PRESETS
 from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
@@ -406,7 +407,7 @@ def alibi_cmd(lengths: tuple[int, ...], num_heads: int, dtypes: tuple[str, ...],
               help="Store q/k in this format and rotate them in it (q*cos + rotate_half(q)*sin), as a "
                    "model in that dtype does; float64 leaves the cache's error alone (one format: a repeat "
                    "exits 2).  [default: each recipe's apply stage: the cache format, DTYPE]")
-@click.option("--apply-mode", type=click.Choice(["elementwise", "fp32-then-cast", "fused"]), default=None,
+@click.option("--apply-mode", type=click.Choice(_APPLY_MODES), default=None,
               help="Each product and sum rounded to the apply format (elementwise, as eager bf16/fp16 code "
                    "runs it), the rotation computed in float32 and the result cast (fp32-then-cast: "
                    "flash-attention, MLX, vLLM), or one product per output fused into the sum (fused: triton's multiply-add "
