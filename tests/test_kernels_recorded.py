@@ -134,12 +134,17 @@ def _ulp32(v: np.ndarray) -> np.ndarray:
 CONFIGS = ("llama2", "llama31")  # base 1e4; base 5e5 with llama3 scaling (factor 8, band 1..4, 8192)
 
 
+def _exact_llama2_theta() -> np.ndarray:
+    """Llama-2's frequencies 1e4 ** -(i / 64) (the exponent 2i/128 is exact in float32), mpmath at 120 bits."""
+    with mpmath.workprec(120):
+        return np.array([float(1 / mpmath.power(10000, mpmath.mpf(i) / HALF)) for i in range(HALF)])
+
+
 def test_cuda_inv_freq_within_powf_and_division_bounds(z) -> None:
     """(b) Llama-2's inv_freq = fl(1 / powf(1e4, fl(2i/128))) (the exponent exact in float32): powf within 4
-    ulp, the division correctly rounded, so within 4.5 float32 ulps of the exact value (mpmath, 100 bits)."""
+    ulp, the division correctly rounded, so within 4.5 float32 ulps of the exact value (mpmath)."""
     got = z["hf_llama2_inv_freq"].astype(np.float64)
-    with mpmath.workprec(100):
-        exact = np.array([float(1 / mpmath.power(10000, mpmath.mpf(2 * i) / 128)) for i in range(HALF)])
+    exact = _exact_llama2_theta()
     assert np.all(np.abs(got - exact) <= (4.5 + 1e-6) * _ulp32(exact))
     # what this H200 did: 60 of 64 entries are fl(1 / fl(exact power)), the other 4 one float32 neighbour off
     with mpmath.workprec(100):
@@ -194,9 +199,7 @@ def test_the_audit_figures_hold_for_the_gpu_cache(z) -> None:
     pos = z["positions"]
     sched = RopeSchedule(head_dim=128, base=10000.0)
     model = run_recipe(stack("transformers", "bfloat16", sched), sched, pos)
-    with mpmath.workprec(120):
-        theta = np.array([float(1 / mpmath.power(10000, mpmath.mpf(i) / HALF)) for i in range(HALF)])
-    exact = exact_angles(pos.astype(np.float64), theta)
+    exact = exact_angles(pos.astype(np.float64), _exact_llama2_theta())
     gpu = np.abs(wrap(np.arctan2(_values(z["hf_llama2_sin16"], "bfloat16"),
                                  _values(z["hf_llama2_cos16"], "bfloat16")) - exact))
     ours = np.abs(wrap(np.arctan2(model["sin"], model["cos"]) - exact))
