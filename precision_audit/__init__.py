@@ -25,17 +25,53 @@ Single auditors:
 0.109375
 """
 
-from .alibi import alibi_slopes, audit_alibi
-from .bottomline import bottom_line
-from .config import audit_config, load_config_dict, load_model
-from .rope.attention import attention_errors
-from .fix import keep_rotary_fp32, release_rotary_fp32
-from .formats import FORMATS, Format, format_names, get_format, round_to, spacing
-from .positions import PositionAudit, PositionRow, audit_positions, measure_positions, predict_positions, reproduce_baichuan
-from .rope import RopeSchedule
-from .rope import audit as audit_rope
-from .rope import preset as rope_preset
-from .sinusoidal import audit_sinusoidal
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below load on first use (PEP 562): a command imports only what it runs
+    from .alibi import alibi_slopes, audit_alibi
+    from .bottomline import bottom_line
+    from .config import audit_config, load_config_dict, load_model
+    from .fix import keep_rotary_fp32, release_rotary_fp32
+    from .formats import FORMATS, Format, format_names, get_format, round_to, spacing
+    from .positions import (PositionAudit, PositionRow, audit_positions, measure_positions, predict_positions,
+                            reproduce_baichuan)
+    from .rope import RopeSchedule
+    from .rope import audit as audit_rope
+    from .rope import preset as rope_preset
+    from .rope.attention import attention_errors
+    from .sinusoidal import audit_sinusoidal
+
+# public name: (module, attribute there)
+_LAZY: dict[str, tuple[str, str]] = {
+    **{n: ("alibi", n) for n in ("alibi_slopes", "audit_alibi")},
+    "bottom_line": ("bottomline", "bottom_line"),
+    **{n: ("config", n) for n in ("audit_config", "load_config_dict", "load_model")},
+    "attention_errors": ("rope.attention", "attention_errors"),
+    **{n: ("fix", n) for n in ("keep_rotary_fp32", "release_rotary_fp32")},
+    **{n: ("formats", n) for n in ("FORMATS", "Format", "format_names", "get_format", "round_to", "spacing")},
+    **{n: ("positions", n) for n in ("PositionAudit", "PositionRow", "audit_positions", "measure_positions",
+                                     "predict_positions", "reproduce_baichuan")},
+    "RopeSchedule": ("rope", "RopeSchedule"),
+    "audit_rope": ("rope", "audit"),
+    "rope_preset": ("rope", "preset"),
+    "audit_sinusoidal": ("sinusoidal", "audit_sinusoidal"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public API's names, imported from their modules on first use (then kept here)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = getattr(importlib.import_module(f".{module}", __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

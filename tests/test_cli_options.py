@@ -31,7 +31,7 @@ def run(*args: str, env: dict[str, str] | None = None):
 
 
 def commands() -> dict[str, click.Command]:
-    return {name: cmd for name, cmd in main.commands.items() if not isinstance(cmd, click.Group)}
+    return {name: cmd for name, cmd in main.every_command().items() if not isinstance(cmd, click.Group)}
 
 
 def _tf() -> None:

@@ -3,6 +3,7 @@ positions sharing a hash are compared element by element and split into classes 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,11 @@ from ..formats import round_to
 from .recipes import Array
 from .tables import _Positions, scratch  # noqa: F401  (scratch: used here and by stream)
 
-_HASH_KEYS = np.random.default_rng(20170612).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
+
+@functools.cache
+def _hash_keys() -> npt.NDArray[np.uint64]:
+    """8192 fixed random odd 64-bit factors (made on first use: numpy.random loads only then)."""
+    return np.random.default_rng(20170612).integers(1, 2**63, size=8192, dtype=np.uint64) | np.uint64(1)
 
 
 def _canonical_bits(rows: Array) -> npt.NDArray[np.uint64]:
@@ -29,7 +34,8 @@ def _row_hash(bits: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     tmp = scratch("hash", bits.shape, np.uint64)
     np.right_shift(bits, np.uint64(31), out=tmp)
     np.bitwise_xor(bits, tmp, out=bits)
-    np.multiply(bits, _HASH_KEYS[np.arange(bits.shape[1]) % len(_HASH_KEYS)], out=bits)
+    keys = _hash_keys()
+    np.multiply(bits, keys[np.arange(bits.shape[1]) % len(keys)], out=bits)
     h = bits.sum(axis=1, dtype=np.uint64)
     h ^= h >> np.uint64(29)
     h *= np.uint64(0x9E3779B97F4A7C15)
