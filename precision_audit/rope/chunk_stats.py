@@ -277,6 +277,8 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             pos = {f: round_to(m, f) for f in plan.position_formats}
             for job in plan.jobs:
                 _angle_block(job, pos[job.recipe.positions], plan, w, a - start, live)
+            if twin is not None:  # the block's rows still in the caches
+                _twin_pairs(plan, a - twin, b - twin, a - start, w, twin)
         if plan.pairs is not None:
             _chunk_pairs(plan, hi, lo, start, stop, work, block, twin)
     if keep_at is not None:
@@ -339,12 +341,7 @@ def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
     for d in spec.shifted:
         if start >= spec.until[d]:
             continue
-        if d == twin:
-            for a in range(max(start, d), stop, block):
-                b = min(stop, a + block)
-                w = work.rows(b - a)
-                for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
-                    _pair_rows(cj.signed[a - start : b - start], _kept(cj.twin, a - d, b - d), w.k, w.t, cj, d)
+        if d == twin:  # paired block by block, as each was computed (:func:`_twin_pairs`)
             continue
         for a in range(max(start, d), stop, block):
             b = min(stop, a + block)
@@ -363,6 +360,13 @@ def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
                     _, _, rot = stored.of(cj)
                     _signed_into(rot, w)  # position m - d's signed error, in w.p1 (free here)
                     _pair_rows(cj.signed[a - start : b - start], w.p1, w.k, w.t, cj, d)
+
+
+def _twin_pairs(plan: _Plan, a: int, b: int, off: int, w: _Rows, d: int) -> None:
+    """Pair the block of the chunk's rows ``off..`` (positions ``a + d..b + d - 1``) at distance ``d`` with the
+    signed rows of positions a..b-1 kept from its twin chunk, right after the block's signed errors were written."""
+    for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
+        _pair_rows(cj.signed[off : off + b - a], _kept(cj.twin, a, b), w.k, w.t, cj, d)
 
 
 def _kept(parts: Sequence[tuple[int, F64]], a: int, b: int) -> F64:

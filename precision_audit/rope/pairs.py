@@ -142,17 +142,18 @@ def fold_pairs(x: F64, t: F64, wrap: bool = False) -> tuple[float, float, bool]:
     np.abs(x, out=x)
     if not x.size:
         return 0.0, 0.0, wrap
+    top = np.maximum.reduce  # x.max() and x.sum() are these reductions, less a Python layer each
     if not wrap:
-        mx = float(x.max())
+        mx = float(top(x, axis=None))
         wrap = not mx <= math.pi  # some pair needs the wrap, or is nan
     if wrap:
         np.subtract(_TWO_PI, x, out=t)  # >= 0: both errors in [-pi, pi] give |x| <= 2 pi
         np.minimum(x, t, out=x)  # nan stays nan
-        mx = float(x.max())
+        mx = float(top(x, axis=None))
         if not math.isfinite(mx):
             x[~np.isfinite(x)] = math.pi
-            mx = float(x.max())
-    return mx, float(x.sum()), wrap
+            mx = float(top(x, axis=None))
+    return mx, float(np.add.reduce(x, axis=None)), wrap
 
 
 def pair_block(cur: F64, prev: F64, scratch: F64 | None = None) -> tuple[F64, F64]:
