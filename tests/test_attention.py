@@ -193,5 +193,8 @@ def test_apply_stage_from_stages_text():
     r = parse_stages("apply=fp16@fp32", "bf16")
     assert (r.apply, r.apply_mode) == ("float16", "fp32-then-cast")
     assert r.how["apply"] == "rotation in float32, cast to float16"
-    with pytest.raises(ValueError, match="apply=F@fp32 .* is the only @ form"):
+    r = parse_stages("apply=bf16@fused", "bf16")  # triton's contraction (tests/test_kernels_recorded.py)
+    assert (r.apply, r.apply_mode) == ("bfloat16", "fused")
+    assert r.how["apply"] == "q*cos + rotate_half(q)*sin in bfloat16, x1's product fused into the sum"
+    with pytest.raises(ValueError, match="the @ forms are apply=F@fp32 .* and apply=F@fused"):
         parse_stages("apply=fp16@bf16")

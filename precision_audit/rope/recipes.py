@@ -302,12 +302,15 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
     ``inv_freq=F@G`` the formula evaluated in G, stored in F;
     ``inv_freq=F@exact`` the exact value rounded once to F.  ``apply=F``
     rotates q/k in F (default: the cache format), ``apply=F@fp32`` in float32
-    with the result cast to F.
+    with the result cast to F, ``apply=F@fused`` in F with one product of each
+    output fused into the sum (the ``fused`` apply mode: triton's contraction).
 
     >>> parse_stages("positions=bf16").stages["positions"], parse_stages("positions=bf16").name
     ('bfloat16', 'positions=bf16')
     >>> parse_stages("inv_freq=bf16@bf16").how["inv_freq"]
     'formula in bfloat16'
+    >>> parse_stages("apply=bf16@fused").apply_mode
+    'fused'
     >>> parse_stages("angles=bf16")
     Traceback (most recent call last):
     ...
@@ -326,9 +329,13 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
         if stage == "apply":
             f, at, src = fmt.partition("@")
             try:
-                if at and (not src.strip() or get_format(src.strip()).name != "float32"):
-                    raise ValueError("apply=F@fp32 (rotation in float32, then cast to F) is the only @ form")
-                apply = {"apply": get_format(f.strip()).name, "apply_mode": "fp32-then-cast" if at else "elementwise"}
+                mode = "elementwise"
+                if at:
+                    mode = "fused" if src.strip().lower() == "fused" else "fp32-then-cast"
+                    if mode != "fused" and (not src.strip() or get_format(src.strip()).name != "float32"):
+                        raise ValueError("the @ forms are apply=F@fp32 (rotation in float32, then cast to F) and "
+                                         "apply=F@fused (one product per output fused into the sum)")
+                apply = {"apply": get_format(f.strip()).name, "apply_mode": mode}
             except ValueError as e:
                 raise ValueError(f"stage apply in {text!r}: {e}") from None
             continue
