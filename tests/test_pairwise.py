@@ -479,7 +479,7 @@ def test_twin_and_linked_pairs_are_the_merge_pairs(aligned: list, extra: int | N
     twin, done = audit_mod._twin, audit_mod._Links.done
     try:
         audit_mod._twin = lambda *a: None
-        audit_mod._Links.done = lambda self, a, b, stats: None
+        audit_mod._Links.done = lambda self, a, b, stats, scratch=None: None
         slow = [r.to_dict() for r in audit(s, recs, lengths, **kw)]
     finally:
         audit_mod._twin, audit_mod._Links.done = twin, done

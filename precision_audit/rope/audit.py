@@ -213,7 +213,7 @@ def _pass(
                 else:
                     stats = _chunk_stats(p, hi, lo, a, b, w, block)
                 if links is not None:
-                    links.done(a, b, stats)
+                    links.done(a, b, stats, w.scratch())
                 out.append(stats)
             return out
         finally:

@@ -62,7 +62,7 @@ class _Work:
         self.size, self.nf = rows, nf
         n = rows * nf
         sizes = [n] * len(self.NAMES) + [(rows + 1) * nf, 2 * n]
-        region = _huge_region(sum(sizes))
+        region = self._region = _huge_region(sum(sizes))
         views, at = [], 0
         for size in sizes:
             views.append(region[at : at + size])
@@ -70,6 +70,10 @@ class _Work:
         self.bufs = {name: v.reshape(rows, nf) for name, v in zip(self.NAMES, views)}
         self.kz = views[-2].reshape(rows + 1, nf)
         self.pair = views[-1]
+
+    def scratch(self) -> F64:
+        """Every buffer as one flat float64 array (between chunks, when nothing of the chunk is in them)."""
+        return self._region
 
     def rows(self, n: int) -> "_Rows":
         views = {k: v[:n] for k, v in self.bufs.items()}

@@ -109,8 +109,9 @@ class _Links:
         self.ends: dict[int, tuple[int, list[F64 | None]]] = {}  # stop -> (start, tails) of finished chunks
         self.starts: dict[int, tuple[int, list[_ChunkStats]]] = {}  # start -> (stop, stats) waiting for the one before
 
-    def done(self, a: int, b: int, stats: list[_ChunkStats]) -> None:
-        """Chunk a..b-1 is computed: link it with the chunks before and after it that are done."""
+    def done(self, a: int, b: int, stats: list[_ChunkStats], scratch: F64 | None = None) -> None:
+        """Chunk a..b-1 is computed: link it with the chunks before and after it that are done (``scratch``: a
+        float64 buffer of the calling worker's to fold the pairs in, or None)."""
         tails = [st.tail for st in stats]
         with self.lock:
             before = self.ends.pop(a, None)
@@ -120,18 +121,19 @@ class _Links:
             if after is None:
                 self.ends[b] = (a, tails)
         if before is not None:
-            self._form(before[0], before[1], a, b, stats)
+            self._form(before[0], before[1], a, b, stats, scratch)
         if after is not None:
-            self._form(a, tails, b, after[0], after[1])
+            self._form(a, tails, b, after[0], after[1], scratch)
 
-    def _form(self, start: int, tails: list[F64 | None], a: int, b: int, stats: list[_ChunkStats]) -> None:
+    def _form(self, start: int, tails: list[F64 | None], a: int, b: int, stats: list[_ChunkStats],
+              scratch: F64 | None = None) -> None:
         """The cross pairs of chunk a..b-1 from the tails of the chunk that starts at ``start`` and ends at a."""
         formed: dict[int, dict[int, tuple[F64, F64]]] = {}
         for tail, st in zip(tails, stats):
             if tail is None or st.head is None or not (tail.shape[0] >= self.carry or start == 0):
                 continue
             if id(st) not in formed:  # recipes that share a cache share its stats
-                formed[id(st)] = cross_pairs(a, b, st.head, tail, self.distances)
+                formed[id(st)] = cross_pairs(a, b, st.head, tail, self.distances, scratch)
             st.cross = formed[id(st)]
 
 
