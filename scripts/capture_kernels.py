@@ -119,6 +119,14 @@ def _inputs(pos: np.ndarray, dt: Any, n_heads: int, seed: int) -> Any:
     return torch.randn(1, pos.size, n_heads, HEAD_DIM, generator=gen).to(dt).cuda()
 
 
+def _full_rows(cos32: np.ndarray, sin32: np.ndarray, dt: Any) -> tuple[Any, Any]:
+    """The half rows of cos/sin repeated to full head_dim rows (seq, head_dim), as rotate_half kernels take
+    them, cast to dtype dt on the GPU."""
+    import torch
+
+    return tuple(torch.from_numpy(np.concatenate([v, v], axis=1)).to(dt).cuda() for v in (cos32, sin32))
+
+
 def liger_rows(pos: np.ndarray, cos32: np.ndarray, sin32: np.ndarray) -> tuple[dict[str, np.ndarray], dict]:
     """Liger's triton kernel rotating q/k with the Llama-2 cos/sin cast to each dtype."""
     import liger_kernel
@@ -130,8 +138,7 @@ def liger_rows(pos: np.ndarray, cos32: np.ndarray, sin32: np.ndarray) -> tuple[d
         dt = getattr(torch, name)
         q = _inputs(pos, dt, Q_HEADS, 10 + i).transpose(1, 2)  # (1, heads, seq, dim), as transformers passes it
         k = _inputs(pos, dt, K_HEADS, 20 + i).transpose(1, 2)
-        full_c = torch.from_numpy(np.concatenate([cos32, cos32], axis=1)).to(dt).cuda()[None]
-        full_s = torch.from_numpy(np.concatenate([sin32, sin32], axis=1)).to(dt).cuda()[None]
+        full_c, full_s = (v[None] for v in _full_rows(cos32, sin32, dt))  # (1, seq, head_dim)
         out[f"liger_{name}_q"], out[f"liger_{name}_k"] = bits(q), bits(k)
         q_out, k_out, _, _ = rope_forward(q.clone(), k.clone(), full_c, full_s)
         torch.cuda.synchronize()
@@ -174,8 +181,7 @@ def unsloth_rows(pos: np.ndarray, cos32: np.ndarray, sin32: np.ndarray, root: Pa
     out: dict[str, np.ndarray] = {}
     for i, name in enumerate(DTYPES):
         dt = getattr(torch, name)
-        full_c = torch.from_numpy(np.concatenate([cos32, cos32], axis=1)).to(dt).cuda()  # (seq, head_dim)
-        full_s = torch.from_numpy(np.concatenate([sin32, sin32], axis=1)).to(dt).cuda()
+        full_c, full_s = _full_rows(cos32, sin32, dt)  # (seq, head_dim)
         q = _inputs(pos, dt, Q_HEADS, 40 + i).transpose(1, 2).contiguous()  # (batch, heads, seq, dim)
         k = _inputs(pos, dt, K_HEADS, 50 + i).transpose(1, 2).contiguous()
         out[f"unsloth_{name}_q"], out[f"unsloth_{name}_k"] = bits(q), bits(k)
