@@ -1,5 +1,6 @@
 """The package's shape (issue 27): no import cycle, lazy imports included, and no private name imported across
-packages.  Read from the source (every ``import`` statement, at any depth), not from a run."""
+packages.  Read from the source (every ``import`` statement, at any depth), not from a run; the last tests run
+a fresh interpreter to see which modules loading a name or running a command imports (on demand)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,55 @@ def test_no_private_name_imported_across_packages():
                 continue
             bad += [f"{m}:{line} imports {target}.{n}" for n in names if n.startswith("_") and not n.endswith("__")]
     assert bad == []
+
+
+def _loaded_after(code: str) -> set[str]:
+    """The precision_audit modules a fresh interpreter has loaded after running ``code``."""
+    import subprocess
+    import sys
+
+    probe = code + "\nimport sys\nprint('MODULES', *(m for m in sys.modules if m.startswith('precision_audit')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return set(next(line for line in out.splitlines() if line.startswith("MODULES")).split()[1:])
+
+
+def test_api_names_load_on_first_use():
+    # `import precision_audit` loads the package alone; a name loads its own module (PEP 562)
+    assert _loaded_after("import precision_audit") == {"precision_audit"}
+    got = _loaded_after("import precision_audit as pa\npa.alibi_slopes")
+    assert "precision_audit.alibi" in got and not any(m.startswith("precision_audit.rope") for m in got)
+
+
+def test_every_api_name_resolves_and_unknown_names_fail():
+    import pytest
+
+    import precision_audit as pa
+
+    for name in pa.__all__:
+        assert getattr(pa, name) is not None
+        assert name in dir(pa)
+    namespace: dict[str, object] = {}
+    exec("from precision_audit import *", namespace)  # noqa: S102  (the star import goes through __getattr__)
+    assert set(pa.__all__) <= set(namespace)
+    with pytest.raises(AttributeError, match="no attribute 'audit_nothing'"):
+        pa.audit_nothing  # noqa: B018
+
+
+def test_a_command_loads_only_its_own_modules():
+    # `precision-audit rope` never imports the model, transformers, effect or incident code
+    got = _loaded_after("from precision_audit.cli import main\n"
+                        "main(['rope', '-l', '64', '-d', 'bf16'], standalone_mode=False)")
+    assert "precision_audit.rope" in got and "precision_audit.cli.auditors" in got
+    for other in ("precision_audit.cli.models", "precision_audit.cli.effect", "precision_audit.cli.incidents",
+                  "precision_audit.config", "precision_audit.effect", "precision_audit.hf", "precision_audit.incidents"):
+        assert other not in got
+
+
+def test_every_command_is_listed_and_loads():
+    import click
+
+    from precision_audit.cli import COMMANDS, main
+
+    every = main.every_command()
+    assert set(every) == set(COMMANDS) == set(main.list_commands(click.Context(main)))
+    assert all(cmd.name == name for name, cmd in every.items())

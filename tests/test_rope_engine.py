@@ -327,3 +327,29 @@ def test_float32_cache_rows_equal_the_engine_rows() -> None:
     finally:
         float32_cache.eligible, float32_cache.stored_into = orig, orig_stored
     assert on == off
+
+
+@pytest.mark.parametrize("size", [0, 1, 2**19 - 1, 2**19, 3 * 2**19 + 5])
+def test_huge_region_is_aligned_when_large(size: int) -> None:
+    # closed form: from 2 huge pages (2**19 float64 = 4 MiB) on, the region starts at a 2 MiB boundary
+    from precision_audit.rope.engine import _huge_region
+
+    r = _huge_region(size)
+    assert r.shape == (size,) and r.dtype == np.float64 and r.flags.c_contiguous
+    if size >= 2**19:
+        assert r.ctypes.data % 2**21 == 0
+
+
+def test_work_buffers_are_disjoint_views_of_one_region() -> None:
+    from precision_audit.rope.engine import _Work
+
+    w = _Work(4096, 64)
+    rows = w.rows(1000)
+    bufs = [getattr(rows, n) for n in (*_Work.NAMES, "kz", "cc", "ss")]
+    assert all(b.shape == (1000, 64) and b.flags.c_contiguous for b in bufs[:-3] + bufs[-2:])
+    assert rows.kz.shape == (1001, 64) and np.shares_memory(rows.kz[1:], rows.k)
+    for i, a in enumerate(bufs):
+        assert np.shares_memory(a, w.scratch())
+        for b in bufs[i + 1 :]:
+            assert not np.shares_memory(a, b)
+    assert rows.ccss.size == 2 * 1000 * 64 and np.shares_memory(rows.ccss, rows.cc) and np.shares_memory(rows.ccss, rows.ss)
