@@ -5,7 +5,11 @@ a fresh interpreter to see which modules loading a name or running a command imp
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "precision_audit"
 
@@ -115,9 +119,6 @@ def test_no_private_name_imported_across_packages():
 
 def _loaded_after(code: str) -> set[str]:
     """The precision_audit modules a fresh interpreter has loaded after running ``code``."""
-    import subprocess
-    import sys
-
     probe = code + "\nimport sys\nprint('MODULES', *(m for m in sys.modules if m.startswith('precision_audit')))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     return set(next(line for line in out.splitlines() if line.startswith("MODULES")).split()[1:])
@@ -131,8 +132,6 @@ def test_api_names_load_on_first_use():
 
 
 def test_every_api_name_resolves_and_unknown_names_fail():
-    import pytest
-
     import precision_audit as pa
 
     for name in pa.__all__:

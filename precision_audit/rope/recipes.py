@@ -328,13 +328,17 @@ def parse_stages(text: str, dtype: str | Format = "bfloat16", name: str | None =
             raise ValueError(f"stage item {item.strip()!r} in {text!r} is not STAGE=DTYPE")
         if stage == "apply":
             f, at, src = fmt.partition("@")
+            src = src.strip()
             try:
-                mode = "elementwise"
-                if at:
-                    mode = "fused" if src.strip().lower() == "fused" else "fp32-then-cast"
-                    if mode != "fused" and (not src.strip() or get_format(src.strip()).name != "float32"):
-                        raise ValueError("the @ forms are apply=F@fp32 (rotation in float32, then cast to F) and "
-                                         "apply=F@fused (one product per output fused into the sum)")
+                if not at:
+                    mode = "elementwise"
+                elif src.lower() == "fused":
+                    mode = "fused"
+                elif src and get_format(src).name == "float32":
+                    mode = "fp32-then-cast"
+                else:
+                    raise ValueError("the @ forms are apply=F@fp32 (rotation in float32, then cast to F) and "
+                                     "apply=F@fused (one product per output fused into the sum)")
                 apply = {"apply": get_format(f.strip()).name, "apply_mode": mode}
             except ValueError as e:
                 raise ValueError(f"stage apply in {text!r}: {e}") from None
