@@ -12,5 +12,5 @@ import sys
 from precision_audit.cli import main
 
 if __name__ == "__main__":
-    sys.argv = ["precision-audit", "report", "--out", "figures", *sys.argv[1:]]
+    sys.argv = ["precision-audit", "report", "-o", "figures", *sys.argv[1:]]
     main()

@@ -135,11 +135,15 @@ def run(command: str, *, show: str | None = None, rows: Sequence[str] | None = N
 
     ``show`` replaces the command line shown; ``rows`` keeps only the table
     rows whose first or second cell is listed (gaps marked ``...``); ``status`` adds
-    ``$ echo $?`` and the exit status.
+    ``$ echo $?`` and the exit status.  A block without ``status`` shows a command that
+    succeeds: any other exit status fails the generation (and the check), so a page
+    never shows a failing run as if it were one that worked.
     """
     import cog  # type: ignore[import-not-found]  # provided by cogapp while it runs
 
     text, code = execute(command)
+    if code and not status:
+        raise RuntimeError(f"{command} exited {code} (show it with status=True if that is the point):\n{text}")
     if rows is not None:
         text = _keep_rows(text, rows)
     cog.outl(FENCE)

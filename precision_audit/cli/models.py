@@ -612,7 +612,7 @@ def hf_scan_cmd(dtypes: tuple[str, ...], lengths: tuple[int, ...], families: tup
     position).  Classes that cannot be audited are listed as skipped with
     the reason.
 
-    Example: precision-audit hf-scan --length 8K --length 32K --dtype bfloat16
+    Example: precision-audit hf-scan --family llama --length 8K --dtype bfloat16
     """
     from ..hf import rotary_classes, scan
 
