@@ -161,12 +161,11 @@ def frequency_axis_label(scaling: str, rotary_dim: int) -> str:
     >>> frequency_axis_label("default", 128)
     'frequency index i (theta_i = base^(-2i/128); high frequency on the left)'
     >>> frequency_axis_label("llama3", 128)
-    "frequency index i (theta_i: the llama3 schedule's, from base^(-2i/128); high frequency on the left)"
+    'frequency index i (llama3-scaled theta_i; high frequency on the left)'
     """
     if scaling in ("default", "none", ""):
         return f"frequency index i (theta_i = base^(-2i/{rotary_dim}); high frequency on the left)"
-    return (f"frequency index i (theta_i: the {scaling} schedule's, from base^(-2i/{rotary_dim}); "
-            "high frequency on the left)")
+    return f"frequency index i ({scaling}-scaled theta_i; high frequency on the left)"  # as long as the other
 
 
 def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], path: str | Path) -> Path:
