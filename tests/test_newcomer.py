@@ -58,7 +58,7 @@ def test_help_example_runs_in_a_fresh_process(name, tmp_path):
 def _shown_statuses(page: Path) -> list[tuple[str, int]]:
     """Each ``$ precision-audit ...`` a page shows with ``$ echo $?`` after its output, and the status shown."""
     found = []
-    for block in re.findall(r"^```\n(.*?)^```", page.read_text(), re.S | re.M):
+    for block in re.findall(r"\]\]\] -->\n```\n(.*?)^```", page.read_text(), re.S | re.M):  # generated blocks
         cmd = re.match(r"\$ (precision-audit .+)\n", block)
         status = re.search(r"^\$ echo \$\?\n(\d+)$", block, re.M)
         if cmd and status:
