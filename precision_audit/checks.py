@@ -42,12 +42,19 @@ def parse_length(text: str | int) -> int:
     Traceback (most recent call last):
     ...
     ValueError: length '1.5k' is not a whole number of tokens (use e.g. 8192, 8k, 32K, 1M)
+    >>> parse_length("-5")  # a negative length reads as one, like 0
+    Traceback (most recent call last):
+    ...
+    ValueError: length -5 must be at least 1
     """
     if isinstance(text, bool):
         raise ValueError(f"length {text!r} is not an integer")
     if isinstance(text, (int, np.integer)):
         return check_length(int(text))
     m = _LENGTH_RE.match(str(text))
+    negative = _LENGTH_RE.match(str(text).strip()[1:]) if str(text).strip().startswith("-") else None
+    if negative:
+        raise ValueError(f"length {str(text).strip()} must be at least 1")
     if not m:
         raise ValueError(
             f"length {text!r} is not a whole number of tokens (use e.g. 8192, 8k, 32K, 1M)"

@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_TOLERANCE",
     "NOTICED",
     "PHASE_LOST",
+    "RULES",
     "SCAN_VERDICTS",
     "VERDICTS",
     "VERDICT_RULES",
@@ -55,6 +56,8 @@ __all__ = [
     "positions_verdict",
     "rope_verdict",
     "rope_why",
+    "rules_markdown",
+    "rules_text",
     "scan_verdict",
     "sinusoid_verdict",
     "worst",
@@ -68,13 +71,50 @@ NOTICED = math.pi / 8
 DEFAULT_TOLERANCE = 8.0
 """ALiBi: degraded when a head's bias error exceeds this many half-ulps of its largest bias."""
 
-VERDICT_RULES = (
-    "**broken**: neighbouring positions share a rotation (colliding cos/sin rows, position ids or ALiBi biases; a "
-    "bias overflowed or two swapped order) or two positions' relative rotation is pi/2 or more off (pairwise "
-    "rotation error); **degraded**: a pairwise rotation error of pi/8 or more (the probe model starts losing "
-    f"accuracy above it; ALiBi: a head's bias error above {DEFAULT_TOLERANCE:g} half-ulps of its largest bias); "
-    "**safe** otherwise. The absolute angle error is shown, never judged: attention sees only differences."
-)
+def _pi(x: float) -> str:
+    """A threshold that is pi over a whole number, written as such: pi/8."""
+    return f"pi/{round(math.pi / x)}"
+
+
+RULES: dict[str, str] = {
+    "broken": (f"neighbouring positions share a rotation (colliding cos/sin rows or position ids), or two positions' "
+               f"relative rotation is {_pi(PHASE_LOST)} or more off (a pairwise rotation error >= {_pi(PHASE_LOST)}, "
+               "a quarter turn); ALiBi: neighbouring keys share a bias, a bias overflowed or two swapped order"),
+    "degraded": (f"a pairwise rotation error >= {_pi(NOTICED)}, where the probe model starts to lose accuracy; "
+                 "ALiBi: a head's bias error above TOLERANCE half-ulps of its largest bias"),
+    "safe": "otherwise, whatever the absolute angle error: it is shown, never judged (attention sees only differences)",
+}
+"""THE statement of each verdict's rule: every page, ``--help`` and footer that states a rule prints this text
+(:func:`rules_text`, :func:`rules_markdown`); ``TOLERANCE`` stands for the ALiBi tolerance in use."""
+
+RULES_SOURCE = "precision_audit.verdicts; calibrated on the probe model, docs/effect.md"
+
+
+def rules_text(tolerance: float = DEFAULT_TOLERANCE) -> str:
+    """The verdict rules in one paragraph, as the CLI's footers and ``--help`` print them.
+
+    >>> print(rules_text())  # doctest: +ELLIPSIS
+    Verdict per row (precision_audit.verdicts; ...): broken = ...; degraded = a pairwise rotation error >= pi/8, ...
+    """
+    t = f"{tolerance:g}"
+    return (f"Verdict per row ({RULES_SOURCE}): "
+            + "; ".join(f"{v} = {RULES[v].replace('TOLERANCE', t)}" for v in reversed(VERDICTS)) + ".")
+
+
+def rules_markdown(tolerance: float = DEFAULT_TOLERANCE) -> str:
+    """The verdict rules as a markdown table (README, docs/), one row per verdict, worst first.
+
+    >>> print(rules_markdown().splitlines()[3])  # doctest: +ELLIPSIS
+    | `degraded` | a pairwise rotation error >= pi/8, where the probe model starts to lose accuracy; ALiBi: ...
+    """
+    t = f"{tolerance:g}"
+    return "| verdict | rule |\n| --- | --- |\n" + "".join(
+        f"| `{v}` | {RULES[v].replace('TOLERANCE', t)} |\n" for v in reversed(VERDICTS))
+
+
+VERDICT_RULES = "; ".join(f"**{v}**: {RULES[v].replace('TOLERANCE', f'{DEFAULT_TOLERANCE:g}')}"
+                          for v in reversed(VERDICTS)) + "."
+"""The rules as one markdown paragraph (the report's Verdict section)."""
 
 
 def human_length(n: int) -> str:

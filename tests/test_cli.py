@@ -96,7 +96,8 @@ def test_reproduce_baichuan_json():
     ("args", "message"),
     [
         (["--length", "0"], "length 0 must be at least 1"),
-        (["--length", "-5"], "not a whole number"),
+        (["--length", "-5"], "length -5 must be at least 1"),  # as 0 says it (issue 41)
+        (["--length", "0"], "length 0 must be at least 1"),
         (["--length", "1.5k"], "not a whole number"),
         (["--length", "abc"], "'abc' is not a whole number"),
         (["--length", str(2**53 + 1)], "exceeds 2**53"),

@@ -89,7 +89,7 @@ def test_cli_config_and_report(name: str, tmp_path: Path) -> None:
     out = json.loads(r.output)
     assert out["summary"] and out["model"]["kind"] in ("relative", "learned")
     assert all(row["component"] in ("relative", "learned") for row in out["results"])
-    rep = _run("report", "--model", str(DATA / f"{name}.json"), "--out", str(tmp_path), "-q")
+    rep = _run("report", str(DATA / f"{name}.json"), "-o", str(tmp_path), "-q")
     assert rep.exit_code == 0, rep.output
     md = (tmp_path / "report.md").read_text()
     assert md.index("## Bottom line") < md.index("## Verdict")

@@ -296,7 +296,7 @@ def test_cli_hf_rope_json_rows(tmp_path):
                                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
     f = tmp_path / "config.json"
     f.write_text(json.dumps(cfg))
-    res = _cli("hf-rope", "--config", str(f), "-l", "1024", "--json")
+    res = _cli("hf-rope", str(f), "-l", "1024", "--json")
     assert res.exit_code == 0, res.output
     (row,) = json.loads(res.output)["results"]
     assert "rope_type=llama3" in row["schedule"] and row["matches_recipe"] == "fp32"
@@ -312,7 +312,7 @@ def test_cli_hf_rope_layer_types():
 @pytest.mark.parametrize("args,message", [
     (["hf-rope", "--model-type", "lama"], "unknown model type 'lama'"),
     (["hf-rope"], "give --model-type"),
-    (["hf-rope", "-m", "llama", "--config", "/nonexistent/config.json"], "cannot read '/nonexistent/config.json'"),
+    (["hf-rope", "/nonexistent/config.json", "-m", "llama"], "cannot read '/nonexistent/config.json'"),
     (["hf-rope", "-m", "llama", "--layer-type", "full_attention"], "unknown layer type 'full_attention'"),
     (["hf-rope", "-m", "gemma3_text", "--layer-type", "global"], "unknown layer type 'global'"),
     (["hf-rope", "-m", "llama", "--class", "Nope"], "has no class 'Nope'"),
@@ -331,7 +331,7 @@ def test_cli_bad_config_json(tmp_path):
     _tf()
     f = tmp_path / "config.json"
     f.write_text("{not json")
-    res = _cli("hf-rope", "-m", "llama", "--config", str(f))
+    res = _cli("hf-rope", str(f), "-m", "llama")
     assert res.exit_code == 2 and "is not valid JSON" in res.output
 
 

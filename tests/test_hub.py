@@ -1,14 +1,21 @@
 """Hub ids: config.json through huggingface_hub's local cache; nothing is downloaded.
 
 The cache is a temporary directory laid out as huggingface_hub lays it out
-(models--ORG--NAME/refs/main -> snapshots/<commit>/config.json), and every test
-runs with HF_HUB_OFFLINE=1, so a miss can never reach the network.
+(models--ORG--NAME/refs/main -> snapshots/<commit>/config.json).  The tests run
+with HF_HUB_OFFLINE=1, or with the Hub endpoint on a closed local port
+(HF_ENDPOINT), so a miss can never reach the network; the second kind checks
+that a Hub that cannot be reached fails in under a second, in one line.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +25,8 @@ from precision_audit.config.hub import is_hub_id, resolve_model
 pytest.importorskip("huggingface_hub", reason="the [hub] extra (huggingface_hub) is not installed")
 
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parent.parent
+CLI = "import sys; from precision_audit.cli import main; sys.exit(main(prog_name='precision-audit'))"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -61,7 +70,7 @@ def test_cached_config_is_found_offline(offline_cache):
 
 
 def test_offline_without_cached_copy_is_a_clear_error(offline_cache):
-    with pytest.raises(ValueError, match=r"Qwen/Qwen3-8B: .*HF_HUB_OFFLINE is set and the local cache has no copy"):
+    with pytest.raises(ValueError, match=r"Qwen/Qwen3-8B: .*HF_HUB_OFFLINE is set and the local cache .*has no copy"):
         resolve_model("Qwen/Qwen3-8B")
 
 
@@ -73,3 +82,69 @@ def test_unknown_revision_offline_is_a_clear_error(offline_cache):
 def test_not_a_string_is_a_type_error():
     with pytest.raises(TypeError, match="model must be a path or a Hub id"):
         resolve_model(None)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- no network unless asked (issue 41)
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then released): a Hub there refuses at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def unreachable_hub(tmp_path, monkeypatch):
+    """An empty cache, HF_HUB_OFFLINE unset and the Hub endpoint on a closed local port: nothing can be fetched."""
+    root = _cache(tmp_path, "meta-llama/Llama-3.1-8B", DATA / "llama-3.1-8b.json")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    return root
+
+
+def test_cached_copy_is_read_without_the_hub(unreachable_hub):
+    # the cache is looked up first: a cached model resolves even with the Hub unreachable and --online given
+    for online in (False, True):
+        assert str(unreachable_hub) in resolve_model("meta-llama/Llama-3.1-8B", online=online)
+
+
+def test_not_cached_and_not_online_fails_at_once_naming_online(unreachable_hub):
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"^Qwen/Qwen3-8B: .*not in the local cache .*add --online"):
+        resolve_model("Qwen/Qwen3-8B")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_unreachable_hub_online_fails_fast_in_one_line(unreachable_hub, capfd):
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"^Qwen/Qwen3-8B: not in the local cache, and the Hub "
+                                         r"\(http://127\.0\.0\.1:\d+\) cannot be reached: ") as info:
+        resolve_model("Qwen/Qwen3-8B", online=True)
+    assert time.perf_counter() - start < 1.0
+    assert "\n" not in str(info.value)
+    out, err = capfd.readouterr()
+    assert out == err == ""  # no retry warnings, no progress bar
+
+
+@pytest.mark.parametrize("command", [["config", "Qwen/Qwen3-8B", "--online"],
+                                     ["report", "Qwen/Qwen3-8B", "-o", "OUT", "--online"],
+                                     ["config", "Qwen/Qwen3-8B"]])
+def test_cli_unreachable_hub_is_one_line_in_a_fresh_process(unreachable_hub, tmp_path, command):
+    # a user's shell: a fresh interpreter, so nothing imported earlier (huggingface_hub's constants) helps
+    argv = [a.replace("OUT", str(tmp_path / "out")) for a in command]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", CLI, *argv], env=env, capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "Qwen/Qwen3-8B" in errors[0], proc.stderr
+    assert "Retry" not in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.splitlines()) <= 4  # click's usage line, its hint, a blank line and the error
+    assert elapsed < 5.0  # the interpreter's start included; the Hub part is under a second (tests above)
+
+
+def test_online_must_be_a_flag():
+    with pytest.raises(ValueError, match="online 'yes' must be True or False"):
+        resolve_model("meta-llama/Llama-3.1-8B", online="yes")  # type: ignore[arg-type]

@@ -154,3 +154,37 @@ def test_named_api_exists():
                 assert hasattr(obj, attr), f"{name}: {'.'.join(parts[:cut])} has no {attr}"
                 obj = getattr(obj, attr)
             break
+
+
+# --------------------------------------------------------------------------- one statement of the rules (issue 41)
+
+def test_stale_rule_check_flags_a_page_that_states_the_old_rule(tmp_path):
+    readme = _readme_script()
+    # the statements issue 41 found, verbatim: each is flagged
+    old = ["| `degraded` | max rotation error above 8x the cache format's own rounding bound (`DEFAULT_TOLERANCE`, "
+           "`--tolerance`); ALiBi: a head's bias error above 8 half-ulps of its largest bias |",
+           "file (the `[gguf]` extra: only its metadata and `rope_freqs` are read); why the threshold is 8x, and every",
+           "`safe` of the `config` command (no collision, error at most 8x the cache format's",
+           "Why `degraded` starts at 8x the cache bound: storing cos/sin in a format costs up to its rounding bound",
+           "In float32 every path is `degraded`: a float32 cache could hold cos/sin to"]
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\nSome prose.\n\n" + "\n".join(old) + "\n")
+    hits = readme.stale(page.read_text())
+    assert [h.split(":")[0] for h in hits] == [f"line {n}" for n in range(5, 10)]
+    # the rule as precision_audit.verdicts states it, and the columns that show (never judge) the absolute error
+    from precision_audit.verdicts import rules_markdown, rules_text
+
+    assert readme.stale(rules_markdown() + rules_text() + "\nx cache bound = max rot err / the cache format's own "
+                        "rounding bound (bfloat16 2.770e-03 rad)\nat the model's context and 2x and 4x") == []
+
+
+def test_no_page_and_no_help_states_a_retired_rule():
+    assert _readme_script().stale_statements() == []
+
+
+def test_pages_that_state_the_rules_print_the_generated_text():
+    from precision_audit.verdicts import rules_markdown
+
+    for page in (README, DOCS / "cli.md"):
+        text = page.read_text()
+        assert "<!-- [[[cog rules() ]]] -->\n" + rules_markdown() + "<!-- [[[end]]] -->" in text, page.name

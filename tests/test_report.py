@@ -68,7 +68,7 @@ def model(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("m") / "llama-like"  # the folder names the model in the report
     d.mkdir()
     (d / "config.json").write_text(json.dumps(LLAMA_LIKE))
-    res = run("report", "--config", str(d / "config.json"), "--out", str(d / "report"))
+    res = run("report", str(d / "config.json"), "-o", str(d / "report"))
     assert res.exit_code == 0, res.output
     return d / "report"
 
@@ -154,7 +154,7 @@ def test_model_report_rerun_is_byte_identical(model: Path, tmp_path: Path) -> No
     (tmp_path / "llama-like").mkdir()
     (tmp_path / "llama-like" / "config.json").write_text(json.dumps(LLAMA_LIKE))
     cfg = str(tmp_path / "llama-like" / "config.json")
-    assert run("report", "--config", cfg, "--out", str(tmp_path / "r"), "--quiet").exit_code == 0
+    assert run("report", cfg, "-o", str(tmp_path / "r"), "--quiet").exit_code == 0
     for f in sorted(model.iterdir()):
         assert f.read_bytes() == (tmp_path / "r" / f.name).read_bytes(), f.name
 
@@ -168,7 +168,7 @@ def test_alibi_model_uses_mpt_slopes(tmp_path: Path) -> None:
     bias = mpt.build_mpt_alibi_tensor(12, 2, 8).double().numpy()  # (heads, 1, 2): slope * (k - 1), k = 0, 1
     assert list(spec.alibi_slopes) == pytest.approx((-bias[:, 0, 0]).tolist(), rel=2**-23)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    res = run("report", "--config", str(tmp_path / "config.json"), "--out", str(tmp_path / "r"))
+    res = run("report", str(tmp_path / "config.json"), "-o", str(tmp_path / "r"))
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "r" / "results.json").read_text())
     assert doc["results"]["alibi"] == plain(

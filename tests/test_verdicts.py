@@ -197,3 +197,23 @@ def test_rows_expose_the_rule_s_verdict():
     assert "local order lost" in rows[0].lost
     assert [a.verdict for r in ("cast-output", "fp32") for a in audit_alibi(8, r, 4096, "bf16")] == ["broken", "safe"]
     assert "verdict" not in rows[0].to_dict() and "verdict" not in p.to_dict()  # --json rows stay as they were
+
+
+# --------------------------------------------------------------------------- the one statement of the rules
+
+def test_rules_state_the_thresholds_the_verdict_uses():
+    from precision_audit.verdicts import NOTICED, PHASE_LOST, RULES, VERDICT_RULES, VERDICTS, rules_markdown, rules_text
+
+    assert set(RULES) == set(VERDICTS)
+    # the thresholds as written, derived here from pi: 22.5 and 90 degrees
+    assert "pi/8" in RULES["degraded"] and math.isclose(NOTICED, math.radians(22.5))
+    assert "pi/2" in RULES["broken"] and math.isclose(PHASE_LOST, math.radians(90))
+    assert "8x" not in rules_text() + rules_markdown() + VERDICT_RULES  # the retired rule
+    assert "above 3 half-ulps" in rules_text(3.0) and "above 8 half-ulps" in rules_markdown()
+    assert rules_markdown().count("\n") == 2 + len(VERDICTS)
+    # what the CLI prints is that text
+    from precision_audit.cli.models import CONFIG_VERDICT_HELP, config_cmd, hf_rope_cmd
+
+    assert CONFIG_VERDICT_HELP == rules_text()
+    for cmd in (config_cmd, hf_rope_cmd):
+        assert rules_text() in cmd.help

@@ -474,12 +474,11 @@ def fail_on(rows: Sequence[Any], threshold: str, paths: Sequence[str] | None, ke
     bad = failing(rows, threshold, key=key, paths=paths)
     for row, why in bad:
         get = row.get if isinstance(row, dict) else lambda k, r=row: getattr(r, k, None)
-        detail = []
-        if get("colliding_positions"):
+        detail = []  # what the verdict rests on (precision_audit.verdicts.rope_why), not the absolute error
+        if get("why"):
+            detail.append(str(get("why")))
+        elif get("colliding_positions"):
             detail.append(f"{get('colliding_positions')} colliding positions")
-        if get("max_rotation_error") is not None:
-            detail.append(f"max rotation error {get('max_rotation_error'):.4g} rad = {get('ratio'):.3g}x the cache "
-                          "bound")
         lt = get("layer_type")
         click.echo(f"fail-on {threshold}: {get(key)}{f' ({lt})' if lt else ''}: {why}"
                    + (f" ({'; '.join(detail)})" if detail else ""), err=True)

@@ -124,6 +124,8 @@ def sinusoidal_cmd(lengths: tuple[int, ...], dim: int, dtypes: tuple[str, ...], 
     positions whose whole row equals another position's; NN = distance to the
     nearest other position's row (exact vs stored); decay dev = largest change of
     the mean inner product PE(p).PE(p+k) over lags k.
+
+    Example: precision-audit sinusoidal --length 8K --dim 512 --dtype bfloat16
     """
     from ..sinusoidal import audit_sinusoidal
 

@@ -145,7 +145,9 @@ def _baichuan_table(at: dict[tuple[str, int], Any], lengths: list[int], dtypes: 
             r = at[d, n]
             row[f"{d} exact"] = f"{100 * r.exact_fraction:.1f}%"
             row[f"{d} distinct"] = r.distinct_values
-            row[f"{d} run"] = r.max_run
+            # a run that holds overflowed positions says so: they are all inf (one value), not colliding ids
+            row[f"{d} run"] = (f"{r.max_run} (inf from {r.overflow_position})" if r.non_finite and
+                               r.overflow_position is not None else r.max_run)
         wide.append(row)
     short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
     cols: list[Column] = [("length", "length")]
@@ -174,7 +176,7 @@ def _baichuan(as_json: bool, res: Any) -> None:
                    "summary": summary, "probe": [r.to_dict() for r in probe], "incident": res.to_dict()})
         return
     click.echo("Position ids 0..L-1 cast to each format (exact = positions that survive; "
-               "max run = most neighbouring tokens sharing one position)\n")
+               "max run = most neighbouring tokens sharing one position; inf from P: positions P and up overflowed)\n")
     _baichuan_table(at, sorted({r.length for r in rows}), BAICHUAN_DTYPES)
     click.echo("\n" + summary)
     click.echo("\nOn a model: the project's RoPE probe (precision-audit effect) at the end of an 8192-token context, "

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from .. import verdicts as _verdicts
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
 from ._shared import fail_on as judge_rows
@@ -20,15 +21,18 @@ from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column
 # --- report -----------------------------------------------------------------------------------
 
 
-def _load_model(model: str | None, model_type: str | None) -> Any:
-    """The model description a --model (config.json, .gguf, Hub id) or --model-type names (None: the headline
-    report)."""
+def _load_model(model: str | None, model_type: str | None, online: bool = False) -> Any:
+    """The model description a MODEL (config.json, .gguf, Hub id) or --model-type names (None: the headline
+    report); a model that cannot be read is a usage error naming it."""
     if not (model or model_type):
         return None
     if model:
         from ..config import load_model
 
-        return load_model(model)
+        try:
+            return load_model(model, online=online)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'MODEL'") from None
     from ..hf import default_model_config
 
     return default_model_config(str(model_type))
@@ -56,7 +60,7 @@ def _report_stacks(spec: Any, stacks: tuple[str, ...]) -> list[str] | None:
     if not stacks:
         return None
     if spec is None:
-        raise click.BadParameter("stacks are audited for a model: give --model or --model-type",
+        raise click.BadParameter("stacks are audited for a model: give MODEL or --model-type",
                                  param_hint="'--stack'")
     model = spec
     _rope_only(model, "--stack")
@@ -64,12 +68,27 @@ def _report_stacks(spec: Any, stacks: tuple[str, ...]) -> list[str] | None:
     return list(stacks)
 
 
+def _deprecated(old: str, new: str) -> Callable[[Any, Any, Any], Any]:
+    """A callback that notes on stderr, when the option is given, that ``old`` is deprecated for ``new``."""
+
+    def note(ctx: Any, param: Any, value: Any) -> Any:
+        if value is not None:
+            click.echo(f"note: {old} is deprecated; write `{new}` (as `config MODEL` does)", err=True)
+        return value
+
+    return note
+
+
+ONLINE_HELP = ("A Hub id missing from the local cache: fetch its config.json from the Hub (one request, no "
+               "retries, 10 s at most).  Without it a Hub id is read from the local cache only.")
+
+
 @click.command("report", cls=AuditCommand)
-@click.option("--model", "--config", "model", default=None, metavar="MODEL",
-              help="Write this model's report: a config.json (or its folder), a llama.cpp .gguf file (metadata "
-                   "only) or a Hub id ORG/NAME[@REVISION] (its config.json, as `config` reads it).  --config is "
-                   "the same option.")
-@click.option("--model-type", default=None, metavar="TYPE",
+@click.argument("model", metavar="[MODEL]", required=False, default=None)
+@click.option("--model", "--config", "old_model", default=None, metavar="MODEL", hidden=True,
+              callback=_deprecated("--model/--config MODEL", "precision-audit report MODEL -o DIR"),
+              help="Deprecated spelling of the MODEL argument.")
+@click.option("--model-type", "-m", default=None, metavar="TYPE",
               help="A transformers model type (llama, qwen2, bloom, ...): its default config (needs transformers; "
                    "nothing is downloaded).")
 @stack_option("[default: with a model, every stack that runs it (a GGUF file: llama.cpp's)]")
@@ -79,26 +98,37 @@ def _report_stacks(spec: Any, stacks: tuple[str, ...]) -> list[str] | None:
 @click.option("--max-length", type=LENGTH, default=None, metavar="LENGTH",
               help="Headline: the longest context audited [default: 1M]. Model: replaces its maximum context "
                    "(the verdict checks it, 2x and 4x).")
-@click.option("--out", "out", type=click.Path(file_okay=False, writable=True), required=True, metavar="DIR",
-              help="Folder for report.md, report.html, results.json and the PNGs (created; files replaced).")
+@click.option("--out", "-o", "out", type=click.Path(file_okay=False, writable=True), default=None, metavar="DIR",
+              help="Folder for report.md, report.html, results.json and the PNGs (created; files replaced).  "
+                   "[required]")
+@click.option("--online", is_flag=True, help=ONLINE_HELP)
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
-def report_cmd(model: str | None, model_type: str | None, stacks: tuple[str, ...], dtypes: tuple[str, ...],
-               max_length: int | None, out: str, quiet: bool) -> None:
+def report_cmd(model: str | None, old_model: str | None, model_type: str | None, stacks: tuple[str, ...],
+               dtypes: tuple[str, ...], max_length: int | None, out: str | None, online: bool, quiet: bool) -> None:
     """Write a report: report.md, a self-contained report.html, results.json and the figures.
 
-    Without --model/--model-type: the project's headline report (position ids,
-    RoPE recipes, attention logits, ALiBi, sinusoidal encodings); `--out figures/`
+    MODEL is named as `config` names it: a config.json (or its folder), a
+    llama.cpp .gguf file (metadata only) or a Hub id ORG/NAME[@REVISION]
+    (its config.json, from the local cache; --online fetches it).  Without
+    MODEL or --model-type: the project's headline report (position ids, RoPE
+    recipes, attention logits, ALiBi, sinusoidal encodings); `-o figures/`
     regenerates the committed figures.  With a model: first the bottom line
     (per stack and dtype, the longest safe context and the fix, as `config`
     prints it), then a verdict per code path at its maximum context and at
     2x/4x, then its own figures.  Two runs write byte-identical files.
+    (`--model MODEL --out DIR`, the old spelling, still works, with a note.)
 
-    Example: precision-audit report --model config.json --out report/
+    Example: precision-audit report tests/data/llama-3.1-8b.json -o report/
     """
     import sys
 
+    if model and old_model:
+        raise click.UsageError("give MODEL once: as the argument (`report MODEL -o DIR`), not also as --model")
+    model = model or old_model
+    if out is None:
+        raise click.UsageError("give the output folder: -o DIR (--out DIR), e.g. `report MODEL -o report/`")
     if model and model_type:
-        raise click.UsageError("give --model (--config) or --model-type, not both")
+        raise click.UsageError("give MODEL or --model-type, not both")
     if max_length is not None and not 256 <= max_length <= 2**24:
         raise click.BadParameter(f"{max_length} is not in 256 .. 16M (2**24)", param_hint="'--max-length'")
     show = not quiet and sys.stderr.isatty()
@@ -109,7 +139,7 @@ def report_cmd(model: str | None, model_type: str | None, stacks: tuple[str, ...
 
     if stacks and not (model or model_type):
         _report_stacks(None, stacks)
-    spec = _load_model(model, model_type)
+    spec = _load_model(model, model_type, online)
     paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks))
     click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
 
@@ -134,19 +164,15 @@ RELATIVE_VERDICT_HELP = (
     "= tokens share an id, degraded = wrong but distinct ids, safe = every id exact.\nchanged = distances "
     "0..L-1 whose bucket differs from the exact one (relative buckets), distances sharing a stored row "
     "(relative sinusoids) or wrong ids (learned); '-' = not measured.")
-CONFIG_VERDICT_HELP = (
-    "Verdict per row (precision_audit.verdicts; calibrated on the probe model, docs/effect.md): broken = colliding "
-    "positions > 0 or a pairwise rotation error >= pi/2 (two positions' relative rotation a quarter turn off; ALiBi: "
-    "a bias overflowed / swapped order); degraded = a pairwise rotation error >= pi/8, where the probe starts to "
-    "lose accuracy (ALiBi: a head's bias error above TOLERANCE half-ulps of its largest bias); safe otherwise. "
-    "The absolute rotation error is shown, not judged: attention sees only differences.")
+CONFIG_VERDICT_HELP = _verdicts.rules_text()
+"""The verdict key under `config`'s table (precision_audit.verdicts states the rules; this prints them)."""
 
 
 def _config_path(ctx: Any, param: Any, value: str) -> Any:
     from ..config import load_model
 
     try:
-        return load_model(value)
+        return load_model(value, online=bool(ctx.params.get("online")))
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -209,7 +235,7 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
     if model.kind in ("relative", "learned"):
         click.echo("\n" + RELATIVE_VERDICT_HELP)
         return
-    click.echo("\n" + CONFIG_VERDICT_HELP.replace("TOLERANCE", f"{tolerance:g}") +
+    click.echo("\n" + _verdicts.rules_text(tolerance) +
                "\ncolliding = positions whose cos/sin row (rope), id (positions) or bias (alibi, worst head) "
                "equals the previous one's; '-' = not measured for that component."
                + ("\nworst pair err = the largest pairwise rotation error (rad) between positions D apart, over "
@@ -248,6 +274,7 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
 
 @click.command("config", cls=AuditCommand)
 @click.argument("model", metavar="MODEL", callback=_config_path)
+@click.option("--online", is_flag=True, is_eager=True, help=ONLINE_HELP)
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K, 1M; RoPE at most 64M.  "
                    "[default: the config's context, 2x and 4x]")
@@ -281,15 +308,15 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON '
                    '(with --trained-on also "trained_on": {"stack", "summary", "results"}).')
-def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
+def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
                trained_on: str | None, distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
     llama.cpp .gguf file (its metadata: never a weight), or a Hub id
-    ORG/NAME[@REVISION] (its config.json only, through the local cache;
-    HF_HUB_OFFLINE is honoured; needs the [hub] extra).  Nothing is executed.
+    ORG/NAME[@REVISION] (its config.json only, from the local cache;
+    --online fetches it from the Hub; needs the [hub] extra).  Nothing is executed.
     The output opens with the bottom line: per stack (the code a serving or
     training stack runs, written from its source) and dtype, the longest
     audited context that is safe and the fix where one is known; the table
@@ -301,10 +328,10 @@ def config_cmd(model: Any, lengths: tuple[int, ...], dtypes: tuple[str, ...], st
     (GPT-2, BERT, OPT) get their own paths and a bottom line too.
 
     Verdicts judge what attention sees, the rotation between two positions
-    (pairwise errors at distances 1, 16, 256, 4K and L/2): broken = colliding
-    positions or a pairwise error >= pi/2; degraded = a pairwise error >=
-    pi/8, where the project's probe model starts to lose accuracy; safe
-    otherwise.  The bottom line says what is lost and from where.
+    (pairwise errors at distances 1, 16, 256, 4K and L/2); the bottom line
+    says what is lost and from where.
+
+    VERDICT_RULES
 
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
@@ -394,17 +421,20 @@ def _read_config(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | No
     return data
 
 
-HF_ROPE_VERDICT_HELP = (
-    "Verdict per row (as `config` gives it): broken = colliding positions > 0 or a pairwise rotation error >= "
-    "pi/2; degraded = a pairwise rotation error >= pi/8; safe otherwise (without pairwise errors, --no-pairs: "
-    "twice the max rotation error stands in).")
+HF_ROPE_VERDICT_HELP = _verdicts.rules_text()
+
+
+def _deprecated_config(ctx: Any, param: Any, value: str | None) -> dict[str, Any] | None:
+    _deprecated("--config PATH", "precision-audit hf-rope MODEL")(ctx, param, value)
+    return _read_config(ctx, param, value)
 
 
 @click.command("hf-rope", cls=_HfCommand)
+@click.argument("model", metavar="[MODEL]", required=False, default=None, callback=_read_config)
 @click.option("--model-type", "-m", default=None, metavar="TYPE",
               help="transformers model type (llama, qwen2, gemma3_text, ...).  [default: the config's model_type]")
-@click.option("--config", "config", default=None, callback=_read_config, metavar="PATH",
-              help="A config.json (parsed, never executed).  [default: the model type's default config]")
+@click.option("--config", "config", default=None, callback=_deprecated_config, metavar="PATH", hidden=True,
+              help="Deprecated spelling of the MODEL argument.")
 @click.option("--length", "-l", "lengths", type=LENGTH, multiple=True, metavar="LENGTH",
               help="Context length (repeatable): 8192, 8k, 32K.  [default: 8k]")
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, default=("bfloat16",), show_default=True,
@@ -421,7 +451,7 @@ HF_ROPE_VERDICT_HELP = (
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"auditor": "hf-rope", "summary": [...], "results": [row, ...]} as JSON.')
-def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...],
+def hf_rope_cmd(model: dict[str, Any] | None, model_type: str | None, config: dict[str, Any] | None, lengths: tuple[int, ...],
                 dtypes: tuple[str, ...], cast_module: bool, layer_type: str | None, class_name: str | None,
                 fail_on: str, distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Audit the rotary module transformers builds for a model type (no weights, no downloads).
@@ -432,16 +462,21 @@ def hf_rope_cmd(model_type: str | None, config: dict[str, Any] | None, lengths: 
     the inv_freq buffer was cast to DTYPE).  The output opens with the bottom
     line per module and dtype: the longest length audited that is safe, and
     the fix (a module whose buffer the cast downcast: keep_rotary_fp32).
-    Verdicts as `config` gives them: broken = phase lost or colliding
-    positions; degraded = max rotation error above 8x the cache bound.
+    MODEL is a config.json (parsed, never executed) [default: the model
+    type's default config].
+
+    VERDICT_RULES
 
     Example: precision-audit hf-rope --model-type llama --length 32K --cast-module
     """
     from ..hf import audit_model_type, module_bottom_line
 
+    if model is not None and config is not None:
+        raise click.UsageError("give MODEL once: as the argument (`hf-rope MODEL`), not also as --config")
+    config = model if model is not None else config
     if model_type is None:
         if config is None or not isinstance(config.get("model_type"), str):
-            raise click.UsageError("give --model-type (or a --config whose model_type names it)")
+            raise click.UsageError("give --model-type (or a MODEL config.json whose model_type names it)")
         model_type = config["model_type"]
     lengths = lengths or (8192,)
     asked = distances_from_options(distances, no_pairs)
@@ -577,7 +612,7 @@ def hf_scan_cmd(dtypes: tuple[str, ...], lengths: tuple[int, ...], families: tup
     position).  Classes that cannot be audited are listed as skipped with
     the reason.
 
-    Example: precision-audit hf-scan --length 8K --length 32K --dtype bfloat16
+    Example: precision-audit hf-scan --family llama --length 8K --dtype bfloat16
     """
     from ..hf import rotary_classes, scan
 
@@ -647,3 +682,7 @@ def hf_alibi_cmd(model_type: str, num_heads: int, length: int, dtypes: tuple[str
     ]
     echo_table(rows, cols)
     click.echo("\n" + "\n".join(notes))
+
+
+for _cmd in (config_cmd, hf_rope_cmd):  # the rules as precision_audit.verdicts states them, kept as one paragraph
+    _cmd.help = (_cmd.help or "").replace("VERDICT_RULES", _verdicts.rules_text())

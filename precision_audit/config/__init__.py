@@ -14,28 +14,8 @@ config with the same rules.  :func:`audit_config` runs the
 tool's own auditors on it: every RoPE preset (or ALiBi recipe) and the
 position ids, per dtype and context length, each row with a verdict.
 
-Verdicts (:func:`rope_verdict`, :func:`alibi_verdict`, :func:`positions_verdict`):
-
-* ``broken``: the phase is lost somewhere (max rotation error >= pi/2: the
-  rotation is nearer to a perpendicular one than to the true one), or
-  neighbouring positions collide (a cos/sin row, position id or ALiBi bias
-  equal to its neighbour's: the model cannot tell those tokens apart), or an
-  ALiBi bias overflowed or two biases swapped order;
-* ``degraded``: no collision, but the max rotation error exceeds
-  ``tolerance`` (default :data:`DEFAULT_TOLERANCE` = 8) times the cache
-  format's own rounding bound (:func:`~precision_audit.rope.cache_rounding_bound`),
-  i.e. the code path, not the storage format, sets the precision: at 8x the
-  path has lost 3 of the format's bits of rotation accuracy.  ALiBi: some
-  head's largest bias error exceeds ``tolerance`` half-ulps of the bias format
-  at that head's largest bias;
-* ``safe``: otherwise, i.e. within a few roundings of what storing the result
-  in the format costs anyway.
-
-Why 8: storing cos/sin in a format already costs up to its rounding bound; a
-factor of 2-4 is within what correctly rounded vs faithful kernels and the
-double rounding of the trig stage add (the fp32 fix reaches 3.6x in bfloat16 at
-128K, see the README's rope table); 8x is the first power of two beyond that,
-and is where float32 angles stop being enough (bfloat16: past ~256K tokens).
+Verdicts (:func:`rope_verdict`, :func:`alibi_verdict`, :func:`positions_verdict`): the rules and their
+calibration are stated once, in :mod:`precision_audit.verdicts` (:data:`~precision_audit.verdicts.RULES`).
 
 >>> m = load_config_dict({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
 ...                       "max_position_embeddings": 4096}, name="llama-2-7b")

@@ -3,7 +3,8 @@
 A user names a model as ``ORG/NAME`` (optionally ``ORG/NAME@REVISION``).
 :func:`resolve_model` turns that into the path of a local ``config.json``
 through ``huggingface_hub`` (the ``[hub]`` extra): the local cache first, the
-Hub only when online, and that one file only, never weights.  It honours
+Hub only when asked (``online=True``, the CLI's ``--online``), and that one
+file only, never weights.  It honours
 ``HF_HUB_OFFLINE`` and the cache variables (``HF_HUB_CACHE``, ``HF_HOME``) as
 they are when it is called, and fails with one clear ``ValueError`` when the
 file cannot be had.
@@ -19,8 +20,12 @@ through here:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
+from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["HUB_INSTALL", "is_hub_id", "resolve_model"]
 
@@ -49,15 +54,86 @@ def _cache_dir() -> str | None:
     return None  # huggingface_hub's default (~/.cache/huggingface/hub)
 
 
-def resolve_model(model: str) -> str:
+@contextlib.contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """huggingface_hub's own warnings and progress bars off: a failure is reported in one line, by the caller."""
+    logger = logging.getLogger("huggingface_hub")
+    level, bars = logger.level, os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    logger.setLevel(logging.ERROR)
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if bars is None:
+            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        else:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = bars
+
+
+def _cached(hub: Any, repo: str, revision: str | None) -> str | None:
+    """The cached ``config.json`` of ``repo`` at ``revision`` (None when the cache has none); no network."""
+    try:
+        with _quiet_hub():
+            return str(hub.hf_hub_download(repo, "config.json", revision=revision, cache_dir=_cache_dir(),
+                                           local_files_only=True))
+    except (hub.errors.LocalEntryNotFoundError, hub.errors.EntryNotFoundError, OSError):
+        return None
+
+
+def _download(hub: Any, text: str, repo: str, revision: str | None, timeout: float) -> str:
+    """Fetch ``config.json`` from the Hub: one metadata request without retries (a Hub that cannot be reached fails
+    at once, in one line), then the download."""
+    from huggingface_hub.utils import HfHubHTTPError
+
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    try:
+        with _quiet_hub():
+            url = hub.hf_hub_url(repo, "config.json", revision=revision, endpoint=endpoint)
+            hub.get_hf_file_metadata(url, timeout=timeout, endpoint=endpoint, retry_on_errors=False)
+            return str(hub.hf_hub_download(repo, "config.json", revision=revision, cache_dir=_cache_dir(),
+                                           endpoint=endpoint, etag_timeout=timeout))
+    except hub.errors.RepositoryNotFoundError:
+        raise ValueError(f"{text}: no such file, and no such Hub repository (or it is private/gated: "
+                         "log in with `hf auth login`)") from None
+    except hub.errors.RevisionNotFoundError:
+        raise ValueError(f"{text}: the Hub repository has no revision {revision!r}") from None
+    except hub.errors.EntryNotFoundError:
+        raise ValueError(f"{text}: the Hub repository has no config.json") from None
+    except (HfHubHTTPError, OSError) as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"{text}: not in the local cache, and the Hub ({endpoint or hub.constants.ENDPOINT}) "
+                         f"cannot be reached: {type(e).__name__}: {first}") from None
+    except Exception as e:  # httpx's connection and timeout errors are not OSErrors
+        if type(e).__module__.split(".")[0] not in ("httpx", "httpcore", "httpx2", "requests", "urllib3"):
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"{text}: not in the local cache, and the Hub ({endpoint or hub.constants.ENDPOINT}) "
+                         f"cannot be reached: {type(e).__name__}: {first}") from None
+
+
+def resolve_model(model: str, *, online: bool = False, timeout: float = 10.0) -> str:
     """The local path of ``model``'s description: the path itself, or a Hub id's cached/downloaded ``config.json``.
+
+    A Hub id is looked up in the local cache first (no network).  Without a cached copy it is fetched only when
+    ``online`` is true (the CLI's ``--online``) and ``HF_HUB_OFFLINE`` is not set: one metadata request without
+    retries, waiting at most ``timeout`` seconds, so a Hub that cannot be reached fails at once.
 
     Raises ValueError naming the model when it is neither an existing path nor a
     Hub id, when ``huggingface_hub`` is missing, or when the file cannot be had
-    (offline with no cached copy, unknown or gated repository, no network).
+    (not cached and not online, unknown or gated repository, no network).
+
+    >>> resolve_model("no-such-org/no-such-model", online=False)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: no-such-org/no-such-model: no such file, and as a Hub id: ...
     """
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model must be a path or a Hub id (str), not {type(model).__name__}")
+    if not isinstance(online, bool):
+        raise ValueError(f"online {online!r} must be True or False")
+    if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= 600):
+        raise ValueError(f"timeout {timeout!r} must be a number of seconds in (0, 600]")
     text = os.fspath(model)
     if os.path.exists(text) or not is_hub_id(text):
         return text
@@ -66,26 +142,17 @@ def resolve_model(model: str) -> str:
     repo, revision = m["repo"], m["revision"]
     try:
         import huggingface_hub
-        from huggingface_hub.utils import HfHubHTTPError
     except ImportError:
         raise ValueError(f"{text}: no such file; to read it as a Hub id install huggingface_hub "
                          f"({HUB_INSTALL})") from None
-    offline = _offline()
-    try:
-        return str(huggingface_hub.hf_hub_download(repo, "config.json", revision=revision, cache_dir=_cache_dir(),
-                                                   local_files_only=offline))
-    except huggingface_hub.errors.LocalEntryNotFoundError:
-        why = ("HF_HUB_OFFLINE is set and the local cache has no copy" if offline
-               else "the Hub could not be reached and the local cache has no copy")
-        raise ValueError(f"{text}: no such file, and as a Hub id: {why} of its config.json "
-                         f"(cache: {_cache_dir() or 'huggingface_hub default'})") from None
-    except huggingface_hub.errors.RepositoryNotFoundError:
-        raise ValueError(f"{text}: no such file, and no such Hub repository (or it is private/gated: "
-                         "log in with `hf auth login`)") from None
-    except huggingface_hub.errors.RevisionNotFoundError:
-        raise ValueError(f"{text}: the Hub repository has no revision {revision!r}") from None
-    except huggingface_hub.errors.EntryNotFoundError:
-        raise ValueError(f"{text}: the Hub repository has no config.json") from None
-    except (HfHubHTTPError, OSError) as e:
-        raise ValueError(f"{text}: cannot fetch config.json from the Hub: {type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    found = _cached(huggingface_hub, repo, revision)
+    if found is not None:
+        return found
+    cache = _cache_dir() or "huggingface_hub default"
+    if _offline():
+        raise ValueError(f"{text}: no such file, and as a Hub id: HF_HUB_OFFLINE is set and the local cache "
+                         f"({cache}) has no copy of its config.json") from None
+    if not online:
+        raise ValueError(f"{text}: no such file, and as a Hub id: not in the local cache ({cache}); add --online "
+                         "(API: online=True) to fetch its config.json from the Hub") from None
+    return _download(huggingface_hub, text, repo, revision, float(timeout))

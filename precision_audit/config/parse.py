@@ -229,10 +229,11 @@ def _is_gguf(path: str) -> bool:
         return False
 
 
-def load_model(model: str | os.PathLike[str]) -> ModelConfig:
+def load_model(model: str | os.PathLike[str], *, online: bool = False) -> ModelConfig:
     """A model's description from what a user names it by: a ``config.json`` (or a directory holding one), a
     llama.cpp ``.gguf`` file (its metadata, never its weights), or a Hugging Face Hub id ``ORG/NAME[@REVISION]``
-    (its ``config.json`` only, through the local cache; see :mod:`precision_audit.config.hub`).
+    (its ``config.json`` only, from the local cache; fetched from the Hub only with ``online=True``; see
+    :mod:`precision_audit.config.hub`).
 
     >>> load_model("tests/data/qwen2-7b.json").origin, load_model("tests/data/qwen2-7b.json").name
     ('config.json', 'qwen2-7b')
@@ -248,7 +249,7 @@ def load_model(model: str | os.PathLike[str]) -> ModelConfig:
     text = os.fspath(check_path(model, "model", "path or Hub id"))
     if not isinstance(text, str):
         raise ArgumentTypeError(f"model {describe(model)} must name a path as text, not bytes")
-    path = resolve_model(text)
+    path = resolve_model(text, online=online)
     if _is_gguf(path):
         from .gguf import read_gguf_metadata
 

@@ -323,8 +323,9 @@ def _verdict_section(c: _Context) -> Section:
     header = ("code path",) + tuple(f"{length_label(n)}" + (" (max context)" if n == ctx else f" ({n // ctx}x)")
                                     for n in checks)
     safe_paths = [v[0] for v in verdict if v[1].startswith("safe")]
+    # names hold commas ("RoPE fp32, cache in bfloat16"): one name per semicolon
     summary = (f"At its maximum context {length_label(ctx)} the safe code paths are: "
-               + (", ".join(safe_paths) if safe_paths else "none") + ".")
+               + ("; ".join(safe_paths) if safe_paths else "none") + ".")
     return Section("Verdict", [Para(summary), Table(header, tuple(verdict)), Para(VERDICT_RULES)]
                    + [Para(f"Note: {n}.") for n in c.spec.notes],
                    {"verdict": [dict(zip(("code_path", *map(str, checks)), v)) for v in verdict]})

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import numpy as np
 from ..positions import PositionRow, predict_positions
 from ._plotting import format_color, mark_lengths, pyplot, save_figure
 
-__all__ = ["POSITION_FORMATS", "length_grid", "plot_positions", "position_rows"]
+__all__ = ["POSITION_FORMATS", "collision_title", "length_grid", "plot_positions", "position_rows"]
 
 POSITION_FORMATS = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
 
@@ -36,6 +37,26 @@ def length_grid(lo: int, hi: int) -> list[int]:
 def position_rows(lengths: Sequence[int], dtypes: Sequence[str]) -> list[PositionRow]:
     """The closed form (equal to the measured values; see the tests) per dtype, then length."""
     return [predict_positions(int(n), d) for d in dtypes for n in lengths]
+
+
+def collision_title(rows: Sequence[PositionRow]) -> str:
+    """The collision panel's title: it says that overflowed positions count as one group only where some do.
+
+    >>> collision_title(position_rows([8192], ["bfloat16"]))
+    'Longest collision group'
+    >>> print(collision_title(position_rows([8192, 131072], ["float16"])))
+    Longest collision group
+    (overflowed, non-finite positions: one group): float16 from 65520
+    """
+    first: dict[str, int] = {}
+    for r in rows:
+        if r.non_finite and r.overflow_position is not None:
+            first[r.dtype] = min(first.get(r.dtype, r.overflow_position), r.overflow_position)
+    if not first:
+        return "Longest collision group"
+    where = ", ".join(f"{d} from {p}" for d, p in first.items())
+    return "Longest collision group\n" + "\n".join(
+        textwrap.wrap(f"(overflowed, non-finite positions: one group): {where}", 66))
 
 
 def plot_positions(
@@ -68,7 +89,7 @@ def plot_positions(
             title="Position ids cast to a format: exact share", ylim=(min(0.01, lo / 2), 150))
     ax2.set(yscale="log", xlabel="context length L (tokens)",
             ylabel="longest run of neighbours sharing one value (tokens)",
-            title="Longest collision group (overflowed positions: one group)")
+            title=collision_title(rows))
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
         ax.set_xlim(min(lengths), max(lengths))

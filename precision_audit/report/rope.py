@@ -45,6 +45,7 @@ from .attention import plot_attention
 
 __all__ = [
     "ROTATION_RULE",
+    "frequency_axis_label",
     "ErrorGrid",
     "error_grid",
     "plot_attention",
@@ -154,6 +155,19 @@ def plot_error_vs_length(rows: Sequence[RopeRow], path: str | Path, *,
     return save_figure(fig, path)
 
 
+def frequency_axis_label(scaling: str, rotary_dim: int) -> str:
+    """The per-frequency axis label: ``theta_i = base^(-2i/d)`` only for an unscaled schedule.
+
+    >>> frequency_axis_label("default", 128)
+    'frequency index i (theta_i = base^(-2i/128); high frequency on the left)'
+    >>> frequency_axis_label("llama3", 128)
+    'frequency index i (llama3-scaled theta_i; high frequency on the left)'
+    """
+    if scaling in ("default", "none", ""):
+        return f"frequency index i (theta_i = base^(-2i/{rotary_dim}); high frequency on the left)"
+    return f"frequency index i ({scaling}-scaled theta_i; high frequency on the left)"  # as long as the other
+
+
 def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], path: str | Path) -> Path:
     """Max rotation error per frequency index i at the given lengths (one panel each, log y)."""
     plt = pyplot()
@@ -168,7 +182,7 @@ def plot_error_per_frequency(rows: Sequence[RopeRow], lengths: Sequence[int], pa
         ax.set_yscale("log")
         ax.set_ylim(bound / 3, 12)
         _draw_thresholds(ax, bound, label=ax is axes[0][-1])
-        ax.set_xlabel(f"frequency index i (theta_i = base^(-2i/{r0.rotary_dim}); high frequency on the left)")
+        ax.set_xlabel(frequency_axis_label(r0.scaling, r0.rotary_dim))
         ax.set_title(f"context length {_length_label(L)}", fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("max rotation error over positions (rad)")
