@@ -281,3 +281,21 @@ def test_smollm2_cli_json(tmp_path):
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["model"] == "SmolLM2-135M-Instruct" and len(data["text"]) == 1 and len(data["passkey"]) == 1
+
+
+def test_model_calibration_rows_on_the_tiny_model():
+    # the pairwise errors come from the rope audit of the model's schedule (checked elsewhere against the oracle);
+    # here: one row per (path, length, distance) with distance < length, the loss defined against the floor (top-1)
+    # or the exact run (pass keys), and lowp's collisions at 8K called broken
+    from precision_audit.effect.model_calibration import calibrate_model
+
+    _, rm = tiny()
+    rm.tokenizer = ByteTokenizer()
+    rows = calibrate_model(rm, ["lowp", "fp32"], [4096], [1, 64], tokens=128, keys=1)
+    assert [(r.path, r.length, r.distance, r.measure) for r in rows] == [
+        ("lowp", 4096, 1, "top-1"), ("lowp", 4096, 64, "passkey"), ("fp32", 4096, 1, "top-1"),
+        ("fp32", 4096, 64, "passkey")]
+    for r in rows:
+        assert r.loss == pytest.approx((r.floor if r.distance == 1 else r.exact) - r.value)
+    assert rows[0].verdict == "broken" and rows[0].colliding > 0  # bf16 positions collide from 257 on
+    assert rows[2].verdict == "safe" and rows[2].pair_max_error < 0.01

@@ -15,7 +15,7 @@ from ._shared import wide_option
 
 __all__ = ["effect_cmd"]
 
-DEFAULT_OFFSETS = (0, 2**10, 2**13, 2**16, 2**20)
+DEFAULT_OFFSETS = (0, 2**13, 2**20)  # a short table by default; --offset and --stack all for the full sweep
 
 EFFECT_COLUMNS: list[Column] = [
     ("task", "task"),
@@ -49,7 +49,7 @@ def _probe_gaps(value: tuple[int, ...]) -> tuple[int, ...]:
     return value
 
 
-_PROBE_ONLY = (("tasks", "--task"), ("calibration", "--calibration"))
+_PROBE_ONLY = (("tasks", "--task"),)
 _MODEL_ONLY = (("tokens", "--tokens"), ("text_file", "--text"), ("keys", "--keys"), ("model_dtype", "--model-dtype"),
                ("device", "--device"), ("device_map", "--device-map"))
 
@@ -58,11 +58,11 @@ _MODEL_ONLY = (("tokens", "--tokens"), ("text_file", "--text"), ("keys", "--keys
 @click.option("--recipe", "-r", "recipes", type=click.Choice(list(_ROPE_PRESETS)), multiple=True,
               help="RoPE preset (repeatable): lowp, lowp-inv-freq, fp32, fp64 (see `precision-audit rope --help`).  "
                    "[default: all four, unless --stack]")
-@stack_option("[default: all, unless --recipe]")
+@stack_option("[default: none; --stack all for every stack]")
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bfloat16]")
 @click.option("--offset", "offsets", type=OffsetType(), multiple=True,
               help="Position of each probe sequence's first token (repeatable): 0, 8k, 1M (k = 1024).  "
-                   "[default: 0 1K 8K 64K 1M]")
+                   "[default: 0 8K 1M]")
 @click.option("--gap", "gaps", type=click.IntRange(min=1), multiple=True, metavar="G",
               help="Gap task: the distance read (repeatable), one of " + ", ".join(map(str, GAPS))
                    + ".  [default: every trained gap, mixed]  With --model: filler tokens between the pass key and "
@@ -119,6 +119,9 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
         for name, flag in _PROBE_ONLY:
             if given[name]:
                 raise click.UsageError(f"{flag} is for the probe; with --model the rows are text and pass keys")
+        if calibration:
+            return _model_calibration(model, recipes, stacks, dtypes, offsets, gaps, model_dtype, device, device_map,
+                                      tokens, keys, as_json)
         return _model(model, recipes, stacks, dtypes, offsets, gaps, model_dtype, device, device_map, tokens,
                       text_file, keys, plot, as_json)
     for name, flag in _MODEL_ONLY:
@@ -128,7 +131,7 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
     if calibration:
         return _calibration(recipes, dtypes, offsets, gaps, sequences, as_json)
     if not recipes and not stacks:
-        recipes, stacks = tuple(_ROPE_PRESETS), ("all",)
+        recipes = tuple(_ROPE_PRESETS)
     from ..rope import select_stacks
 
     paths = [*recipes, *select_stacks(stacks, ["default"])[0]] if stacks else list(recipes)
@@ -166,6 +169,40 @@ def _model(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Se
                      tokens=DEFAULT_TOKENS if tokens is None else tokens, text_file=text_file,
                      keys=keys or DEFAULT_KEYS, model_dtype=model_dtype or "float32", device=device or "cpu",
                      device_map=device_map, plot=plot, as_json=as_json)
+
+
+def _model_calibration(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str],
+                       lengths: Sequence[int], gaps: Sequence[int], model_dtype: str | None, device: str | None,
+                       device_map: str | None, tokens: int | None, keys: int | None, as_json: bool) -> None:
+    """``effect --calibration --model``: the verdict's calibration on a real model (effect.model_calibration)."""
+    from ..effect.model_calibration import (MODEL_CALIBRATION_DISTANCES, MODEL_CALIBRATION_LENGTHS, calibrate_model,
+                                            model_inconsistent)
+    from ..effect.real import load_real_model
+    from ..rope import select_stacks
+
+    if len(dtypes) > 1:
+        raise click.BadParameter("the calibration runs one dtype", param_hint="'--dtype'")
+    paths = [*recipes, *select_stacks(stacks, ["default"])[0]] if stacks else list(recipes or ("lowp", "lowp-inv-freq",
+                                                                                                  "fp32"))
+    dists = [1, *gaps] if gaps else list(MODEL_CALIBRATION_DISTANCES)
+    rm = load_real_model(model, model_dtype or "float32", device or "cpu", device_map)
+    with progress_bar(len(paths) * len(lengths or MODEL_CALIBRATION_LENGTHS) * len(dists) * 2, "cos/sin tables") as bar:
+        rows = calibrate_model(rm, paths, lengths or MODEL_CALIBRATION_LENGTHS, dists, dtypes[0] if dtypes else
+                               "bfloat16", tokens=512 if tokens is None else tokens, keys=keys or 2,
+                               progress=bar.update)
+    bad = model_inconsistent(rows)
+    emit("effect-model-calibration", rows, as_json, [
+        ("path", "path"), ("dtype", "dtype"), ("length", "length"), ("distance", "distance"),
+        ("pair err", "pair_max_error"), ("colliding", "colliding"), ("measure", "measure"),
+        ("value", lambda r: f"{100 * r['value']:.1f}%"), ("exact", lambda r: f"{100 * r['exact']:.1f}%"),
+        ("floor", lambda r: f"{100 * r['floor']:.1f}%"), ("loss", lambda r: f"{100 * r['loss']:+.1f}"),
+        ("verdict", "verdict")],
+        footer=f"{rm.name}: pair err: max pairwise rotation error (rad) between positions `distance` apart, "
+               "positions < length; the model's input ends at the length: top-1 agreement with its exact-RoPE run "
+               "on text (distance 1; loss = floor - value) or pass keys retrieved `distance` tokens back (loss = "
+               "exact - value); verdict: precision_audit.verdicts on that distance alone.  Inconsistent rows "
+               f"(broken while the model loses <= 2 points, safe while it loses >= 5): {len(bad)}.",
+        extra={"model": rm.name, "inconsistent": [r.to_dict() for r in bad]})
 
 
 def _calibration(recipes: Sequence[str], dtypes: Sequence[str], lengths: Sequence[int], gaps: Sequence[int],

@@ -275,13 +275,14 @@ def load_real_model(model: str | os.PathLike[str] = SMOLLM2, dtype: str = "float
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype), "local_files_only": True}  # never a download
     if gguf:
         kwargs["gguf_file"] = gguf
     if device_map:
         kwargs["device_map"] = device_map
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(directory, **({"gguf_file": gguf} if gguf else {}))
+        tok = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True,
+                                                         **({"gguf_file": gguf} if gguf else {}))
         net = transformers.AutoModelForCausalLM.from_pretrained(directory, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError, ImportError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

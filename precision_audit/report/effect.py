@@ -18,7 +18,7 @@ from ..effect import EffectRow
 from ..effect.tasks import CONTENT, GAPS
 from ._plotting import OKABE_ITO, ROPE_STYLE, length_label, pyplot, save_figure
 
-__all__ = ["TASK_TITLES", "plot_effect"]
+__all__ = ["TASK_TITLES", "plot_effect", "plot_model_effect"]
 
 TASK_TITLES = {"local": "local order (induction: needs the previous token, distance 1)",
                "gap": "exact distance: the token G back, among tokens at G±1, G±2"}
@@ -107,4 +107,46 @@ def plot_effect(rows: Sequence[EffectRow], path: str | Path, title: str | None =
                           "the rest of the probe in float64)", fontsize=11)
     legend_lines = sum(max(lab.count("\n") + 1 for lab in labels[i:i + ncol]) for i in range(0, len(labels), ncol))
     fig.tight_layout(rect=(0, min(0.45, 0.03 + 0.037 * legend_lines), 1, 0.97))
+    return save_figure(fig, path)
+
+
+def plot_model_effect(text_rows: Sequence[Any], key_rows: Sequence[Any], path: str | Path,
+                      title: str | None = None) -> Path:
+    """A real model (:func:`precision_audit.effect.measure_model` rows): top-1 agreement with its exact-RoPE run
+    and pass keys retrieved vs offset, per path and dtype, each path's noise floor dashed; returns the path."""
+    if not text_rows and not key_rows:
+        raise ValueError("no rows to plot")
+    plt = pyplot()
+    panels = [(rows, get, label) for rows, get, label in (
+        (text_rows, lambda r: (100 * r.top1, 100 * r.floor_top1), "top-1 agreement with exact RoPE (%)"),
+        (key_rows, lambda r: (100 * r.correct / r.keys, 100 * r.floor / r.keys), "pass keys retrieved (%)"))
+        if rows]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.6), squeeze=False)
+    offsets = sorted({r.offset for rows, _, _ in panels for r in rows})
+    spare = iter(_STACK_STYLE * 4)
+    styles: dict[tuple[str, str], dict[str, Any]] = {}
+    for ax, (rows, get, label) in zip(axes[0], panels):
+        for key in dict.fromkeys((r.path, r.dtype) for r in rows):
+            if key not in styles:
+                styles[key] = ROPE_STYLE.get(key[0]) or next(spare)
+            pts = sorted((r.offset, *get(r)) for r in rows if (r.path, r.dtype) == key)
+            xs = [p[0] for p in pts]
+            ax.plot(xs, [p[1] for p in pts], label=f"{key[0]} ({key[1]})", lw=1.6, ms=5, **styles[key])
+            ax.plot(xs, [p[2] for p in pts], color=styles[key].get("color"), ls=(0, (2, 2)), lw=0.9, alpha=0.7)
+        ax.set_xscale("symlog", linthresh=256, linscale=0.4)
+        ax.set_xticks(offsets, [length_label(x) if x else "0" for x in offsets])
+        ax.set_xlim(-30 if offsets[0] == 0 else offsets[0] / 1.5, offsets[-1] * 1.5)
+        ax.set_ylim(-3, 103)
+        ax.set_ylabel(label)
+        ax.set_xlabel("offset: position of the first token")
+        what = (f"text, {rows[0].tokens} tokens" if rows is text_rows
+                else f"pass key {rows[0].gap} tokens back, {rows[0].keys} keys")
+        ax.set_title(what + "\n(dashed: exact cos/sin stored in the cache format, the floor)", fontsize=10)
+        ax.grid(True, alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    first = (text_rows or key_rows)[0]
+    fig.suptitle(title or f"What RoPE precision costs {first.model} (weights in {first.model_dtype}; each path's "
+                          "cos/sin injected)", fontsize=11)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     return save_figure(fig, path)

@@ -1,0 +1,112 @@
+"""The verdict's calibration on a real model: per path, length and distance, the pairwise error next to what the
+model loses there.
+
+As :mod:`.calibration` does for the probe: for each path and length L the RoPE audit of the model's own schedule
+gives the pairwise rotation error at each distance D (max over positions m < L), and the verdict is
+:func:`precision_audit.verdicts.rope_verdict` on that distance alone.  The model is run with the path's cos/sin
+where it reads that distance, its input ending at L:
+
+* D = 1 (local order): a window of text; the measure is top-1 agreement with the exact-RoPE run, and the loss is
+  how far it falls below the cache format's floor (exact cos/sin stored in the format);
+* D > 1: the pass key D filler tokens back; the measure is the fraction of keys retrieved, and the loss is the
+  exact run's fraction minus the path's.
+
+A row is inconsistent when the verdict says broken while the model loses at most :data:`NO_LOSS`, or safe while
+it loses :data:`LOSS` or more (the probe's thresholds, :mod:`.calibration`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..checks import check_int, check_lengths
+from ..formats import get_format
+from ..rope import PRESETS, audit, preset, stack
+from ..rows import Row
+from ..verdicts import rope_verdict
+from .calibration import LOSS, NO_LOSS
+from .measures import measure_model, passkey_prompts
+from .real import RealModel
+
+__all__ = ["MODEL_CALIBRATION_DISTANCES", "MODEL_CALIBRATION_LENGTHS", "ModelCalibrationRow", "calibrate_model",
+           "model_inconsistent"]
+
+MODEL_CALIBRATION_LENGTHS: tuple[int, ...] = (8192, 2**20)
+MODEL_CALIBRATION_DISTANCES: tuple[int, ...] = (1, 256, 2048)
+
+
+@dataclass(frozen=True)
+class ModelCalibrationRow(Row):
+    """One (path, dtype, length, distance) on a real model: the pairwise error, what the model does, the verdict.
+
+    ``measure``: ``top-1`` (D = 1: agreement with the exact run) or ``passkey`` (fraction of keys retrieved);
+    ``value`` with the path, ``exact`` with exact RoPE (1 for top-1), ``floor`` with exact cos/sin stored in the
+    cache format; ``loss``: ``floor - value`` for top-1, ``exact - value`` for pass keys.
+    """
+
+    model: str
+    path: str
+    dtype: str
+    length: int
+    distance: int
+    pair_max_error: float
+    colliding: int
+    measure: str
+    value: float
+    exact: float
+    floor: float
+    loss: float
+    verdict: str
+
+
+def calibrate_model(rm: RealModel, paths: Sequence[str] = ("lowp", "lowp-inv-freq", "fp32"),
+                    lengths: Sequence[int] = MODEL_CALIBRATION_LENGTHS,
+                    distances: Sequence[int] = MODEL_CALIBRATION_DISTANCES, dtype: str = "bfloat16", *,
+                    tokens: int = 512, keys: int = 2,
+                    progress: Callable[[int], None] | None = None) -> list[ModelCalibrationRow]:
+    """The real model's calibration table (see the module docstring).  ``tokens``: the text window for D = 1;
+    ``keys``: pass keys per distance.  Distances at or beyond a length are left out there."""
+    lens = check_lengths(lengths)
+    dists = sorted({check_int(d, "distance", minimum=1) for d in distances})
+    if not dists:
+        raise ValueError("distances: none given")
+    fmt = get_format(dtype).name
+    names = list(dict.fromkeys(paths))
+    recipes = [preset(n, fmt) if n in PRESETS else stack(n, fmt, rm.schedule) for n in names]
+    rows = audit(rm.schedule, recipes, lens, distances=[d for d in dists if d < lens[-1]])
+    span = {d: tokens if d == 1 else passkey_prompts(rm.tokenizer, d, 1)[0].shape[1] for d in dists}
+    measured: dict[tuple[int, int], dict[str, tuple[float, float, float]]] = {}
+    for length in lens:
+        for d in dists:
+            if d >= length or span[d] > length:
+                continue
+            off = length - span[d]
+            if d == 1:
+                text, _ = measure_model(rm, names, [fmt], [off], tokens=tokens, gaps=[], progress=progress)
+                measured[length, d] = {r.path: (r.top1, 1.0, r.floor_top1) for r in text}
+            else:
+                _, pk = measure_model(rm, names, [fmt], [off], tokens=0, gaps=[d], keys=keys, progress=progress)
+                measured[length, d] = {r.path: (r.correct / keys, r.exact / keys, r.floor / keys) for r in pk}
+    out = []
+    for r in rows:
+        pairs = {p.distance: p.max_rotation_error for p in r.pair_errors}
+        for d in dists:
+            if d not in pairs or (r.length, d) not in measured:
+                continue
+            value, exact, floor = measured[r.length, d][r.recipe]
+            loss = (floor if d == 1 else exact) - value
+            verdict = rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=[(d, pairs[d])])
+            out.append(ModelCalibrationRow(rm.name, r.recipe, r.dtype, r.length, d, pairs[d], r.colliding_positions,
+                                           "top-1" if d == 1 else "passkey", value, exact, floor, loss, verdict))
+    return out
+
+
+def model_inconsistent(rows: Sequence[ModelCalibrationRow]) -> list[ModelCalibrationRow]:
+    """Rows where the verdict and the real model disagree (broken, loses <= NO_LOSS; safe, loses >= LOSS).
+
+    >>> r = ModelCalibrationRow("m", "p", "bfloat16", 8192, 1, 0.0, 0, "top-1", 0.5, 1.0, 0.99, 0.49, "safe")
+    >>> [x.loss for x in model_inconsistent([r])]
+    [0.49]
+    """
+    return [r for r in rows if (r.verdict == "broken" and r.loss <= NO_LOSS) or (r.verdict == "safe" and r.loss >= LOSS)]
