@@ -17,6 +17,7 @@ from ..render import bound_notes, worst_pair
 from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, bottom_line_text,
                       distance_options, distances_from_options, echo_json, echo_table, emit, pct, progress_bar,
                       stack_option, wide_option)
+from .weights import WEIGHTS_HELP, weights_effects, weights_lines
 
 # --- report -----------------------------------------------------------------------------------
 
@@ -303,6 +304,7 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
               help="The stack the model was trained with (a training stack such as torchtune, or transformers): "
                    "also compare every serving stack audited with what that stack stores, the angles the model "
                    "learned, rounding included.  [default: none]")
+@click.option("--weights", default=None, metavar="PATH", help=WEIGHTS_HELP)
 @distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
@@ -310,7 +312,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    '(with --trained-on also "trained_on": {"stack", "summary", "results"}).')
 def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
-               trained_on: str | None, distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
+               trained_on: str | None, weights: str | None, distances: tuple[int, ...], no_pairs: bool,
+               as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
@@ -332,6 +335,9 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
     says what is lost and from where.
 
     VERDICT_RULES
+
+    With --weights the model itself runs too (e.g. --weights smollm2 for a SmolLM2 config or GGUF):
+    each stack's cos/sin injected, its text predictions and pass keys against its own exact-RoPE run.
 
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
@@ -356,16 +362,20 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
     summaries = bottom_line([r for r in rows if r.component != "positions" and r.recipe in paths], key="recipe",
                             kind=model.kind, notes=stack_notes(model, names) if model.kind == "rope" else None)
     trained = _against_training(model, names, trained_on, lens, dts) if trained_on else None
+    measured = weights_effects(weights, model, names, dts, max(lens)) if weights else None
     if as_json:
         echo_json({"auditor": "config", "model": model.to_dict(), "context_note": context_note(model),
                    "engine": engine, "tolerance": tolerance, "summary": [s.to_dict() for s in summaries],
-                   "skipped": skipped, "results": dicts, **({"trained_on": trained} if trained else {})})
+                   "skipped": skipped, "results": dicts, **({"trained_on": trained} if trained else {}),
+                   **({"weights": measured} if measured else {})})
     else:
         _print_config(model, dicts, tolerance, summaries, skipped)
         if trained:
             click.echo(f"\nAgainst the stack it was trained on ({trained['label']}): the rotation difference from "
                        "the cos/sin it stored, judged as above:")
             click.echo("\n".join("  " + s for s in trained["lines"]))
+        if measured:
+            click.echo("\n" + "\n".join(weights_lines(measured)))
     judge_rows([r for r in rows if r.component != "positions"], fail_on, judged)
 
 
