@@ -123,7 +123,29 @@ def _qwen25_yarn():
                         cos_sin_scale=0.1 * math.log(4.0) + 1)}, j["max_position_embeddings"]
 
 
+def _llama4_scout():
+    # Llama 4 Scout: llama3 with equal band factors (no blended band), factor 16 over L0 8192, context 10M
+    t = js("llama-4-scout-17b-16e-instruct.json")["text_config"]
+    return {"all": dict(head_dim=t["head_dim"], base=500000.0, scaling="llama3", factor=16.0, low_freq_factor=1.0,
+                        high_freq_factor=1.0, original_max_position_embeddings=8192, cos_sin_scale=1.0)}, 10485760
+
+
+def _gemma3():
+    # Gemma 3 as shipped: rope_theta 1e6 with linear x8 on the full-attention layers, rope_local_base_freq 1e4 on
+    # the sliding ones (transformers' Gemma3TextConfig builds the two)
+    t = js("gemma-3-4b-it.json")["text_config"]
+    return {"sliding_attention": dict(head_dim=t["head_dim"], base=10000.0, scaling="default"),
+            "full_attention": dict(head_dim=t["head_dim"], base=1000000.0, scaling="linear", factor=8.0)}, 131072
+
+
+def _smollm3():
+    return {"all": dict(head_dim=2048 // 16, base=5000000.0, scaling="default")}, 65536
+
+
 EXPECTED = {
+    "gemma-3-4b-it.json": ("rope", _gemma3),
+    "smollm3-3b.json": ("rope", _smollm3),
+    "llama-4-scout-17b-16e-instruct.json": ("rope", _llama4_scout),
     "qwen2.5-coder-32b-instruct-yarn.json": ("rope", _qwen25_yarn),
     "llama-2-7b-hf.json": ("rope", _llama2),
     "llama-3.1-8b.json": ("rope", _llama31),
@@ -189,14 +211,18 @@ TRANSFORMERS_MODULES = {  # file -> (transformers model_type of the rotary modul
     "deepseek-v3.json": ("deepseek_v3", lambda j: j),
     "qwen2.5-coder-32b-instruct-yarn.json": ("qwen2", lambda j: j),
     "gemma-4-31b-it.json": ("gemma4", lambda j: j["text_config"]),
+    "llama-4-scout-17b-16e-instruct.json": ("llama4", lambda j: j["text_config"]),
+    "gemma-3-4b-it.json": ("gemma3", lambda j: j["text_config"]),
+    "smollm3-3b.json": ("smollm3", lambda j: j),
 }
+_TEXT_TYPES = {"gemma4": "gemma4_text", "llama4": "llama4_text", "gemma3": "gemma3_text"}
 
 
 def _rotary(model_type: str, cfg_json: dict):
     """transformers' rotary module built from the JSON, and the config object it was built from."""
     from transformers import CONFIG_MAPPING
 
-    mt = "gemma4_text" if model_type == "gemma4" else model_type
+    mt = _TEXT_TYPES.get(model_type, model_type)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg = CONFIG_MAPPING[mt](**{k: v for k, v in cfg_json.items() if k != "model_type"})
@@ -580,12 +606,23 @@ def test_progress_total_counts_what_the_auditors_report():
     assert sum(seen) == work_to_scan(m, [300, 600], ["bf16", "fp16"]) == 600 * 2
 
 
-def test_cli_default_lengths_beyond_the_oracle_say_so(tmp_path):
+@pytest.mark.parametrize("context,defaults", [(2**27, "alone, above 2**22")])
+def test_cli_default_lengths_beyond_the_oracle_say_so(tmp_path, context, defaults):
+    # above 2**22 the context alone is audited; 2**27 is still beyond the oracle's 2**26
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({"model_type": "llama", "head_dim": 64, "max_position_embeddings": 2**25}))
+    p.write_text(json.dumps({"model_type": "llama", "head_dim": 64, "max_position_embeddings": context}))
     res = run("config", str(p))
     assert res.exit_code == 2
     assert "exceeds the RoPE oracle's limit" in res.output and "default lengths are the config's context" in res.output
+    assert defaults in res.output
+
+
+def test_long_contexts_default_to_the_context_alone():
+    from precision_audit.config import context_note, default_lengths
+
+    scout = load_config(DATA / "llama-4-scout-17b-16e-instruct.json")
+    assert default_lengths(scout) == (10485760,) and "audited at the context only" in context_note(scout)
+    assert default_lengths(load_config(DATA / "gemma-4-31b-it.json")) == (262144, 524288, 1048576)
 
 
 def test_mpt_config_audits_the_models_own_slopes():

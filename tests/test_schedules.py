@@ -321,7 +321,7 @@ def test_yarn_truncate_false_changes_frequencies():
     ({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0], "long_factor": [1.0]},
      "short_factor has 1 values; rotary_dim 64 needs 32"),
     ({"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1},
-     "llama3 needs high_freq_factor > low_freq_factor"),
+     "llama3 needs high_freq_factor >= low_freq_factor"),
     ({"rope_type": "default", "partial_rotary_factor": 1.5}, "partial_rotary_factor 1.5 must be <= 1"),
     ({"rope_type": "yarn", "factor": -1}, "scaling factor -1 must be a finite number > 0"),
     ({"rope_type": "linear", "factor": 2, "short_factor": [1.0]}, "short_factor applies to longrope only"),
@@ -338,8 +338,10 @@ def test_rope_parameters_errors(params, message):
     ({"low_freq_factor": 8.801573759410631e-279},
      r"low_freq_factor 8.801573759410631e-279 must lie in \[2\*\*-32, 2\*\*32\]"),
     ({"high_freq_factor": 1e39}, r"high_freq_factor 1e\+39 must lie in"),
-    # distinct in float64, one float32 number: the float32 blend divides by high / low - 1 = 0
-    ({"low_freq_factor": 1.0, "high_freq_factor": 1.00000001}, "in float32, where stacks blend"),
+    # equal band factors with a wavelength exactly on the edge L0 / low: the blend weight is 0/0 in every exact
+    # evaluation (8192 / (8192 / fl(2 pi)) == fl(2 pi), pair 0's wavelength)
+    ({"low_freq_factor": 8192 / (2 * math.pi), "high_freq_factor": 8192 / (2 * math.pi),
+      "original_max_position_embeddings": 8192}, "the wavelength of pair 0 is exactly L0 / low_freq_factor"),
     ({"factor": 2.0 ** 33}, "scaling factor 8589934592.0 must lie in"),
     ({"base": 2.0 ** 40 + 1}, r"base 1099511627777.0 must be at most 2\*\*40"),
 ])
@@ -462,3 +464,28 @@ def test_cli_inv_freq_how_in_stages():
                               "--json").output)
     hows = [r["how"]["inv_freq"] for r in js["results"]]
     assert hows == ["exact value rounded to bfloat16", "formula in float32, stored in bfloat16"]
+
+
+@pytest.mark.parametrize("low,high", [(1.0, 1.0), (1.0, 1.00000001)])  # Llama 4 Scout; equal in float32
+def test_llama3_equal_band_factors_are_transformers_bands(low, high):
+    # Llama 4 Scout's rope_scaling: no blended band; transformers' _compute_llama3_parameters (run here) divides by
+    # high - low and keeps finite frequencies; ours agree bit for bit (torch engine) and, in float64, follow the
+    # closed form: theta_i / 16 where 2 pi / theta_i > 8192, theta_i elsewhere (no wavelength near the edge)
+    pytest.importorskip("transformers")
+    from transformers import Llama4TextConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rs = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": low, "high_freq_factor": high,
+          "original_max_position_embeddings": 8192}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = Llama4TextConfig(hidden_size=5120, num_attention_heads=40, head_dim=128, rope_theta=500000.0,
+                               rope_scaling=dict(rs))
+        theirs, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg)
+    s = schedule_from_rope_parameters({**rs, "rope_theta": 500000.0}, head_dim=128)
+    assert s.equal_band_factors
+    np.testing.assert_array_equal(s.inv_freq_in("float32", engine="torch"), theirs.double().numpy())
+    theta = np.array([float(mpmath.power(500000, -mpmath.mpf(2 * i) / 128)) for i in range(64)])
+    long = 2 * np.pi / theta > 8192
+    assert int(long.sum()) == 29 and np.min(np.abs(2 * np.pi / theta - 8192)) > 20
+    np.testing.assert_allclose(s.inv_freq(), np.where(long, theta / 16, theta), rtol=1e-15)

@@ -195,7 +195,8 @@ def _check_config_lengths(model: Any, lens: tuple[int, ...], given: bool) -> Non
 
             check_lengths(lens)
     except ValueError as e:
-        hint = "" if given else f"; the default lengths are the config's context {lens[0]}, 2x and 4x: give --length"
+        ext = ", 2x and 4x" if len(lens) > 1 else " (alone, above 2**22)"
+        hint = "" if given else f"; the default lengths are the config's context {lens[0]}{ext}: give --length"
         raise click.UsageError(f"{e}{hint}") from None
 
 
@@ -221,12 +222,13 @@ def _config_columns(model: Any, dicts: Sequence[dict[str, Any]]) -> list[Column]
 
 
 def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float, summaries: Sequence[Any],
-                  skipped: Sequence[str]) -> None:
-    """The model's description, the bottom line, the table, the verdict key and the stacks left out."""
+                  skipped: Sequence[str], extra: Sequence[str] = ()) -> None:
+    """The model's description (and ``extra`` lines), the bottom line, the table, the verdict key and the stacks
+    left out."""
     from ..config import context_note
 
     note = context_note(model)
-    click.echo(model.describe() + (f"\nnote: {note}" if note else "") + "\n")
+    click.echo(model.describe() + (f"\nnote: {note}" if note else "") + "".join(f"\n{x}" for x in extra) + "\n")
     if not dicts:
         click.echo("No stack named runs this model." + "".join(f"\nskipped: {why}" for why in skipped))
         return
@@ -344,6 +346,7 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
     from ..bottomline import bottom_line
     from ..config import (audit_config, context_note, default_dtype, default_lengths, model_paths, stack_notes,
                           work_to_scan)
+    from ..config.layers import temperature_lines
 
     asked = distances_from_options(distances, no_pairs)
     lens = tuple(lengths) or default_lengths(model)
@@ -363,13 +366,15 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
                             kind=model.kind, notes=stack_notes(model, names) if model.kind == "rope" else None)
     trained = _against_training(model, names, trained_on, lens, dts) if trained_on else None
     measured = weights_effects(weights, model, names, dts, max(lens)) if weights else None
+    temperature = temperature_lines(getattr(model, "layers", None), dts, max(lens))
     if as_json:
         echo_json({"auditor": "config", "model": model.to_dict(), "context_note": context_note(model),
+                   **({"attention_temperature": temperature} if temperature else {}),
                    "engine": engine, "tolerance": tolerance, "summary": [s.to_dict() for s in summaries],
                    "skipped": skipped, "results": dicts, **({"trained_on": trained} if trained else {}),
                    **({"weights": measured} if measured else {})})
     else:
-        _print_config(model, dicts, tolerance, summaries, skipped)
+        _print_config(model, dicts, tolerance, summaries, skipped, temperature)
         if trained:
             click.echo(f"\nAgainst the stack it was trained on ({trained['label']}): the rotation difference from "
                        "the cos/sin it stored, judged as above:")

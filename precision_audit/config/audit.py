@@ -113,6 +113,9 @@ class ConfigRow(Row):
 FALLBACK_CONTEXT = 2048
 """The context audited when a config declares none (BLOOM's config.json): the pretraining context of GPT-3,
 OPT, BLOOM and LLaMA-1, the shortest in common use, so the audit starts where those models ran."""
+LONG_CONTEXT = 2**22
+"""Above this declared context (4M; Llama 4 Scout declares 10M) the default audit is the context alone: 2x and 4x
+would scan six times as many positions (give lengths to choose)."""
 
 
 def default_lengths(model: ModelConfig) -> tuple[int, ...]:
@@ -130,6 +133,8 @@ def default_lengths(model: ModelConfig) -> tuple[int, ...]:
     L = model.max_position_embeddings or FALLBACK_CONTEXT
     if model.kind == "learned" and model.max_position_embeddings:
         return (L,)  # a table of L learned positions has no row beyond them: nothing to extend
+    if L > LONG_CONTEXT:
+        return (L,)
     return (L, 2 * L, 4 * L)
 
 
@@ -141,6 +146,9 @@ def context_note(model: ModelConfig) -> str | None:
     the config declares no context length (max_position_embeddings, n_positions, seq_length, max_sequence_length, max_seq_len, model_max_length): audited at 2K, 4K, 8K (give --length to choose)
     """
     if model.max_position_embeddings is not None:
+        if model.max_position_embeddings > LONG_CONTEXT and model.kind != "learned":
+            return (f"context {model.max_position_embeddings} is above {LONG_CONTEXT}: audited at the context only "
+                    "(2x and 4x would scan six times as many positions; give --length to choose)")
         return None
     lens = ", ".join(f"{n // 1024}K" for n in default_lengths(model))
     return (f"the config declares no context length ({', '.join(CONTEXT_KEYS)}): audited at {lens} "

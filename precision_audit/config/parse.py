@@ -18,6 +18,7 @@ from typing import Any
 
 from ..checks import ArgumentTypeError, check_path, describe
 from ..rope.schedules import IGNORED_KEYS, PARAM_KEYS, RopeSchedule, schedule_from_rope_parameters
+from .layers import LayerFacts, layer_facts, legacy_layer_params
 
 __all__ = [
     "CONTEXT_KEYS",
@@ -104,6 +105,7 @@ class ModelConfig:
     origin: str = "config.json"
     scheme: str | None = None
     scheme_params: tuple[tuple[str, Any], ...] = ()
+    layers: LayerFacts | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -166,6 +168,8 @@ class ModelConfig:
             params = ", ".join(f"{k}={v}" for k, v in self.scheme_params)
             return head + what + (f" ({self.scheme or 'ids'}: {params})" if params else "") + f"; {ctx}"
         lines = [head + f"RoPE; {ctx}"]
+        if self.layers is not None and not self.layers.empty:
+            lines.append(f"  layers: {self.layers.describe()}")
         lines += [f"  {t}: {s.describe()}" for t, s in self.rope]
         return "\n".join(lines)
 
@@ -183,6 +187,9 @@ class ModelConfig:
             "context_key": self.context_key, "torch_dtype": self.torch_dtype, "source": self.source,
             "notes": list(self.notes), "origin": self.origin, "scheme": self.scheme,
             "scheme_params": dict(self.scheme_params),
+            "layers": None if self.layers is None else {**{k: getattr(self.layers, k) for k in (
+                "num_layers", "nope_layers", "interleaved", "chunk_size")}, "temperature": None if
+                self.layers.temperature is None else vars(self.layers.temperature), "describe": self.layers.describe()},
         })
 
 
@@ -431,11 +438,15 @@ def _layer_fields(cfg: _Fields, layer_type: str, source: str) -> _Fields:
 
 
 def _rope_params(cfg: _Fields, source: str) -> Mapping[str, Any] | None:
+    """The config's rope parameters; legacy per-layer fields (Gemma 3's ``rope_local_base_freq``) give one set
+    per layer type, as transformers' config class builds them (:func:`.layers.legacy_layer_params`)."""
     params = cfg.get("rope_parameters")
     if params is None:
         params = cfg.get("rope_scaling")
     if params is not None and not isinstance(params, Mapping):
         raise _fail(source, f"rope_parameters/rope_scaling {params!r} must be an object or null")
+    if not _is_per_layer(params):
+        return legacy_layer_params(cfg.get, params) or params
     return params
 
 
@@ -510,6 +521,9 @@ def _rope_schedules(cfg: _Fields, source: str, max_pos: int | None, notes: list[
     layer types with null parameters have no rotary embedding and are left out, with a note."""
     params = _rope_params(cfg, source)
     groups = dict(params) if _is_per_layer(params) else {"all": params}  # type: ignore[arg-type]
+    if cfg.get("rope_local_base_freq") is not None and cfg.get("rope_parameters") is None:
+        notes.append("rope_local_base_freq: the sliding_attention layers' base (transformers builds one schedule "
+                     "per layer type)")
     base_key, base = cfg.first(_BASE_KEYS)
     pk, prf = cfg.first(_PARTIAL_KEYS)
     orig = cfg.get("original_max_position_embeddings")
@@ -667,4 +681,5 @@ def load_config_dict(data: Any, *, name: str = "model", source: str = "config") 
         return ModelConfig(kind="alibi", num_heads=_int(source, str(hk), heads), alibi_bias_max=bias_max,
                            notes=tuple(notes), **common)
     rope = _rope_schedules(cfg, source, max_pos, notes)
-    return ModelConfig(kind="rope", rope=rope, notes=tuple(notes), **common)
+    layers = layer_facts(cfg.raw, source, get=cfg.get)
+    return ModelConfig(kind="rope", rope=rope, notes=tuple(notes), layers=None if layers.empty else layers, **common)

@@ -123,7 +123,7 @@ def frequency_bound(recipe: Recipe, schedule: RopeSchedule) -> F64:
         return np.asarray(powf_relative_bound(float(theta_scale(s)), np.arange(n, dtype=np.float64)))
     base, exps = rcp_pow_inputs(s)  # FlashInfer: __powf(fl32(1/base), fl32(2j/d))
     delta = np.asarray(powf_relative_bound(base, exps.astype(np.float64)))
-    if s.scaling != "llama3":
+    if s.scaling != "llama3" or s.equal_band_factors:  # equal factors: the smooth is 1 (NaN clamped), a product
         return delta
     # the llama 3.1 blend out = f ((1 - sm) / k + sm), sm = clamp(f a + b): a relative change of f moves out by
     # up to 1 + f a (1 - 1/k) / ((1 - sm) / k + sm) times it; the blend's own roundings (and the contraction

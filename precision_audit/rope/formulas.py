@@ -90,7 +90,7 @@ from .oracle import F64
 
 __all__ = [
     "ANGLE_HOWS", "INV_FREQ_HOWS", "MLX_LM_ROPE_TYPES", "RCP_POW_ROPE_TYPES", "TIMESCALE_ROPE_TYPES", "AngleMaker",
-    "angle_maker", "exp32", "fma32", "llama31_smooth", "rcp_pow_inputs", "theta_scale",
+    "angle_maker", "exp32", "flashinfer_mismatch", "fma32", "llama31_smooth", "rcp_pow_inputs", "theta_scale",
     "ggml_mismatch", "how_inv_freq", "long_factors_mismatch", "mlx_lm_inv_freq", "mlx_mismatch", "mpmath_pow",
     "rounded_ramp_mismatch", "scaled_product_maker", "timescales", "vllm_dynamic_base", "vllm_mismatch",
     "vllm_overrides",
@@ -203,10 +203,19 @@ def llama31_smooth(s: RopeSchedule) -> tuple[np.float32, np.float32]:
 
     >>> [float(v) for v in llama31_smooth(RopeSchedule(head_dim=8, scaling="llama3", factor=8.0))]  # 8192 / (6 pi), -1/3
     [434.5990905761719, -0.3333333432674408]
+
+    Equal band factors (Llama 4 Scout) divide by zero on the host, as IEEE arithmetic does: ``a = inf``,
+    ``b = -inf``.
+
+    >>> [float(v) for v in llama31_smooth(RopeSchedule(head_dim=8, scaling="llama3", factor=16.0,
+    ...                                                  high_freq_factor=1.0))]
+    [inf, -inf]
     """
     hi, lo = float(_f(s.high_freq_factor)), float(_f(s.low_freq_factor))
-    a = _f(float(_f(s.original_max_position_embeddings)) / (2 * math.pi * hi - 2 * math.pi * lo))
-    return a, _f(_f(-1) / (_f(_f(hi) / _f(lo)) - _f(1)))
+    width = 2 * math.pi * hi - 2 * math.pi * lo
+    a = _f(float(_f(s.original_max_position_embeddings)) / width) if width else _f(math.inf)
+    with np.errstate(divide="ignore"):
+        return a, _f(_f(-1) / (_f(_f(hi) / _f(lo)) - _f(1)))
 
 
 def _rcp_pow(s: RopeSchedule) -> F64:
@@ -226,8 +235,35 @@ def _rcp_pow(s: RopeSchedule) -> F64:
     if s.scaling == "linear":
         return scaled.astype(np.float64)
     a, b = llama31_smooth(s)
-    sm = np.clip(fma32(inv, a, b), _f(0), _f(1)).astype(np.float32)
+    with np.errstate(invalid="ignore"):  # equal band factors: f * inf - inf is NaN
+        raw = fma32(inv, a, b)
+    # max(0.0f, min(1.0f, smooth)) is fmaxf / fminf, which return the other operand for a NaN: the smooth is 1,
+    # so with equal band factors no frequency is divided by the factor (see :func:`flashinfer_mismatch`)
+    sm = np.where(np.isnan(raw), _f(1), np.clip(raw, _f(0), _f(1))).astype(np.float32)
     return fma32(sm, inv, ((_f(1) - sm) * scaled).astype(np.float32)).astype(np.float64)
+
+
+def flashinfer_mismatch(schedule: RopeSchedule) -> str | None:
+    """How the schedule FlashInfer's llama 3.1 kernel runs differs from the declared one, or None.
+
+    With equal band factors (Llama 4 Scout) the host constants are ``a = inf``, ``b = -inf``
+    (:func:`llama31_smooth`), every smooth ``f a + b`` is NaN and the clamp ``max(0.0f, min(1.0f, NaN))``
+    gives 1: no frequency is divided by the factor, the kernel runs plain RoPE.
+
+    >>> scout = RopeSchedule(head_dim=128, base=500000.0, scaling="llama3", factor=16.0, high_freq_factor=1.0)
+    >>> flashinfer_mismatch(scout).split(": ")[-1]
+    'the 29 frequencies the declared schedule divides by 16 stay undivided'
+    >>> flashinfer_mismatch(RopeSchedule(scaling="llama3", factor=8.0)) is None
+    True
+    """
+    s = schedule
+    if not s.equal_band_factors:
+        return None
+    n = int(np.count_nonzero(s.inv_freq() != RopeSchedule(head_dim=s.head_dim, base=s.base,
+                                                           rotary_dim=s.rotary_dim).inv_freq()))
+    return (f"FlashInfer's llama 3.1 kernel with low_freq_factor = high_freq_factor = {s.low_freq_factor:g}: its "
+            "smooth is inf * freq - inf = NaN, which max(0, min(1, NaN)) turns into 1, so it runs plain RoPE "
+            f"(base {s.base:g}): the {n} frequencies the declared schedule divides by {s.factor:g} stay undivided")
 
 
 def _pow64_recip32(s: RopeSchedule) -> F64:
@@ -243,8 +279,9 @@ def _pow64_recip32(s: RopeSchedule) -> F64:
         return inv
     L0, lo, hi, factor = s.original_max_position_embeddings, s.low_freq_factor, s.high_freq_factor, s.factor
     wavelen = 2 * math.pi / inv
-    smooth = (L0 / wavelen - lo) / (hi - lo)
-    mid = (1 - smooth) * inv / factor + smooth * inv
+    with np.errstate(divide="ignore", invalid="ignore"):  # equal band factors: numpy's inf / NaN, unused (no band)
+        smooth = (L0 / wavelen - lo) / (hi - lo)
+        mid = (1 - smooth) * inv / factor + smooth * inv
     out = np.where(wavelen < L0 / hi, inv, np.where(wavelen > L0 / lo, inv / factor, mid))
     return out.astype(np.float32).astype(np.float64)
 
@@ -475,9 +512,11 @@ def _llama3_factors(s: RopeSchedule) -> F32:
     freq = (_f(1) / powr).astype(np.float32)
     wavelen = ((_f(1) / freq).astype(np.float32) * _f(2 * math.pi)).astype(np.float32)
     L0, lo, factor = _f(s.original_max_position_embeddings), _f(s.low_freq_factor), _f(s.factor)
-    sm = (((L0 * (_f(1) / wavelen)).astype(np.float32) - lo) / _f(float(s.high_freq_factor - s.low_freq_factor)))
-    sm = sm.astype(np.float32)
-    mid = (_f(1) / ((((_f(1) - sm) / factor).astype(np.float32) + sm).astype(np.float32))).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):  # equal band factors: the converter's else branch (the
+        # only one that divides by high - low) is never taken, except for a wavelength exactly L0 / low (refused)
+        sm = (((L0 * (_f(1) / wavelen)).astype(np.float32) - lo) / _f(float(s.high_freq_factor - s.low_freq_factor)))
+        sm = sm.astype(np.float32)
+        mid = (_f(1) / ((((_f(1) - sm) / factor).astype(np.float32) + sm).astype(np.float32))).astype(np.float32)
     out = np.where(wavelen < _f(float(s.original_max_position_embeddings / s.high_freq_factor)), _f(1),
                    np.where(wavelen > _f(float(s.original_max_position_embeddings / s.low_freq_factor)), factor, mid))
     return out.astype(np.float32)

@@ -322,7 +322,9 @@ def _llama3(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
     L0 / low_freq_factor; in the band the weight is
     (L0 / w - low_freq_factor) / (high_freq_factor - low_freq_factor).
     Operation order from transformers' ``_compute_llama3_parameters`` (Apache-2.0; see the module
-    docstring): bit-exact in float32 only in that order.
+    docstring): bit-exact in float32 only in that order.  Equal band factors (Llama 4 Scout: both 1) leave
+    the band empty: the weight divides by zero (inf, or NaN where the wavelength is exactly L0 / low), and
+    the blend is used only for a wavelength exactly on the edge, as in transformers' code.
     """
     L0 = s.original_max_position_embeddings
     theta = _default(s, o, seq_len)
@@ -450,9 +452,9 @@ class RopeSchedule:
             _positive(name, getattr(self, name))
         if kind == "dynamic" and r <= 2:
             raise ValueError(f"dynamic scaling needs rotary_dim > 2, got {r}")
-        if kind == "llama3" and not np.float32(self.high_freq_factor) > np.float32(self.low_freq_factor):
-            raise ValueError(f"llama3 needs high_freq_factor > low_freq_factor (in float32, where stacks blend), got "
-                             f"{self.high_freq_factor!r} and {self.low_freq_factor!r}")
+        if kind == "llama3" and np.float32(self.high_freq_factor) < np.float32(self.low_freq_factor):
+            raise ValueError(f"llama3 needs high_freq_factor >= low_freq_factor (in float32, where stacks blend), "
+                             f"got {self.high_freq_factor!r} and {self.low_freq_factor!r}")
         if kind == "yarn" and not self.beta_fast > self.beta_slow:
             raise ValueError(f"yarn needs beta_fast > beta_slow, got {self.beta_fast!r} and {self.beta_slow!r}")
         for name in ("mscale", "mscale_all_dim", "attention_factor"):
@@ -481,6 +483,14 @@ class RopeSchedule:
         object.__setattr__(self, "head_dim", d)
         object.__setattr__(self, "original_max_position_embeddings", int(L0))
         object.__setattr__(self, "truncate", bool(self.truncate))
+        if kind == "llama3" and self.equal_band_factors:
+            self.inv_freq()  # refuses a wavelength exactly on the band edge (0/0 in every exact evaluation)
+
+    @property
+    def equal_band_factors(self) -> bool:
+        """llama3 with ``low_freq_factor == high_freq_factor`` in float32 (Llama 4 Scout: both 1): no blended
+        band, every wavelength kept or divided by the factor; code that divides by ``high - low`` gets inf."""
+        return self.scaling == "llama3" and np.float32(self.high_freq_factor) == np.float32(self.low_freq_factor)
 
     @property
     def rotary(self) -> int:
@@ -562,7 +572,14 @@ class RopeSchedule:
 @functools.lru_cache(maxsize=256)
 def _cached(s: RopeSchedule, fmt: str, engine: str, seq_len: int | None) -> F64:
     ops = _Rounded(fmt) if engine == "numpy" else _Torch(fmt)
-    out = ops.result(_FORMULAS[s.scaling](s, ops, seq_len))
+    with np.errstate(divide="ignore", invalid="ignore"):  # llama3 with equal band factors: an unused inf/NaN blend
+        out = ops.result(_FORMULAS[s.scaling](s, ops, seq_len))
+    bad = np.flatnonzero(~np.isfinite(out)) if s.equal_band_factors else ()
+    if len(bad):
+        raise ValueError(f"rope type {s.scaling} with low_freq_factor = high_freq_factor = {s.low_freq_factor!r}: "
+                         f"the wavelength of pair {int(bad[0])} is exactly L0 / low_freq_factor = "
+                         f"{s.original_max_position_embeddings / s.low_freq_factor:g} in {fmt}, where the blend "
+                         "weight is 0/0 (NaN); no code computes that frequency")
     out.setflags(write=False)
     return out
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..checks import ArgumentTypeError, check_choice, check_names, describe, unknown_name
 from ..formats import Format, get_format
 from .schedules import ROPE_TYPES, RopeSchedule, check_schedule
-from .formulas import ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides
+from .formulas import flashinfer_mismatch, ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides
 from .recipes import DTYPE, PRESETS, Preset, Recipe, preset
 
 __all__ = ["ROLES", "STACKS", "Stack", "recipe", "recipes_for", "select_stacks", "stack"]
@@ -178,7 +178,9 @@ STACKS: dict[str, Stack] = {
         "= float(pos) * freq; __sincosf(embed); x*cos + rotate*sin in float, stored as DType); flashinfer/jit/"
         "core.py (-use_fast_math); flashinfer/rope.py apply_rope_pos_ids, apply_llama31_rope_pos_ids",
         refused=tuple((t, "FlashInfer's on-the-fly kernels run default, linear (rope_scale) and llama 3.1 RoPE only")
-                      for t in ("yarn", "dynamic", "longrope", "proportional"))),
+                      for t in ("yarn", "dynamic", "longrope", "proportional")),
+        mismatch=flashinfer_mismatch, mismatch_fix="llama3 with equal band factors (Llama 4): serve it on a stack "
+                                                   "that computes transformers' bands (transformers, vLLM)"),
     "sglang-fallback": Stack(
         "SGLang (fallback kernel)", Preset(_F32, _F32, _F32, _F32, _D, _F32, "fp32 cache downcast to the query "
                                            "dtype", apply=_D, apply_mode=_FP32_THEN_CAST),

@@ -1,0 +1,221 @@
+"""What a config says per layer beyond its rope schedules: NoPE layers, the rotation layout, chunked attention,
+Llama 4's attention temperature, and legacy per-layer-type rope fields.
+
+Field names and defaults are transformers' config classes' (read at transformers 5.24):
+``Llama4TextConfig`` and ``SmolLM3Config`` (``no_rope_layers``: 1 = the layer rotates, 0 = it has no rotary
+embedding; when absent, every ``no_rope_layer_interval``-th layer has none), ``Llama4TextConfig``'s
+``attention_chunk_size``, ``attn_temperature_tuning``, ``floor_scale``, ``attn_scale``, and Gemma 3's
+``rope_local_base_freq`` (``Gemma3TextConfig.convert_rope_params_to_dict`` turns it into the
+``sliding_attention`` layers' own ``rope_theta``).  Llama 4's text model rotates adjacent pairs (a complex
+multiply, ``apply_rotary_emb`` in ``modeling_llama4.py``): the frequencies and angles are those of the halves
+layout, only the pairing of channels differs.
+
+>>> f = layer_facts({"model_type": "smollm3", "num_hidden_layers": 8})
+>>> f.nope_layers, f.describe()
+((3, 7), 'RoPE in 6 of 8 layers (NoPE: 3, 7)')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..formats import get_format, round_to
+
+__all__ = ["AttnTemperature", "LayerFacts", "layer_facts", "legacy_layer_params", "temperature_audit",
+           "temperature_lines"]
+
+_NOPE_FAMILIES = frozenset({"llama4", "llama4_text", "smollm3"})  # no_rope_layer_interval defaults to 4 there
+_INTERLEAVED_FAMILIES = frozenset({"llama4", "llama4_text"})
+_LOCAL_BASE_KEYS = ("rope_local_base_freq",)  # Gemma 3 / 3n, T5Gemma 2: the sliding layers' own base
+
+
+@dataclass(frozen=True)
+class AttnTemperature:
+    """Llama 4's query scale on NoPE layers: ``1 + attn_scale * log1p(floor((pos + 1) / floor_scale))``
+    (``Llama4TextAttention.forward``: positions an int64 ``arange`` plus the cached length, ``.float()``, so the
+    position term is float32 arithmetic).
+
+    >>> [round(float(v), 5) for v in AttnTemperature(8192, 0.1).exact([8190, 8191, 10485759])]  # 1 + ln(1281) / 10
+    [1.0, 1.06931, 1.71554]
+    """
+
+    floor_scale: float
+    attn_scale: float
+
+    def __post_init__(self) -> None:
+        for name in ("floor_scale", "attn_scale"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"attention temperature {name} {v!r} must be a finite number > 0")
+
+    def exact(self, positions: Any) -> np.ndarray:
+        """The scale from exact integer positions (float64; the floor is exact for positions below 2**53)."""
+        p = np.asarray(positions, dtype=np.float64)
+        return 1.0 + self.attn_scale * np.log1p(np.floor((p + 1.0) / self.floor_scale))
+
+    def term_in(self, fmt: str, positions: Any) -> np.ndarray:
+        """The floor term ``floor((pos + 1) / floor_scale)`` as code that holds positions in ``fmt`` computes it:
+        the position rounded to ``fmt``, ``+ 1.0`` and ``/ floor_scale`` each rounded to it (float16 overflows
+        to inf above 65504)."""
+        f = get_format(fmt)
+        p = round_to(np.asarray(positions, dtype=np.float64), f)
+        with np.errstate(over="ignore"):
+            q = round_to(round_to(p + 1.0, f) / float(round_to(np.float64(self.floor_scale), f)), f)
+        return np.floor(q)
+
+    def describe(self) -> str:
+        return (f"1 + {self.attn_scale:g} * log1p(floor((pos + 1) / {self.floor_scale:g})) on the queries of NoPE "
+                "layers")
+
+
+def temperature_audit(t: AttnTemperature, fmt: str, length: int) -> dict[str, Any]:
+    """How the position term of the attention temperature fares when positions are held in ``fmt``.
+
+    Returns the positions (of ``0 .. length - 1``) whose floor term differs from the exact one, the first of
+    them, the first position whose term is not finite, and the largest error of the scale itself.
+
+    >>> r = temperature_audit(AttnTemperature(8192, 0.1), "bfloat16", 8192)
+    >>> r["wrong"], r["first_wrong"], round(r["max_scale_error"], 4)  # 8176 .. 8190 round up to 8192
+    (15, 8176, 0.0693)
+    """
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length {length!r} must be an integer >= 1")
+    wrong, first, inf_at, worst = 0, None, None, 0.0
+    for start in range(0, length, 1 << 20):
+        p = np.arange(start, min(length, start + (1 << 20)), dtype=np.float64)
+        exact = np.floor((p + 1.0) / t.floor_scale)
+        got = t.term_in(fmt, p)
+        bad = got != exact
+        wrong += int(bad.sum())
+        if first is None and bad.any():
+            first = int(p[np.argmax(bad)])
+        nonfinite = ~np.isfinite(got)
+        if inf_at is None and nonfinite.any():
+            inf_at = int(p[np.argmax(nonfinite)])
+        with np.errstate(invalid="ignore"):
+            err = np.abs(t.attn_scale * (np.log1p(got) - np.log1p(exact)))
+        worst = max(worst, float(np.nanmax(np.where(np.isfinite(err), err, np.inf))))
+    return {"format": get_format(fmt).name, "length": length, "wrong": wrong, "first_wrong": first,
+            "first_nonfinite": inf_at, "max_scale_error": worst}
+
+
+@dataclass(frozen=True)
+class LayerFacts:
+    """Per-layer facts: ``nope_layers`` (indices without rotary embedding), ``num_layers``, ``interleaved``
+    (adjacent pairs rotated, GPT-J style), ``chunk_size`` (the RoPE layers attend within chunks),
+    ``temperature`` (Llama 4's NoPE-layer query scale, None when off)."""
+
+    num_layers: int | None = None
+    nope_layers: tuple[int, ...] = ()
+    interleaved: bool = False
+    chunk_size: int | None = None
+    temperature: AttnTemperature | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.nope_layers or self.interleaved or self.chunk_size or self.temperature)
+
+    def describe(self) -> str:
+        """One line (empty when there is nothing to say)."""
+        parts = []
+        if self.nope_layers and self.num_layers:
+            shown = ", ".join(str(i) for i in self.nope_layers[:12]) + (", ..." if len(self.nope_layers) > 12 else "")
+            parts.append(f"RoPE in {self.num_layers - len(self.nope_layers)} of {self.num_layers} layers "
+                         f"(NoPE: {shown})")
+        if self.interleaved:
+            parts.append("rotation of adjacent pairs (GPT-J style, a complex multiply; same angles)")
+        if self.chunk_size:
+            parts.append(f"RoPE layers attend within chunks of {self.chunk_size} tokens")
+        if self.temperature is not None:
+            parts.append("attention temperature " + self.temperature.describe())
+        return "; ".join(parts)
+
+
+def _int_list(value: Any, n: int | None, source: str) -> list[int]:
+    if not isinstance(value, (list, tuple)) or not all(v in (0, 1) and not isinstance(v, float) for v in value):
+        raise ValueError(f"{source}: no_rope_layers {value!r} must be a list of 0 / 1 flags (1: the layer rotates)")
+    if n is not None and len(value) != n:
+        raise ValueError(f"{source}: no_rope_layers has {len(value)} flags; num_hidden_layers is {n}")
+    return [int(v) for v in value]
+
+
+def layer_facts(cfg: Mapping[str, Any] | Any, source: str = "config",
+                get: Callable[[str], Any] | None = None) -> LayerFacts:
+    """The per-layer facts of a (text) config: a dict, or ``get`` reading a config object's fields."""
+    read = get or (lambda k: cfg.get(k) if isinstance(cfg, Mapping) else getattr(cfg, k, None))
+    mt = str(read("model_type") or "")
+    n = read("num_hidden_layers")
+    n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    flags = read("no_rope_layers")
+    nope: tuple[int, ...] = ()
+    if flags:  # an empty list means "derive it" in transformers' configs
+        nope = tuple(i for i, v in enumerate(_int_list(flags, n, source)) if v == 0)
+    elif mt in _NOPE_FAMILIES or read("no_rope_layer_interval") is not None:
+        k = read("no_rope_layer_interval")
+        k = 4 if k is None else k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"{source}: no_rope_layer_interval {k!r} must be an integer >= 1")
+        nope = tuple(i for i in range(n or 0) if (i + 1) % k == 0)
+    llama4 = mt in _INTERLEAVED_FAMILIES
+    chunk = read("attention_chunk_size") if llama4 else None
+    temp = None
+    if llama4 and read("attn_temperature_tuning") not in (None, False, 0) and nope:
+        fs, sc = read("floor_scale"), read("attn_scale")
+        try:
+            temp = AttnTemperature(8192 if fs is None else fs, 0.1 if sc is None else sc)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
+    return LayerFacts(num_layers=n, nope_layers=nope, interleaved=llama4,
+                      chunk_size=int(chunk) if isinstance(chunk, int) and chunk > 0 else None, temperature=temp)
+
+
+def legacy_layer_params(read: Callable[[str], Any], params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Per-layer-type rope parameters from legacy fields, as transformers' config classes build them, or None.
+
+    Gemma 3: ``rope_local_base_freq`` gives the ``sliding_attention`` layers default RoPE with that base; the
+    ``full_attention`` layers take ``rope_scaling`` (if any) and ``rope_theta``.
+
+    >>> legacy_layer_params({"rope_theta": 1e6, "rope_local_base_freq": 1e4}.get, {"rope_type": "linear", "factor": 8})
+    {'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0}, 'full_attention': {'rope_type': 'linear', 'factor': 8, 'rope_theta': 1000000.0}}
+    """
+    local = next((read(k) for k in _LOCAL_BASE_KEYS if read(k) is not None), None)
+    if local is None:
+        return None
+    full = dict(params or {"rope_type": "default"})
+    if read("rope_theta") is not None:
+        full.setdefault("rope_theta", read("rope_theta"))
+    return {"sliding_attention": {"rope_type": "default", "rope_theta": local}, "full_attention": full}  # its order
+
+
+def temperature_lines(facts: LayerFacts | None, dtypes: Sequence[str], length: int) -> list[str]:
+    """The text lines on the attention temperature's position term (none when the model has no temperature):
+    transformers' float32 arithmetic, then positions held in each of ``dtypes`` up to ``length``.
+
+    >>> facts = LayerFacts(num_layers=4, nope_layers=(3,), temperature=AttnTemperature(8192, 0.1))
+    >>> print(temperature_lines(facts, ["bfloat16"], 16384)[1])
+      positions in bfloat16: 46 of 16384 positions get another scale (first at 8176; scale off by up to 0.0693)
+    """
+    t = None if facts is None else facts.temperature
+    if t is None:
+        return []
+    exact = "exact" if temperature_audit(t, "float32", length)["wrong"] == 0 else "NOT exact"
+    lines = [f"attention temperature on NoPE layers ({t.describe().split(' on ')[0]}): transformers computes the "
+             f"position term in float32 from int64 positions ({exact} to {length}; float32 integers are exact "
+             "to 2**24)"]
+    for fmt in dict.fromkeys(get_format(d).name for d in dtypes):
+        if fmt == "float32":
+            continue
+        r = temperature_audit(t, fmt, length)
+        if not r["wrong"]:
+            lines.append(f"  positions in {fmt}: exact to {length}")
+            continue
+        inf = f"; the scale is inf from position {r['first_nonfinite']}" if r["first_nonfinite"] is not None else ""
+        err = f"; scale off by up to {r['max_scale_error']:.3g}" if math.isfinite(r["max_scale_error"]) else ""
+        lines.append(f"  positions in {fmt}: {r['wrong']} of {length} positions get another scale "
+                     f"(first at {r['first_wrong']}{err}){inf}")
+    return lines
