@@ -327,7 +327,7 @@ INCIDENTS: tuple[Incident, ...] = (
                     "alias from 257, not from 2048 (the report's own first sentence gives 256). An input of 2048 "
                     "atoms keeps only 641 distinct indices, 4096 only 769; the spacing in [2048, 4096) is 16, as "
                     "stated. Any input over 256 atoms can hit the duplicate-index assertion.",
-        fix="keep the index tensor in float32 (exact to 2**24) or an integer dtype, regardless of D_LL's dtype (the PR)",
+        fix="keep the index tensor in float32 (exact to 2**24) or an integer dtype, whatever D_LL's dtype (the PR)",
         headline=("first_aliasing_index", "distinct_indices_2048", "bf16_spacing_2048_4096"),
     ),
     Incident(
