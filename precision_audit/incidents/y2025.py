@@ -1,5 +1,6 @@
 """Catalog entries reported in 2025: vllm#27722 (gpt-oss' YaRN ramp), executorch#9393, the paper "When
-Precision Meets Position" (TMLR 2025), openvino#29556, openvino#33214, OneTrainer#1177, SimpleTuner#2038.
+Precision Meets Position" (TMLR 2025), openvino#29556, openvino#33214, OneTrainer#1177, SimpleTuner#2038,
+sglang#3134, HabanaAI vllm-fork#1055.
 
 >>> [i.name for i in INCIDENTS][:3]
 ['vllm-27722', 'executorch-9393', 'when-precision-meets-position']
@@ -14,6 +15,7 @@ from ..positions import predict_positions
 from ..rope.attention import apply_errors, attention_errors
 from ..rope import RopeSchedule, audit, preset, wrap
 from .core import Figures, Incident, claim, close, rounded, stages_of
+from .y2024b import alibi_bias_figures, cache_apply_figures
 
 __all__ = ["INCIDENTS"]
 
@@ -143,6 +145,13 @@ def _measure_flux_ids() -> Figures:
         out[f"image_ids_exact_{n}"] = predict_positions(n, "bfloat16").exact_count
     out["image_ids_exact"] = all(out[f"image_ids_exact_{n}"] == n for n in _FLUX_IMAGE_IDS)
     return out
+
+# ---- sglang-3134
+
+
+def _measure_sglang3134() -> Figures:
+    return {f"bf16_{k}": v for k, v in cache_apply_figures("bfloat16").items()}
+
 
 INCIDENTS: tuple[Incident, ...] = (
     Incident(
@@ -341,5 +350,54 @@ INCIDENTS: tuple[Incident, ...] = (
         fix="ids and timesteps in float32 (the PR)",
         not_recomputable="qualitative (no figure; which Flux ids the report means is not stated)",
         headline=("text_ids_first_inexact", "text_ids_distinct_512", "image_ids_exact"),
+    ),
+    Incident(
+        name="sglang-3134",
+        reference="sgl-project/sglang#3134",
+        year=2025,
+        stack="SGLang (FlashInfer RoPE)",
+        what="RoPE moved from an all-bf16 path (cos/sin, q/k and the arithmetic) to FlashInfer's fp32 cos/sin "
+             "and fp32 arithmetic",
+        code_path="before: cos, sin, q, k in bf16 and the rotation computed in bf16; after: "
+                  "apply_rope_with_cos_sin_cache_inplace (flashinfer#754) with an fp32 cos_sin_cache, q/k upcast "
+                  "to fp32 inside the kernel, one rounding to bf16",
+        recipe={"before": "cache bf16, products bf16", "after": "cache float32, math float32, output bf16"},
+        settings={"head_dim": 128, "base": 10000.0, "positions": 4096,
+                  "queries": "standard normal, seed 0, rounded to bf16"},
+        published={"claim": "fp32 is required for long context; otherwise significant numerical instability"},
+        published_source="PR description (ByronHsu, 2025-01-26; merged): better precision (fp32 cos/sin and "
+                         "arithmetic) and better speed; the figures given are kernel and serving timings",
+        measure=_measure_sglang3134,
+        checks=(),
+        explanation="What the change buys at the apply step: the bf16 table is off by up to 2**-9 per value, and "
+                    "with the products rounded to bf16 as well, 38 % of outputs move, by up to 2 ulps of the pair's "
+                    "norm (up to 0.031 for |q| near 4); with fp32 table and math only the final rounding remains. "
+                    "That is bounded, not growing with context: the long-context part of the claim rests on how "
+                    "the angles are made (fp32 here, see sglang-33117 for the table's own error at 128K).",
+        fix="fp32 cos_sin_cache and fp32 arithmetic in the kernel (the PR, with flashinfer#754)",
+        not_recomputable="qualitative ('numerical instability', no precision figure)",
+        headline=("bf16_cache_max_abs_error", "bf16_math_outputs_changed", "bf16_math_max_error_in_pair_ulps"),
+    ),
+    Incident(
+        name="vllm-fork-1055",
+        reference="HabanaAI/vllm-fork#1055",
+        year=2025,
+        stack="vLLM on Gaudi (HabanaAI vllm-fork)",
+        what="ALiBi fully re-enabled on Gaudi: vllm-fork#503 re-landed after its revert (#907)",
+        code_path="the same changes as vllm-fork-503 (decode biases, shared biases, VLLM_ALIBI_USE_FLOAT32_BIASES), "
+                  "with vllm-hpu-extension#141",
+        recipe={"bias": "bfloat16 (default) or float32 (VLLM_ALIBI_USE_FLOAT32_BIASES)"},
+        settings={"heads": 32, "slopes": "2**(-8k/32) (MPT-7B)", "lengths": [2048, 8192]},
+        published={"claim": "resolves a regression in ALiBi-based models"},
+        published_source="PR description (tvoas, 2025-04-10; merged): a fixed version of #503, which #907 "
+                         "reverted; test runs in the thread",
+        measure=alibi_bias_figures,
+        checks=(),
+        explanation="The thread states no precision figure of its own; the bf16 bias rounding it carries over "
+                    "from #503 is measured there (off by up to 4 logits at 2048 keys and 16 at 8192 for MPT-7B's "
+                    "steepest head, float32 within 2.5e-4).",
+        fix="as vllm-fork-503: float32 ALiBi biases",
+        not_recomputable="qualitative (a regression fix; no figure)",
+        headline=("bf16_max_bias_error_2048", "bf16_max_bias_error_8192", "fp32_max_bias_error_8192"),
     ),
 )
