@@ -331,7 +331,7 @@ def run(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
-def test_cli_list_and_errors():
+def test_cli_list_and_errors(results):
     res = run("reproduce", "--list")
     assert res.exit_code == 0
     lines = res.output.splitlines()[2:]
@@ -339,11 +339,13 @@ def test_cli_list_and_errors():
     for name, inc in CATALOG.items():
         (line,) = [x for x in lines if f" {name} " in f" {x} "]
         assert inc.reference in line and str(inc.year) in line and inc.stack in line
+        assert f" {results[name].verdict} " in f" {line} "  # each entry's verdict on its line
     # grouped: sorted by stack, then year
     order = [next(i for i in CATALOG.values() if f" {i.name} " in f" {x} ") for x in lines]
     assert [(i.stack.lower(), i.year) for i in order] == sorted((i.stack.lower(), i.year) for i in order)
     listed = json.loads(run("reproduce", "--list", "--json").output)["results"]
     assert {r["name"] for r in listed} == set(CATALOG) and all({"stack", "year"} <= set(r) for r in listed)
+    assert {r["name"]: r["verdict"] for r in listed} == {n: r.verdict for n, r in results.items()}
     bad = run("reproduce", "nope")
     assert bad.exit_code == 2 and f"'nope' is not one of the {len(CATALOG)} incidents (see --list)." in bad.output
     near = run("reproduce", "candle-352")

@@ -53,17 +53,20 @@ def _echo_verdict(res: Any) -> None:
 
 
 def _list_catalog(as_json: bool) -> None:
-    """Print the catalog grouped by stack and year, one line each (a table or JSON)."""
-    from ..incidents import CATALOG
+    """Print the catalog grouped by stack and year, one line each with its verdict (a table or JSON).
+
+    Each entry is run to give its verdict (the whole catalog takes a few seconds).
+    """
+    from ..incidents import CATALOG, reproduce
 
     entries = sorted(CATALOG.values(), key=lambda i: (i.stack.lower(), i.year, i.name))
-    rows = [{"stack": i.stack, "year": i.year, "name": i.name, "reference": i.reference, "what": i.what}
-            for i in entries]
+    rows = [{"stack": i.stack, "year": i.year, "name": i.name, "reference": i.reference,
+             "verdict": reproduce(i.name).verdict, "what": i.what} for i in entries]
     if as_json:
         echo_json({"auditor": "reproduce", "results": rows})
     else:
         echo_table(rows, [("stack", "stack"), ("year", "year"), ("name", "name"), ("reference", "reference"),
-                          ("what", "what")])
+                          ("verdict", "verdict"), ("what", "what")])
 
 
 def _run_all(as_json: bool) -> None:
@@ -84,7 +87,8 @@ def _run_all(as_json: bool) -> None:
 @click.command("reproduce", cls=AuditCommand)
 @click.argument("name", required=False, type=IncidentChoice(_incident_names()), metavar="NAME")
 @click.option("--list", "as_list", is_flag=True,
-              help="List the catalog grouped by stack and year, one line each: stack, year, name, reference, what.")
+              help="List the catalog grouped by stack and year, one line each: stack, year, name, reference, verdict, "
+                   "what.")
 @click.option("--all", "run_all", is_flag=True,
               help="Run every entry: one line each (name, year, stack, verdict), then every verdict line other "
                    "than a plain 'reproduced' (the reasons); with --json every entry's full row.")

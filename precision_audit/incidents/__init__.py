@@ -11,12 +11,12 @@ meaning), a measurement that runs the same code path through the tool
 numbers), ``not recomputable`` when the report states no figure the tool can
 recompute (qualitative reports, or settings the report does not give).
 
-The entries live in one module per year (:mod:`.y2023` .. :mod:`.y2026`), the
+The entries live in one module per year (:mod:`.y2023` .. :mod:`.y2026c`, a year split in parts), the
 data model and checks in :mod:`.core`, the catalog and runner in
 :mod:`.runner`; every public name is importable from here.
 
 >>> sorted(CATALOG)[:3]
-['baichuan', 'cactus-688', 'candle-3520']
+['aiter-4765', 'automodel-2549', 'baichuan']
 >>> r = reproduce("gpt-neox-1003")
 >>> r.verdict, r.measured["angle_fp16_1857_1"], r.published["angle_fp16_1857_1"]
 ('reproduced', 1045.0, 1045.0)

@@ -1,14 +1,16 @@
 """Catalog entries reported in 2024: transformers#29285, modded-nanogpt#39, tinygrad#4587, TransformerEngine#1245,
-flash-attention#823.
+flash-attention#823, mindone#670, openvino#25883, flash-attention#846.
 
->>> [i.name for i in INCIDENTS]
-['transformers-29285', 'modded-nanogpt-39', 'tinygrad-4587', 'transformer-engine-1245', 'flash-attention-823', 'mindone-670']
+>>> [i.name for i in INCIDENTS][-3:]
+['mindone-670', 'openvino-25883', 'flash-attention-846']
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 
 from ..rope.attention import apply_errors, attention_errors
@@ -155,6 +157,49 @@ def _measure_fa() -> Figures:
             out[f"{name}_max_rel_error_{r.band_start}_{r.band_stop}"] = rounded(r.max_rel_error, 4)
     return out
 
+
+# ---- openvino-25883
+
+_OV_LLAMA = RopeSchedule(head_dim=128, base=10000.0)
+
+
+def _measure_ov25883() -> Figures:
+    p = predict_positions(4096, "float16")
+    rows = {(r.recipe, r.length): r for r in audit(_OV_LLAMA, [preset("lowp", "fp16"), preset("fp32", "fp16")],
+                                                    [2048, 4096])}
+    return {
+        "fp16_exact_positions_to": get_format("fp16").max_exact_integer,
+        "first_inexact_position": p.first_inexact,
+        "exact_positions_4096": p.exact_count,
+        "lowp_max_angle_error_2048": rounded(rows["lowp", 2048].max_angle_error, 4),
+        "lowp_max_angle_error_4096": rounded(rows["lowp", 4096].max_angle_error, 4),
+        "fix_max_angle_error_4096": rounded(rows["fp32", 4096].max_angle_error, 4),
+    }
+
+
+# ---- flash-attention-846
+
+
+def paper_slopes(n: int) -> list[float]:
+    """ALiBi slopes as the paper (and flash_attn's get_alibi_slopes) build them, in float64."""
+    c = 1 << (n.bit_length() - 1)
+    head = [2.0 ** (-8.0 * k / c) for k in range(1, c + 1)]
+    return head if c == n else head + paper_slopes(2 * c)[0::2][: n - c]
+
+
+_FA_HEADS = (8, 12, 16)
+
+
+def _measure_fa846() -> Figures:
+    out: Figures = {}
+    for h in _FA_HEADS:
+        s = np.asarray(paper_slopes(h))
+        for fmt, tag in (("float16", "fp16"), ("bfloat16", "bf16")):
+            d = np.abs(np.asarray(round_to(s, fmt)) - s)
+            out[f"{tag}_inexact_slopes_{h}"] = int(np.count_nonzero(d))
+            for L in (512, 2048):
+                out[f"{tag}_max_bias_error_{h}_heads_{L - 1}"] = rounded(float(d.max()) * (L - 1), 4)
+    return out
 
 INCIDENTS: tuple[Incident, ...] = (
 
@@ -337,5 +382,59 @@ INCIDENTS: tuple[Incident, ...] = (
             "transformers do",
         not_recomputable="the PR's mean/max output errors come from 6 random text samples through the whole model",
         headline=("bf16_encoder_flipped_512", "bf16_decoder_flipped_512"),
+    ),
+    Incident(
+        name="openvino-25883",
+        reference="openvinotoolkit/openvino#25883",
+        year=2024,
+        stack="OpenVINO (GPU plugin)",
+        what="position ids and the RoPE MatMul / Sin / Cos in fp16 for FP16 LLMs",
+        code_path="GPU plugin graph of an FP16 LLM: position_ids converted to f16, MatMul with the inverse "
+                  "frequencies and Sin/Cos in f16. The PR adds IncreasePositionIdsPrecision: converts around the "
+                  "MatMul and Sin/Cos so that branch runs in f32",
+        recipe=stages_of(preset("lowp", "fp16")),
+        settings={"head_dim": 128, "base": 10000.0, "lengths": [2048, 4096],
+                  "note": "the PR names no model: a Llama-2-style schedule"},
+        published={"claim": "lower accuracy for inputs longer than 2048 tokens (fp16 position ids, sin/cos error)"},
+        published_source="PR description (sshlyapn, 2024-08-02): without the converts accuracy drops for input "
+                         "sequences longer than 2048, from the fp16 position ids and the sin/cos calculation",
+        measure=_measure_ov25883,
+        checks=(claim("claim", lambda m: m["first_inexact_position"] == 2049
+                      and m["lowp_max_angle_error_4096"] > m["lowp_max_angle_error_2048"],
+                      "first inexact fp16 position {first_inexact_position}; angle error {lowp_max_angle_error_2048} "
+                      "rad at 2048, {lowp_max_angle_error_4096} at 4096"),),
+        explanation="fp16 integers are exact to 2048; 2049 rounds to 2048 and from there every 2nd (then 4th) id "
+                    "survives: 3072 of 4096 exact. Position ids are only part of it: with f16 frequencies and an f16 "
+                    "product the angle is already off by 0.98 rad within 2048 (the product's rounding at large "
+                    "angles) and by 2.8 rad within 4096; the f32 branch stays within 2.5e-4 rad.",
+        fix="IncreasePositionIdsPrecision (the PR): position ids, MatMul and Sin/Cos in f32, converted to f16 after",
+        headline=("first_inexact_position", "lowp_max_angle_error_2048", "lowp_max_angle_error_4096"),
+    ),
+    Incident(
+        name="flash-attention-846",
+        reference="Dao-AILab/flash-attention#846",
+        year=2024,
+        stack="flash-attention (MHA module)",
+        what="the ALiBi slopes buffer cast with the module to fp16 / bf16",
+        code_path="flash_attn.modules.mha.MHA registers alibi_slopes as a buffer; module.to(fp16/bf16) casts it and "
+                  "the kernel requires fp32 slopes (flash-attention#845: a dtype error). The PR casts the buffer "
+                  "back to float32 in forward, after the rounding",
+        recipe={"slopes": "float16 or bfloat16 (the module cast), then float32", "bias": "float32 in the kernel"},
+        settings={"heads": list(_FA_HEADS), "key_distances": [511, 2047]},
+        published={"claim": "the errors from the casts looked negligible in the author's experiments"},
+        published_source="PR thread (Markus28, 2024-04-18, answering whether slopes still lose precision): small "
+                         "floating point errors from the casts, negligible in the author's experiments",
+        measure=_measure_fa846,
+        checks=(),
+        explanation="The fix removes the crash but not the rounding: slopes that went through fp16 / bf16 come back "
+                    "to float32 with the rounded values. Power-of-two head counts up to 8 have slopes 2**-k, exact in "
+                    "both formats; 12 heads (BERT-base) have 4 inexact slopes, 16 heads 8 (odd powers of "
+                    "2**-0.5). The worst, 2**-0.5 = 0.70711, is stored as 0.70703 in both formats, so the bias is "
+                    "off by 0.039 at 511 keys and 0.155 at 2047 keys: small against BERT's 512 tokens, not "
+                    "negligible at long context. Whether it mattered for the author's runs is not recomputable.",
+        fix="keep alibi_slopes in float32 through the module cast (register it non-persistent and rebuild it, or "
+            "override _apply), not only cast it back in forward",
+        not_recomputable="qualitative ('negligible in my experiments', no figure)",
+        headline=("fp16_inexact_slopes_12", "fp16_max_bias_error_12_heads_511", "fp16_max_bias_error_12_heads_2047"),
     ),
 )
