@@ -43,9 +43,8 @@ def _example(name: str) -> list[str]:
     return shlex.split(m.group(1))
 
 
-@pytest.mark.parametrize("name", [n for n in COMMANDS if n != "effect"])
+@pytest.mark.parametrize("name", list(COMMANDS))
 def test_help_example_runs_in_a_fresh_process(name, tmp_path):
-    # `effect` is being reworked elsewhere (its default table); its example is left to that work
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
     (tmp_path / "tests").mkdir()

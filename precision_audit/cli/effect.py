@@ -113,6 +113,8 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
     agreement, NLL change) and pass-key retrieval with each path's cos/sin against its own exact-RoPE run,
     each beside the noise floor of the cache format.  [defaults: -r lowp -r lowp-inv-freq -r fp32, offsets 0
     and 1M, 1024 tokens, gap 1024, 4 keys]
+
+    Example: precision-audit effect -r lowp -r fp32 --offset 64K --task local
     """
     given = locals()
     if model is not None:
