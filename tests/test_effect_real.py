@@ -333,3 +333,40 @@ def test_config_weights_on_smollm2():
     r = CliRunner().invoke(main, ["config", "tests/data/llama-3.1-8b.json", "--stack", "transformers", "-l", "8K",
                                   "--weights", "smollm2"])
     assert r.exit_code == 2 and "not the schedule of" in r.output
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny random Llama saved as a checkpoint directory with a byte-level BPE tokenizer trained here."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    d = tmp_path_factory.mktemp("tiny-llama")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["the lamps came on one by one in the harbour 0123456789"] * 50,
+                            trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok)
+    fast.save_pretrained(d)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(d)
+    return d
+
+
+def test_checkpoint_directory_loads_and_measures(checkpoint):
+    from precision_audit.effect.real import load_real_model
+
+    rm = load_real_model(str(checkpoint))
+    assert rm.schedule.head_dim == 32 and rm.context == 2048 and rm.layout == "half"
+    text, keys = measure_model(rm, ["fp32"], ["bfloat16"], [0], tokens=64, text="the lamps came on " * 10,
+                               gaps=[32], keys=1)
+    assert len(text) == 1 and len(keys) == 1 and 0.0 <= text[0].top1 <= 1.0
+
+
+def test_checkpoint_without_rope_is_refused_before_loading(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_positions": 1024, "n_embd": 64,
+                                                      "n_head": 2, "n_layer": 1, "vocab_size": 100}))
+    r = CliRunner().invoke(main, ["effect", "--model", str(tmp_path)])
+    assert r.exit_code == 2 and "not RoPE" in r.output
