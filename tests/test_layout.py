@@ -149,7 +149,8 @@ def test_a_command_loads_only_its_own_modules():
     got = _loaded_after("from precision_audit.cli import main\n"
                         "main(['rope', '-l', '64', '-d', 'bf16'], standalone_mode=False)")
     assert "precision_audit.rope" in got and "precision_audit.cli.auditors" in got
-    for other in ("precision_audit.cli.models", "precision_audit.cli.effect", "precision_audit.cli.incidents",
+    for other in ("precision_audit.cli.models", "precision_audit.cli.live", "precision_audit.cli.effect",
+                  "precision_audit.cli.effect_model", "precision_audit.cli.weights", "precision_audit.cli.incidents",
                   "precision_audit.config", "precision_audit.effect", "precision_audit.hf", "precision_audit.incidents"):
         assert other not in got
 

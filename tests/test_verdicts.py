@@ -212,7 +212,8 @@ def test_rules_state_the_thresholds_the_verdict_uses():
     assert "above 3 half-ulps" in rules_text(3.0) and "above 8 half-ulps" in rules_markdown()
     assert rules_markdown().count("\n") == 2 + len(VERDICTS)
     # what the CLI prints is that text
-    from precision_audit.cli.models import CONFIG_VERDICT_HELP, config_cmd, hf_rope_cmd
+    from precision_audit.cli.live import hf_rope_cmd
+    from precision_audit.cli.models import CONFIG_VERDICT_HELP, config_cmd
 
     assert CONFIG_VERDICT_HELP == rules_text()
     for cmd in (config_cmd, hf_rope_cmd):

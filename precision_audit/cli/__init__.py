@@ -10,8 +10,9 @@ bars appear only when stderr is a terminal.
 
 Modules: ``_shared`` (parameter types, the RoPE schedule options, table/JSON
 output, progress bars, error handling), ``auditors`` (positions, sinusoidal, rope, alibi, attention),
-``models`` (config, report, hf-rope, hf-scan, hf-alibi), ``incidents``
-(reproduce), ``relative`` and ``effect``; each loads when its command runs.
+``models`` (config, report), ``live`` (hf-rope, hf-scan, hf-alibi), ``weights`` (config --weights),
+``incidents``
+(reproduce), ``relative`` and ``effect`` (``effect_model``: with --model); each loads when its command runs.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attention": ("auditors", "attention_cmd"),
     "report": ("models", "report_cmd"),
     "config": ("models", "config_cmd"),
-    "hf-rope": ("models", "hf_rope_cmd"),
-    "hf-scan": ("models", "hf_scan_cmd"),
-    "hf-alibi": ("models", "hf_alibi_cmd"),
+    "hf-rope": ("live", "hf_rope_cmd"),
+    "hf-scan": ("live", "hf_scan_cmd"),
+    "hf-alibi": ("live", "hf_alibi_cmd"),
     "relative": ("relative", "relative_cmd"),
     "effect": ("effect", "effect_cmd"),
 }
