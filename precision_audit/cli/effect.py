@@ -121,11 +121,14 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
         for name, flag in _PROBE_ONLY:
             if given[name]:
                 raise click.UsageError(f"{flag} is for the probe; with --model the rows are text and pass keys")
+        from .effect_model import model_calibration, run_model_effect
+
         if calibration:
-            return _model_calibration(model, recipes, stacks, dtypes, offsets, gaps, model_dtype, device, device_map,
-                                      tokens, keys, as_json)
-        return _model(model, recipes, stacks, dtypes, offsets, gaps, model_dtype, device, device_map, tokens,
-                      text_file, keys, plot, as_json)
+            return model_calibration(model, recipes, stacks, dtypes, offsets, gaps, model_dtype=model_dtype,
+                                     device=device, device_map=device_map, tokens=tokens, keys=keys, as_json=as_json)
+        return run_model_effect(model, recipes, stacks, dtypes, offsets, gaps, model_dtype=model_dtype, device=device,
+                                device_map=device_map, tokens=tokens, text_file=text_file, keys=keys, plot=plot,
+                                as_json=as_json)
     for name, flag in _MODEL_ONLY:
         if given[name] is not None:
             raise click.UsageError(f"{flag} applies with --model (a real model) only")
@@ -156,55 +159,6 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
          footer="accuracy: the probe with the path's cos/sin; exact: with exact RoPE at the same positions."
                 + (f"\n{', '.join(fast)}: correctly rounded functions stand in for CUDA's fast-math intrinsics "
                    "(unpublished bits); the audit's rows bound what they may add (docs/stacks.md)." if fast else ""))
-
-
-def _model(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str], offsets: Sequence[int],
-           gaps: Sequence[int], model_dtype: str | None, device: str | None, device_map: str | None,
-           tokens: int | None, text_file: str | None, keys: int | None, plot: str | None, as_json: bool) -> None:
-    from ..effect.measures import (DEFAULT_GAPS, DEFAULT_KEYS, DEFAULT_MODEL_OFFSETS, DEFAULT_MODEL_PATHS,
-                                   DEFAULT_TOKENS)
-    from ..rope import select_stacks
-    from .effect_model import run_model_effect
-
-    paths = [*recipes, *select_stacks(stacks, ["default"])[0]] if stacks else list(recipes or DEFAULT_MODEL_PATHS)
-    run_model_effect(model, paths, dtypes or ("bfloat16",), offsets or DEFAULT_MODEL_OFFSETS, gaps or DEFAULT_GAPS,
-                     tokens=DEFAULT_TOKENS if tokens is None else tokens, text_file=text_file,
-                     keys=keys or DEFAULT_KEYS, model_dtype=model_dtype or "float32", device=device or "cpu",
-                     device_map=device_map, plot=plot, as_json=as_json)
-
-
-def _model_calibration(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str],
-                       lengths: Sequence[int], gaps: Sequence[int], model_dtype: str | None, device: str | None,
-                       device_map: str | None, tokens: int | None, keys: int | None, as_json: bool) -> None:
-    """``effect --calibration --model``: the verdict's calibration on a real model (effect.model_calibration)."""
-    from ..effect.model_calibration import (MODEL_CALIBRATION_DISTANCES, MODEL_CALIBRATION_LENGTHS, calibrate_model,
-                                            model_inconsistent)
-    from ..effect.real import load_real_model
-    from ..rope import select_stacks
-
-    if len(dtypes) > 1:
-        raise click.BadParameter("the calibration runs one dtype", param_hint="'--dtype'")
-    paths = [*recipes, *select_stacks(stacks, ["default"])[0]] if stacks else list(recipes or ("lowp", "lowp-inv-freq",
-                                                                                                  "fp32"))
-    dists = [1, *gaps] if gaps else list(MODEL_CALIBRATION_DISTANCES)
-    rm = load_real_model(model, model_dtype or "float32", device or "cpu", device_map)
-    with progress_bar(len(paths) * len(lengths or MODEL_CALIBRATION_LENGTHS) * len(dists) * 2, "cos/sin tables") as bar:
-        rows = calibrate_model(rm, paths, lengths or MODEL_CALIBRATION_LENGTHS, dists, dtypes[0] if dtypes else
-                               "bfloat16", tokens=512 if tokens is None else tokens, keys=keys or 2,
-                               progress=bar.update)
-    bad = model_inconsistent(rows)
-    emit("effect-model-calibration", rows, as_json, [
-        ("path", "path"), ("dtype", "dtype"), ("length", "length"), ("distance", "distance"),
-        ("pair err", "pair_max_error"), ("colliding", "colliding"), ("measure", "measure"),
-        ("value", lambda r: f"{100 * r['value']:.1f}%"), ("exact", lambda r: f"{100 * r['exact']:.1f}%"),
-        ("floor", lambda r: f"{100 * r['floor']:.1f}%"), ("loss", lambda r: f"{100 * r['loss']:+.1f}"),
-        ("verdict", "verdict")],
-        footer=f"{rm.name}: pair err: max pairwise rotation error (rad) between positions `distance` apart, "
-               "positions < length; the model's input ends at the length: top-1 agreement with its exact-RoPE run "
-               "on text (distance 1; loss = floor - value) or pass keys retrieved `distance` tokens back (loss = "
-               "exact - value); verdict: precision_audit.verdicts on that distance alone.  Inconsistent rows "
-               f"(broken while the model loses <= 2 points, safe while it loses >= 5): {len(bad)}.",
-        extra={"model": rm.name, "inconsistent": [r.to_dict() for r in bad]})
 
 
 def _calibration(recipes: Sequence[str], dtypes: Sequence[str], lengths: Sequence[int], gaps: Sequence[int],

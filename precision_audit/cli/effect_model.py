@@ -1,4 +1,5 @@
-"""``effect --model``: what a code path costs a real pretrained model (precision_audit.effect.measures)."""
+"""``effect --model``: what a code path costs a real pretrained model (precision_audit.effect.measures), and
+``effect --calibration --model``: the verdict's calibration on it (precision_audit.effect.model_calibration)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 import click
 
-from ._shared import Column, echo_json, echo_table, progress_bar, stderr_is_tty
+from ._shared import Column, echo_json, echo_table, emit, progress_bar, stderr_is_tty
 
-__all__ = ["run_model_effect"]
+__all__ = ["model_calibration", "run_model_effect"]
 
 
 def _kl(key: str) -> Any:
@@ -36,12 +37,27 @@ KEY_COLUMNS: list[Column] = [
 ]
 
 
-def run_model_effect(model: str, paths: Sequence[str], dtypes: Sequence[str], offsets: Sequence[int],
-                     gaps: Sequence[int], *, tokens: int, text_file: str | None, keys: int, model_dtype: str,
-                     device: str, device_map: str | None, plot: str | None, as_json: bool) -> None:
-    """Load the model, measure every path, print the two tables (or one JSON object)."""
-    from ..effect.measures import measure_model, runs
+def _load(model: str, recipes: Sequence[str], stacks: Sequence[str], default: Sequence[str], model_dtype: str | None,
+          device: str | None, device_map: str | None) -> tuple[Any, list[str]]:
+    """The loaded model and the paths: the presets asked, then the stacks asked that run its rope type."""
     from ..effect.real import load_real_model
+    from ..rope import select_stacks
+
+    if stderr_is_tty():
+        click.echo(f"loading {model} (transformers; a 135M model takes ~20 s on 2 cores) ...", err=True)
+    rm = load_real_model(model, model_dtype or "float32", device or "cpu", device_map)
+    if not stacks:
+        return rm, list(recipes or default)
+    return rm, [*recipes, *select_stacks(stacks, [rm.schedule.scaling])[0]]
+
+
+def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str],
+                     offsets: Sequence[int], gaps: Sequence[int], *, model_dtype: str | None, device: str | None,
+                     device_map: str | None, tokens: int | None, text_file: str | None, keys: int | None,
+                     plot: str | None, as_json: bool) -> None:
+    """Load the model, measure every path, print the two tables (or one JSON object); defaults where None/empty."""
+    from ..effect.measures import (DEFAULT_GAPS, DEFAULT_KEYS, DEFAULT_MODEL_OFFSETS, DEFAULT_MODEL_PATHS,
+                                   DEFAULT_TOKENS, measure_model, runs)
 
     text = None
     if text_file is not None:
@@ -51,13 +67,12 @@ def run_model_effect(model: str, paths: Sequence[str], dtypes: Sequence[str], of
         except (OSError, UnicodeDecodeError) as e:
             raise click.BadParameter(f"{text_file}: cannot read: {e.__class__.__name__}: {e}",
                                      param_hint="'--text'") from None
-    if stderr_is_tty():
-        click.echo(f"loading {model} (transformers; a 135M model takes ~20 s on 2 cores) ...", err=True)
-    rm = load_real_model(model, model_dtype, device, device_map)
-    total = runs(rm, paths, dtypes, offsets, tokens, gaps)
-    with progress_bar(total, "cos/sin tables") as bar:
+    rm, paths = _load(model, recipes, stacks, DEFAULT_MODEL_PATHS, model_dtype, device, device_map)
+    dtypes, offsets, gaps = dtypes or ("bfloat16",), offsets or DEFAULT_MODEL_OFFSETS, gaps or DEFAULT_GAPS
+    tokens = DEFAULT_TOKENS if tokens is None else tokens
+    with progress_bar(runs(rm, paths, dtypes, offsets, tokens, gaps), "cos/sin tables") as bar:
         text_rows, key_rows = measure_model(rm, paths, dtypes, offsets, tokens=tokens, text=text, gaps=gaps,
-                                            keys=keys, progress=bar.update)
+                                            keys=keys or DEFAULT_KEYS, progress=bar.update)
     if plot:
         from ..report.effect import plot_model_effect
 
@@ -81,3 +96,33 @@ def run_model_effect(model: str, paths: Sequence[str], dtypes: Sequence[str], of
                "per token, nats; top-1: next-token argmax agrees with the exact run; dNLL: change of the text's NLL "
                "per token; passkey: keys retrieved across `gap` filler tokens.  floor: exact cos/sin merely stored "
                "in the cache format (what that format costs anyway); a path near its floor costs nothing more.", 115))
+
+
+def model_calibration(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str],
+                      lengths: Sequence[int], gaps: Sequence[int], *, model_dtype: str | None, device: str | None,
+                      device_map: str | None, tokens: int | None, keys: int | None, as_json: bool) -> None:
+    """The real model's calibration table (lengths from --offset, distances 1 and --gap)."""
+    from ..effect.model_calibration import (MODEL_CALIBRATION_DISTANCES, MODEL_CALIBRATION_LENGTHS, calibrate_model,
+                                            model_inconsistent)
+
+    if len(dtypes) > 1:
+        raise click.BadParameter("the calibration runs one dtype", param_hint="'--dtype'")
+    dists = [1, *gaps] if gaps else list(MODEL_CALIBRATION_DISTANCES)
+    lens = list(lengths or MODEL_CALIBRATION_LENGTHS)
+    rm, paths = _load(model, recipes, stacks, ("lowp", "lowp-inv-freq", "fp32"), model_dtype, device, device_map)
+    with progress_bar(len(lens) * len(dists) * (len(paths) + 2), "cos/sin tables") as bar:
+        rows = calibrate_model(rm, paths, lens, dists, dtypes[0] if dtypes else "bfloat16",
+                               tokens=512 if tokens is None else tokens, keys=keys or 2, progress=bar.update)
+    bad = model_inconsistent(rows)
+    emit("effect-model-calibration", rows, as_json, [
+        ("path", "path"), ("dtype", "dtype"), ("length", "length"), ("distance", "distance"),
+        ("pair err", "pair_max_error"), ("colliding", "colliding"), ("measure", "measure"),
+        ("value", _pc("value")), ("exact", _pc("exact")), ("floor", _pc("floor")),
+        ("loss", lambda r: f"{100 * r['loss']:+.1f}"), ("verdict", "verdict")],
+        footer=textwrap.fill(
+            f"{rm.name}: pair err: max pairwise rotation error (rad) between positions `distance` apart, positions "
+            "< length; the model's input ends at the length: top-1 agreement with its exact-RoPE run on text "
+            "(distance 1; loss = floor - value) or pass keys retrieved `distance` tokens back (loss = exact - "
+            "value); verdict: precision_audit.verdicts on that distance alone.  Inconsistent rows (broken while the "
+            f"model loses <= 2 points, safe while it loses >= 5): {len(bad)}.", 115),
+        extra={"model": rm.name, "inconsistent": [r.to_dict() for r in bad]})
