@@ -112,41 +112,44 @@ def plot_effect(rows: Sequence[EffectRow], path: str | Path, title: str | None =
 
 def plot_model_effect(text_rows: Sequence[Any], key_rows: Sequence[Any], path: str | Path,
                       title: str | None = None) -> Path:
-    """A real model (:func:`precision_audit.effect.measure_model` rows): top-1 agreement with its exact-RoPE run
-    and pass keys retrieved vs offset, per path and dtype, each path's noise floor dashed; returns the path."""
+    """A real model (:func:`precision_audit.effect.measures.measure_model` rows): top-1 agreement with its exact-RoPE run
+    and pass keys retrieved vs offset, per path and dtype, with the floor of each cache format (exact cos/sin stored
+    in it) as a grey band; returns the path."""
     if not text_rows and not key_rows:
         raise ValueError("no rows to plot")
     plt = pyplot()
-    panels = [(rows, get, label) for rows, get, label in (
-        (text_rows, lambda r: (100 * r.top1, 100 * r.floor_top1), "top-1 agreement with exact RoPE (%)"),
-        (key_rows, lambda r: (100 * r.correct / r.keys, 100 * r.floor / r.keys), "pass keys retrieved (%)"))
+    panels = [(rows, value, floor, label) for rows, value, floor, label in (
+        (text_rows, lambda r: 100 * r.top1, lambda r: 100 * r.floor_top1, "top-1 agreement with exact RoPE (%)"),
+        (key_rows, lambda r: 100 * r.correct / r.keys, lambda r: 100 * r.floor / r.keys, "pass keys retrieved (%)"))
         if rows]
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.6), squeeze=False)
-    offsets = sorted({r.offset for rows, _, _ in panels for r in rows})
+    offsets = sorted({r.offset for rows, *_ in panels for r in rows})
     spare = iter(_STACK_STYLE * 4)
     styles: dict[tuple[str, str], dict[str, Any]] = {}
-    for ax, (rows, get, label) in zip(axes[0], panels):
+    for ax, (rows, value, floor, label) in zip(axes[0], panels):
+        for cache in dict.fromkeys(r.cache for r in rows):
+            pts = sorted({(r.offset, floor(r)) for r in rows if r.cache == cache})
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color="0.6", lw=7, alpha=0.45,
+                    solid_capstyle="round", zorder=1, label=f"floor: exact cos/sin stored in {cache}")
         for key in dict.fromkeys((r.path, r.dtype) for r in rows):
             if key not in styles:
                 styles[key] = ROPE_STYLE.get(key[0]) or next(spare)
-            pts = sorted((r.offset, *get(r)) for r in rows if (r.path, r.dtype) == key)
-            xs = [p[0] for p in pts]
-            ax.plot(xs, [p[1] for p in pts], label=f"{key[0]} ({key[1]})", lw=1.6, ms=5, **styles[key])
-            ax.plot(xs, [p[2] for p in pts], color=styles[key].get("color"), ls=(0, (2, 2)), lw=0.9, alpha=0.7)
+            pts = sorted((r.offset, value(r)) for r in rows if (r.path, r.dtype) == key)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=f"{key[0]} ({key[1]})", lw=1.6, ms=5, zorder=3,
+                    **styles[key])
         ax.set_xscale("symlog", linthresh=256, linscale=0.4)
         ax.set_xticks(offsets, [length_label(x) if x else "0" for x in offsets])
         ax.set_xlim(-30 if offsets[0] == 0 else offsets[0] / 1.5, offsets[-1] * 1.5)
         ax.set_ylim(-3, 103)
         ax.set_ylabel(label)
         ax.set_xlabel("offset: position of the first token")
-        what = (f"text, {rows[0].tokens} tokens" if rows is text_rows
-                else f"pass key {rows[0].gap} tokens back, {rows[0].keys} keys")
-        ax.set_title(what + "\n(dashed: exact cos/sin stored in the cache format, the floor)", fontsize=10)
+        ax.set_title(f"text, {rows[0].tokens} tokens" if rows is text_rows
+                     else f"a pass key {rows[0].gap} tokens back, {rows[0].keys} keys", fontsize=10)
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
     first = (text_rows or key_rows)[0]
     fig.suptitle(title or f"What RoPE precision costs {first.model} (weights in {first.model_dtype}; each path's "
-                          "cos/sin injected)", fontsize=11)
+                          "cos/sin injected, against its exact-RoPE run)", fontsize=11)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     return save_figure(fig, path)
