@@ -291,14 +291,12 @@ def measure_model(rm: RealModel, paths: Sequence[str] = DEFAULT_MODEL_PATHS, dty
         ids = np.array(rm.tokenizer(text if text is not None else default_text())["input_ids"][:tokens], np.int64)
         if len(ids) < 4:
             raise ValueError(f"the text has {len(ids)} tokens; give at least 4")
-    longest = max([len(ids) if ids is not None else 0,
-                   *(passkey_prompts(rm.tokenizer, g, 1)[0].shape[1] for g in gaps)])
-    for g in gaps:
-        n = passkey_prompts(rm.tokenizer, g, 1)[0].shape[1]
+    spans = {g: passkey_prompts(rm.tokenizer, g, 1)[0].shape[1] for g in gaps}
+    for g, n in spans.items():
         if context and n > context:
             raise ValueError(f"gap {g}: the passkey prompt is {n} tokens, beyond the model's trained context "
                              f"{context}")
-    offsets = _check_offsets(offsets, longest)
+    offsets = _check_offsets(offsets, max([len(ids) if ids is not None else 0, *spans.values()]))
     f32_text: dict[int, Any] = {}
     f32_key: dict[tuple[int, int], int] = {}
     if rm.dtype != "float32":
