@@ -370,3 +370,12 @@ def test_checkpoint_without_rope_is_refused_before_loading(tmp_path):
                                                       "n_head": 2, "n_layer": 1, "vocab_size": 100}))
     r = CliRunner().invoke(main, ["effect", "--model", str(tmp_path)])
     assert r.exit_code == 2 and "not RoPE" in r.output
+
+
+def test_non_finite_cos_sin_count_as_lost():
+    # fp16 positions overflow to inf from 65520 (the largest fp16 is 65504; 65520 rounds up): cos/sin are NaN, the
+    # model's outputs too; the row says so (KL inf -> None in JSON, no agreement, no key) instead of failing
+    _, rm = tiny()
+    text, keys = measure_model(rm, ["lowp"], ["float16"], [65536], tokens=32, text="abc" * 20, gaps=[8], keys=1)
+    assert text[0].kl == float("inf") and text[0].top1 == 0.0 and text[0].to_dict()["kl"] is None
+    assert keys[0].correct == 0 and keys[0].exact == 1 or keys[0].exact == 0

@@ -198,8 +198,7 @@ def _text_stats(ref: Any, lp: Any, targets: Any) -> tuple[float, float, float, f
     import torch
 
     ref64, lp64 = ref.double(), lp.double()
-    with np.errstate(invalid="ignore"):
-        kl = (ref64.exp() * (ref64 - lp64)).sum(-1)
+    kl = (ref64.exp() * (ref64 - lp64)).sum(-1)  # NaN where the path's cos/sin were not finite: counted as inf
     kl = torch.where(torch.isnan(kl), torch.full_like(kl, float("inf")), kl)
     agree = (ref.argmax(-1) == torch.where(torch.isnan(lp), torch.full_like(lp, -float("inf")), lp).argmax(-1))
     agree &= ~torch.isnan(lp).any(-1)
