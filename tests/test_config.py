@@ -142,7 +142,16 @@ def _smollm3():
     return {"all": dict(head_dim=2048 // 16, base=5000000.0, scaling="default")}, 65536
 
 
+def _mrope(context, base=1000000.0, head_dim=3584 // 28):
+    # M-RoPE models: text positions audit as default RoPE (every section at the same id); sections in tests/test_mrope.py
+    return lambda: ({"all": dict(head_dim=head_dim, base=base, scaling="default")}, context)
+
+
 EXPECTED = {
+    "qwen2-vl-7b-instruct.json": ("rope", _mrope(32768)),
+    "qwen2.5-vl-7b-instruct.json": ("rope", _mrope(128000)),
+    "qwen3-vl-4b-instruct.json": ("rope", _mrope(262144, base=5000000.0, head_dim=128)),
+    "smollm2-135m.json": ("rope", lambda: ({"all": dict(head_dim=64, base=100000.0, scaling="default")}, 8192)),
     "gemma-3-4b-it.json": ("rope", _gemma3),
     "smollm3-3b.json": ("rope", _smollm3),
     "llama-4-scout-17b-16e-instruct.json": ("rope", _llama4_scout),

@@ -14,6 +14,7 @@ from ..render import bound_notes, worst_pair
 from ._shared import (DTYPE, DTYPE_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
                       distances_from_options, echo_json, echo_table, progress_bar, stack_option, wide_option)
 from ._shared import fail_on as judge_rows
+from .vision import vision_audit, vision_options
 from .weights import WEIGHTS_HELP, weights_effects, weights_lines
 
 # --- report -----------------------------------------------------------------------------------
@@ -304,6 +305,7 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    "also compare every serving stack audited with what that stack stores, the angles the model "
                    "learned, rounding included.  [default: none]")
 @click.option("--weights", default=None, metavar="PATH", help=WEIGHTS_HELP)
+@vision_options
 @distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
@@ -311,8 +313,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    '(with --trained-on also "trained_on": {"stack", "summary", "results"}).')
 def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
-               trained_on: str | None, weights: str | None, distances: tuple[int, ...], no_pairs: bool,
-               as_json: bool) -> None:
+               trained_on: str | None, weights: str | None, image: Any, video: Any, text_tokens: int,
+               distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
@@ -345,9 +347,11 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
                           work_to_scan)
     from ..config.layers import temperature_lines
 
+    dts = dtypes or (default_dtype(model),)
+    if image or video:
+        return vision_audit(model, image, video, text_tokens, stacks, dts, as_json)
     asked = distances_from_options(distances, no_pairs)
     lens = tuple(lengths) or default_lengths(model)
-    dts = dtypes or (default_dtype(model),)
     _check_config_lengths(model, lens, bool(lengths))
     names, skipped, judged = _config_paths(model, stacks, recipes)
     rows = []

@@ -19,6 +19,7 @@ from typing import Any
 from ..checks import ArgumentTypeError, check_path, describe
 from ..rope.schedules import IGNORED_KEYS, PARAM_KEYS, RopeSchedule, schedule_from_rope_parameters
 from .layers import LayerFacts, layer_facts, legacy_layer_params
+from .vision import mrope_facts
 
 __all__ = [
     "CONTEXT_KEYS",
@@ -106,6 +107,7 @@ class ModelConfig:
     scheme: str | None = None
     scheme_params: tuple[tuple[str, Any], ...] = ()
     layers: LayerFacts | None = None
+    mrope: tuple[tuple[str, Any], ...] = ()  # M-RoPE facts (:func:`.vision.mrope_facts`), () for 1-D RoPE
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -682,4 +684,5 @@ def load_config_dict(data: Any, *, name: str = "model", source: str = "config") 
                            notes=tuple(notes), **common)
     rope = _rope_schedules(cfg, source, max_pos, notes)
     layers = layer_facts(cfg.raw, source, get=cfg.get)
-    return ModelConfig(kind="rope", rope=rope, notes=tuple(notes), layers=None if layers.empty else layers, **common)
+    return ModelConfig(kind="rope", rope=rope, notes=tuple(notes), layers=None if layers.empty else layers,
+                       mrope=mrope_facts(top.get, cfg.get), **common)

@@ -280,6 +280,7 @@ def audit(
     progress: Callable[[int], None] | None = None,
     budget: bool = False,
     distances: int | Iterable[int] | None = None,
+    frequencies: Iterable[int] | None = None,
 ) -> list[RopeRow]:
     """Audit recipes at context lengths: one row per (recipe, length), recipe-major.
 
@@ -314,6 +315,10 @@ def audit(
     ``m - D`` (about one more pass over the positions in [D, L)).  A distance at or
     above every length raises ValueError.
 
+    ``frequencies``: audit only these frequency indices (an M-RoPE section, :mod:`.axes`): every figure,
+    collisions and pair errors included, is over them alone (each frequency's values are computed on their
+    own, so a subset's are those of the full audit); the profiles keep one entry per frequency, 0 outside.
+
     >>> row = audit(RopeSchedule(head_dim=64), preset("fp32", "bf16"), 2048)[0]
     >>> fp32_angle = 2047 * 2.0**-23 * (1 + 2.0**-24)  # theta rounding + product half-ulp, theta <= 1
     >>> row.max_rotation_error <= fp32_angle + row.cache_bound + cache_rounding_bound("fp32")
@@ -329,6 +334,7 @@ def audit(
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1):
         raise ValueError(f"workers {workers!r} must be a positive integer")
     lens = check_rope_lengths(lengths)
+    subset = _check_frequencies(frequencies, schedule.n_freq)
     asked = check_distances(distances, lens)
     pairs = {L: row_distances(L, asked) for L in lens}
     check_choice(engine, "engine", ENGINES)
@@ -342,21 +348,37 @@ def audit(
     n_workers = default_workers() if workers is None else workers
     stride = 1 + (len(STAGES) if budget else 0)
     results = _scan(schedule, variants, caches, lens, chunk, progress, engine, n_workers, pairs,
-                    {i * stride for i in range(len(recs))})
+                    {i * stride for i in range(len(recs))}, subset)
     rows: list[RopeRow] = []
     for i, r in enumerate(recs):
         for L in lens:
             bud = None
             if budget:
                 bud = {s: float(results[(i * stride + 1 + j, L)].rot_max.max()) for j, s in enumerate(STAGES)}
-            rows.append(_row(r, schedule, L, results[(i * stride, L)], engine, bud))
+            rows.append(_row(r, schedule, L, results[(i * stride, L)], engine, bud,
+                             None if subset is None else int(subset.sum())))
     return rows
+
+
+def _check_frequencies(frequencies: Iterable[int] | None, nf: int) -> npt.NDArray[np.bool_] | None:
+    """A mask of the asked frequency indices (None: all); ValueError for an index outside 0..nf-1 or none."""
+    if frequencies is None:
+        return None
+    items = list(frequencies) if isinstance(frequencies, Iterable) else [frequencies]
+    mask = np.zeros(nf, dtype=bool)
+    for i in items:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < nf:
+            raise ValueError(f"frequency index {i!r} must be an integer in [0, {nf})")
+        mask[int(i)] = True
+    if not mask.any():
+        raise ValueError("frequencies is empty: give at least one frequency index")
+    return mask
 
 
 def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[str], lens: Sequence[int],
           chunk: int | None, progress: Callable[[int], None] | None, engine: str, workers: int,
-          pairs: dict[int, Sequence[int]] | None = None, pair_variants: Iterable[int] = ()
-          ) -> dict[tuple[int, int], _Acc]:
+          pairs: dict[int, Sequence[int]] | None = None, pair_variants: Iterable[int] = (),
+          subset: npt.NDArray[np.bool_] | None = None) -> dict[tuple[int, int], _Acc]:
     """Each variant's accumulator at each length, keyed (variant index, length): a pass per frequency group
     (and per set of computed frequencies, chosen per cache dtype ``dtypes[i]`` of the variant's recipe:
     see :func:`_active`); the variants ``pair_variants`` with the pair distances ``pairs[L]``."""
@@ -371,6 +393,11 @@ def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[s
         for dtype in dict.fromkeys(dtypes):
             members = [i for i, d in enumerate(dtypes) if d == dtype]
             active = _active(theta, [invs[i] for i in members])
+            if subset is not None:
+                if any(isinstance(invs[i], AngleMaker) for i in members):
+                    raise ValueError("a frequency subset needs recipes with inverse frequencies; "
+                                     f"{variants[members[0]].name} makes its angles otherwise")
+                active = active & subset
             passes.setdefault(active.tobytes(), []).extend(members)
         for n, (mask, members) in enumerate(passes.items()):
             active = np.frombuffer(mask, dtype=bool)
@@ -424,9 +451,10 @@ def stored_bound(r: Recipe, scale: float = 1.0) -> float:
 
 
 def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
-         budget: dict[str, float] | None) -> RopeRow:
-    """The row of recipe ``r`` at length ``L`` from its accumulator over positions 0..L-1."""
-    nf = schedule.n_freq
+         budget: dict[str, float] | None, n_subset: int | None = None) -> RopeRow:
+    """The row of recipe ``r`` at length ``L`` from its accumulator over positions 0..L-1 (means over the
+    ``n_subset`` frequencies audited, when a subset was)."""
+    nf = schedule.n_freq if n_subset is None else n_subset
     row = RopeRow(
         recipe=r.name,
         dtype=stored_format(r),

@@ -1,0 +1,190 @@
+"""M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): ids per axis against transformers' get_rope_index, sections against
+its rotary modules, the per-axis audit, and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from precision_audit.cli import main
+from precision_audit.config import load_model
+from precision_audit.rope import RopeSchedule, audit
+from precision_audit.rope.axes import (FAMILIES, MRope, audit_axes, axis_maxima, grid, layout, parse_image,
+                                       parse_video, position_ids)
+
+QWEN2 = "tests/data/qwen2-vl-7b-instruct.json"
+QWEN25 = "tests/data/qwen2.5-vl-7b-instruct.json"
+QWEN3 = "tests/data/qwen3-vl-4b-instruct.json"
+
+
+def _mrope(path: str) -> MRope:
+    m = load_model(path)
+    return MRope.from_config(dict(m.mrope), m.schedule.n_freq)
+
+
+@pytest.mark.parametrize("path", [QWEN2, QWEN25, QWEN3])
+@pytest.mark.parametrize("image,video,text", [((448, 448), None, 0), (None, (12, 2), 5), ((3840, 2160), (20, 3), 7),
+                                              (None, (7, 0.5), 0)])
+def test_closed_form_maxima_equal_the_explicit_ids(path, image, video, text):
+    segs = layout(_mrope(path), image=image, video=video, text=text)
+    assert axis_maxima(segs) == tuple(int(x) for x in position_ids(segs).max(axis=1))
+
+
+def test_largest_ids_closed_form_for_given_grids():
+    m = _mrope(QWEN25)  # tokens_per_second 2, temporal patch 2: at 2 fps the temporal ids step 2 per patch
+    segs = [("text", 1, 0, 0, 0.0), ("video", 3600, 13, 23, 2.0), ("text", 1, 0, 0, 0.0)]
+    assert axis_maxima(segs) == (1 + 2 * 3599, 1 + 23, 1 + 23)  # vision_end at start + max(h, w) tops h and w
+    assert layout(m, video=(3600, 2))[1] == ("video", 3600, 13, 23, 2.0)
+    assert layout(_mrope(QWEN2), video=(3600, 2))[1][-1] == 1.0  # Qwen2-VL: one id per temporal patch
+
+
+@pytest.mark.parametrize("size", [(3840, 2160), (100, 50), (1000, 1000), (30, 4000), (1920, 1080)])
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_grid_follows_transformers_smart_resize(size, family):
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    m = MRope(section=(16, 24, 24), family=family, patch_size=FAMILIES[family]["patch"])
+    lo, hi = FAMILIES[family]["image_pixels"]
+    h, w = smart_resize(size[1], size[0], factor=m.factor, min_pixels=lo, max_pixels=hi)
+    assert grid(size[0], size[1], m, (lo, hi)) == (h // m.patch_size, w // m.patch_size)
+
+
+def _hf_rope_index(cls, config, segs, merge, seconds_per_grid=None):
+    """transformers' own get_rope_index on processor-free inputs built from a layout."""
+    import torch
+
+    types, images, videos = [], [], []
+    for kind, t, h, w, _ in segs:
+        if kind == "text":
+            types += [0] * t
+        else:
+            types += [1 if kind == "image" else 2] * (t * h * w)
+            (images if kind == "image" else videos).append([t, h * merge, w * merge])
+    if videos and seconds_per_grid is None and cls.__name__.startswith("Qwen3"):
+        videos = [[len(videos), videos[0][1], videos[0][2]]]  # one video of T frames: get_rope_index splits it
+    n = len(types)
+    me = SimpleNamespace(config=config)
+    me.get_vision_position_ids = lambda *a, **k: cls.get_vision_position_ids(me, *a, **k)
+    kw = {} if seconds_per_grid is None else {"second_per_grid_ts": torch.tensor([seconds_per_grid])}
+    ids, _ = cls.get_rope_index(me, torch.zeros(1, n, dtype=torch.long), torch.tensor([types]),
+                                image_grid_thw=torch.tensor(images) if images else None,
+                                video_grid_thw=torch.tensor(videos) if videos else None, **kw)
+    return ids[:, 0].numpy()
+
+
+@pytest.mark.parametrize("fps", [2.0, 3.0, 0.5])
+def test_ids_equal_transformers_get_rope_index(fps):
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+
+    cases = [(QWEN2, Qwen2VLConfig, Qwen2VLModel, None), (QWEN25, Qwen2_5_VLConfig, Qwen2_5_VLModel, 2 / fps),
+             (QWEN3, Qwen3VLConfig, Qwen3VLModel, None)]
+    for path, cfg_cls, model_cls, spg in cases:
+        with open(path) as f:
+            config = cfg_cls(**json.load(f))
+        m = _mrope(path)
+        segs = layout(m, image=(120, 90), video=(5, fps), text=3, frame=(80, 64))
+        mine = position_ids(segs)
+        theirs = _hf_rope_index(model_cls, config, segs, m.spatial_merge_size, spg)
+        np.testing.assert_array_equal(mine, theirs, err_msg=path)
+
+
+@pytest.mark.parametrize("path,module", [
+    (QWEN25, "transformers.models.qwen2_vl.modeling_qwen2_vl:Qwen2VLRotaryEmbedding"),
+    (QWEN3, "transformers.models.qwen3_vl.modeling_qwen3_vl:Qwen3VLTextRotaryEmbedding")])
+def test_sections_equal_transformers_rotary_module(path, module):
+    import importlib
+
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen3VLConfig
+
+    with open(path) as f:
+        raw = json.load(f)
+    config = (Qwen3VLConfig if "qwen3" in path else Qwen2_5_VLConfig)(**raw)
+    mod_name, cls_name = module.split(":")
+    rotary = getattr(importlib.import_module(mod_name), cls_name)(config.text_config)
+    m = _mrope(path)
+    n = 50
+    ids = torch.stack([torch.arange(n) * 7, torch.arange(n) + 3, torch.arange(n) * 2 + 1])[:, None, :]
+    x = torch.zeros(1, dtype=torch.float32)
+    cos, sin = rotary(x, ids)
+    half = cos.shape[-1] // 2
+    for k, idx in enumerate(m.section_indices()):
+        one_cos, one_sin = rotary(x, ids[k : k + 1].expand(3, -1, -1))  # every axis at axis k's ids: 1-D RoPE
+        cols = list(idx)
+        assert torch.equal(cos[0, :, cols], one_cos[0, :, cols]) and torch.equal(sin[0, :, cols], one_sin[0, :, cols])
+        assert torch.equal(cos[0, :, [c + half for c in cols]], one_cos[0, :, cols])
+    assert sorted(i for ix in m.section_indices() for i in ix) == list(range(half))
+
+
+def test_frequency_subset_audit_equals_the_full_audit_there():
+    s = RopeSchedule(head_dim=16, base=1e6)
+    full = audit(s, "transformers-cast", [3000], "bf16", distances=[1])[0]
+    sub = audit(s, "transformers-cast", [3000], "bf16", distances=[1], frequencies=[5, 6, 7])[0]
+    assert sub.rotation_error_profile[5:] == full.rotation_error_profile[5:]
+    assert sub.max_rotation_error == max(full.rotation_error_profile[5:])
+    assert sub.colliding_positions >= full.colliding_positions  # fewer columns tell fewer rows apart
+    with pytest.raises(ValueError, match="frequency index 8"):
+        audit(s, "transformers", [100], "bf16", frequencies=[8])
+
+
+def test_axis_audit_rows_and_verdicts():
+    m = _mrope(QWEN25)
+    s = load_model(QWEN25).schedule
+    rows = audit_axes(s, m, (7199, 100, 100), ["transformers", "transformers-cast"], ["bfloat16"])
+    got = {(r.axis, r.stack): r for r in rows}
+    assert got[("temporal", "transformers")].frequencies == 16 and got[("temporal", "transformers")].largest_id == 7199
+    assert got[("temporal", "transformers-cast")].verdict == "broken"  # a bf16 inv_freq buffer, as in 1-D RoPE
+
+
+@pytest.mark.parametrize("text,msg", [("0x0", "both >= 1"), ("abc", "WIDTHxHEIGHT"), ("10x3000", "aspect")])
+def test_bad_image(text, msg):
+    with pytest.raises(ValueError, match=msg):
+        parse_image(text)
+
+
+@pytest.mark.parametrize("text", ["-5@2", "10", "10@0", "inf@2", "10@2:0x5", "nan@1"])
+def test_bad_video(text):
+    with pytest.raises(ValueError, match="video|image"):
+        parse_video(text)
+
+
+def test_mrope_section_must_sum_to_half_the_head_dim():
+    with pytest.raises(ValueError, match=r"sums to 60, not head_dim / 2 = 64"):
+        MRope.from_config({"model_type": "qwen2_vl", "mrope_section": [16, 24, 20]}, 64)
+    with pytest.raises(ValueError, match="not modelled|modelled for"):
+        MRope.from_config({"model_type": "glm4v", "mrope_section": [8, 12, 12]}, 32)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ([QWEN25, "--image", "0x0"], "both >= 1"), ([QWEN25, "--video", "-5@2"], "SECONDS > 0"),
+    (["tests/data/llama-3.1-8b.json", "--image", "64x64"], "no mrope_section")])
+def test_cli_bad_input_exits_2(args, msg):
+    r = CliRunner().invoke(main, ["config", *args])
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+
+
+def test_cli_bad_section_exits_2(tmp_path):
+    with open(QWEN2) as f:
+        d = json.load(f)
+    d["rope_scaling"]["mrope_section"] = [16, 24, 20]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(d))
+    r = CliRunner().invoke(main, ["config", str(p), "--video", "60@2"])
+    assert r.exit_code == 2 and "sums to 60" in r.output
+
+
+def test_cli_video_and_image(tmp_path):
+    r = CliRunner().invoke(main, ["config", QWEN25, "--video", "600@2", "--image", "1920x1080", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["largest_ids"]["temporal"] == max(x["largest_id"] for x in out["results"])
+    assert {x["stack"] for x in out["results"]} == {"transformers", "transformers-cast", "vllm", "sglang"}
+    assert all(math.isfinite(x["max_rotation_error"]) for x in out["results"])
