@@ -11,7 +11,7 @@ bars appear only when stderr is a terminal.
 Modules: ``_shared`` (parameter types, the RoPE schedule options, table/JSON
 output, progress bars, error handling), ``auditors`` (positions, sinusoidal, rope, alibi, attention),
 ``models`` (config, report, hf-rope, hf-scan, hf-alibi), ``incidents``
-(reproduce), ``relative`` and ``effect``; each loads when its command runs.
+(reproduce), ``relative``, ``effect`` and ``trace``; each loads when its command runs.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hf-alibi": ("models", "hf_alibi_cmd"),
     "relative": ("relative", "relative_cmd"),
     "effect": ("effect", "effect_cmd"),
+    "trace": ("trace", "trace_cmd"),
 }
 
 
