@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ._shared import DTYPE, JSON_HELP, LENGTH, AuditCommand, Column, echo_json, echo_table
+from ._shared import DTYPE, JSON_HELP, LENGTH, AuditCommand, Column, echo_json, echo_table, one_value, wide_option
 
 __all__ = ["trace_cmd"]
 
@@ -43,17 +43,18 @@ _OPERAND_COLUMNS: list[Column] = [
 
 @click.command("trace", cls=_TraceCommand)
 @click.argument("target", metavar="TARGET")
-@click.option("--cast", type=DTYPE, default=None, metavar="DTYPE",
+@click.option("--cast", "cast_dtype", type=DTYPE, multiple=True, callback=one_value, metavar="DTYPE",
               help="Apply module.to(DTYPE) first, as model.to(DTYPE) does (e.g. bfloat16).")
 @click.option("--length", "-l", type=LENGTH, default=8192, show_default=True,
               help="Positions 0..LENGTH-1: 8192, 8k, 32K (at most 1M: every derived tensor has a float64 shadow).")
-@click.option("--dtype", "-d", type=DTYPE, default="bfloat16", show_default=True,
-              help="dtype of x, hence of the cos/sin a rotary module returns.")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, default=("bfloat16",), show_default=True,
+              help="dtype of x, hence of the cos/sin a rotary module returns; repeatable (one trace each).")
 @click.option("--layer-type", default=None, metavar="NAME",
               help="Layer type of a per-layer-type module (Gemma 3: full_attention, sliding_attention).  "
                    "[default: the first]")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-def trace_cmd(target: str, cast: str | None, length: int, dtype: str, layer_type: str | None,
+@wide_option
+def trace_cmd(target: str, cast_dtype: str | None, length: int, dtypes: tuple[str, ...], layer_type: str | None,
               as_json: bool) -> None:
     """Run TARGET on positions 0..L-1, shadow every op on them in float64, and name the op that loses.
 
@@ -70,11 +71,20 @@ def trace_cmd(target: str, cast: str | None, length: int, dtype: str, layer_type
     """
     from ..trace import trace
 
-    result = trace(target, length, dtype=dtype, cast=cast, layer_type=layer_type)
+    results = [trace(target, length, dtype=d, cast=cast_dtype, layer_type=layer_type) for d in dict.fromkeys(dtypes)]
     if as_json:
-        echo_json({"auditor": "trace", **result.to_dict()})
+        echo_json({"auditor": "trace", "results": [r.to_dict() for r in results]})
         return
-    click.echo(f"trace of {result.target} on positions 0..{length - 1}, x in {dtype}"
+    for i, result in enumerate(results):
+        if i:
+            click.echo("")
+        _print(result)
+    click.echo("\nerror: max |real - float64 shadow| of the op's output; added: what the op adds on its own inputs; "
+               "explains: share of a returned tensor's error gone when the op alone runs in float64.")
+
+
+def _print(result: Any) -> None:
+    click.echo(f"trace of {result.target} on positions 0..{result.length - 1}, x in {result.dtype}"
                + (f", layer type {result.layer_type}" if result.layer_type else ""))
     for line in result.lines:
         click.echo(f"  {line}")
@@ -83,5 +93,3 @@ def trace_cmd(target: str, cast: str | None, length: int, dtype: str, layer_type
     if result.operands:
         click.echo("")
         echo_table([o.to_dict() for o in result.operands], _OPERAND_COLUMNS)
-    click.echo("\nerror: max |real - float64 shadow| of the op's output; added: what the op adds on its own inputs; "
-               "explains: share of a returned tensor's error gone when the op alone runs in float64.")

@@ -41,7 +41,8 @@ class TraceOp(Row):
     op in float64 on its real inputs| (what it adds itself); ``first_inexact``: for positions (integer-valued
     shadows), the first position whose real value is not exact; ``explained``: the largest share of a returned
     tensor's error that goes away when this op alone runs in float64 (None: not rerun, it adds nothing); ``role``: position
-    factory (arange, linspace), output cast (a cast that makes a returned tensor), or op.
+    factory (arange, linspace), output cast (a cast that makes a returned tensor and loses no position: the
+    expected final rounding), or op.
     """
 
     index: int
@@ -120,7 +121,7 @@ def _role(rec: OpRecord, producers: Sequence[int | None]) -> str:
     if rec.factory:
         return "position factory"
     if rec.index in producers and rec.op.startswith("aten._to_copy") and rec.in_dtypes \
-            and rec.in_dtypes[0] != rec.out_dtype:
+            and rec.in_dtypes[0] != rec.out_dtype and rec.first_inexact is None:  # positions lost: not expected
         return "output cast"
     return "op"
 

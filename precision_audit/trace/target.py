@@ -47,7 +47,8 @@ def calling_convention(fn: Any) -> str:
     required = [p for p in params if p.default is inspect.Parameter.empty]
     if len(required) == 1 and len(names) >= 1:
         return "x"
-    raise ValueError(f"{_name(fn)}({', '.join(names)}) takes no position input: trace needs forward(x, "
+    shown = f"{type(fn).__name__}.forward" if hasattr(fn, "forward") else _name(fn)
+    raise ValueError(f"{shown}({', '.join(names)}) takes no position input: trace needs forward(x, "
                      "position_ids) or forward(x) (positions made inside), or inputs= and positions=")
 
 
