@@ -249,6 +249,11 @@ def test_cli_factory_json(factories):
     assert d["lines"][0].startswith("op 0 aten.arange") and f"position {BF16_FIRST_INEXACT}" in d["lines"][0]
 
 
+def test_cli_refuses_a_second_cast():
+    res = CliRunner().invoke(main, ["trace", "x:y", "--cast", "bf16", "--cast", "fp16"])
+    assert res.exit_code == 2 and "it takes one value" in res.output
+
+
 @pytest.mark.parametrize("target, words", [
     ("{m}:boom", "raised RuntimeError: boom"),
     ("{m}:not_a_module", "not a module or callable"),
@@ -256,11 +261,6 @@ def test_cli_factory_json(factories):
     ("tests/data/SOURCES.md", "cannot read a config.json"),
     ("tests/data/t5-v1_1-xxl-encoder.json", "no *RotaryEmbedding class"),
 ])
-def test_cli_refuses_a_second_cast():
-    res = CliRunner().invoke(main, ["trace", "x:y", "--cast", "bf16", "--cast", "fp16"])
-    assert res.exit_code == 2 and "it takes one value" in res.output
-
-
 def test_cli_bad_target_exits_2_with_one_line(factories, target, words):
     res = CliRunner().invoke(main, ["trace", target.format(m=factories), "-l", "64"])
     assert res.exit_code == 2
