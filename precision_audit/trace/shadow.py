@@ -33,7 +33,8 @@ import numpy as np
 __all__ = ["OpRecord", "OperandRecord", "Traced", "error_between", "run_traced"]
 
 _FACTORIES = ("aten.arange", "aten.linspace", "aten.range")
-_SKIP_FRAMES = (os.path.dirname(os.path.dirname(__file__)),)  # precision_audit's own frames are not "where"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SKIP_FILES = {os.path.join(_HERE, f) for f in ("shadow.py", "audit.py")}  # the tracer's frames are not "where"
 
 
 @dataclass
@@ -73,11 +74,11 @@ def _where() -> str:
     """file:line of the innermost frame outside torch and precision_audit (the user's code that ran the op)."""
     import torch
 
-    skip = (os.path.dirname(torch.__file__), *_SKIP_FRAMES)
+    skip = os.path.dirname(torch.__file__)
     f = sys._getframe(1)
     while f is not None:
         path = f.f_code.co_filename
-        if not path.startswith(skip) and "<frozen" not in path:
+        if not path.startswith(skip) and path not in _SKIP_FILES and "<frozen" not in path:
             return f"{os.path.basename(path)}:{f.f_lineno}"
         f = f.f_back
     return "?"
