@@ -41,6 +41,8 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562): a command impo
     from .rope import preset as rope_preset
     from .rope.attention import attention_errors
     from .sinusoidal import audit_sinusoidal
+    from .trace import TraceResult
+    from .trace import trace as trace_code
 
 # public name: (module, attribute there)
 _LAZY: dict[str, tuple[str, str]] = {
@@ -56,6 +58,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "audit_rope": ("rope", "audit"),
     "rope_preset": ("rope", "preset"),
     "audit_sinusoidal": ("sinusoidal", "audit_sinusoidal"),
+    "TraceResult": ("trace", "TraceResult"),
+    "trace_code": ("trace", "trace"),
 }
 
 
@@ -80,6 +84,7 @@ __all__ = [
     "Format",
     "PositionRow",
     "RopeSchedule",
+    "TraceResult",
     "__version__",
     "alibi_slopes",
     "attention_errors",
@@ -101,4 +106,5 @@ __all__ = [
     "rope_preset",
     "round_to",
     "spacing",
+    "trace_code",
 ]

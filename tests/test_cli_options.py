@@ -47,8 +47,8 @@ def test_every_dtype_option_is_repeatable_or_refuses_a_repeat():
             if isinstance(p, click.Option) and p.type is _shared.DTYPE:
                 seen += 1
                 assert p.multiple, (name, p.name)  # a single option would keep the last value silently
-                assert p.name in ("dtypes", "apply_dtype"), (name, p.name)
-                if p.name == "apply_dtype":
+                assert p.name in ("dtypes", "apply_dtype", "cast_dtype"), (name, p.name)
+                if p.name in ("apply_dtype", "cast_dtype"):
                     assert p.callback is _shared.one_value
     assert seen >= 10
 

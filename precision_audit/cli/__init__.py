@@ -11,8 +11,8 @@ bars appear only when stderr is a terminal.
 Modules: ``_shared`` (parameter types, the RoPE schedule options, table/JSON
 output, progress bars, error handling), ``auditors`` (positions, sinusoidal, rope, alibi, attention),
 ``models`` (config, report), ``live`` (hf-rope, hf-scan, hf-alibi), ``weights`` (config --weights),
-``incidents``
-(reproduce), ``relative`` and ``effect`` (``effect_model``: with --model); each loads when its command runs.
+``incidents`` (reproduce), ``relative``, ``effect`` (``effect_model``: with --model) and ``trace``; each loads
+when its command runs.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hf-alibi": ("live", "hf_alibi_cmd"),
     "relative": ("relative", "relative_cmd"),
     "effect": ("effect", "effect_cmd"),
+    "trace": ("trace", "trace_cmd"),
 }
 
 

@@ -16,7 +16,7 @@ from ..config import ModelConfig, load_config_dict, rope_layer_types, schedule_f
 from ._transformers import _quiet, require_transformers
 from .modules import ModuleRow, _torch_dtype, audit_rope_module
 
-__all__ = ["MODEL_TYPES_HINT", "audit_model_type", "build_rotary_module", "default_model_config", "find_rotary_classes",
+__all__ = ["MODEL_TYPES_HINT", "audit_model_type", "build_model_type_module", "build_rotary_module", "default_model_config", "find_rotary_classes",
            "unknown_model_type"]
 
 _NON_TEXT = ("vision", "visual", "audio", "image", "video", "patch", "speech", "2d", "3d", "pixel", "encoder")
@@ -182,6 +182,30 @@ def _config_from_dict(cls: Any, model_type: str, data: Mapping[str, Any]) -> Any
         return CONFIG_MAPPING[declared].from_dict(dict(data))
 
 
+def build_model_type_module(model_type: str, config: Mapping[str, Any] | None = None, *,
+                            class_name: str | None = None) -> tuple[Any, Any, list[str | None]]:
+    """A model type's rotary module, built as :func:`audit_model_type` and ``hf-scan`` build it:
+    ``(module, config object, layer types)``.
+
+    The first text ``*RotaryEmbedding`` class unless ``class_name`` names another, built from ``config`` (a
+    config.json dict, parsed, never executed) or the model type's default config; the layer types are
+    ``[None]`` for ``forward(x, position_ids)``, else those with rope parameters (Gemma 3).  No weights, no
+    downloads.  E.g. ``build_model_type_module("llama")[0]`` is a ``LlamaRotaryEmbedding`` (tests/test_trace.py).
+    """
+    classes = find_rotary_classes(model_type)
+    if class_name is not None:
+        named = [c for c in classes if c.__name__ == class_name]
+        if not named:
+            raise ValueError(f"model type {model_type!r} has no class {class_name!r}; it has "
+                             f"{', '.join(c.__name__ for c in classes)}")
+        classes = named
+    cls = classes[0]
+    kind = _forward_kind(cls)
+    cfg = None if config is None else _config_from_dict(cls, model_type, config)
+    module, cfg = build_rotary_module(cls, cfg)
+    return module, cfg, (_layer_types(module, cfg) if kind == "layer_type" else [None])
+
+
 def audit_model_type(
     model_type: str,
     lengths: int | Iterable[int] = 8192,
@@ -202,19 +226,9 @@ def audit_model_type(
     row set per layer type unless ``layer_type`` picks one.  ``distances`` as
     for :func:`audit_rope_module`.
     """
-    classes = find_rotary_classes(model_type)
-    if class_name is not None:
-        named = [c for c in classes if c.__name__ == class_name]
-        if not named:
-            raise ValueError(f"model type {model_type!r} has no class {class_name!r}; it has "
-                             f"{', '.join(c.__name__ for c in classes)}")
-        classes = named
-    cls = classes[0]
-    kind = _forward_kind(cls)
-    cfg = None if config is None else _config_from_dict(cls, model_type, config)
     name, tdt = _torch_dtype(dtype)
-    module, cfg = build_rotary_module(cls, cfg)
-    lts = _layer_types(module, cfg) if kind == "layer_type" else [None]
+    module, cfg, lts = build_model_type_module(model_type, config, class_name=class_name)
+    cls = type(module)
     if layer_type is not None:
         if layer_type not in lts:
             has = f"has layer types {', '.join(map(str, lts))}" if lts != [None] else "has no layer types"

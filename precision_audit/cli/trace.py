@@ -1,0 +1,95 @@
+"""``precision-audit trace TARGET``: run any PyTorch rotary or position code with float64 shadows and name the op
+that loses precision (:func:`precision_audit.trace.trace`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._shared import DTYPE, JSON_HELP, LENGTH, AuditCommand, Column, echo_json, echo_table, one_value, wide_option
+
+__all__ = ["trace_cmd"]
+
+
+class _OneLineError(click.ClickException):
+    """A bad TARGET (or one that raises): ``Error: ...`` on one line, exit 2."""
+
+    exit_code = 2
+
+
+class _TraceCommand(AuditCommand):
+    """The library's ValueError (and transformers missing) become one line on stderr and exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from ..hf import TransformersMissing
+
+        try:
+            return click.Command.invoke(self, ctx)
+        except (ValueError, TransformersMissing) as e:
+            raise _OneLineError(" ".join(str(e).split())) from None
+
+
+_OP_COLUMNS: list[Column] = [
+    ("#", "index"), ("op", "op"), ("where", "where"), ("in", lambda r: ",".join(r["in_dtypes"])),
+    ("out", "out_dtype"), ("error", "error"), ("added", "added"), ("first inexact", "first_inexact"),
+    ("explains", lambda r: "-" if r["explained"] is None else f"{100 * r['explained']:.1f}%"), ("role", "role"),
+]
+_OPERAND_COLUMNS: list[Column] = [
+    ("operand", "name"), ("dtype", "dtype"), ("shape", lambda r: "x".join(map(str, r["shape"])) or "-"),
+    ("exact in", lambda r: ",".join(r["exact_in"]) or "-"), ("downcast", "downcast"), ("note", "note"),
+]
+
+
+@click.command("trace", cls=_TraceCommand)
+@click.argument("target", metavar="TARGET")
+@click.option("--cast", "cast_dtype", type=DTYPE, multiple=True, callback=one_value, metavar="DTYPE",
+              help="Apply module.to(DTYPE) first, as model.to(DTYPE) does (e.g. bfloat16).")
+@click.option("--length", "-l", type=LENGTH, default=8192, show_default=True,
+              help="Positions 0..LENGTH-1: 8192, 8k, 32K (at most 1M: every derived tensor has a float64 shadow).")
+@click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, default=("bfloat16",), show_default=True,
+              help="dtype of x, hence of the cos/sin a rotary module returns; repeatable (one trace each).")
+@click.option("--layer-type", default=None, metavar="NAME",
+              help="Layer type of a per-layer-type module (Gemma 3: full_attention, sliding_attention).  "
+                   "[default: the first]")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@wide_option
+def trace_cmd(target: str, cast_dtype: str | None, length: int, dtypes: tuple[str, ...], layer_type: str | None,
+              as_json: bool) -> None:
+    """Run TARGET on positions 0..L-1, shadow every op on them in float64, and name the op that loses.
+
+    TARGET is a config.json (transformers' rotary module for its model_type, built as hf-scan builds it; no
+    weights, no downloads) or package.module:factory (a function returning a module).  The module is called
+    as forward(x, position_ids) (or forward(x) when it makes its positions inside).  Every op on a tensor
+    derived from the positions is rerun in float64; each op's share of the final error comes from rerunning
+    it alone in float64.  Operands met on the way (buffers such as inv_freq, constants) whose values are all
+    exact in bfloat16 or float16 while stored in float32 are flagged as downcast.  A rotary module also gets
+    the RoPE audit of its cos/sin and hf-scan's damage test.  The first lines say which op loses what, and
+    the fix.
+
+    Example: precision-audit trace tests/data/llama-3.1-8b.json --cast bfloat16 --length 8K
+    """
+    from ..trace import trace
+
+    results = [trace(target, length, dtype=d, cast=cast_dtype, layer_type=layer_type) for d in dict.fromkeys(dtypes)]
+    if as_json:
+        echo_json({"auditor": "trace", "results": [r.to_dict() for r in results]})
+        return
+    for i, result in enumerate(results):
+        if i:
+            click.echo("")
+        _print(result)
+    click.echo("\nerror: max |real - float64 shadow| of the op's output; added: what the op adds on its own inputs; "
+               "explains: share of a returned tensor's error gone when the op alone runs in float64.")
+
+
+def _print(result: Any) -> None:
+    click.echo(f"trace of {result.target} on positions 0..{result.length - 1}, x in {result.dtype}"
+               + (f", layer type {result.layer_type}" if result.layer_type else ""))
+    for line in result.lines:
+        click.echo(f"  {line}")
+    click.echo("")
+    echo_table([o.to_dict() for o in result.ops], _OP_COLUMNS)
+    if result.operands:
+        click.echo("")
+        echo_table([o.to_dict() for o in result.operands], _OPERAND_COLUMNS)

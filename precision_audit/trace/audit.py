@@ -1,0 +1,186 @@
+"""``trace``: run any PyTorch code on position inputs with float64 shadows and name the op that loses precision.
+
+The code runs once under the tracer (:mod:`.shadow`); every op that rounds is then rerun alone in float64 to
+measure its share of the final error (:func:`~.report.culprits`); operands are checked for downcast values
+(:func:`~.report.operand_rows`).  A rotary module (``forward(x, position_ids) -> (cos, sin)``) also gets the
+usual RoPE audit of its cos/sin against the exact schedule its config declares
+(:func:`precision_audit.hf.audit_rope_module`) and the scan's damage test
+(:func:`precision_audit.hf.damage_threshold`).
+
+>>> import torch
+>>> class Bad(torch.nn.Module):  # positions made in bfloat16 inside forward
+...     def forward(self, x, position_ids):
+...         pos = torch.arange(x.shape[1], dtype=torch.bfloat16)
+...         return (pos.float()[:, None] * 0.01).cos()
+>>> r = trace(Bad(), 1024)
+>>> [(op.op, op.first_inexact) for op in r.culprits]
+[('aten.arange.default', 257)]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..checks import check_flag, check_int
+from ..formats import get_format
+from ..rows import Row
+from .report import TraceOp, TraceOperand, culprits, op_rows, operand_rows, summary_lines
+from .shadow import Traced, error_between, run_traced
+from .target import Target, calling_convention, load_target
+
+__all__ = ["MAX_TRACE_LENGTH", "TraceResult", "trace"]
+
+MAX_TRACE_LENGTH = 2**20
+"""The longest position input a trace builds: every derived tensor has a float64 shadow in memory."""
+
+_CAST_FIX = "keep it float32 through the cast (precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype))"
+_POSITION_NAMES = ("position_ids", "positions", "cache_position", "attention_mask", "mask")
+
+
+@dataclass(frozen=True)
+class TraceResult(Row):
+    """A trace: the lines to read first, every op on a position-derived tensor, the operands it met, and for
+    a rotary module the RoPE rows (:class:`precision_audit.hf.ModuleRow` as dicts) with their verdict.
+
+    ``final_error``: max |real - shadow| over the returned tensors; ``damaged``: the rotary module's max
+    rotation error exceeds :func:`precision_audit.hf.damage_threshold` (``hf-scan``'s test; None without a
+    schedule); ``verdict``: the RoPE audit's verdict (safe / degraded / broken), None without one.
+    """
+
+    target: str
+    length: int
+    dtype: str
+    lines: tuple[str, ...]
+    final_error: float
+    ops: tuple[TraceOp, ...]
+    operands: tuple[TraceOperand, ...]
+    layer_type: str | None = None
+    rope: tuple[dict[str, Any], ...] = ()
+    verdict: str | None = None
+    damaged: bool | None = None
+    threshold: float | None = None
+
+    @property
+    def culprits(self) -> list[TraceOp]:
+        """The ops where the loss enters, largest share of the final error first."""
+        return culprits(self.ops)
+
+    @property
+    def downcast(self) -> list[TraceOperand]:
+        """The operands whose values were rounded to a narrower format before they met the positions."""
+        return [o for o in self.operands if o.downcast]
+
+
+def _call(t: Target, length: int, tdt: Any, layer_type: str | None, inputs: dict[str, Any] | None,
+          positions: tuple[str, ...] | None) -> tuple[Any, tuple, dict, list[Any], str]:
+    """(fn, args, kwargs, seeds, convention) for one run."""
+    import torch
+
+    if inputs is not None:
+        seeds = list(positions if positions is not None else [k for k in inputs if k in _POSITION_NAMES])
+        missing = [s for s in seeds if s not in inputs]
+        if missing:
+            raise ValueError(f"positions {missing} are not keys of inputs ({', '.join(inputs)})")
+        return t.fn, (), dict(inputs), seeds, "inputs"
+    conv = calling_convention(t.fn)
+    x = torch.zeros(1, length, 1, dtype=tdt)
+    if conv == "x":
+        return t.fn, (x,), {}, [], conv
+    args: tuple = (x, torch.arange(length)[None])
+    if layer_type is not None:
+        args += (layer_type,)
+    return t.fn, args, {}, [1], conv
+
+
+def _run(fn: Any, args: tuple, kwargs: dict, seeds: list[Any], names: dict[str, Any], label: str,
+         fix: int | None = None) -> Traced:
+    try:
+        return run_traced(fn, args, kwargs, seeds=seeds, names=names, fix=fix)
+    except ValueError as e:
+        if "position input" in str(e):
+            raise
+        raise ValueError(f"{label} raised ValueError: {e}") from None
+    except Exception as e:
+        raise ValueError(f"{label} raised {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
+
+
+def _output_errors(run: Traced, shadows: list[Any]) -> list[float]:
+    """max |real - shadow| of each returned tensor that has a shadow."""
+    return [error_between(o, s) for o, s in zip(run.outputs, shadows) if s is not None]
+
+
+def _share(before: list[float], after: list[float]) -> float:
+    """The largest share of one output's error that went away (0 when none did)."""
+    shares = [(b - a) / b for b, a in zip(before, after) if b > 0 and math.isfinite(b)]
+    shares += [1.0 for b, a in zip(before, after) if not math.isfinite(b) and math.isfinite(a)]
+    return max(0.0, *shares)
+
+
+def _rope(t: Target, length: int, dtype: str, layer_type: str | None, schedule: Any) -> dict[str, Any]:
+    from ..hf import audit_rope_module, damage_threshold, reference_schedule
+
+    sched = reference_schedule(t.fn, schedule if schedule is not None else t.config, layer_type)
+    (row,) = audit_rope_module(t.fn, sched, length, dtype=dtype, layer_type=layer_type)
+    thr, _ = damage_threshold(sched, dtype, length)
+    err = row.max_rotation_error
+    return dict(rope=(row.to_dict(),), verdict=row.verdict, damaged=not err <= thr, threshold=thr)
+
+
+def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any = None,
+          layer_type: str | None = None, schedule: Any = None, inputs: dict[str, Any] | None = None,
+          positions: tuple[str, ...] | list[str] | None = None, rope: bool | None = None) -> TraceResult:
+    """Trace ``target`` on positions ``0..length-1``: which op loses what, which operand was downcast, the fix.
+
+    ``target``: a module or callable, a ``config.json`` path (transformers' rotary module for its model type,
+    built as ``hf-scan`` builds it) or ``"package.module:factory"`` (called with no argument, returning a
+    module); ``cast``: apply ``.to(cast)`` first, as ``model.to(dtype)`` does.  It is called as
+    ``target(x, position_ids[, layer_type])`` when its forward takes ``position_ids`` second (``x``: zeros of
+    shape (1, length, 1) in ``dtype``), as ``target(x)`` when it takes one argument (positions made inside:
+    an ``arange`` is a position input too), or as ``target(**inputs)`` with ``positions`` naming the
+    position inputs (default: those of ``position_ids, positions, cache_position, attention_mask, mask``).
+    ``rope`` (default: when called with the rotary protocol and a schedule is known: ``schedule``, else the
+    config it was built from, else ``target.config``) adds the RoPE audit of its cos/sin and hf-scan's damage
+    test.  A target that is not callable, takes no position input, never uses one, or raises: ValueError.
+    """
+    length = check_int(length, "length", minimum=1, maximum=MAX_TRACE_LENGTH)
+    fmt = get_format(dtype)
+    if fmt.torch_dtype is None:
+        raise ValueError(f"torch has no dtype for {fmt.name}; the traced code runs in a torch dtype")
+    t = load_target(target, None if cast is None else get_format(cast).name)
+    if layer_type is None and t.layer_types != (None,):
+        layer_type = t.layer_types[0]
+    if inputs is not None and not isinstance(inputs, dict):
+        raise ValueError(f"inputs must be a dict of keyword arguments, not {type(inputs).__name__}")
+    fn, args, kwargs, seeds, conv = _call(t, length, fmt.torch_dtype, layer_type, inputs,
+                                          None if positions is None else tuple(positions))
+    names = dict(fn.named_buffers()) if hasattr(fn, "named_buffers") else {}
+    if hasattr(fn, "named_parameters"):
+        names.update(dict(fn.named_parameters()))
+    first = _run(fn, args, kwargs, seeds, names, t.label)
+    if not first.records:
+        raise ValueError(f"{t.label}: no op used a position input or made positions (arange): nothing to trace")
+    before = _output_errors(first, first.shadows)
+    final = max(before, default=0.0)
+    explained: dict[int, float] = {}
+    for rec in first.records:
+        if rec.added > 0 and final > 0:
+            again = _run(fn, args, kwargs, seeds, names, t.label, fix=rec.index)
+            explained[rec.index] = _share(before, _output_errors(again, first.shadows))
+    ops = op_rows(first.records, first.producers, explained)
+    operands = operand_rows(first.operands)
+    lines = summary_lines(ops, operands, final, length, _CAST_FIX)
+    extra: dict[str, Any] = {}
+    want_rope = check_flag(rope, "rope") if rope is not None else (
+        conv == "rotary" and (schedule is not None or t.config is not None or hasattr(fn, "config")))
+    if want_rope:
+        if conv != "rotary":
+            raise ValueError(f"rope=True needs the rotary protocol forward(x, position_ids); {t.label} is not")
+        extra = _rope(t, length, fmt.name, layer_type, schedule)
+        row = extra["rope"][0]
+        lines.append(f"RoPE audit: {extra['verdict']}, max rotation error {row['max_rotation_error']:.3g} rad "
+                     f"({row['schedule']}); {'damaged' if extra['damaged'] else 'not damaged'} by hf-scan's test "
+                     f"(limit {extra['threshold']:.3g} rad)")
+    return TraceResult(t.label, length, fmt.name, tuple(lines), final if math.isfinite(final) else math.inf,
+                       tuple(ops), tuple(operands), layer_type, **extra)

@@ -1,0 +1,197 @@
+"""The trace's result rows and its words: which op loses what, which operand was downcast, and the fix.
+
+:func:`op_rows` turns the tracer's records into :class:`TraceOp` rows (with each op's share of the final error,
+measured by rerunning the code with that op in float64); :func:`operand_rows` checks each floating operand
+against the narrower formats; :func:`summary_lines` writes the first lines a reader sees.
+
+>>> operand_exact_in(np.array([1.0, 0.5625, 0.00390625]), "float32")
+('bfloat16', 'float16')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..formats import get_format, round_to
+from ..rows import Row
+from .shadow import OperandRecord, OpRecord
+
+__all__ = ["CULPRIT_SHARE", "NARROW", "TraceOp", "TraceOperand", "op_fix", "op_rows", "operand_exact_in",
+           "operand_rows", "summary_lines"]
+
+NARROW = ("bfloat16", "float16")
+"""The formats an operand is checked against: every value exact in one of them while stored wider = downcast."""
+
+CULPRIT_SHARE = 0.1
+"""An op is named where the loss enters when rerunning it alone in float64 removes at least this share of the
+final error (and at least half the top op's share)."""
+
+_ROLES = ("position factory", "output cast", "op")
+
+
+@dataclass(frozen=True)
+class TraceOp(Row):
+    """One op on a position-derived tensor.
+
+    ``error``: max |real - float64 shadow| of its output (what it carries); ``added``: max |real - the same
+    op in float64 on its real inputs| (what it adds itself); ``first_inexact``: for positions (integer-valued
+    shadows), the first position whose real value is not exact; ``explained``: the largest share of a returned
+    tensor's error that goes away when this op alone runs in float64 (None: not rerun, it adds nothing); ``role``: position
+    factory (arange, linspace), output cast (a cast that makes a returned tensor and loses no position: the
+    expected final rounding), or op.
+    """
+
+    index: int
+    op: str
+    where: str
+    in_dtypes: tuple[str, ...]
+    out_dtype: str
+    shape: tuple[int, ...]
+    error: float
+    added: float
+    first_inexact: int | None
+    explained: float | None
+    role: str
+    operands: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise ValueError(f"role {self.role!r} must be one of {', '.join(_ROLES)}")
+
+
+@dataclass(frozen=True)
+class TraceOperand(Row):
+    """A floating operand that met a position-derived tensor (a buffer, a constant, a Python scalar).
+
+    ``exact_in``: the narrower formats (bfloat16, float16) in which every stored value is exact;
+    ``downcast``: stored in float32 or float64 with every value exact in one of them and some value not an
+    integer (a float32 buffer that went through ``.to(bfloat16)``, e.g. ``inv_freq`` after ``model.to``);
+    ``origin_dtype``: the narrower dtype it was copied from inside the call (``inv_freq.float()`` of a bf16
+    buffer); ``first_op``: the index of the first op it met.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    exact_in: tuple[str, ...]
+    downcast: bool
+    origin_dtype: str | None
+    first_op: int
+    note: str
+
+
+def operand_exact_in(values: np.ndarray, dtype: str) -> tuple[str, ...]:
+    """The formats of :data:`NARROW` narrower than ``dtype`` that hold every finite value exactly."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    v = v[np.isfinite(v)]
+    wide = get_format_bits(dtype) if dtype != "python float" else 53
+    out = []
+    for f in NARROW:
+        if get_format(f).significand_bits < wide and v.size and np.array_equal(round_to(v, f), v):
+            out.append(f)
+    return tuple(out)
+
+
+def operand_rows(operands: dict[str, OperandRecord]) -> list[TraceOperand]:
+    """One row per operand, downcast ones first."""
+    rows = []
+    for o in operands.values():
+        exact = operand_exact_in(o.values, o.dtype)
+        finite = o.values[np.isfinite(o.values)]
+        fractional = bool(finite.size) and not np.array_equal(finite, np.round(finite))
+        stored_wide = o.dtype in ("float32", "float64")
+        downcast = stored_wide and bool(exact) and fractional
+        if downcast and o.origin_dtype:
+            note = f"a {o.dtype} copy of a {o.origin_dtype} tensor: its values were rounded to {o.origin_dtype}"
+        elif downcast:
+            note = f"every value exact in {exact[0]} while stored in {o.dtype}: downcast before this call"
+        elif o.dtype in ("bfloat16", "float16"):
+            note = f"stored in {o.dtype}"
+        else:
+            note = ""
+        rows.append(TraceOperand(o.name, o.dtype, o.shape, exact, downcast, o.origin_dtype, o.first_op, note))
+    return sorted(rows, key=lambda r: (not r.downcast, r.first_op, r.name))
+
+
+def _role(rec: OpRecord, producers: Sequence[int | None]) -> str:
+    if rec.factory:
+        return "position factory"
+    if rec.index in producers and rec.op.startswith("aten._to_copy") and rec.in_dtypes \
+            and rec.in_dtypes[0] != rec.out_dtype and rec.first_inexact is None:  # positions lost: not expected
+        return "output cast"
+    return "op"
+
+
+def op_rows(records: Sequence[OpRecord], producers: Sequence[int | None],
+            explained: dict[int, float]) -> list[TraceOp]:
+    """The tracer's records as rows, with each rerun op's share of the final error."""
+    return [TraceOp(r.index, r.op, r.where, r.in_dtypes, r.out_dtype, r.shape, r.error, r.added, r.first_inexact,
+                    explained.get(r.index), _role(r, producers), tuple(r.operands)) for r in records]
+
+
+def culprits(ops: Sequence[TraceOp]) -> list[TraceOp]:
+    """The ops where the loss enters: share >= :data:`CULPRIT_SHARE` and >= half the top share, output casts
+    aside, largest share first."""
+    ranked = sorted((o for o in ops if o.explained is not None and o.role != "output cast"),
+                    key=lambda o: -(o.explained or 0.0))
+    if not ranked:
+        return []
+    top = ranked[0].explained or 0.0
+    return [o for o in ranked if (o.explained or 0.0) >= max(CULPRIT_SHARE, top / 2)]
+
+
+def op_fix(op: TraceOp) -> str:
+    """The fix for an op that loses precision, by what it is."""
+    narrow = op.out_dtype in ("bfloat16", "float16") or get_format_bits(op.out_dtype) < 24
+    if op.role == "position factory":
+        return f"build positions in int64 or float32 ({op.op.split('.')[1]} without dtype={op.out_dtype}); " \
+               "cast only the final cos/sin"
+    if op.role == "output cast":
+        return f"expected: the final rounding to {op.out_dtype}"
+    if op.op.startswith("aten._to_copy") and narrow:
+        return f"do not cast to {op.out_dtype} here: keep float32 until the final cos/sin"
+    if narrow:
+        return f"run {op.op} in float32 (upcast its inputs with .float()); cast only the final cos/sin"
+    return f"{op.op} in {op.out_dtype} loses this much at this length: compute it in float64 (or split the product)"
+
+
+def get_format_bits(dtype: str) -> int:
+    """Significand bits of a format name (integers and unknown names count as exact: 64)."""
+    try:
+        return get_format(dtype).significand_bits
+    except ValueError:
+        return 64
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], final_error: float, length: int,
+                  cast_fix: str) -> list[str]:
+    """The first lines of a trace: downcast operands, the op(s) where the loss enters, and the fixes."""
+    lines = []
+    for o in operands:
+        if o.downcast:
+            lines.append(f"operand {o.name} ({o.dtype}, {'x'.join(map(str, o.shape)) or 'scalar'}): {o.note}; "
+                         f"fix: {cast_fix}")
+    found = culprits(ops)
+    for op in found:
+        lost = f"first inexact position {op.first_inexact}, " if op.first_inexact is not None else ""
+        lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {op.where}: {lost}adds {op.added:.3g}, "
+                     f"explains {_pct(op.explained)} of the final error {final_error:.3g} at length {length}; "
+                     f"fix: {op_fix(op)}")
+    for op in ops:  # positions lost in an op that is not named above still deserve a line
+        if op.first_inexact is not None and op not in found and op.added > 0:
+            lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {op.where}: first inexact position "
+                         f"{op.first_inexact}; fix: {op_fix(op)}")
+    if not found:
+        casts = [o for o in ops if o.role == "output cast" and o.added > 0]
+        tail = f" (the final rounding to {casts[0].out_dtype})" if casts else ""
+        lines.append(f"no op before the output loses a significant share of the final error {final_error:.3g}"
+                     f"{tail}")
+    return lines

@@ -1,0 +1,268 @@
+"""precision_audit.trace: the tracer, its shadows and its verdicts.
+
+Referees: hf-scan run here on transformers' own rotary classes (the same verdict per class, and inv_freq named
+as the downcast operand after the cast); the bf16 position factory's first inexact position from the format
+registry's closed form (2**8 + 1); the shadow's per-op values and errors against mpmath on small inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import mpmath
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from precision_audit.cli import main  # noqa: E402
+from precision_audit.formats import get_format  # noqa: E402
+from precision_audit.trace import run_traced, trace  # noqa: E402
+from precision_audit.verdicts import scan_verdict  # noqa: E402
+
+L = 4096
+BF16_FIRST_INEXACT = get_format("bfloat16").max_exact_integer + 1  # 2**8 + 1: the first integer bf16 rounds
+
+
+class Bf16Positions(torch.nn.Module):
+    """The rotary protocol with positions made in bfloat16 inside forward (the Baichuan-style bug)."""
+
+    def __init__(self, dim: int = 16, base: float = 10000.0) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+    def forward(self, x, position_ids):
+        pos = torch.arange(x.shape[1], dtype=torch.bfloat16)
+        freqs = pos[:, None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos()[None].to(x.dtype), emb.sin()[None].to(x.dtype)
+
+
+class Fp32Rotary(Bf16Positions):
+    def forward(self, x, position_ids):
+        freqs = position_ids[..., None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+# --------------------------------------------------------------------------- referee: hf-scan
+
+
+@pytest.fixture(scope="module")
+def scanned():
+    pytest.importorskip("transformers")
+    from precision_audit.hf import rotary_classes, scan
+
+    found = rotary_classes(["llama", "qwen2", "gemma", "gemma3"])
+    rows = scan(classes=found, length=L, dtype="bfloat16")
+    return {f.name: f for f in found}, [r for r in rows if r.status == "audited"]
+
+
+def test_every_scanned_class_gets_the_scan_verdict_and_names_inv_freq(scanned):
+    from precision_audit.hf import build_rotary_module
+
+    found, rows = scanned
+    assert {r.module_class for r in rows} >= {"LlamaRotaryEmbedding", "Qwen2RotaryEmbedding", "GemmaRotaryEmbedding"}
+    for row in rows:
+        cls = found[row.module_class].cls
+        built, cfg = build_rotary_module(cls)
+        as_built = trace(built, L, schedule=cfg, layer_type=row.layer_type)
+        cast_mod, _ = build_rotary_module(cls, cfg)
+        cast = trace(cast_mod, L, schedule=cfg, layer_type=row.layer_type, cast="bfloat16")
+        assert as_built.threshold == pytest.approx(row.threshold)
+        got = scan_verdict(1.0 if as_built.damaged else 0.0, 1.0 if cast.damaged else 0.0, 0.5)
+        assert got == row.verdict, row.module_class
+        assert as_built.downcast == []
+        (op,) = cast.downcast
+        assert op.name.endswith("inv_freq") and op.origin_dtype == "bfloat16" and "bfloat16" in op.exact_in
+        assert cast.lines[0].startswith(f"operand {op.name}") and "keep_rotary_fp32" in cast.lines[0]
+
+
+# --------------------------------------------------------------------------- referee: the bf16 position factory
+
+
+def test_bf16_arange_is_named_with_its_first_inexact_position():
+    r = trace(Bf16Positions(), L)
+    (op,) = r.culprits
+    assert op.op.startswith("aten.arange") and op.role == "position factory" and op.out_dtype == "bfloat16"
+    assert op.first_inexact == BF16_FIRST_INEXACT == 257
+    # bf16 spacing at L-1 (2**11 .. 2**12: 16) halves to the worst position error, 8
+    assert op.added == op.error == get_format("bfloat16").max_exact_integer * 0 + 8
+    assert op.explained > 0.9
+    assert f"first inexact position {BF16_FIRST_INEXACT}" in r.lines[0] and "int64 or float32" in r.lines[0]
+    assert r.verdict is None  # no config, no schedule: no RoPE audit
+
+
+def test_fp32_rotary_names_no_op_beyond_the_output_rounding():
+    r = trace(Fp32Rotary(), L)
+    assert r.culprits == [] and r.downcast == []
+    assert r.lines[0].startswith("no op before the output") and "bfloat16" in r.lines[0]
+    casts = [o for o in r.ops if o.role == "output cast"]
+    assert len(casts) == 2 and all(o.explained > 0.9 for o in casts)
+    # the bf16 output rounding is at most half a bf16 ulp of 1 (2**-9), plus the float32 angle's error
+    assert r.final_error <= 2.0**-9 + L * 2.0**-24
+
+
+def test_cumsum_of_a_mask_is_followed():
+    def positions_from_mask(attention_mask):
+        return (attention_mask.cumsum(-1) - 1).to(torch.bfloat16)
+
+    mask = torch.ones(1, 300, dtype=torch.int64)
+    r = trace(positions_from_mask, inputs={"attention_mask": mask})
+    assert [o.op for o in r.ops][0].startswith("aten.cumsum")
+    assert r.culprits[0].op.startswith("aten._to_copy") and r.culprits[0].first_inexact == BF16_FIRST_INEXACT
+
+
+# --------------------------------------------------------------------------- referee: mpmath
+
+
+def test_shadow_per_op_errors_against_mpmath():
+    w = torch.tensor([0.3, 1.7], dtype=torch.float32)
+    pos = torch.tensor([0, 1, 5, 300, 1001, 4097])
+
+    def chain(p):
+        return (p.to(torch.bfloat16).float()[:, None] * w).sin() * 0.5
+
+    run = run_traced(chain, (pos,), seeds=[0], names={"w": w})
+    # the real intermediates, from the same torch kernels outside the trace
+    lo = pos.to(torch.bfloat16)
+    reals = [lo, lo.float(), lo.float()[:, None], lo.float()[:, None] * w, (lo.float()[:, None] * w).sin(),
+             chain(pos)]
+    mpmath.mp.prec = 200
+    ws = [mpmath.mpf(float(v)) for v in w]
+    exact_pos = [[mpmath.mpf(int(p))] for p in pos]
+    prod = [[p[0] * c for c in ws] for p in exact_pos]
+    sines = [[mpmath.sin(v) for v in row] for row in prod]
+    exact = [exact_pos, exact_pos, exact_pos, prod, sines, [[v / 2 for v in row] for row in sines]]
+    assert [r.op for r in run.records] == ["aten._to_copy.default", "aten._to_copy.default",
+                                           "aten.unsqueeze.default", "aten.mul.Tensor", "aten.sin.default",
+                                           "aten.mul.Tensor"]
+    for rec, real, ex in zip(run.records, reals, exact):
+        r = real.double().reshape(len(pos), -1).numpy()
+        e = np.array([[float(v) for v in row] for row in ex])
+        want = float(np.abs(r - np.broadcast_to(e, r.shape)).max())
+        scale = float(np.abs(e).max())
+        assert abs(rec.error - want) <= 4 * 2.0**-52 * scale, rec.op  # the shadow is float64 of the exact chain
+    assert run.records[0].first_inexact == 1001 and run.records[0].added == 1.0  # 1001 -> 1000 (spacing 4)
+    (shadow,) = run.shadows
+    e = np.array([[float(v) for v in row] for row in exact[-1]])
+    assert np.abs(shadow.numpy() - e).max() <= 4 * 2.0**-53
+    assert [o for o in run.operands] == ["w", "scalar 0.5"]
+
+
+def test_operand_downcast_rule():
+    from precision_audit.trace.report import operand_exact_in
+
+    assert operand_exact_in(np.array([0.1]), "float32") == ()
+    assert operand_exact_in(np.array([0.5625, 1.0]), "float32") == ("bfloat16", "float16")
+    assert operand_exact_in(np.array([1.0 + 2.0**-9]), "float32") == ("float16",)
+
+
+# --------------------------------------------------------------------------- bad input: ValueError naming it
+
+
+class Raises(torch.nn.Module):
+    def forward(self, x, position_ids):
+        raise RuntimeError("kernel exploded")
+
+
+class NoPositions(torch.nn.Module):
+    def forward(self, a, b, c):
+        return a
+
+
+class Ignores(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+@pytest.mark.parametrize("target, match", [
+    (Raises(), "Raises raised RuntimeError: kernel exploded"),
+    (NoPositions(), r"forward\(a, b, c\) takes no position input"),
+    (Ignores(), "no op used a position input"),
+    (42, "is not a config.json path"),
+    ("no_such_module_xyz:make", "cannot import no_such_module_xyz"),
+    ("nothing-here", "neither a config.json nor package.module:factory"),
+    ("missing.json", "cannot read a config.json"),
+])
+def test_bad_targets_raise_value_error_naming_them(target, match):
+    with pytest.raises(ValueError, match=match):
+        trace(target, 64)
+
+
+def test_bad_length_and_dtype():
+    with pytest.raises(ValueError, match="length"):
+        trace(Fp32Rotary(), 0)
+    with pytest.raises(ValueError):
+        trace(Fp32Rotary(), 64, dtype="bfloat17")
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@pytest.fixture
+def factories(tmp_path, monkeypatch):
+    (tmp_path / "trace_targets_mod.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Bad(torch.nn.Module):
+            def forward(self, x, position_ids):
+                pos = torch.arange(x.shape[1], dtype=torch.bfloat16)
+                return (pos.float()[:, None] * 0.01).cos().to(x.dtype)
+
+        class Boom(torch.nn.Module):
+            def forward(self, x, position_ids):
+                raise RuntimeError("boom")
+
+        def bad():
+            return Bad()
+
+        def boom():
+            return Boom()
+
+        def not_a_module():
+            return 3
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "trace_targets_mod"
+
+
+def test_cli_config_cast_names_inv_freq_first():
+    pytest.importorskip("transformers")
+    res = CliRunner().invoke(main, ["trace", "tests/data/llama-3.1-8b.json", "--cast", "bfloat16", "-l", "4k"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].startswith("trace of LlamaRotaryEmbedding from llama-3.1-8b.json .to(bfloat16)")
+    assert lines[1].strip().startswith("operand inv_freq") and "keep_rotary_fp32" in lines[1]
+    assert any("RoPE audit: broken" in line and "damaged by hf-scan's test" in line for line in lines)
+
+
+def test_cli_factory_json(factories):
+    res = CliRunner().invoke(main, ["trace", f"{factories}:bad", "-l", "1k", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    (d,) = out["results"]
+    assert out["auditor"] == "trace" and d["length"] == 1024
+    assert d["lines"][0].startswith("op 0 aten.arange") and f"position {BF16_FIRST_INEXACT}" in d["lines"][0]
+
+
+def test_cli_refuses_a_second_cast():
+    res = CliRunner().invoke(main, ["trace", "x:y", "--cast", "bf16", "--cast", "fp16"])
+    assert res.exit_code == 2 and "it takes one value" in res.output
+
+
+@pytest.mark.parametrize("target, words", [
+    ("{m}:boom", "raised RuntimeError: boom"),
+    ("{m}:not_a_module", "not a module or callable"),
+    ("{m}:nope", "has no callable 'nope'"),
+    ("tests/data/SOURCES.md", "cannot read a config.json"),
+    ("tests/data/t5-v1_1-xxl-encoder.json", "no *RotaryEmbedding class"),
+])
+def test_cli_bad_target_exits_2_with_one_line(factories, target, words):
+    res = CliRunner().invoke(main, ["trace", target.format(m=factories), "-l", "64"])
+    assert res.exit_code == 2
+    out = res.output.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("Error: ") and words in out[0], res.output
