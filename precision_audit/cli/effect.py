@@ -75,8 +75,9 @@ _MODEL_ONLY = (("tokens", "--tokens"), ("text_file", "--text"), ("keys", "--keys
               help="With --model: the weights' and activations' dtype.  [default: float32, so only the position "
                    "path varies]")
 @click.option("--device", default=None, metavar="DEVICE", help="With --model: cpu or cuda.  [default: cpu]")
-@click.option("--device-map", type=click.Choice(["auto"]), default=None,
-              help="With --model: spread a model larger than one device over the devices (accelerate).")
+@click.option("--device-map", type=click.Choice(["auto", "balanced", "balanced_low_0", "sequential"]), default=None,
+              help="With --model: spread a model larger than one device over the devices (accelerate's "
+                   "strategies).")
 @click.option("--tokens", type=click.IntRange(min=0), default=None, metavar="N",
               help="With --model: tokens of text per row (0: no text rows).  [default: 1024]")
 @click.option("--text", "text_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
