@@ -20,15 +20,16 @@ usual RoPE audit of its cos/sin against the exact schedule its config declares
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import check_flag, check_int
-from ..formats import get_format
+from ..checks import ArgumentTypeError, check_flag, check_int, describe
+from ..formats import Format, get_format
 from ..rows import Row
 from .report import TraceOp, TraceOperand, culprits, op_rows, operand_rows, summary_lines
 from .shadow import Traced, error_between, run_traced
-from .target import Target, calling_convention, load_target
+from .target import Target, calling_convention, check_inputs, load_target, takes_layer_type
 
 __all__ = ["MAX_TRACE_LENGTH", "TraceResult", "trace"]
 
@@ -79,6 +80,7 @@ def _call(t: Target, length: int, tdt: Any, layer_type: str | None, inputs: dict
     import torch
 
     if inputs is not None:
+        check_inputs(t.fn, inputs)
         seeds = list(positions if positions is not None else [k for k in inputs if k in _POSITION_NAMES])
         missing = [s for s in seeds if s not in inputs]
         if missing:
@@ -92,6 +94,72 @@ def _call(t: Target, length: int, tdt: Any, layer_type: str | None, inputs: dict
     if layer_type is not None:
         args += (layer_type,)
     return t.fn, args, {}, [1], conv
+
+
+def _torch_format(value: Any, name: str) -> Format:
+    """The format ``value`` names, which must have a torch dtype; errors name ``name``."""
+    try:
+        fmt = get_format(value)
+    except ValueError as e:
+        if str(e).startswith(f"unknown {name} "):
+            raise
+        raise type(e)(f"{name} {describe(value)}: {e}") from None
+    if fmt.torch_dtype is None:
+        raise ValueError(f"{name} {fmt.name}: torch has no dtype for it; the traced code runs in a torch dtype")
+    return fmt
+
+
+def _check_positions(positions: Any, inputs: Any) -> tuple[str, ...] | None:
+    """``positions``: None, one name or an iterable of names, only with ``inputs``."""
+    if positions is None:
+        return None
+    if isinstance(positions, str):
+        names: list[Any] = [positions]
+    elif isinstance(positions, (bytes, dict)) or not isinstance(positions, Iterable):
+        raise ArgumentTypeError(f"positions {describe(positions)} must be names of inputs' keys (a string or an "
+                                "iterable of strings)")
+    else:
+        names = list(positions)
+    for i, n in enumerate(names):
+        if not isinstance(n, str):
+            raise ArgumentTypeError(f"positions[{i}] {describe(n)} must be a string (a key of inputs)")
+    if inputs is None:
+        raise ValueError(f"positions {describe(positions)} name keys of inputs, and no inputs= is given (without "
+                         "it the position input is position_ids, or positions made inside)")
+    return tuple(names)
+
+
+def _check_layer_type(t: Target, layer_type: Any, inputs: Any) -> None:
+    """A layer type the target's forward takes: a string, one of ``t.layer_types`` when those are known."""
+    if layer_type is None:
+        return
+    if not isinstance(layer_type, str):
+        raise ArgumentTypeError(f"layer_type {describe(layer_type)} must be a string or None")
+    if inputs is not None:
+        raise ValueError(f"layer_type {layer_type!r} is for the rotary protocol forward(x, position_ids, "
+                         "layer_type); with inputs= put it in inputs")
+    if t.layer_types != (None,):
+        if layer_type not in t.layer_types:
+            raise ValueError(f"unknown layer_type {layer_type!r}; valid: {', '.join(map(str, t.layer_types))}")
+    elif calling_convention(t.fn) != "rotary" or not takes_layer_type(t.fn):
+        raise ValueError(f"layer_type {layer_type!r} given for {t.label}: the module's forward takes no layer_type "
+                         "(it is not forward(x, position_ids, layer_type))")
+
+
+def _schedule(t: Target, layer_type: str | None, schedule: Any) -> Any:
+    """The reference schedule of the RoPE audit; errors name ``schedule`` (or the target's config)."""
+    from ..hf import reference_schedule
+
+    if schedule is None:
+        return reference_schedule(t.fn, t.config, layer_type, name="the target's config")
+    try:
+        return reference_schedule(t.fn, schedule, layer_type, name="schedule")
+    except ArgumentTypeError:
+        raise
+    except ValueError as e:
+        if str(e).startswith("schedule "):
+            raise
+        raise ValueError(f"schedule {describe(schedule)}: {e}") from None
 
 
 def _run(fn: Any, args: tuple, kwargs: dict, seeds: list[Any], names: dict[str, Any], label: str,
@@ -118,10 +186,9 @@ def _share(before: list[float], after: list[float]) -> float:
     return max(0.0, *shares)
 
 
-def _rope(t: Target, length: int, dtype: str, layer_type: str | None, schedule: Any) -> dict[str, Any]:
-    from ..hf import audit_rope_module, damage_threshold, reference_schedule
+def _rope(t: Target, length: int, dtype: str, layer_type: str | None, sched: Any) -> dict[str, Any]:
+    from ..hf import audit_rope_module, damage_threshold
 
-    sched = reference_schedule(t.fn, schedule if schedule is not None else t.config, layer_type)
     (row,) = audit_rope_module(t.fn, sched, length, dtype=dtype, layer_type=layer_type)
     thr, _ = damage_threshold(sched, dtype, length)
     err = row.max_rotation_error
@@ -145,16 +212,25 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     test.  A target that is not callable, takes no position input, never uses one, or raises: ValueError.
     """
     length = check_int(length, "length", minimum=1, maximum=MAX_TRACE_LENGTH)
-    fmt = get_format(dtype)
-    if fmt.torch_dtype is None:
-        raise ValueError(f"torch has no dtype for {fmt.name}; the traced code runs in a torch dtype")
-    t = load_target(target, None if cast is None else get_format(cast).name)
+    fmt = _torch_format(dtype, "dtype")
+    cast_name = None if cast is None else _torch_format(cast, "cast").name
+    want = None if rope is None else check_flag(rope, "rope")
+    if inputs is not None and not isinstance(inputs, dict):
+        raise ArgumentTypeError(f"inputs {describe(inputs)} must be a dict of keyword arguments, not "
+                                f"{type(inputs).__name__}")
+    names_in = _check_positions(positions, inputs)
+    t = load_target(target, cast_name)
+    _check_layer_type(t, layer_type, inputs)
     if layer_type is None and t.layer_types != (None,):
         layer_type = t.layer_types[0]
-    if inputs is not None and not isinstance(inputs, dict):
-        raise ValueError(f"inputs must be a dict of keyword arguments, not {type(inputs).__name__}")
-    fn, args, kwargs, seeds, conv = _call(t, length, fmt.torch_dtype, layer_type, inputs,
-                                          None if positions is None else tuple(positions))
+    fn, args, kwargs, seeds, conv = _call(t, length, fmt.torch_dtype, layer_type, inputs, names_in)
+    want_rope = want if want is not None else (
+        conv == "rotary" and (schedule is not None or t.config is not None or hasattr(fn, "config")))
+    sched = None
+    if want_rope:
+        if conv != "rotary":
+            raise ValueError(f"rope=True needs the rotary protocol forward(x, position_ids); {t.label} is not")
+        sched = _schedule(t, layer_type, schedule)
     names = dict(fn.named_buffers()) if hasattr(fn, "named_buffers") else {}
     if hasattr(fn, "named_parameters"):
         names.update(dict(fn.named_parameters()))
@@ -172,12 +248,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     operands = operand_rows(first.operands)
     lines = summary_lines(ops, operands, final, length, _CAST_FIX)
     extra: dict[str, Any] = {}
-    want_rope = check_flag(rope, "rope") if rope is not None else (
-        conv == "rotary" and (schedule is not None or t.config is not None or hasattr(fn, "config")))
     if want_rope:
-        if conv != "rotary":
-            raise ValueError(f"rope=True needs the rotary protocol forward(x, position_ids); {t.label} is not")
-        extra = _rope(t, length, fmt.name, layer_type, schedule)
+        extra = _rope(t, length, fmt.name, layer_type, sched)
         row = extra["rope"][0]
         lines.append(f"RoPE audit: {extra['verdict']}, max rotation error {row['max_rotation_error']:.3g} rad "
                      f"({row['schedule']}); {'damaged' if extra['damaged'] else 'not damaged'} by hf-scan's test "
