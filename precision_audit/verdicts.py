@@ -19,6 +19,16 @@ irrelevant.  The thresholds are calibrated on the project's probe model (:mod:`p
 The calibration table (:func:`precision_audit.effect.calibration.calibrate`) reproduces these figures; its test
 checks that no distance is called broken where the probe loses nothing and none safe where it loses.
 
+A real pretrained model (SmolLM2-135M, `precision-audit effect --calibration --model smollm2`,
+:mod:`precision_audit.effect.model_calibration`) confirms the first kind of broken and none of the rest: with
+colliding positions it keeps a third or less of its next-token predictions and no pass key; with a downcast
+``inv_freq`` (2.6 rad 4K apart on its schedule) it keeps its text at the floor and every pass key 4K back, and it
+lost nothing at 1.4 rad 1K apart.  A pass key is found by content, and so is most of what a small model reads;
+the probe reads only exact distances.  The thresholds stay where the probe puts them (the stricter witness: a
+model that needs exact distances, as counting, copying or code at a distance do, loses there), and the rules say
+which evidence each kind of broken rests on; the bottom line says which kind a path has ("local order lost" or
+"positions D apart").
+
 Without pairwise errors (a caller that skipped them) the absolute error stands in, doubled: a pair's error is
 at most the sum of its two positions' errors (the triangle inequality), so the verdict can only be stricter.
 
@@ -77,9 +87,12 @@ def _pi(x: float) -> str:
 
 
 RULES: dict[str, str] = {
-    "broken": (f"neighbouring positions share a rotation (colliding cos/sin rows or position ids), or two positions' "
+    "broken": (f"neighbouring positions share a rotation (colliding cos/sin rows or position ids: local order is "
+               f"lost, and the probe and a real model, SmolLM2-135M, both lose their predictions), or two positions' "
                f"relative rotation is {_pi(PHASE_LOST)} or more off (a pairwise rotation error >= {_pi(PHASE_LOST)}, "
-               "a quarter turn); ALiBi: neighbouring keys share a bias, a bias overflowed or two swapped order"),
+               "a quarter turn: exact distances are lost, as the probe shows; SmolLM2, reading by content, kept its "
+               "text and pass keys there); ALiBi: neighbouring keys share a bias, a bias overflowed or two swapped "
+               "order"),
     "degraded": (f"a pairwise rotation error >= {_pi(NOTICED)}, where the probe model starts to lose accuracy; "
                  "ALiBi: a head's bias error above TOLERANCE half-ulps of its largest bias"),
     "safe": "otherwise, whatever the absolute angle error: it is shown, never judged (attention sees only differences)",
@@ -87,7 +100,7 @@ RULES: dict[str, str] = {
 """THE statement of each verdict's rule: every page, ``--help`` and footer that states a rule prints this text
 (:func:`rules_text`, :func:`rules_markdown`); ``TOLERANCE`` stands for the ALiBi tolerance in use."""
 
-RULES_SOURCE = "precision_audit.verdicts; calibrated on the probe model, docs/effect.md"
+RULES_SOURCE = "precision_audit.verdicts; calibrated on the probe model, checked on SmolLM2-135M, docs/effect.md"
 
 
 def rules_text(tolerance: float = DEFAULT_TOLERANCE) -> str:

@@ -379,3 +379,17 @@ def test_non_finite_cos_sin_count_as_lost():
     text, keys = measure_model(rm, ["lowp"], ["float16"], [65536], tokens=32, text="abc" * 20, gaps=[8], keys=1)
     assert text[0].kl == float("inf") and text[0].top1 == 0.0 and text[0].to_dict()["kl"] is None
     assert keys[0].correct == 0 and keys[0].exact == 1 or keys[0].exact == 0
+
+
+@real
+@pytest.mark.real_model
+def test_smollm2_calibration_agrees_on_collisions(smollm2):
+    # the verdict's first rule on the real model: colliding positions (lowp at 8K) are broken and cost SmolLM2 its
+    # predictions; the fp32 fix is safe and stays at its floor (bounds from docs/effect.md's table, wide margins)
+    from precision_audit.effect.model_calibration import calibrate_model
+
+    rows = calibrate_model(smollm2, ["lowp", "fp32"], [8192], [1, 256], tokens=256, keys=1)
+    by = {(r.path, r.distance): r for r in rows}
+    assert by["lowp", 1].verdict == "broken" and by["lowp", 1].loss > 0.2
+    assert by["fp32", 1].verdict == "safe" and by["fp32", 1].loss <= 0.02
+    assert by["fp32", 256].verdict == "safe" and by["fp32", 256].value == by["fp32", 256].exact == 1.0
