@@ -393,3 +393,16 @@ def test_smollm2_calibration_agrees_on_collisions(smollm2):
     assert by["lowp", 1].verdict == "broken" and by["lowp", 1].loss > 0.2
     assert by["fp32", 1].verdict == "safe" and by["fp32", 1].loss <= 0.02
     assert by["fp32", 256].verdict == "safe" and by["fp32", 256].value == by["fp32", 256].exact == 1.0
+
+
+def test_tables_are_rounded_once_to_the_model_dtype():
+    # torch's float64 -> bfloat16 cast rounds through float32: 1 + 2**-8 + 2**-30 becomes 1.0 (a tie after the
+    # first rounding, broken to even) where the correctly rounded value is 1 + 2**-7; the injected tables must hold
+    # the correctly rounded value (ml_dtypes' nearest-even cast of the float64 value)
+    net, rm = tiny()
+    net.to(torch.bfloat16)
+    rm.dtype = "bfloat16"
+    v = 1 + 2.0**-8 + 2.0**-30
+    rm.set_tables([(np.full((1, rm.width // 2), v), np.zeros((1, rm.width // 2)))], 0)
+    assert float(rm._tables[0][0, 0, 0]) == 1 + 2.0**-7
+    rm.set_tables(None)

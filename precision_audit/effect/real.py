@@ -225,10 +225,16 @@ class RealModel:
         if tables is None:
             self._tables = None
             return
-        dt = getattr(torch, self.dtype)
-        cos = torch.stack([torch.from_numpy(_expand(c, self.layout)) for c, _ in tables]).to(self.device, dt)
-        sin = torch.stack([torch.from_numpy(_expand(s, self.layout)) for _, s in tables]).to(self.device, dt)
-        self._tables = (cos, sin, offset)
+        self._tables = (self._held(t[0] for t in tables), self._held(t[1] for t in tables), offset)
+
+    def _held(self, tables: Any) -> Any:
+        """float64 tables as the model holds them: rounded once to its dtype (torch's float64 -> bfloat16 cast
+        goes through float32 and can round twice), then made torch tensors of that dtype (an exact cast)."""
+        import torch
+
+        with np.errstate(over="ignore", invalid="ignore"):
+            held = [round_to(_expand(t, self.layout), self.dtype).astype(np.float32) for t in tables]
+        return torch.from_numpy(np.stack(held)).to(self.device, getattr(torch, self.dtype))
 
     def _forward(self, module: Any, x: Any, position_ids: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         import torch
