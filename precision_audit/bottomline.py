@@ -23,7 +23,7 @@ from .checks import ArgumentTypeError, describe
 from .rows import Row
 from .verdicts import VERDICTS, human_length, worst
 
-__all__ = ["KINDS", "VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length"]
+__all__ = ["KINDS", "VERDICT_ORDER", "Summary", "bottom_line", "failing", "fix_for", "human_length", "path_labels"]
 
 VERDICT_ORDER: tuple[str, ...] = VERDICTS
 """The verdicts from best to worst (:data:`precision_audit.verdicts.VERDICTS`)."""
@@ -89,7 +89,7 @@ def _get(row: Any, key: str) -> Any:
 KINDS: tuple[str, ...] = ("rope", "alibi", "relative", "learned")
 
 
-def _labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
+def path_labels(kind: str = "rope") -> dict[str, tuple[str, str | None]]:
     """Each code path's (label, fix), as its own module defines them: the RoPE presets (:data:`.rope.PRESETS`)
     and stacks (:data:`.rope.STACKS`), the ALiBi recipes, the relative and learned paths, the position ids."""
     # imported here: a bottom line of one kind needs only that kind's modules (and the CLI starts faster)
@@ -125,7 +125,7 @@ def fix_for(path: str, kind: str = "rope") -> str | None:
     >>> fix_for("lowp-inv-freq")
     'call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)'
     """
-    return _labels(kind).get(path, (path, None))[1]
+    return path_labels(kind).get(path, (path, None))[1]
 
 
 def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
@@ -155,7 +155,7 @@ def bottom_line(rows: Iterable[Any], key: str = "path", kind: str = "rope",
                    if not (f in r if isinstance(r, Mapping) else hasattr(r, f))]
         if missing:
             raise ValueError(f"rows: row {describe(r)} has no {', '.join(missing)}")
-    labels = _labels(kind)
+    labels = path_labels(kind)
     groups: dict[tuple[str, str], dict[int, str]] = {}
     whys: dict[tuple[str, str, int | None, str], str] = {}
     for r in rows:

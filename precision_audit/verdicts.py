@@ -87,11 +87,10 @@ def _pi(x: float) -> str:
 
 
 RULES: dict[str, str] = {
-    "broken": (f"neighbouring positions share a rotation (colliding cos/sin rows or position ids: local order is "
-               f"lost, and the probe and a real model, SmolLM2-135M, both lose their predictions), or two positions' "
-               f"relative rotation is {_pi(PHASE_LOST)} or more off (a pairwise rotation error >= {_pi(PHASE_LOST)}, "
-               "a quarter turn: exact distances are lost, as the probe shows; SmolLM2, reading by content, kept its "
-               "text and pass keys there); ALiBi: neighbouring keys share a bias, a bias overflowed or two swapped "
+    "broken": (f"neighbouring positions share a rotation (colliding cos/sin rows or position ids: the probe and "
+               f"SmolLM2 lose their predictions), or two positions' relative rotation is {_pi(PHASE_LOST)} or more "
+               f"off (a pairwise rotation error >= {_pi(PHASE_LOST)}: the probe loses exact distances, SmolLM2 kept "
+               "its text and pass keys); ALiBi: neighbouring keys share a bias, a bias overflowed or two swapped "
                "order"),
     "degraded": (f"a pairwise rotation error >= {_pi(NOTICED)}, where the probe model starts to lose accuracy; "
                  "ALiBi: a head's bias error above TOLERANCE half-ulps of its largest bias"),
@@ -100,7 +99,7 @@ RULES: dict[str, str] = {
 """THE statement of each verdict's rule: every page, ``--help`` and footer that states a rule prints this text
 (:func:`rules_text`, :func:`rules_markdown`); ``TOLERANCE`` stands for the ALiBi tolerance in use."""
 
-RULES_SOURCE = "precision_audit.verdicts; calibrated on the probe model, checked on SmolLM2-135M, docs/effect.md"
+RULES_SOURCE = "precision_audit.verdicts; calibrated on the probe model and SmolLM2-135M, docs/effect.md"
 
 
 def rules_text(tolerance: float = DEFAULT_TOLERANCE) -> str:

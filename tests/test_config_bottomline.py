@@ -67,7 +67,7 @@ def test_fail_on_judges_what_was_selected():
     # recipes named with -r are judged too (the issue: -r lowp --fail-on broken exited 0)
     res = run(LLAMA, "-l", "32K", "-r", "lowp", "--fail-on", "broken")
     assert res.exit_code == 1 and "fail-on broken: lowp: broken at 32K" in res.output
-    assert "colliding positions" in res.output
+    assert "positions share the previous one's rotation" in res.output
 
 
 def test_stack_on_an_alibi_model_is_a_usage_error():

@@ -172,7 +172,7 @@ def test_report_alibi_bottom_line(tmp_path: Path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--stack", "vllm"], "give --model or --model-type"),
+    (["--stack", "vllm"], "give MODEL or --model-type"),
     (["--model", str(DATA / "bloom-7b1.json"), "--stack", "vllm"], "uses ALiBi"),
     (["--model", LLAMA, "--model-type", "llama"], "not both"),
     (["--model", "/no/such/config.json"], "cannot read"),

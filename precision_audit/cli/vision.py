@@ -88,7 +88,7 @@ def _hours(seconds: float) -> str:
 def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence[str], dtypes: Sequence[str],
                  as_json: bool) -> None:
     """Print (or ``--json``) the per-axis M-RoPE audit of ``model`` for the given input."""
-    from ..bottomline import _labels
+    from ..bottomline import path_labels
     from ..config import model_stacks
     from dataclasses import replace
 
@@ -111,7 +111,7 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
     segs = layout(mrope, image=image, video=None if video is None else video[:2], text=text, frame=frame)
     maxima = axis_maxima(segs)
     rows = audit_axes(schedule, mrope, maxima, names, dtypes)
-    labels = _labels("rope")
+    labels = path_labels("rope")
     summary = []
     for stack in names:
         for d in dict.fromkeys(r.dtype for r in rows):
