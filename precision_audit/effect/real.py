@@ -124,12 +124,16 @@ def rope_tables(schedule: RopeSchedule, path: Any, dtype: str, positions: npt.Ar
             with np.errstate(over="ignore"):
                 c, s = round_to(c, fmt), round_to(s, fmt)
         return c, s
+    with np.errstate(invalid="ignore", over="ignore"):
+        st = run_recipe(_recipe(schedule, path, dtype), schedule, pos, seq_len=n)
+    return st["cos"], st["sin"]
+
+
+def _recipe(schedule: RopeSchedule, path: str, dtype: str) -> Any:
+    """A preset's or a stack's recipe in ``dtype`` for ``schedule``."""
     name = check_choice(path, "path", (*PRESETS, *STACKS))
     fmt = get_format(dtype).name
-    recipe = preset(name, fmt) if name in PRESETS else stack(name, fmt, schedule)
-    with np.errstate(invalid="ignore", over="ignore"):
-        st = run_recipe(recipe, schedule, pos, seq_len=n)
-    return st["cos"], st["sin"]
+    return preset(name, fmt) if name in PRESETS else stack(name, fmt, schedule)
 
 
 def cache_format(schedule: RopeSchedule, path: str, dtype: str) -> str:
@@ -138,9 +142,7 @@ def cache_format(schedule: RopeSchedule, path: str, dtype: str) -> str:
     >>> cache_format(RopeSchedule(), "fp32", "bf16")
     'bfloat16'
     """
-    name = check_choice(path, "path", (*PRESETS, *STACKS))
-    fmt = get_format(dtype).name
-    return (preset(name, fmt) if name in PRESETS else stack(name, fmt, schedule)).cache
+    return str(_recipe(schedule, path, dtype).cache)
 
 
 def _rotary_modules(net: Any) -> list[tuple[str, Any]]:
