@@ -222,8 +222,6 @@ class RealModel:
     def set_tables(self, tables: Sequence[tuple[F64, F64]] | None, offset: int = 0) -> None:
         """Serve these cos/sin tables (one (n, f) pair per batch row, or one for every row) for positions
         ``offset .. offset + n - 1``; None: the modules' own forward again."""
-        import torch
-
         if tables is None:
             self._tables = None
             return
