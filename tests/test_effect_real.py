@@ -406,3 +406,19 @@ def test_tables_are_rounded_once_to_the_model_dtype():
     rm.set_tables([(np.full((1, rm.width // 2), v), np.zeros((1, rm.width // 2)))], 0)
     assert float(rm._tables[0][0, 0, 0]) == 1 + 2.0**-7
     rm.set_tables(None)
+
+
+def test_report_weights_adds_the_real_model_section(checkpoint, tmp_path):
+    # report MODEL --weights PATH: the model report gains the real model's section, its table and its figure
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(main, ["report", "tests/data/smollm2-135m.json", "-o", str(out), "--max-length", "8K",
+                                  "-q", "--weights", str(checkpoint)])
+    assert r.exit_code == 0, r.output
+    md = (out / "report.md").read_text()
+    assert f"## What {checkpoint.name} notices" in md and "| fp32 | bfloat16 | 1M |" in md
+    assert (out / "effect_real_model.png").stat().st_size > 10_000
+    results = json.loads((out / "results.json").read_text())
+    assert len(json.dumps(results)) and "real_model" in json.dumps(results)
+    bad = CliRunner().invoke(main, ["report", "tests/data/smollm2-135m.json", "-o", str(tmp_path / "x"), "-q",
+                                    "--max-length", "8K", "--weights", str(tmp_path / "nothing")])
+    assert bad.exit_code == 2 and "--weights" in bad.output

@@ -38,8 +38,12 @@ def _load_model(model: str | None, model_type: str | None, online: bool = False)
 
 
 def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, out: str,
-                  progress: Callable[[str], None], stacks: Sequence[str] | None = None) -> list[Any]:
-    """Build the headline (``spec`` None) or the model report and write its files into ``out``."""
+                  progress: Callable[[str], None], stacks: Sequence[str] | None = None,
+                  weights: str | None = None) -> list[Any]:
+    """Build the headline (``spec`` None) or the model report and write its files into ``out`` (``weights``: a
+    real model's section too)."""
+    from dataclasses import replace
+
     from ..report.writer import output_dir, write_into
 
     with output_dir(out) as tmp:
@@ -51,6 +55,14 @@ def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, ou
             from ..report.model import model_report
 
             rep = model_report(spec, dtypes or None, max_length, progress, stacks=stacks)
+        if weights:
+            from ..report.real_model import real_model_section
+
+            try:
+                section = real_model_section(weights, progress)
+            except ValueError as e:
+                raise click.BadParameter(str(e), param_hint="'--weights'") from None
+            rep = replace(rep, sections=[*rep.sections, section])
         return write_into(rep, tmp, progress)
 
 
@@ -101,9 +113,14 @@ ONLINE_HELP = ("A Hub id missing from the local cache: fetch its config.json fro
               help="Folder for report.md, report.html, results.json and the PNGs (created; files replaced).  "
                    "[required]")
 @click.option("--online", is_flag=True, help=ONLINE_HELP)
+@click.option("--weights", default=None, metavar="PATH",
+              help="Add a real model's section: smollm2, a checkpoint directory, a .gguf file or a cached Hub id (as "
+                   "`effect --model`): three presets' bfloat16 cos/sin at offsets 0, 8K, 1M against its exact-RoPE "
+                   "run (minutes on a CPU; needs transformers).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
 def report_cmd(model: str | None, old_model: str | None, model_type: str | None, stacks: tuple[str, ...],
-               dtypes: tuple[str, ...], max_length: int | None, out: str | None, online: bool, quiet: bool) -> None:
+               dtypes: tuple[str, ...], max_length: int | None, out: str | None, online: bool, weights: str | None,
+               quiet: bool) -> None:
     """Write a report: report.md, a self-contained report.html, results.json and the figures.
 
     MODEL is named as `config` names it: a config.json (or its folder), a
@@ -139,7 +156,7 @@ def report_cmd(model: str | None, old_model: str | None, model_type: str | None,
     if stacks and not (model or model_type):
         _report_stacks(None, stacks)
     spec = _load_model(model, model_type, online)
-    paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks))
+    paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks), weights)
     click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
 
 
