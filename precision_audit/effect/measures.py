@@ -59,7 +59,20 @@ _QUESTION = "\nWhat is the pass key? The pass key is"
 
 
 @dataclass(frozen=True)
-class TextEffectRow(Row):
+class _PathRow(Row):
+    """What every real-model row names: the model, the path asked (``path`` in ``dtype``), the format it stores
+    cos/sin in (``cache``), the model's own dtype and the position of the first token (``offset``)."""
+
+    model: str
+    path: str
+    dtype: str
+    cache: str
+    model_dtype: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class TextEffectRow(_PathRow):
     """A real model on natural text with one code path at one offset.
 
     ``kl``: mean KL(exact || path) per predicted token (nats); ``top1``:
@@ -71,12 +84,6 @@ class TextEffectRow(Row):
     ``model_dtype`` against float32 (None for a float32 model).
     """
 
-    model: str
-    path: str
-    dtype: str
-    cache: str
-    model_dtype: str
-    offset: int
     tokens: int
     kl: float
     top1: float
@@ -91,7 +98,7 @@ class TextEffectRow(Row):
 
 
 @dataclass(frozen=True)
-class PasskeyRow(Row):
+class PasskeyRow(_PathRow):
     """A real model retrieving a key ``gap`` tokens back, with one code path at one offset.
 
     ``correct`` of ``keys`` answered exactly with the path; ``exact``: with
@@ -99,12 +106,6 @@ class PasskeyRow(Row):
     ``dtype_exact``: exact RoPE with the weights in float32 (None for a float32 model).
     """
 
-    model: str
-    path: str
-    dtype: str
-    cache: str
-    model_dtype: str
-    offset: int
     gap: int
     keys: int
     correct: int
