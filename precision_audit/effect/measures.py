@@ -163,8 +163,8 @@ class _Runner:
     def tables(self, path: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
         return rope_tables(self.rm.schedule, path, dtype, self.pos)
 
-    def logprobs(self, wanted: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
-        """float32 log-probabilities (rows, keep, vocab) for each table pair, each distinct pair run once."""
+    def logits(self, wanted: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
+        """The model's logits (rows, keep, vocab; float32) for each table pair, each distinct pair run once."""
         import torch
 
         new = {}
@@ -186,24 +186,36 @@ class _Runner:
                     logits = self.rm.model(input_ids=ids, position_ids=pos, logits_to_keep=self.keep).logits
             finally:
                 self.rm.set_tables(None)
-            lp = torch.log_softmax(logits.float(), dim=-1).cpu()
+            out = logits.float().cpu()
             for j, (key, _) in enumerate(part):
-                self.cache[key] = lp[j * rows:(j + 1) * rows]
+                self.cache[key] = out[j * rows:(j + 1) * rows]
         if self.progress is not None:
             self.progress(len(wanted))
         return [self.cache[_digest(c, s)] for c, s in wanted]
 
 
-def _text_stats(ref: Any, lp: Any, targets: Any) -> tuple[float, float, float, float, float]:
-    """KL, top-1 agreement, NLL change; KL and top-1 over the second half (``ref``, ``lp``: (T, V) float32)."""
+def _log_probs(logits: Any) -> Any:
+    """float64 log-probabilities of float32 logits (float32 log-softmax would leave KL estimates of a few 1e-9 that
+    are below zero for nearly equal distributions)."""
     import torch
 
-    ref64, lp64 = ref.double(), lp.double()
-    kl = (ref64.exp() * (ref64 - lp64)).sum(-1)  # NaN where the path's cos/sin were not finite: counted as inf
-    kl = torch.where(torch.isnan(kl), torch.full_like(kl, float("inf")), kl)
+    return torch.log_softmax(logits.double(), dim=-1)
+
+
+def _text_stats(ref: Any, logits: Any, targets: Any) -> tuple[float, float, float, float, float]:
+    """KL, top-1 agreement, NLL change; KL and top-1 over the second half.
+
+    ``ref``: the exact run's float64 log-probabilities (T, V); ``logits``: the path's (T, V).  The KL is a sum
+    of float64 terms, rounded to within ~1e-16 of a value that is never negative: clamped at 0.
+    """
+    import torch
+
+    lp = _log_probs(logits)
+    kl = (ref.exp() * (ref - lp)).sum(-1)  # NaN where the path's cos/sin were not finite: counted as inf
+    kl = torch.where(torch.isnan(kl), torch.full_like(kl, float("inf")), kl).clamp_min(0.0)
     agree = (ref.argmax(-1) == torch.where(torch.isnan(lp), torch.full_like(lp, -float("inf")), lp).argmax(-1))
     agree &= ~torch.isnan(lp).any(-1)
-    nll = -(lp64.gather(-1, targets[:, None])[:, 0] - ref64.gather(-1, targets[:, None])[:, 0])
+    nll = -(lp.gather(-1, targets[:, None])[:, 0] - ref.gather(-1, targets[:, None])[:, 0])
     nll = torch.where(torch.isnan(nll), torch.full_like(nll, float("inf")), nll)
     h = kl.shape[0] // 2
     return (float(kl.mean()), float(agree.double().mean()), float(nll.mean()), float(kl[h:].mean()),
@@ -226,10 +238,11 @@ def _text_rows(rm: RealModel, ids: np.ndarray, paths: Sequence[tuple[str, str]],
     exact = run.tables("exact", "float64")
     caches = {p: cache_format(rm.schedule, p, d) for p, d in paths}
     floors = {f: run.tables("floor", f) for f in dict.fromkeys(caches.values())}
-    lps = run.logprobs([exact, *floors.values(), *(run.tables(p, d) for p, d in paths)])
-    ref, floor_lp, path_lp = lps[0][0, :-1], dict(zip(floors, lps[1:1 + len(floors)])), lps[1 + len(floors):]
+    lps = run.logits([exact, *floors.values(), *(run.tables(p, d) for p, d in paths)])
+    ref = _log_probs(lps[0][0, :-1])
+    floor_lp, path_lp = dict(zip(floors, lps[1:1 + len(floors)])), lps[1 + len(floors):]  # logits
     targets = torch.as_tensor(ids[1:])
-    dt = _text_stats(f32[offset], ref, targets) if offset in f32 else None
+    dt = _text_stats(_log_probs(f32[offset]), lps[0][0, :-1], targets) if offset in f32 else None
     out = []
     for (p, d), lp in zip(paths, path_lp):
         fl = _text_stats(ref, floor_lp[caches[p]][0, :-1], targets)
@@ -240,7 +253,7 @@ def _text_rows(rm: RealModel, ids: np.ndarray, paths: Sequence[tuple[str, str]],
 
 
 def _passkey_correct(lp: Any, ids: np.ndarray, start: int) -> int:
-    """Keys answered exactly: every answer token is the most likely one (``lp``: log-probs of the last tokens)."""
+    """Keys answered exactly: every answer token is the most likely one (``lp``: logits of the last tokens)."""
     import torch
 
     answer = torch.as_tensor(ids[:, start:])
@@ -254,7 +267,7 @@ def _passkey_rows(rm: RealModel, gap: int, keys: int, paths: Sequence[tuple[str,
     run = _Runner(rm, ids, offset, ids.shape[1] - start + 1, progress)
     caches = {p: cache_format(rm.schedule, p, d) for p, d in paths}
     floors = {f: run.tables("floor", f) for f in dict.fromkeys(caches.values())}
-    lps = run.logprobs([run.tables("exact", "float64"), *floors.values(), *(run.tables(p, d) for p, d in paths)])
+    lps = run.logits([run.tables("exact", "float64"), *floors.values(), *(run.tables(p, d) for p, d in paths)])
     exact = _passkey_correct(lps[0], ids, start)
     floor = {f: _passkey_correct(lp, ids, start) for f, lp in zip(floors, lps[1:1 + len(floors)])}
     return [PasskeyRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, gap, keys,
@@ -333,11 +346,11 @@ def _float32_references(rm: RealModel, ids: np.ndarray | None, gaps: Sequence[in
         for o in offsets:
             if ids is not None:
                 run = _Runner(rm, ids[None], o, 0, progress)
-                f32_text[o] = run.logprobs([run.tables("exact", "float64")])[0][0, :-1]
+                f32_text[o] = run.logits([run.tables("exact", "float64")])[0][0, :-1]
             for g in gaps:
                 pk, start, _ = passkey_prompts(rm.tokenizer, g, keys)
                 run = _Runner(rm, pk, o, pk.shape[1] - start + 1, progress)
-                f32_key[(g, o)] = _passkey_correct(run.logprobs([run.tables("exact", "float64")])[0], pk, start)
+                f32_key[(g, o)] = _passkey_correct(run.logits([run.tables("exact", "float64")])[0], pk, start)
     finally:
         rm.model.to(getattr(torch, low))
         rm.dtype = low
