@@ -95,7 +95,9 @@ _MODEL_ONLY = (("tokens", "--tokens"), ("text_file", "--text"), ("keys", "--keys
 @click.option("--calibration", is_flag=True,
               help="Print the verdict's calibration instead: per preset (or -r), length (or --offset, read as the "
                    "length the sequences end at; default 1K 8K 64K 1M 4M) and distance (1 and the gaps asked, "
-                   "default 16..4096), the pairwise rotation error, the probe's accuracy there and the verdict.")
+                   "default 16..4096), the pairwise rotation error, the probe's accuracy there and the verdict.  "
+                   "With --model: the real model's top-1 agreement (distance 1) and pass keys there (lengths "
+                   "default 8K 1M, distances 1 256 2048).")
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[str, ...],

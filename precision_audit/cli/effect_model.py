@@ -91,11 +91,12 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
         echo_table(k, KEY_COLUMNS + ([("exact fp32 weights", lambda r: f"{r['dtype_exact']}/{r['keys']}")]
                                      if rm.dtype != "float32" else []))
         click.echo("")
-    click.echo(textwrap.fill("Each row: the model with the path's stored cos/sin against its own run with exact cos/sin (float64 "
-               "angles) at the same positions (offset = the first token's position).  KL: mean KL(exact || path) "
-               "per token, nats; top-1: next-token argmax agrees with the exact run; dNLL: change of the text's NLL "
-               "per token; passkey: keys retrieved across `gap` filler tokens.  floor: exact cos/sin merely stored "
-               "in the cache format (what that format costs anyway); a path near its floor costs nothing more.", 115))
+    click.echo(textwrap.fill(
+        "Each row: the model with the path's stored cos/sin against its own run with exact cos/sin (float64 angles) "
+        "at the same positions (offset = the first token's position).  KL: mean KL(exact || path) per token, nats; "
+        "top-1: next-token argmax agrees with the exact run; dNLL: change of the text's NLL per token; passkey: keys "
+        "retrieved across `gap` filler tokens.  floor: exact cos/sin merely stored in the cache format (what that "
+        "format costs anyway); a path near its floor costs nothing more.", 115))
 
 
 def model_calibration(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str],
