@@ -193,6 +193,14 @@ class _Runner:
             self.progress(len(wanted))
         return [self.cache[_digest(c, s)] for c, s in wanted]
 
+    def compare(self, paths: Sequence[tuple[str, str]]) -> tuple[dict[str, str], Any, dict[str, Any], list[Any]]:
+        """Each path's cache format, and the logits of the exact run, of each cache format's floor and of each path
+        (one forward per distinct table)."""
+        caches = {p: cache_format(self.rm.schedule, p, d) for p, d in paths}
+        floors = {f: self.tables("floor", f) for f in dict.fromkeys(caches.values())}
+        out = self.logits([self.tables("exact", "float64"), *floors.values(), *(self.tables(p, d) for p, d in paths)])
+        return caches, out[0], dict(zip(floors, out[1:1 + len(floors)])), out[1 + len(floors):]
+
 
 def _log_probs(logits: Any) -> Any:
     """float64 log-probabilities of float32 logits (float32 log-softmax would leave KL estimates of a few 1e-9 that
@@ -234,21 +242,17 @@ def _text_rows(rm: RealModel, ids: np.ndarray, paths: Sequence[tuple[str, str]],
                f32: dict[int, Any], progress: Callable[[int], None] | None) -> list[TextEffectRow]:
     import torch
 
-    run = _Runner(rm, ids[None], offset, 0, progress)
-    exact = run.tables("exact", "float64")
-    caches = {p: cache_format(rm.schedule, p, d) for p, d in paths}
-    floors = {f: run.tables("floor", f) for f in dict.fromkeys(caches.values())}
-    lps = run.logits([exact, *floors.values(), *(run.tables(p, d) for p, d in paths)])
-    ref = _log_probs(lps[0][0, :-1])
-    floor_lp, path_lp = dict(zip(floors, lps[1:1 + len(floors)])), lps[1 + len(floors):]  # logits
+    caches, exact, floors, per_path = _Runner(rm, ids[None], offset, 0, progress).compare(paths)
+    ref = _log_probs(exact[0, :-1])
     targets = torch.as_tensor(ids[1:])
-    dt = _text_stats(_log_probs(f32[offset]), lps[0][0, :-1], targets) if offset in f32 else None
+    dt = _text_stats(_log_probs(f32[offset]), exact[0, :-1], targets) if offset in f32 else None
+    fl = {f: _text_stats(ref, lp[0, :-1], targets) for f, lp in floors.items()}  # once per cache format
     out = []
-    for (p, d), lp in zip(paths, path_lp):
-        fl = _text_stats(ref, floor_lp[caches[p]][0, :-1], targets)
+    for (p, d), lp in zip(paths, per_path):
         st = _text_stats(ref, lp[0, :-1], targets)
+        f = fl[caches[p]]
         out.append(TextEffectRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, len(ids), *st,
-                                 fl[0], fl[1], fl[2], dt[0] if dt else None, dt[1] if dt else None))
+                                 f[0], f[1], f[2], dt[0] if dt else None, dt[1] if dt else None))
     return out
 
 
@@ -264,15 +268,12 @@ def _passkey_correct(lp: Any, ids: np.ndarray, start: int) -> int:
 def _passkey_rows(rm: RealModel, gap: int, keys: int, paths: Sequence[tuple[str, str]], offset: int,
                   f32: dict[tuple[int, int], int], progress: Callable[[int], None] | None) -> list[PasskeyRow]:
     ids, start, _ = passkey_prompts(rm.tokenizer, gap, keys)
-    run = _Runner(rm, ids, offset, ids.shape[1] - start + 1, progress)
-    caches = {p: cache_format(rm.schedule, p, d) for p, d in paths}
-    floors = {f: run.tables("floor", f) for f in dict.fromkeys(caches.values())}
-    lps = run.logits([run.tables("exact", "float64"), *floors.values(), *(run.tables(p, d) for p, d in paths)])
-    exact = _passkey_correct(lps[0], ids, start)
-    floor = {f: _passkey_correct(lp, ids, start) for f, lp in zip(floors, lps[1:1 + len(floors)])}
+    caches, exact, floors, per_path = _Runner(rm, ids, offset, ids.shape[1] - start + 1, progress).compare(paths)
+    floor = {f: _passkey_correct(lp, ids, start) for f, lp in floors.items()}
     return [PasskeyRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, gap, keys,
-                       _passkey_correct(lp, ids, start), exact, floor[caches[p]], f32.get((gap, offset)))
-            for (p, d), lp in zip(paths, lps[1 + len(floors):])]
+                       _passkey_correct(lp, ids, start), _passkey_correct(exact, ids, start), floor[caches[p]],
+                       f32.get((gap, offset)))
+            for (p, d), lp in zip(paths, per_path)]
 
 
 def measure_model(rm: RealModel, paths: Sequence[str] = DEFAULT_MODEL_PATHS, dtypes: Sequence[str] = ("bfloat16",),
