@@ -1,6 +1,8 @@
-"""Per-layer facts: NoPE layers and Llama 4's attention temperature.
+"""Per-layer facts: NoPE layers, sliding-window and chunked layers, and Llama 4's attention temperature.
 
-Referees: transformers' own config classes (Llama4TextConfig, SmolLM3Config: their ``no_rope_layers``, run here);
+Referees: transformers' own config classes (Llama4TextConfig, SmolLM3Config: their ``no_rope_layers``; the
+``layer_types`` and ``sliding_window`` of every family whose rule the tool models; run here) and its mask overlays
+(how far back a sliding or chunked layer attends);
 the temperature's position term against closed forms (bfloat16 keeps 8 significant bits: spacing 32 on
 [4096, 8192), so 8176 .. 8190 round up to 8192 (8176 a tie, to the even 8192); float16: spacing 4 there, 8190 a
 tie rounding up, and values from 65520 on overflow to inf; float32 integers exact to 2**24).
@@ -47,7 +49,7 @@ def test_llama4_facts():
     f = m.layers
     assert f.interleaved and f.chunk_size == 8192 and f.temperature == T
     assert m.to_dict()["layers"]["temperature"] == {"floor_scale": 8192, "attn_scale": 0.1}
-    assert load_config(DATA / "gemma-3-4b-it.json").layers is None
+    assert load_config(DATA / "llama-3.1-8b.json").layers is None
 
 
 def test_temperature_float32_is_exact_to_2_24():
@@ -91,3 +93,110 @@ def test_temperature_lines():
 def test_bad_layer_fields(bad, match):
     with pytest.raises(ValueError, match=match):
         layer_facts({"model_type": "llama4_text", "num_hidden_layers": 4, "attn_temperature_tuning": True, **bad})
+
+
+# (model_type, config class, fields): each family's rule for layer_types, exercised off its defaults
+_WINDOW_FAMILIES = [
+    ("gemma2", "Gemma2Config", {"num_hidden_layers": 5, "sliding_window": 512}),
+    ("gemma3_text", "Gemma3TextConfig", {"num_hidden_layers": 13, "sliding_window": 1024}),
+    ("gemma3_text", "Gemma3TextConfig", {"num_hidden_layers": 9, "sliding_window": 1024, "sliding_window_pattern": 3}),
+    ("gemma3_text", "Gemma3TextConfig", {"num_hidden_layers": 6, "sliding_window": 1024,
+                                         "use_bidirectional_attention": True}),
+    ("cohere2", "Cohere2Config", {"num_hidden_layers": 8, "sliding_window": 4096}),
+    ("cohere2", "Cohere2Config", {"num_hidden_layers": 8, "sliding_window": 4096, "sliding_window_pattern": 3}),
+    ("gpt_oss", "GptOssConfig", {"num_hidden_layers": 6, "sliding_window": 128}),
+    ("olmo3", "Olmo3Config", {"num_hidden_layers": 8, "sliding_window": 4096}),
+    ("mistral", "MistralConfig", {"num_hidden_layers": 4, "sliding_window": 4096}),
+    ("mistral", "MistralConfig", {"num_hidden_layers": 4, "sliding_window": None}),
+    ("mixtral", "MixtralConfig", {"num_hidden_layers": 4, "sliding_window": 4096}),
+    ("phi3", "Phi3Config", {"num_hidden_layers": 4, "sliding_window": 2047}),
+    ("starcoder2", "Starcoder2Config", {"num_hidden_layers": 4, "sliding_window": 4096}),
+    ("ministral", "MinistralConfig", {"num_hidden_layers": 4, "sliding_window": 4096}),
+    ("qwen2", "Qwen2Config", {"num_hidden_layers": 6, "sliding_window": 4096, "use_sliding_window": True,
+                              "max_window_layers": 4}),
+    ("qwen2", "Qwen2Config", {"num_hidden_layers": 6, "sliding_window": 4096, "use_sliding_window": False}),
+    ("qwen3", "Qwen3Config", {"num_hidden_layers": 6, "sliding_window": 4096, "use_sliding_window": True,
+                              "max_window_layers": 2}),
+]
+
+
+@pytest.mark.parametrize("model_type,cls,fields", _WINDOW_FAMILIES,
+                         ids=[f"{c}-{i}" for i, (_, c, _f) in enumerate(_WINDOW_FAMILIES)])
+def test_sliding_layers_are_transformers(model_type, cls, fields):
+    """Each modelled family's layer_types and window, from the config.json fields alone, as its config class
+    derives them; the reach from transformers' mask overlays (called on indices)."""
+    transformers = pytest.importorskip("transformers")
+    masking = pytest.importorskip("transformers.masking_utils")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = getattr(transformers, cls)(**fields)
+    f = layer_facts({"model_type": model_type, **fields})
+    theirs = tuple(cfg.layer_types) if getattr(cfg, "layer_types", None) else None
+    window = cfg.sliding_window or None  # Qwen2-MoE style 0 / None: off
+    if theirs is None:  # no layer_types attribute: every layer is passed config.sliding_window
+        theirs = ("sliding_attention" if window else "full_attention",) * cfg.num_hidden_layers
+    assert f.layer_types in (theirs, ()) and (f.layer_types == theirs or "sliding_attention" not in theirs)
+    if "sliding_attention" not in theirs:
+        assert f.sliding_reach is None and f.max_distance("sliding_attention") is None
+        return
+    assert f.sliding_window == fields["sliding_window"]
+    if fields.get("use_bidirectional_attention"):
+        inner = masking.sliding_window_bidirectional_overlay(window)
+    else:
+        inner = masking.sliding_window_overlay(window)
+    q = 10 * window
+    seen = [q - k for k in range(q + 1) if inner(0, 0, q, k) and k <= q]
+    assert f.sliding_reach == max(seen) and f.max_distance("sliding_attention") == max(seen)
+
+
+def test_chunked_reach_is_transformers():
+    """Llama 4's RoPE layers attend in chunks: the farthest key a query sees is chunk - 1 back (the overlay)."""
+    torch = pytest.importorskip("torch")
+    masking = pytest.importorskip("transformers.masking_utils")
+    inner = masking.chunked_overlay(8192, torch.zeros(1, dtype=torch.long))
+    far = max(q - k for q in (8191, 8192, 3 * 8192 - 1) for k in range(q + 1) if bool(inner(0, 0, q, k)))
+    m = load_config(DATA / "llama-4-scout-17b-16e-instruct.json")
+    assert m.layers.max_distance("all") == far == 8191
+
+
+def test_windowed_rows_judge_only_what_the_layer_sees():
+    """Gemma 3's sliding layers: the rows carry pairs up to 1023 apart (and their verdict is the rule's on
+    them); the full-attention layers keep every default distance. The same audit with those distances asked
+    explicitly gives the same rows (an independent path through rope.audit)."""
+    from precision_audit.config import audit_config
+    from precision_audit.rope import audit
+    from precision_audit.verdicts import rope_verdict
+
+    m = load_config(DATA / "gemma-3-4b-it.json")
+    rows = audit_config(m, [32768], ["bfloat16"], recipes=["lowp-inv-freq"], positions=False)
+    by = {r.layer_type: r for r in rows}
+    sl, full = by["sliding_attention"], by["full_attention"]
+    assert [p.distance for p in sl.pair_errors] == [1, 16, 256, 1023] and sl.max_distance == 1023
+    assert [p.distance for p in full.pair_errors] == [1, 16, 256, 4096, 16384] and full.max_distance is None
+    ref = audit(m.schedule_for("sliding_attention"), ["lowp-inv-freq"], [32768], ["bfloat16"],
+                distances=[1, 16, 256, 1023])[0]
+    assert ref.pair_errors == sl.pair_errors
+    assert sl.verdict == rope_verdict(ref.max_rotation_error, ref.colliding_positions, pair_errors=ref.pair_errors)
+
+
+def test_window_reaching_the_length_changes_nothing():
+    from precision_audit.config import audit_config
+
+    m = load_config(DATA / "gemma-3-4b-it.json")
+    rows = audit_config(m, [1024], ["bfloat16"], recipes=["lowp-inv-freq"], positions=False)
+    assert all(r.max_distance is None for r in rows)
+    assert [p.distance for p in rows[0].pair_errors] == [1, 16, 256, 512, 1023]
+
+
+def test_unknown_family_window_is_said_not_used():
+    f = layer_facts({"model_type": "somenewlm", "num_hidden_layers": 4, "sliding_window": 256})
+    assert f.sliding_reach is None and f.max_distance("all") is None
+    assert "sliding_window 256 declared, but which layers use it is not modelled" in f.describe()
+    g = layer_facts({"model_type": "somenewlm", "num_hidden_layers": 2, "sliding_window": 256,
+                     "layer_types": ["sliding_attention", "sliding_attention"]})
+    assert g.max_distance("all") == 255
+
+
+def test_bad_layer_types():
+    with pytest.raises(ValueError, match="layer_types"):
+        layer_facts({"model_type": "gemma2", "num_hidden_layers": 3, "layer_types": ["sliding_attention"]})

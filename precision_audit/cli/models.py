@@ -258,8 +258,19 @@ def _print_config(model: Any, dicts: Sequence[dict[str, Any]], tolerance: float,
                "equals the previous one's; '-' = not measured for that component."
                + ("\nworst pair err = the largest pairwise rotation error (rad) between positions D apart, over "
                   "the distances audited (--distance); --json has each distance's." if model.kind == "rope" else "")
+               + _window_note(dicts)
                + bound_notes(dicts)
                + "".join(f"\nskipped: {why}" for why in skipped))
+
+
+def _window_note(dicts: Sequence[dict[str, Any]]) -> str:
+    """A footer line per layer type whose rows are judged within a window (sliding, chunked attention)."""
+    reach: dict[str, int] = {}
+    for d in dicts:
+        if d.get("max_distance") is not None:
+            reach.setdefault(d.get("layer_type") or "RoPE", d["max_distance"])
+    return "".join(f"\n{t} rows: pairs judged up to {r} apart (these layers attend no further back); the position "
+                   "ids and collisions at every length" for t, r in reach.items())
 
 
 def _model_stacks(model: Any, stacks: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -37,6 +37,7 @@ __all__ = [
     "sinusoid_verdict",
     "stack_notes",
     "training_differences",
+    "window_distances",
     "work_to_scan",
 ]
 
@@ -63,7 +64,9 @@ class ConfigRow(Row):
     row, ``max_abs_error``; learned ids (``learned``): ``changed`` wrong ids, ``first_changed``,
     ``colliding_positions`` tokens sharing an id, ``max_abs_error``.  A row measured against another stack
     (:func:`training_differences`) names it in ``reference``: its rotation errors are then differences from
-    that stack's stored cos/sin.  Absent metrics are None.  ``pair_errors`` (rope rows): the pairwise rotation
+    that stack's stored cos/sin.  ``max_distance``: set when the layers of the row's layer type attend no further
+    back than the length (a sliding window, Llama 4's chunks): its pairs, and so its verdict, are judged at
+    distances up to it (:meth:`~precision_audit.config.layers.LayerFacts.max_distance`).  Absent metrics are None.  ``pair_errors`` (rope rows): the pairwise rotation
     errors at distances D (:class:`~precision_audit.rope.PairError`), which the verdict judges
     (:mod:`precision_audit.verdicts`).  ``bound``: set for a path that runs CUDA fast-math intrinsics, whose
     figures are upper bounds (:mod:`precision_audit.rope.cuda`).  ``source``: the auditor's own row the
@@ -95,6 +98,7 @@ class ConfigRow(Row):
     pair_errors: tuple[PairError, ...] = ()
     why: str | None = None
     bound: str | None = None
+    max_distance: int | None = None
     source: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -365,11 +369,14 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
     rows = []
     for layer_type, s in model.rope:
         lt = None if layer_type == "all" else layer_type
+        reach = None if model.layers is None else model.layers.max_distance(layer_type)
+        reach = reach if reach is not None and reach < max(lens) - 1 else None
+        ds = distances if reach is None else window_distances(reach, lens, distances)
         found = []
         if names:
-            found += audit(s, names, lens, fmts, progress=progress, engine=engine, distances=distances)
+            found += audit(s, names, lens, fmts, progress=progress, engine=engine, distances=ds)
         if stacks:  # a stack's hows are modelled by the numpy engine (its kernels are not torch's)
-            found += audit(s, stacks, lens, fmts, progress=progress, distances=distances)
+            found += audit(s, stacks, lens, fmts, progress=progress, distances=ds)
         for r in found:
             rows.append(ConfigRow(
                 component="rope", recipe=r.recipe, dtype=r.dtype, length=r.length, layer_type=lt,
@@ -377,8 +384,31 @@ def _rope_rows(model: ModelConfig, lens: tuple[int, ...], fmts: Sequence[str], n
                 max_rotation_error=r.max_rotation_error, mean_rotation_error=r.mean_rotation_error,
                 colliding_positions=r.colliding_positions, cache_bound=r.cache_bound,
                 ratio=r.max_rotation_error / r.cache_bound, stack=r.stack, pair_errors=r.pair_errors,
-                bound=r.bound, source=r))
+                bound=r.bound, max_distance=reach if reach is not None and reach < r.length - 1 else None,
+                source=r))
     return rows
+
+
+def window_distances(reach: int, lengths: Sequence[int], distances: int | Iterable[int] | None = None
+                     ) -> tuple[int, ...]:
+    """The pair distances that layers attending at most ``reach`` back are judged on: the asked ``distances``
+    up to ``reach`` (``reach`` itself when none is), or the defaults of :func:`~precision_audit.rope.pairs.
+    row_distances` up to ``reach`` plus ``reach`` (and, for lengths the window covers, their own defaults).
+
+    >>> window_distances(1023, [32768, 131072])  # Gemma 3's sliding layers: window 1024
+    (1, 16, 256, 1023)
+    >>> window_distances(1023, [32768], [16, 4096])
+    (16,)
+    """
+    from ..rope.pairs import DEFAULT_DISTANCES, check_distances
+
+    lens = check_lengths(lengths)
+    asked = check_distances(distances, lens)
+    if asked is not None:
+        return tuple(d for d in asked if d <= reach) or (reach,)
+    out = {d for d in DEFAULT_DISTANCES if d <= reach} | {reach}
+    out |= {min(d, L - 1) for L in lens if L - 1 <= reach for d in (*DEFAULT_DISTANCES, L // 2)}
+    return tuple(sorted(out - {0}))
 
 
 def _bounded(why: str | None, bound: str | None) -> str | None:

@@ -115,10 +115,35 @@ class LayerFacts:
     interleaved: bool = False
     chunk_size: int | None = None
     temperature: AttnTemperature | None = None
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int | None = None
+    sliding_reach: int | None = None
 
     @property
     def empty(self) -> bool:
-        return not (self.nope_layers or self.interleaved or self.chunk_size or self.temperature)
+        return not (self.nope_layers or self.interleaved or self.chunk_size or self.temperature
+                    or self.sliding_window)
+
+    def max_distance(self, rope_layer_type: str = "all") -> int | None:
+        """The longest distance the layers that use this rope layer type's schedule attend (``"all"``: the one
+        schedule of every RoPE layer), or None when one of them sees every distance.
+
+        A ``sliding_attention`` layer attends ``sliding_reach`` back (transformers' ``sliding_window_overlay``:
+        keys with ``kv_idx > q_idx - sliding_window``, so ``sliding_window - 1``), a ``chunked_attention`` layer
+        ``chunk_size - 1`` (keys in the query's chunk).
+
+        >>> f = LayerFacts(num_layers=3, layer_types=("sliding_attention",) * 2 + ("full_attention",),
+        ...                sliding_window=1024, sliding_reach=1023)
+        >>> f.max_distance("sliding_attention"), f.max_distance("full_attention"), f.max_distance("all")
+        (1023, None, None)
+        """
+        reach = {"sliding_attention": self.sliding_reach,
+                 "chunked_attention": None if self.chunk_size is None else self.chunk_size - 1}
+        if rope_layer_type != "all":
+            return reach.get(rope_layer_type)
+        nope = set(self.nope_layers)
+        kinds = {t for i, t in enumerate(self.layer_types) if i not in nope}
+        return reach.get(kinds.pop()) if len(kinds) == 1 else None
 
     def describe(self) -> str:
         """One line (empty when there is nothing to say)."""
@@ -130,7 +155,15 @@ class LayerFacts:
         if self.interleaved:
             parts.append("rotation of adjacent pairs (GPT-J style, a complex multiply; same angles)")
         if self.chunk_size:
-            parts.append(f"RoPE layers attend within chunks of {self.chunk_size} tokens")
+            parts.append(f"RoPE layers attend within chunks of {self.chunk_size} tokens (up to {self.chunk_size - 1} "
+                         "back)")
+        if self.sliding_window is not None and self.sliding_reach is None:
+            parts.append(f"sliding_window {self.sliding_window} declared, but which layers use it is not modelled "
+                         "for this model_type: every distance judged")
+        if self.sliding_reach is not None:
+            n = self.layer_types.count("sliding_attention")
+            parts.append(f"{n} of {len(self.layer_types)} layers attend a sliding window (sliding_window "
+                         f"{self.sliding_window}: up to {self.sliding_reach} back)")
         if self.temperature is not None:
             parts.append("attention temperature " + self.temperature.describe())
         return "; ".join(parts)
@@ -142,6 +175,59 @@ def _int_list(value: Any, n: int | None, source: str) -> list[int]:
     if n is not None and len(value) != n:
         raise ValueError(f"{source}: no_rope_layers has {len(value)} flags; num_hidden_layers is {n}")
     return [int(v) for v in value]
+
+
+# How transformers' config classes (5.24) derive ``layer_types`` when a config.json has none: every k-th layer full
+# (``"sliding_attention" if (i + 1) % k else "full_attention"``; k fixed, or read from ``sliding_window_pattern``),
+# every layer sliding (the modeling code passes ``config.sliding_window`` to each layer), or Qwen's rule (layers
+# from ``max_window_layers`` on, when ``use_sliding_window``).  tests/test_layers.py holds each to the config class.
+_EVERY_KTH_FULL: dict[str, tuple[int, bool]] = {  # family: (k, read sliding_window_pattern)
+    "gemma2": (2, False), "t5gemma": (2, False), "vaultgemma": (2, False), "gpt_oss": (2, False),
+    "gemma3": (6, True), "gemma3_text": (6, True), "cohere2": (4, True), "olmo3": (4, False)}
+_ALL_SLIDING = frozenset({"mistral", "mixtral", "phi3", "starcoder2", "ministral"})
+_QWEN_RULE = frozenset({"qwen2", "qwen3"})
+_HALVED_WHEN_BIDIRECTIONAL = frozenset({"gemma3", "gemma3_text"})  # the config class keeps window // 2 + 1
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _layer_types(read: Callable[[str], Any], mt: str, n: int | None, nope: tuple[int, ...],
+                 chunk: int | None, source: str) -> tuple[tuple[str, ...], int | None, int | None]:
+    """(each layer's attention type, ``sliding_window`` as the config class keeps it, how far back a sliding
+    layer attends); empty types when the config does not say and the family's rule is not modelled."""
+    window = _positive(read("sliding_window"))
+    if read("use_sliding_window") is False:  # Qwen2 / Qwen3 / SmolLM3: the window is declared but off
+        window = None
+    declared = read("layer_types")
+    if declared is not None:
+        if (not isinstance(declared, (list, tuple)) or not all(isinstance(t, str) for t in declared)
+                or (n is not None and len(declared) != n)):
+            raise ValueError(f"{source}: layer_types {declared!r} must be a list of {n or 'num_hidden_layers'} "
+                             "layer type names")
+        types = tuple(declared)
+    elif n is None:
+        types = ()
+    elif mt in _EVERY_KTH_FULL:
+        k, read_k = _EVERY_KTH_FULL[mt]
+        k = (_positive(read("sliding_window_pattern")) or k) if read_k else k
+        types = tuple("sliding_attention" if (i + 1) % k else "full_attention" for i in range(n))
+    elif mt in _ALL_SLIDING and window is not None:
+        types = ("sliding_attention",) * n
+    elif mt in _QWEN_RULE and window is not None:
+        first = read("max_window_layers")
+        first = 28 if first is None else first
+        types = tuple("sliding_attention" if i >= first else "full_attention" for i in range(n))
+    elif mt in _INTERLEAVED_FAMILIES and chunk:  # Llama 4: the RoPE layers attend in chunks
+        types = tuple("full_attention" if i in nope else "chunked_attention" for i in range(n))
+    else:
+        types = ()
+    if window is None or "sliding_attention" not in types:
+        return types, window if window is not None and not types else None, None
+    if mt in _HALVED_WHEN_BIDIRECTIONAL and read("use_bidirectional_attention"):
+        return types, window, window // 2 + 1  # |q - k| <= window // 2 + 1 (sliding_window_bidirectional_overlay)
+    return types, window, window - 1
 
 
 def layer_facts(cfg: Mapping[str, Any] | Any, source: str = "config",
@@ -170,8 +256,10 @@ def layer_facts(cfg: Mapping[str, Any] | Any, source: str = "config",
             temp = AttnTemperature(8192 if fs is None else fs, 0.1 if sc is None else sc)
         except ValueError as e:
             raise ValueError(f"{source}: {e}") from None
-    return LayerFacts(num_layers=n, nope_layers=nope, interleaved=llama4,
-                      chunk_size=int(chunk) if isinstance(chunk, int) and chunk > 0 else None, temperature=temp)
+    chunk = _positive(chunk)
+    types, window, reach = _layer_types(read, mt, n, nope, chunk, source)
+    return LayerFacts(num_layers=n, nope_layers=nope, interleaved=llama4, chunk_size=chunk, temperature=temp,
+                      layer_types=types, sliding_window=window, sliding_reach=reach)
 
 
 def legacy_layer_params(read: Callable[[str], Any], params: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -190,7 +190,8 @@ class ModelConfig:
             "notes": list(self.notes), "origin": self.origin, "scheme": self.scheme,
             "scheme_params": dict(self.scheme_params),
             "layers": None if self.layers is None else {**{k: getattr(self.layers, k) for k in (
-                "num_layers", "nope_layers", "interleaved", "chunk_size")}, "temperature": None if
+                "num_layers", "nope_layers", "interleaved", "chunk_size", "layer_types", "sliding_window",
+                "sliding_reach")}, "temperature": None if
                 self.layers.temperature is None else vars(self.layers.temperature), "describe": self.layers.describe()},
         })
 
