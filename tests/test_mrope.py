@@ -186,5 +186,60 @@ def test_cli_video_and_image(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["largest_ids"]["temporal"] == max(x["largest_id"] for x in out["results"])
-    assert {x["stack"] for x in out["results"]} == {"transformers", "transformers-cast", "vllm", "sglang"}
+    assert {x["stack"] for x in out["results"]} == {"transformers", "transformers-cast", "vllm", "sglang",
+                                                    "llama.cpp-cpu", "llama.cpp-cuda"}
     assert all(math.isfinite(x["max_rotation_error"]) for x in out["results"])
+
+
+def _wrap(x):
+    return (x + math.pi) % (2 * math.pi) - math.pi
+
+
+def test_llamacpp_mrope_is_the_1d_kernel_per_section_real_ggml():
+    """ggml's real multi-section rope op (``ggml_rope_multi``, llama.cpp's Qwen2-VL path) gives each section's
+    pairs exactly the 1-D rope op's values at that axis' ids (bit for bit): the tool audits llama.cpp's M-RoPE as
+    its 1-D stack per section.  Then the tool's per-section rows (float32 cache: the kernel's own output) against
+    the errors measured on the kernel's output: the model's cos/sin are correctly rounded, cosf / sinf faithful,
+    so the rotation errors agree within 2 float32 ulps of 1 (2**-22 rad)."""
+    from referees import need
+    need("ggml")
+    from referees._ggml import ggml_mrope_angles, ggml_rope_angles
+
+    m, s = _mrope(QWEN25), load_model(QWEN25).schedule
+    n = 4096
+    rng = np.random.default_rng(7)
+    ids = np.stack([np.arange(n) * 3, np.sort(rng.integers(0, 2048, n)), np.arange(n) % 97, np.zeros(n, int)])
+    c, si = ggml_mrope_angles(ids, s.rotary_dim, s.base, m.section)
+    for axis, idx in enumerate(m.section_indices()):
+        c1, s1 = ggml_rope_angles(ids[axis], s.rotary_dim, s.base)
+        assert np.array_equal(c[:, idx], c1[:, idx]) and np.array_equal(si[:, idx], s1[:, idx])
+    # the tool's row for the temporal section over ids 0..L-1, against the kernel run on those ids
+    L = 8192
+    t = np.arange(L)
+    c, si = ggml_mrope_angles(np.stack([t, t % 5, t % 7, 0 * t]), s.rotary_dim, s.base, m.section)
+    idx = list(m.section_indices()[0])
+    exact = t[:, None].astype(np.float64) * s.inv_freq()[idx][None, :]
+    measured = float(np.abs(_wrap(np.arctan2(si[:, idx], c[:, idx]) - exact)).max())
+    row = audit(s, ["llama.cpp-cpu"], [L], ["float32"], frequencies=idx)[0]
+    assert abs(row.max_rotation_error - measured) <= 2.0**-22
+
+
+def test_llamacpp_interleaved_mrope_uses_a_fourth_id_real_ggml():
+    """Why llama.cpp is left out for Qwen3-VL (interleaved sections 24/20/20 of 64): ggml's IMROPE rotates pairs
+    61 and 62 (past 3 x 20, not a multiple of 3) by the 4th position id, where transformers rotates them
+    temporally (``apply_interleaved_mrope``): measured on the real op."""
+    from referees import need
+    need("ggml")
+    from referees._ggml import ggml_mrope_angles, ggml_rope_angles
+
+    n = 64
+    ids = np.stack([np.arange(n) + 100, np.arange(n) + 200, np.arange(n) + 300, np.arange(n) + 400])
+    c, si = ggml_mrope_angles(ids, 128, 5e6, (24, 20, 20), interleaved=True)
+    fourth = ggml_rope_angles(ids[3], 128, 5e6)
+    on_fourth = [i for i in range(64) if np.array_equal(c[:, i], fourth[0][:, i])
+                 and np.array_equal(si[:, i], fourth[1][:, i])]
+    assert on_fourth == [61, 62]
+    m = _mrope(QWEN3)
+    assert m.interleaved and m.section == (24, 20, 20) and 61 in m.section_indices()[0]
+    out = CliRunner().invoke(main, ["config", QWEN3, "--image", "448x448"])
+    assert out.exit_code == 0 and "skipped: llama.cpp-cpu (ggml's IMROPE" in out.output

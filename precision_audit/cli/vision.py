@@ -11,12 +11,18 @@ from ._shared import echo_json, echo_table
 
 __all__ = ["MROPE_STACKS", "vision_audit", "vision_options"]
 
-MROPE_STACKS: tuple[str, ...] = ("transformers", "transformers-cast", "vllm", "sglang")
+MROPE_STACKS: tuple[str, ...] = ("transformers", "transformers-cast", "vllm", "sglang", "llama.cpp-cpu",
+                                  "llama.cpp-cuda")
 """The stacks whose M-RoPE is modelled: each builds a section's cos/sin as its 1-D RoPE code does, at that axis'
 ids (transformers' Qwen2-VL / Qwen3-VL rotary modules; vLLM's and SGLang's MRotaryEmbedding index their 1-D
-cos/sin cache)."""
-_NOT_MODELLED = ("llama.cpp (ggml's multi-section rope), MLX, TensorRT-LLM, FlashInfer and the training stacks: "
-                 "their M-RoPE paths are not modelled")
+cos/sin cache; ggml's ``ggml_mrope_cache_init`` (CPU) runs the 1-D theta chain of each pair on its section's
+id, and CUDA's ``rope_multi`` the 1-D ``pos * powf(theta_scale, i)``: contiguous sections only, tests/test_mrope.py
+runs ggml's real op)."""
+_CONTIGUOUS_ONLY = {"llama.cpp-cpu": "ggml's IMROPE (interleaved sections) rotates the frequencies past 3x the "
+                                     "height / width sections by a 4th position id: not modelled",
+                    "llama.cpp-cuda": "ggml's IMROPE (interleaved sections) rotates the frequencies past 3x the "
+                                      "height / width sections by a 4th position id: not modelled"}
+_NOT_MODELLED = ("MLX, TensorRT-LLM, FlashInfer and the training stacks: their M-RoPE paths are not modelled")
 
 
 def _image(ctx: Any, param: Any, value: str | None) -> tuple[int, int] | None:
@@ -103,8 +109,10 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
         raise click.UsageError(str(e)) from None
     runs = model_stacks(model, None)[0]
     asked = list(stacks) or list(MROPE_STACKS)
-    names = [n for n in asked if n in MROPE_STACKS and n in runs]
-    skipped = [n for n in asked if n not in names]
+    names = [n for n in asked if n in MROPE_STACKS and n in runs
+             and not (mrope.interleaved and n in _CONTIGUOUS_ONLY)]
+    skipped = [f"{n} ({_CONTIGUOUS_ONLY[n]})" if mrope.interleaved and n in _CONTIGUOUS_ONLY else
+               f"{n} (its M-RoPE is not modelled, or it does not run the model)" for n in asked if n not in names]
     if not names:
         raise click.UsageError(f"no stack named has modelled M-RoPE; modelled: {', '.join(MROPE_STACKS)}")
     frame = video[2] if video else (640, 360)
@@ -154,5 +162,4 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
     click.echo("\nEach axis: its section's frequencies audited as 1-D RoPE over ids 0..largest id (a superset of "
                "the ids it carries); safe to = the longest id count audited (to 4x the longest axis) up to which "
                f"every audited count is safe.\nnot modelled: {_NOT_MODELLED}."
-               + "".join(f"\nskipped: {n} (its M-RoPE is not modelled, or it does not run the model)"
-                         for n in skipped))
+               + "".join(f"\nskipped: {n}" for n in skipped))

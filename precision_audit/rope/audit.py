@@ -14,6 +14,7 @@ import math
 import os
 import queue
 from collections.abc import Callable, Iterable, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,7 +134,7 @@ class RopeRow(Row):
 def _nf(inv: F64 | AngleMaker) -> int | None:
     """How many frequencies an inverse-frequency array (1-D) or an angle maker gives."""
     if isinstance(inv, AngleMaker):
-        return inv.nf
+        return inv.width
     return int(np.shape(inv)[0]) if np.ndim(inv) == 1 else None
 
 
@@ -394,14 +395,11 @@ def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[s
             members = [i for i, d in enumerate(dtypes) if d == dtype]
             active = _active(theta, [invs[i] for i in members])
             if subset is not None:
-                if any(isinstance(invs[i], AngleMaker) for i in members):
-                    raise ValueError("a frequency subset needs recipes with inverse frequencies; "
-                                     f"{variants[members[0]].name} makes its angles otherwise")
                 active = active & subset
             passes.setdefault(active.tobytes(), []).extend(members)
         for n, (mask, members) in enumerate(passes.items()):
             active = np.frombuffer(mask, dtype=bool)
-            parts = [invs[i] if active.all() else invs[i][active] for i in members]
+            parts = [invs[i] if active.all() else _subset(invs[i], active) for i in members]
             # progress counts the positions of the first pass only (positions_to_scan: one per group)
             snaps = _pass([runs[i] for i in members], theta[active], parts, ls, scale, chunk,
                           progress if n == 0 else None, workers, engine, {L: (pairs or {}).get(L, ()) for L in ls},
@@ -410,6 +408,13 @@ def _scan(schedule: RopeSchedule, variants: Sequence[Recipe], dtypes: Sequence[s
                 for acc, L in per_len:
                     results[(i, L)] = acc if active.all() else acc.padded(active)
     return results
+
+
+def _subset(inv: F64 | AngleMaker, active: npt.NDArray[np.bool_]) -> F64 | AngleMaker:
+    """The frequencies ``active`` of an inverse-frequency array, or an angle maker writing those pairs only."""
+    if isinstance(inv, AngleMaker):
+        return dataclasses.replace(inv, columns=tuple(int(i) for i in np.flatnonzero(active)))
+    return inv[active]
 
 
 def _active(theta: F64, invs: Sequence[F64 | AngleMaker]) -> npt.NDArray[np.bool_]:

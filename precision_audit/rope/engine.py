@@ -239,7 +239,7 @@ def recipe_stages(
     m = np.asarray(positions, dtype=np.float64)
     pos = round_to(m, recipe.positions)
     inv = theta if isinstance(theta, AngleMaker) else round_to(np.asarray(theta, dtype=np.float64), recipe.inv_freq)
-    w = _Work(pos.size, inv.nf if isinstance(inv, AngleMaker) else inv.size)
+    w = _Work(pos.size, inv.width if isinstance(inv, AngleMaker) else inv.size)
     angle, c, s, cc, ss = _run_recipe(recipe, pos, inv, cos_sin_scale, w.rows(pos.size))
     return {"positions": pos, "inv_freq": inv, "angle": angle, "trig_cos": c, "trig_sin": s, "cos": cc, "sin": ss}
 

@@ -455,9 +455,22 @@ class AngleMaker:
     timescale: F32 | None = None
     position_scale: np.float32 | None = None
     inv_freq: F32 | None = None
+    columns: tuple[int, ...] | None = None
+
+    @property
+    def width(self) -> int:
+        """The pairs it writes: ``nf``, or the ``columns`` chosen (a frequency subset: M-RoPE's sections)."""
+        return self.nf if self.columns is None else len(self.columns)
 
     def angles_into(self, pos: F64, out: F64) -> None:
-        """Write the float32 angles of float32 positions ``pos`` (n,) into ``out`` (n, nf), as float64."""
+        """Write the float32 angles of float32 positions ``pos`` (n,) into ``out`` (n, width), as float64: every
+        pair's, or those of ``columns`` (each still made as the stack makes it among all ``nf``: ggml's chain
+        of products runs through the pairs before it)."""
+        if self.columns is not None:
+            full = np.empty((pos.size, self.nf))
+            replace(self, columns=None).angles_into(pos, full)
+            out[:] = full[:, list(self.columns)]
+            return
         p = pos.astype(np.float32)
         if self.timescale is not None:  # one float32 division (IEEE: correctly rounded)
             out[:] = np.divide(p[:, None], self.timescale[None, :], dtype=np.float32)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MODES", "ggml_rope_angles", "libm_cosf_sinf"]
+__all__ = ["MODES", "ggml_mrope_angles", "ggml_rope_angles", "libm_cosf_sinf"]
 
 MODES: dict[str, int] = {"normal": 0, "neox": 2}  # GGML_ROPE_TYPE_NORMAL, GGML_ROPE_TYPE_NEOX (ggml.h)
 _DTYPES: dict[str, tuple[str, Any]] = {"f32": ("GGML_TYPE_F32", np.float32), "f16": ("GGML_TYPE_F16", np.float16)}
@@ -151,3 +151,45 @@ def ggml_rope_angles(positions: Sequence[int] | npt.NDArray[np.integer], n_dims:
     parts = [_run_chunk(g, pos[i:i + _CHUNK].astype(np.int32), n_dims, mode, dtype, ff, params, n_ctx_orig)
              for i in range(0, pos.size, _CHUNK)]
     return _split(np.concatenate(parts), n_dims, mode)
+
+
+def ggml_mrope_angles(positions: npt.NDArray[np.integer], n_dims: int, freq_base: float,
+                      sections: Sequence[int], interleaved: bool = False) -> tuple[npt.NDArray[np.float64], ...]:
+    """ggml's multi-section rope op (``ggml_rope_multi``, mode GGML_ROPE_TYPE_MROPE = 8, or IMROPE = 40 when
+    ``interleaved``: llama.cpp's Qwen2-VL / Qwen3-VL path) applied to (1, 0) pairs in the NeoX layout (ggml
+    rotates M-RoPE that way): its (cos, sin), float64 arrays [tokens, n_dims/2].
+
+    ``positions``: int array [4, tokens] (temporal, height, width, extra ids, as llama.cpp lays them out:
+    ``pos[i + n * axis]``); ``sections``: up to 4 section sizes (pairs).  float32 data, one thread.
+    """
+    import ggml.ggml as g
+
+    pos = np.asarray(positions, dtype=np.int64)
+    if pos.ndim != 2 or pos.shape[0] != 4 or pos.shape[1] == 0:
+        raise ValueError(f"positions must be [4, tokens], got shape {pos.shape}")
+    n = pos.shape[1]
+    _check(pos[0], n_dims, "neox", "f32", None)
+    sect = (ctypes.c_int * 4)(*(list(sections) + [0] * (4 - len(sections))))
+    mem = 3 * n * n_dims * 4 + 16 * n + (1 << 22) + 8 * g.ggml_tensor_overhead() + g.ggml_graph_overhead()
+    ctx = g.ggml_init(g.ggml_init_params(mem_size=mem, mem_buffer=None, no_alloc=False))
+    if not ctx:
+        raise RuntimeError(f"ggml_init could not allocate {mem} bytes")
+    try:
+        a = g.ggml_new_tensor_3d(ctx, g.GGML_TYPE_F32, n_dims, 1, n)
+        b = g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_I32, 4 * n)
+        rows = np.ascontiguousarray(np.broadcast_to(_input_row(n_dims, "neox"), (n, n_dims)))
+        pos32 = np.ascontiguousarray(pos.reshape(-1), dtype=np.int32)  # axis-major, as pos[i + n * axis]
+        ctypes.memmove(g.ggml_get_data(a), rows.ctypes.data, rows.nbytes)
+        ctypes.memmove(g.ggml_get_data(b), pos32.ctypes.data, pos32.nbytes)
+        mode = g.GGML_ROPE_TYPE_IMROPE if interleaved else g.GGML_ROPE_TYPE_MROPE
+        r = g.ggml_rope_multi(ctx, a, b, None, n_dims, sect, mode, 0, freq_base, 1.0, 0.0, 1.0, 32.0, 1.0)
+        graph = g.ggml_new_graph(ctx)
+        g.ggml_build_forward_expand(graph, r)
+        status = g.ggml_graph_compute_with_ctx(ctx, graph, 1)
+        if status != 0:
+            raise RuntimeError(f"ggml_graph_compute_with_ctx failed with status {status}")
+        buf = (ctypes.c_char * (n * n_dims * 4)).from_address(g.ggml_get_data(r))
+        out = np.frombuffer(buf, dtype=np.float32).reshape(n, n_dims).copy()
+    finally:
+        g.ggml_free(ctx)
+    return _split(out, n_dims, "neox")
