@@ -116,8 +116,8 @@ class KernelRow(Row):
 
 
 def _name(fn: Any) -> str:
-    if inspect.isfunction(fn) or inspect.ismethod(fn):
-        return fn.__qualname__
+    if inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isbuiltin(fn):
+        return fn.__name__
     return type(fn).__name__
 
 
@@ -166,7 +166,8 @@ class _Kernel:
             raise ValueError(f"kernel {self.label} raised {type(e).__name__} at {where}: "
                              f"{' '.join(str(e).split())[:300]}") from None
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise ValueError(f"kernel {self.label} returned {describe(out)}, not (q_rot, k_rot) ({where})")
+            got = type(out).__name__ + (f" of shape {tuple(out.shape)}" if hasattr(out, "shape") else "")
+            raise ValueError(f"kernel {self.label} returned a {got}, not (q_rot, k_rot) ({where})")
         return self._array(out[0], "q_rot", n, where), self._array(out[1], "k_rot", n, where)
 
     def _array(self, t: Any, what: str, n: int, where: str) -> F64:
@@ -319,7 +320,14 @@ def audit_rotary_kernel(
     check_callable(cache, "cache")
     if schedule is None:
         raise ArgumentTypeError("schedule must be given: the RopeSchedule (or config) the kernel implements")
-    sched = reference_schedule(apply, schedule, name="schedule")
+    try:
+        sched = reference_schedule(apply, schedule, name="schedule")
+    except ArgumentTypeError:
+        raise
+    except ValueError as e:
+        if str(e).startswith("schedule "):
+            raise
+        raise ValueError(f"schedule {describe(schedule)}: {e}") from None
     lens = check_rope_lengths(lengths)
     fmts = _check_dtypes(dtypes)
     layout = check_choice(layout, "layout", tuple(LAYOUTS))
