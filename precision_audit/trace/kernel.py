@@ -109,10 +109,8 @@ class KernelRow(Row):
     diagnosis: str | None = None
 
     def __post_init__(self) -> None:
-        if self.length < 1:
-            raise ValueError(f"length {self.length!r} must be at least 1")
-        if not 0 <= self.colliding_positions < self.length:
-            raise ValueError(f"colliding_positions {self.colliding_positions!r} not in [0, {self.length})")
+        length = check_int(self.length, "length", minimum=1)
+        check_int(self.colliding_positions, "colliding_positions", minimum=0, maximum=length - 1)
 
 
 def _name(fn: Any) -> str:
@@ -156,24 +154,24 @@ class _Kernel:
         else:
             pos = positions.copy()
         where = f"positions {int(positions.min())}..{int(positions.max())}, dtype {self.dtype.name}"
-        try:
-            if self.cache is None:
-                out = self.apply(q, k, pos)
-            else:
-                made = self.cache(q, pos)
-                out = self.apply(q, k, *(made if isinstance(made, (tuple, list)) else (made,)))
-        except Exception as e:
-            raise ValueError(f"kernel {self.label} raised {type(e).__name__} at {where}: "
-                             f"{' '.join(str(e).split())[:300]}") from None
+        args: tuple[Any, ...] = (pos,)
+        if self.cache is not None:
+            made = _guarded(self.cache, (q, pos), f"cache {_name(self.cache)}", where)
+            args = tuple(made) if isinstance(made, (tuple, list)) else (made,)
+            if not args or any(a is None for a in args):
+                raise ValueError(f"cache {_name(self.cache)} returned {describe(made)}: give the tensors apply takes "
+                                 f"after q and k, e.g. (cos, sin) ({where})")
+            where += f", with cache {_name(self.cache)}'s output"
+        out = _guarded(self.apply, (q, k, *args), f"apply kernel {self.label}", where)
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             got = type(out).__name__ + (f" of shape {tuple(out.shape)}" if hasattr(out, "shape") else "")
-            raise ValueError(f"kernel {self.label} returned a {got}, not (q_rot, k_rot) ({where})")
+            raise ValueError(f"apply kernel {self.label} returned a {got}, not (q_rot, k_rot) ({where})")
         return self._array(out[0], "q_rot", n, where), self._array(out[1], "k_rot", n, where)
 
     def _array(self, t: Any, what: str, n: int, where: str) -> F64:
         shape = getattr(t, "shape", None)
         if shape is None or tuple(shape) != (n, self.head_dim):
-            raise ValueError(f"kernel {self.label} returned {what} of shape "
+            raise ValueError(f"apply kernel {self.label} returned {what} of shape "
                              f"{None if shape is None else tuple(shape)}, not q's ({n}, {self.head_dim}) ({where})")
         if hasattr(t, "detach"):
             import torch
@@ -182,7 +180,7 @@ class _Kernel:
         try:
             return np.asarray(t).astype(np.float64)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"kernel {self.label} returned {what} that is no array ({where}): {e}") from None
+            raise ValueError(f"apply kernel {self.label} returned {what} that is no array ({where}): {e}") from None
 
     def pairs(self, start: int, stop: int) -> tuple[F64, F64, F64]:
         """(rows, x, y) of the measured tensor for positions start..stop-1: its whole rotated rows and each
@@ -197,6 +195,14 @@ class _Kernel:
             self.k_same = False
         rows = q if self.measure == "q" else k
         return rows, rows[:, self.x], rows[:, self.y]
+
+
+def _guarded(fn: Any, args: tuple[Any, ...], label: str, where: str) -> Any:
+    """``fn(*args)``; any exception becomes ValueError naming ``label`` and ``where``."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        raise ValueError(f"{label} raised {type(e).__name__} at {where}: {' '.join(str(e).split())[:300]}") from None
 
 
 def _signed(x: F64, y: F64, start: int, theta: F64) -> F64:
@@ -227,7 +233,7 @@ def _probe(kernel: _Kernel, make_other: Callable[[], _Kernel], length: int) -> N
     n = min(PROBE, length)
     lo, hi, bad = _spread(kernel, n)
     if bad is not None:
-        raise ValueError(f"kernel {kernel.label} returned inf or nan at position {bad} (dtype {kernel.dtype.name}): "
+        raise ValueError(f"apply kernel {kernel.label} returned inf or nan at position {bad} (dtype {kernel.dtype.name}): "
                          "a rotation of a unit vector is finite")
     tol = max(0.05, 8 * 2.0 ** -(kernel.dtype.significand_bits - 1))  # the data's rounding, with room
     if hi > 0 and hi - lo <= tol * hi:
