@@ -314,3 +314,18 @@ def test_assert_rotary_kernel() -> None:
     assert "broken" in text and "colliding" in text
     with pytest.raises(AssertionError, match="max rotation error <= 0.001 rad"):
         testing.assert_rotary_kernel(_neox(inv), s, length=8192, max_rotation_error=1e-3)
+
+
+def test_docs_drop_in_example_runs() -> None:
+    """docs/kernels.md's drop-in pytest file, as it stands: its test functions pass."""
+    import re
+
+    page = (Path(__file__).parent.parent / "docs" / "kernels.md").read_text()
+    m = re.search(r"<!-- kernel-example -->\n```python\n(.*?)```", page, re.S)
+    assert m is not None, "docs/kernels.md has no kernel-example block"
+    namespace: dict[str, Any] = {}
+    exec(compile(m.group(1), "docs/kernels.md", "exec"), namespace)
+    tests = [f for n, f in namespace.items() if n.startswith("test_") and callable(f)]
+    assert len(tests) == 2
+    for f in tests:
+        assert f() is None
