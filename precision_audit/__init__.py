@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562): a command impo
     from .rope import preset as rope_preset
     from .rope.attention import attention_errors
     from .sinusoidal import audit_sinusoidal
-    from .trace import TraceResult
+    from .trace import KernelRow, TraceResult, audit_rotary_kernel
     from .trace import trace as trace_code
 
 # public name: (module, attribute there)
@@ -59,6 +59,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "rope_preset": ("rope", "preset"),
     "audit_sinusoidal": ("sinusoidal", "audit_sinusoidal"),
     "TraceResult": ("trace", "TraceResult"),
+    "KernelRow": ("trace", "KernelRow"),
+    "audit_rotary_kernel": ("trace", "audit_rotary_kernel"),
     "trace_code": ("trace", "trace"),
 }
 
@@ -82,6 +84,7 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMATS",
     "Format",
+    "KernelRow",
     "PositionRow",
     "RopeSchedule",
     "TraceResult",
@@ -92,6 +95,7 @@ __all__ = [
     "audit_config",
     "audit_positions",
     "audit_rope",
+    "audit_rotary_kernel",
     "audit_sinusoidal",
     "bottom_line",
     "format_names",

@@ -12,7 +12,9 @@ rows, their verdict and the limit they crossed), so a failing CI log says why.
   through the tool's own schedules (:mod:`precision_audit.config`), on a
   recipe or on the code path of an inference stack (``stack=``);
 * :func:`assert_rope`: a schedule and a RoPE recipe or stack (``stack=``);
-* :func:`assert_positions`: position ids cast to a format.
+* :func:`assert_positions`: position ids cast to a format;
+* :func:`assert_rotary_kernel`: an apply-style rotary kernel (``apply(q, k, positions) -> (q_rot, k_rot)``)
+  run on unit vectors (:func:`precision_audit.audit_rotary_kernel`).
 
 The default limit is the verdict rule of :mod:`precision_audit.verdicts`: a
 row passes when it is ``safe`` (no collision, every pairwise rotation error
@@ -47,6 +49,7 @@ __all__ = [
     "assert_positions",
     "assert_rope",
     "assert_rope_module",
+    "assert_rotary_kernel",
 ]
 
 
@@ -143,6 +146,61 @@ def assert_rope_module(
             + f"\n\nreference: {schedule.describe()} (float64, exact m * theta_i); errors in rad, pi = phase lost."
             + "\nA float32 inv_freq buffer downcast by model.to(dtype) gives errors like these; keep it float32 "
               "(or rebuild it) after casting the model.")
+
+
+def assert_rotary_kernel(
+    apply: Any,
+    schedule: Any,
+    *,
+    length: int = 1 << 20,
+    dtype: str = "bfloat16",
+    layout: str = "neox",
+    cache: Any = None,
+    tensors: str = "torch",
+    max_rotation_error: float | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> None:
+    """Fail unless an apply-style rotary kernel rotates accurately at positions 0..length-1 in ``dtype``.
+
+    Measured by :func:`precision_audit.audit_rotary_kernel` (unit vectors per frequency pair in ``layout``,
+    ``neox`` or ``gptj``; ``cache`` and ``tensors`` as it takes them; default length 1M positions) against
+    the float64 ``schedule`` (a :class:`~precision_audit.rope.RopeSchedule` or a config).  Passes when the
+    verdict is ``safe`` (or, with ``max_rotation_error``, when the max rotation error is at most that many
+    rad) and no position collides.  A kernel that raises or does not rotate the layout's pairs: ValueError.
+
+    >>> import torch
+    >>> s = RopeSchedule(head_dim=64)
+    >>> def rope(q, k, positions, pos_dtype=torch.int64):  # NeoX, float32 angles
+    ...     a = positions.to(pos_dtype)[:, None].float() * torch.tensor(s.inv_freq_in("float32"))
+    ...     cos, sin = torch.cat((a, a), -1).cos().to(q.dtype), torch.cat((a, a), -1).sin().to(q.dtype)
+    ...     half = lambda x: torch.cat((-x[:, 32:], x[:, :32]), -1)
+    ...     return q * cos + half(q) * sin, k * cos + half(k) * sin
+    >>> assert_rotary_kernel(rope, s, length=32768)
+    >>> try:  # positions rounded to bfloat16 (Baichuan's bug)
+    ...     assert_rotary_kernel(lambda q, k, p: rope(q, k, p, torch.bfloat16), s, length=32768)
+    ... except AssertionError as e:
+    ...     print(str(e).splitlines()[0])
+    rotary kernel <lambda> (neox) fails at length 32768 in bfloat16 (limit: verdict safe: no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad)
+    """
+    from .trace import audit_rotary_kernel
+
+    max_rotation_error, tolerance = _check_limits(max_rotation_error, tolerance)
+    length = check_length(length)
+    (r,) = audit_rotary_kernel(apply, schedule, length, dtype, layout=layout, cache=cache, tensors=tensors)
+    if _fails(r.max_rotation_error, r.colliding_positions, r.cache_bound, max_rotation_error, tolerance,
+              r.pair_errors):
+        cols = _ROPE_COLUMNS[:-1] + [("first nonfinite", lambda d: "-" if d["first_nonfinite"] is None
+                                      else d["first_nonfinite"])]
+        cols += [(f"pair err D={p.distance}", (lambda v: lambda _: f"{v:.3g}")(p.max_rotation_error))
+                 for p in r.pair_errors] + [_ROPE_COLUMNS[-1]]
+        raise AssertionError(
+            f"rotary kernel {r.kernel} ({r.layout}) fails at length {r.length} in {r.dtype} "
+            f"(limit: {_limit_text(max_rotation_error, tolerance, r.cache_bound)})\n\n"
+            + _table([r.to_dict()], cols)
+            + f"\n\nreference: {r.schedule} (float64, exact m * theta_i); angles read from the rotated (1, 0) "
+              "pairs of q; errors in rad, pi = phase lost."
+            + "\nColliding positions mean the kernel's positions were rounded (a bfloat16 or float16 arange or "
+              "cast): keep positions integer or float32 and build the angles in float32.")
 
 
 # --------------------------------------------------------------------------- schedules and configs

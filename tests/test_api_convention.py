@@ -30,6 +30,7 @@ def _dicts(rows):
     (audit_relative_sinusoid, ["d_model", "paths", "klens", "dtypes"]),
     (audit_learned, ["paths", "lengths", "dtypes"]),
     (pa.audit_positions, ["lengths", "dtypes"]),
+    (pa.audit_rotary_kernel, ["apply", "schedule", "lengths", "dtypes"]),
 ])
 def test_positional_order_and_keyword_only_options(fn, names):
     params = inspect.signature(fn).parameters.values()

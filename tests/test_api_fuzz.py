@@ -56,6 +56,14 @@ class Rotary(torch.nn.Module):
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
 
+def _kernel(q, k, positions):
+    """An apply-style NeoX kernel (head_dim 8): float32 angles, the rotation in the data's dtype."""
+    a = positions[:, None].float() * (1.0 / 10000.0 ** (torch.arange(0, 8, 2).float() / 8))
+    cos, sin = torch.cat((a, a), -1).cos().to(q.dtype), torch.cat((a, a), -1).sin().to(q.dtype)
+    half = lambda x: torch.cat((-x[:, 4:], x[:, :4]), -1)  # noqa: E731
+    return q * cos + half(q) * sin, k * cos + half(k) * sin
+
+
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8, "max_position_embeddings": 64}
 
 # name -> (callable, factory of valid keyword arguments); every argument is perturbed in turn
@@ -104,6 +112,16 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
                                                rope=None)),
     "TraceResult": (pa.TraceResult, lambda: dict(target="t", length=64, dtype="bfloat16", lines=(), final_error=0.0,
                                                  ops=(), operands=())),
+    "audit_rotary_kernel": (pa.audit_rotary_kernel, lambda: dict(
+        apply=_kernel, schedule=RopeSchedule(head_dim=8), lengths=[32, 64], dtypes="bf16", layout="neox", cache=None,
+        tensors="torch", measure="q", match=False, chunk=16, distances=None, progress=None)),
+    "KernelRow": (pa.KernelRow, lambda: dict(kernel="k", layout="neox", measured="q", dtype="bfloat16", length=64,
+                                             schedule="s", max_rotation_error=0.0, mean_rotation_error=0.0,
+                                             colliding_positions=0, first_nonfinite=None, k_same_as_q=True,
+                                             cache_bound=0.003, ratio=0.0, verdict="safe")),
+    "testing.assert_rotary_kernel": (testing.assert_rotary_kernel, lambda: dict(
+        apply=_kernel, schedule=RopeSchedule(head_dim=8), length=64, dtype="bf16", layout="neox", cache=None,
+        tensors="torch", max_rotation_error=None, tolerance=8.0)),
     "keep_rotary_fp32": (pa.keep_rotary_fp32, lambda: dict(model=torch.nn.Sequential(torch.nn.Linear(2, 2),
                                                                                         Rotary()))),
     "release_rotary_fp32": (pa.release_rotary_fp32, lambda: dict(model=torch.nn.Sequential(Rotary()))),

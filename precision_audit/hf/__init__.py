@@ -43,7 +43,8 @@ from .classes import (
     find_rotary_classes,
     unknown_model_type,
 )
-from .modules import DIAGNOSES, ModuleRow, audit_rope_module, match_recipe, module_bottom_line, reference_schedule
+from .modules import (DIAGNOSES, ModuleRow, RotationErrors, audit_rope_module, match_recipe, module_bottom_line,
+                      reference_schedule, rotation_pass)
 from .scan import VERDICTS, ScanRow, _Found, damage_threshold, rotary_classes, scan
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "VERDICTS",
     "AlibiBuilderRow",
     "ModuleRow",
+    "RotationErrors",
     "ScanRow",
     "TransformersMissing",
     "audit_alibi_builder",
@@ -69,6 +71,7 @@ __all__ = [
     "reference_schedule",
     "require_transformers",
     "rotary_classes",
+    "rotation_pass",
     "scan",
     "unknown_model_type",
     "schedule_from_config",

@@ -45,10 +45,12 @@ from ..rope.schedules import RopeSchedule
 __all__ = [
     "DIAGNOSES",
     "ModuleRow",
+    "RotationErrors",
     "audit_rope_module",
     "match_recipe",
     "module_bottom_line",
     "reference_schedule",
+    "rotation_pass",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -160,12 +162,71 @@ def _scale(module: Any, layer_type: str | None) -> float:
 
 
 @dataclass(frozen=True)
-class _Errors:
+class RotationErrors:
+    """Rotation errors of stored rotations over positions 0..length-1 (rad, against the oracle): max and mean
+    over positions and columns, positions whose whole stored row equals the previous one's, the pair errors
+    (:class:`~precision_audit.rope.PairError`) and the first position with a non-finite error (None: none)."""
+
     length: int
     max_rotation_error: float
     mean_rotation_error: float
     colliding_positions: int
     pair_errors: tuple[PairError, ...] = ()
+    first_nonfinite: int | None = None
+
+
+Block = Callable[[int, int], tuple[F64, F64]]
+"""``block(start, stop) -> (rows, signed)`` for positions start..stop-1: the stored rows (any width, compared
+for collisions) and the signed rotation errors ``wrap(atan2 - exact)`` (one column per pair; nan where not
+finite)."""
+
+
+def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, *,
+                  shifted: Callable[[int, int], F64] | None = None, progress: Callable[[int], None] | None = None,
+                  distances: Sequence[int] | None = ()) -> list[RotationErrors]:
+    """One chunked pass over positions 0..max(lengths)-1 of a code path's stored rotations; prefix reductions
+    give every length (and the pair errors at ``distances``, :class:`~precision_audit.rope.pairs.PairPass`:
+    () none, None the defaults; a distance above ``chunk`` takes its earlier positions' signed errors from
+    ``shifted(a, b)``, default ``block(a, b)[1]``).  ``width``: the columns of ``signed``.  A chunk never
+    straddles a length.  Used for live rotary modules (:func:`audit_rope_module`) and apply kernels
+    (:func:`precision_audit.trace.audit_rotary_kernel`).
+
+    >>> def block(a, b):  # positions 0..b-1 rotated exactly, except position 5 (0.5 rad too far)
+    ...     e = np.zeros((b - a, 1)); e[(np.arange(a, b) == 5)] = 0.5
+    ...     return np.arange(a, b, dtype=float)[:, None], e
+    >>> [(r.length, r.max_rotation_error, r.colliding_positions) for r in rotation_pass(block, 1, [4, 8], 3)]
+    [(4, 0.0, 0), (8, 0.5, 0)]
+    """
+    shifted = shifted if shifted is not None else (lambda a, b: block(a, b)[1])
+    pairs = None if distances == () else PairPass(lengths, distances, chunk, width)
+    worst, total, collisions, first_bad = 0.0, 0.0, 0, None
+    last: F64 | None = None
+    out, start = [], 0
+    for L in sorted(lengths):
+        while start < L:
+            stop = min(L, start + chunk)
+            rows, signed = block(start, stop)
+            prev = rows if last is None else np.concatenate([last[None, :], rows])
+            same = (prev[1:] == prev[:-1]) | (np.isnan(prev[1:]) & np.isnan(prev[:-1]))
+            collisions += int(np.count_nonzero(same.all(axis=1)))
+            last = rows[-1].copy()
+            if pairs is not None:
+                pairs.add(signed, start, stop, shifted)
+            err = np.abs(signed)
+            mx = float(err.max())
+            if not math.isfinite(mx):
+                bad = ~np.isfinite(err)
+                if first_bad is None:
+                    first_bad = start + int(np.argmax(bad.any(axis=1)))
+                err[bad] = math.pi
+                mx = float(err.max())
+            worst, total = max(worst, mx), total + float(err.sum())
+            if progress is not None:
+                progress(stop - start)
+            start = stop
+        out.append(RotationErrors(L, worst, total / (L * width), collisions,
+                                  () if pairs is None else pairs.errors(L), first_bad))
+    return out
 
 
 class _Caller:
@@ -203,7 +264,7 @@ class _Caller:
 
 def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dtype: Any, layer_type: str | None,
                  chunk: int | None, progress: Callable[[int], None] | None,
-                 distances: Sequence[int] | None = ()) -> list[_Errors]:
+                 distances: Sequence[int] | None = ()) -> list[RotationErrors]:
     """One pass per frequency group over positions 0..L-1; prefix reductions give every length (and the pair
     errors at ``distances``, :class:`~precision_audit.rope.pairs.PairPass`: () none, None the defaults)."""
     _, tdt = _torch_dtype(dtype)
@@ -212,35 +273,16 @@ def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dt
     for L in lengths:
         groups.setdefault(schedule.frequency_key(L), []).append(L)
     chunk = default_chunk(nf) if chunk is None else chunk
-    out: list[_Errors] = []
+    out: list[RotationErrors] = []
     # groups in ascending order: a dynamic module keeps the largest frequencies it has grown to
     for key, ls in sorted(groups.items(), key=lambda kv: max(kv[1])):
-        theta = schedule.inv_freq(key)
-        caller = _Caller(module, tdt, nf, layer_type, max(ls), theta)
-        pairs = None if distances == () else PairPass(ls, distances, chunk, nf)
-        worst, total, collisions = 0.0, 0.0, 0
-        last: F64 | None = None
-        start = 0
-        for L in sorted(ls):
-            while start < L:
-                stop = min(L, start + chunk)
-                n = stop - start
-                c, s = caller.cos_sin(start, stop)
-                rows = np.concatenate([c, s], axis=1)
-                prev = rows if last is None else np.concatenate([last[None, :], rows])
-                same = (prev[1:] == prev[:-1]) | (np.isnan(prev[1:]) & np.isnan(prev[:-1]))
-                collisions += int(np.count_nonzero(same.all(axis=1)))
-                last = rows[-1].copy()
-                signed = caller.signed(c, s, start, stop)
-                if pairs is not None:
-                    pairs.add(signed, start, stop, caller.shifted)
-                err = np.abs(signed)
-                err[~np.isfinite(err)] = math.pi
-                worst, total = max(worst, float(err.max())), total + float(err.sum())
-                if progress is not None:
-                    progress(n)
-                start = stop
-            out.append(_Errors(L, worst, total / (L * nf), collisions, () if pairs is None else pairs.errors(L)))
+        caller = _Caller(module, tdt, nf, layer_type, max(ls), schedule.inv_freq(key))
+
+        def block(start: int, stop: int, caller: _Caller = caller) -> tuple[F64, F64]:
+            c, s = caller.cos_sin(start, stop)
+            return np.concatenate([c, s], axis=1), caller.signed(c, s, start, stop)
+
+        out += rotation_pass(block, nf, ls, chunk, shifted=caller.shifted, progress=progress, distances=distances)
     return sorted(out, key=lambda e: e.length)
 
 

@@ -6,6 +6,8 @@
   the fixes.
 * :mod:`.target`: what runs (a config.json, ``package.module:factory``, a module) and how it is called.
 * :mod:`.audit`: :func:`trace`, the entry point.
+* :mod:`.kernel`: :func:`audit_rotary_kernel`, the harness for apply-style rotary kernels (q, k, positions ->
+  rotated q, k) on unit vectors, against the exact schedule.
 
 torch is imported when a function needs it; transformers only for a config.json target or the RoPE audit.
 
@@ -22,9 +24,11 @@ torch is imported when a function needs it; transformers only for a config.json 
 from __future__ import annotations
 
 from .audit import MAX_TRACE_LENGTH, TraceResult, trace
+from .kernel import DEFAULT_KERNEL_LENGTHS, LAYOUTS, KernelRow, audit_rotary_kernel, pair_dims
 from .report import CULPRIT_SHARE, NARROW, TraceOp, TraceOperand
 from .shadow import OperandRecord, OpRecord, Traced, run_traced
 from .target import Target, calling_convention, load_target
 
-__all__ = ["CULPRIT_SHARE", "MAX_TRACE_LENGTH", "NARROW", "OpRecord", "OperandRecord", "Target", "TraceOp",
-           "TraceOperand", "TraceResult", "Traced", "calling_convention", "load_target", "run_traced", "trace"]
+__all__ = ["CULPRIT_SHARE", "DEFAULT_KERNEL_LENGTHS", "LAYOUTS", "MAX_TRACE_LENGTH", "NARROW", "KernelRow",
+           "OpRecord", "OperandRecord", "Target", "TraceOp", "TraceOperand", "TraceResult", "Traced",
+           "audit_rotary_kernel", "calling_convention", "load_target", "pair_dims", "run_traced", "trace"]

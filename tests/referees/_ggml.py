@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MODES", "ggml_mrope_angles", "ggml_rope_angles", "libm_cosf_sinf"]
+__all__ = ["MODES", "ggml_mrope_angles", "ggml_rope_angles", "ggml_rope_apply", "libm_cosf_sinf"]
 
 MODES: dict[str, int] = {"normal": 0, "neox": 2}  # GGML_ROPE_TYPE_NORMAL, GGML_ROPE_TYPE_NEOX (ggml.h)
 _DTYPES: dict[str, tuple[str, Any]] = {"f32": ("GGML_TYPE_F32", np.float32), "f16": ("GGML_TYPE_F16", np.float16)}
@@ -92,7 +92,8 @@ def _split(out: npt.NDArray[Any], n_dims: int, mode: str) -> tuple[npt.NDArray[n
 
 
 def _run_chunk(g: Any, pos: npt.NDArray[np.int32], n_dims: int, mode: str, dtype: str,
-               ff: npt.NDArray[np.float32] | None, params: tuple[float, ...], n_ctx_orig: int) -> npt.NDArray[Any]:
+               ff: npt.NDArray[np.float32] | None, params: tuple[float, ...], n_ctx_orig: int,
+               data: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
     n = pos.size
     type_name, np_type = _DTYPES[dtype]
     gtype = getattr(g, type_name)
@@ -106,7 +107,8 @@ def _run_chunk(g: Any, pos: npt.NDArray[np.int32], n_dims: int, mode: str, dtype
         a = g.ggml_new_tensor_3d(ctx, gtype, n_dims, 1, n)  # ne0 = head dim, ne1 = 1 head, ne2 = tokens
         b = g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_I32, n)
         # the arrays are bound to names so they outlive the copies (a temporary's .ctypes.data would dangle)
-        rows = np.ascontiguousarray(np.broadcast_to(_input_row(n_dims, mode).astype(np_type), (n, n_dims)))
+        src = np.broadcast_to(_input_row(n_dims, mode), (n, n_dims)) if data is None else data
+        rows = np.ascontiguousarray(np.asarray(src, dtype=np.float32).astype(np_type))
         pos32 = np.ascontiguousarray(pos, dtype=np.int32)
         ctypes.memmove(g.ggml_get_data(a), rows.ctypes.data, rows.nbytes)
         ctypes.memmove(g.ggml_get_data(b), pos32.ctypes.data, pos32.nbytes)
@@ -193,3 +195,20 @@ def ggml_mrope_angles(positions: npt.NDArray[np.integer], n_dims: int, freq_base
     finally:
         g.ggml_free(ctx)
     return _split(out, n_dims, "neox")
+
+
+def ggml_rope_apply(x: npt.ArrayLike, positions: Sequence[int] | npt.NDArray[np.integer], freq_base: float,
+                    mode: str = "neox", dtype: str = "f32") -> npt.NDArray[np.float64]:
+    """ggml's rope op on the given rows ``x`` (n, n_dims), one head per token at ``positions``: the rotated rows
+    as float64 (the op's stored float32 or float16 values).  The apply-kernel form of :func:`ggml_rope_angles`
+    (no YaRN, no factors), for the rotary-kernel harness."""
+    import ggml.ggml as g
+
+    pos = np.asarray(positions, dtype=np.int64)
+    data = np.asarray(x, dtype=np.float64)
+    n_dims = data.shape[1]
+    _check(pos, n_dims, mode, dtype, None)
+    params = (freq_base, 1.0, 0.0, 1.0, 32.0, 1.0)
+    parts = [_run_chunk(g, pos[i:i + _CHUNK].astype(np.int32), n_dims, mode, dtype, None, params, 0,
+                        data[i:i + _CHUNK]) for i in range(0, pos.size, _CHUNK)]
+    return np.concatenate(parts).astype(np.float64)
