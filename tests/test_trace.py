@@ -116,6 +116,42 @@ def test_cumsum_of_a_mask_is_followed():
     assert r.culprits[0].op.startswith("aten._to_copy") and r.culprits[0].first_inexact == BF16_FIRST_INEXACT
 
 
+def test_positions_written_into_a_view_make_its_base_derived():
+    """``cache[:, 0] = bf16 positions`` (an in-place copy into a view of a plain tensor): the cache is followed
+    after the write. Closed form: bf16 spacing on [512, 1024) is 4, so positions below 600 are off by up to 2,
+    and the cache times 2 by up to 4; the first inexact position is 257 (then 514 after doubling)."""
+    def written(pos):
+        cache = torch.zeros(pos.shape[-1], 4)
+        cache[:, 0] = pos[0].to(torch.bfloat16).float()
+        return cache * 2.0
+
+    r = trace(written, inputs={"pos": torch.arange(600)[None]}, positions=["pos"])
+    assert r.final_error == 4.0
+    last = r.ops[-1]
+    assert last.op == "aten.mul.Tensor" and last.error == 4.0 and last.first_inexact == 2 * BF16_FIRST_INEXACT
+    assert r.culprits[0].op.startswith("aten._to_copy") and r.culprits[0].first_inexact == BF16_FIRST_INEXACT
+
+
+def test_reruns_reusing_the_main_runs_outputs_are_the_full_reruns():
+    """The reruns that reuse the main run's outputs outside the fixed op's reach give the same outputs, bit for
+    bit, as reruns that compute every op (transformers' Llama rotary module, cast to bf16)."""
+    from precision_audit.trace.shadow import Kept
+    from precision_audit.trace.target import load_target
+
+    mod = load_target("tests/data/llama-3.1-8b.json", "bfloat16").fn
+    args = (torch.zeros(1, 3000, 1, dtype=torch.bfloat16), torch.arange(3000)[None])
+    names = dict(mod.named_buffers())
+    keep = Kept()
+    first = run_traced(mod, args, seeds=[1], names=names, keep=keep)
+    assert keep.usable and keep.outputs
+    fixed = [r.index for r in first.records if r.added > 0]
+    assert fixed
+    for i in fixed:
+        a = run_traced(mod, args, seeds=[1], names=names, fix=i, keep=keep).outputs
+        b = run_traced(mod, args, seeds=[1], names=names, fix=i).outputs
+        assert all(torch.equal(x, y) for x, y in zip(a, b)) and len(a) == len(b) == 2
+
+
 # --------------------------------------------------------------------------- referee: mpmath
 
 

@@ -63,7 +63,7 @@ def _describe(model: Any, mrope: Any, image: Any, video: Any, text: int, maxima:
     from ..rope.axes import AXES, FAMILIES, grid, video_grid
 
     lay = "interleaved" if mrope.interleaved else "contiguous"
-    lines = [f"M-RoPE sections: " + ", ".join(f"{a} {n}" for a, n in zip(AXES, mrope.section))
+    lines = ["M-RoPE sections: " + ", ".join(f"{a} {n}" for a, n in zip(AXES, mrope.section))
              + f" frequencies ({lay}) of {sum(mrope.section)}"]
     m = mrope.spatial_merge_size
     if image is not None:

@@ -28,7 +28,7 @@ from ..checks import ArgumentTypeError, check_flag, check_int, describe
 from ..formats import Format, get_format
 from ..rows import Row
 from .report import TraceOp, TraceOperand, culprits, op_rows, operand_rows, summary_lines
-from .shadow import Traced, error_between, run_traced
+from .shadow import Kept, Traced, error_between, run_traced
 from .target import Target, calling_convention, check_inputs, load_target, takes_layer_type
 
 __all__ = ["MAX_TRACE_LENGTH", "TraceResult", "trace"]
@@ -163,9 +163,9 @@ def _schedule(t: Target, layer_type: str | None, schedule: Any) -> Any:
 
 
 def _run(fn: Any, args: tuple, kwargs: dict, seeds: list[Any], names: dict[str, Any], label: str,
-         fix: int | None = None) -> Traced:
+         fix: int | None = None, keep: Kept | None = None) -> Traced:
     try:
-        return run_traced(fn, args, kwargs, seeds=seeds, names=names, fix=fix)
+        return run_traced(fn, args, kwargs, seeds=seeds, names=names, fix=fix, keep=keep)
     except ValueError as e:
         if "position input" in str(e):
             raise
@@ -234,7 +234,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     names = dict(fn.named_buffers()) if hasattr(fn, "named_buffers") else {}
     if hasattr(fn, "named_parameters"):
         names.update(dict(fn.named_parameters()))
-    first = _run(fn, args, kwargs, seeds, names, t.label)
+    keep = Kept()
+    first = _run(fn, args, kwargs, seeds, names, t.label, keep=keep)
     if not first.records:
         raise ValueError(f"{t.label}: no op used a position input or made positions (arange): nothing to trace")
     before = _output_errors(first, first.shadows)
@@ -242,8 +243,9 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     explained: dict[int, float] = {}
     for rec in first.records:
         if rec.added > 0 and final > 0:
-            again = _run(fn, args, kwargs, seeds, names, t.label, fix=rec.index)
+            again = _run(fn, args, kwargs, seeds, names, t.label, fix=rec.index, keep=keep)
             explained[rec.index] = _share(before, _output_errors(again, first.shadows))
+    keep.drop()
     ops = op_rows(first.records, first.producers, explained)
     operands = operand_rows(first.operands)
     lines = summary_lines(ops, operands, final, length, _CAST_FIX)

@@ -30,9 +30,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OpRecord", "OperandRecord", "Traced", "error_between", "run_traced"]
+__all__ = ["Kept", "OpRecord", "OperandRecord", "Traced", "error_between", "run_traced"]
 
 _FACTORIES = ("aten.arange", "aten.linspace", "aten.range")
+# ops that move or copy values without computing new ones: they add no rounding of their own (``added`` 0, not
+# rerun in float64 for it)
+_EXACT_OPS = frozenset(f"aten.{n}" for n in (
+    "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "permute", "transpose", "t", "slice",
+    "select", "cat", "stack", "clone", "alias", "contiguous", "flatten", "unflatten", "repeat", "detach",
+    "index_select", "narrow", "split", "split_with_sizes", "chunk", "unbind", "flip", "roll", "lift_fresh"))
+# of those, the ops whose output holds every value of every input and no other value: the error they carry is the
+# largest their derived inputs carry (computed, not measured again)
+_SAME_VALUES = frozenset(f"aten.{n}" for n in (
+    "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "permute", "transpose", "t", "clone",
+    "alias", "contiguous", "flatten", "unflatten", "repeat", "detach", "flip", "roll", "lift_fresh", "cat", "stack"))
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SKIP_FILES = {os.path.join(_HERE, f) for f in ("shadow.py", "audit.py")}  # the tracer's frames are not "where"
 
@@ -92,14 +103,71 @@ def error_between(real: Any, shadow: Any) -> float:
         return 0.0
     if real.dtype == torch.bool or real.is_complex():
         return float((real != shadow.to(real.dtype)).any())
-    a, b = real.detach().double(), shadow.detach().double()
-    if a.shape != b.shape:
+    if real.shape != shadow.shape:
         return math.inf
+    (top,) = _max_abs_diffs(real, [shadow])  # NaN when any difference is NaN (inf - inf, or a NaN on one side)
+    return top if math.isfinite(top) else _error_slow(real, shadow)
+
+
+_BLOCK = 1 << 15  # elements per step of a comparison: its float64 scratch stays in the CPU's cache
+
+
+def _max_abs_diffs(real: Any, others: Sequence[Any]) -> list[float]:
+    """max |real - other| in float64 for each of ``others`` (same shape), in cache-sized blocks: each block of
+    ``real`` converted to float64 once (exact), each difference rounded once; NaN where a difference is NaN."""
+    import torch
+
+    r = real.detach().reshape(-1)
+    os_ = [o.detach().reshape(-1) for o in others]
+    n = r.numel()
+    k = min(n, _BLOCK)
+    up, diff = torch.empty(k, dtype=torch.float64), torch.empty(k, dtype=torch.float64)
+    tops = [torch.zeros((), dtype=torch.float64) for _ in os_]
+    for a in range(0, n, k):
+        m = min(n, a + k) - a
+        u, d = up[:m], diff[:m]
+        u.copy_(r[a:a + m])
+        for j, o in enumerate(os_):
+            torch.sub(u, o[a:a + m], out=d)
+            tops[j] = torch.maximum(tops[j], d.abs_().max())
+    return [float(t) for t in tops]
+
+
+def _errors(real: Any, shadow: Any, local: Any, carried: float | None) -> tuple[float, float]:
+    """(max |real - shadow|, max |real - local|) of one op's output: ``carried`` when the op only moves values
+    (the largest error its inputs carry), and 0 added without ``local``; one float64 copy of ``real`` for both."""
+    import torch
+
+    simple = (isinstance(real, torch.Tensor) and real.numel() > 0 and real.dtype != torch.bool
+              and not real.is_complex())
+    if not simple or carried is not None and local is None:
+        return (error_between(real, shadow) if carried is None else carried,
+                0.0 if local is None else error_between(real, local))
+    if local is None or not isinstance(local, torch.Tensor) or local.shape != real.shape \
+            or shadow.shape != real.shape:
+        return error_between(real, shadow), 0.0 if local is None else error_between(real, local)
+    err, add = _max_abs_diffs(real, [shadow, local])
+    if not math.isfinite(err):
+        err = _error_slow(real, shadow)
+    if not math.isfinite(add):
+        add = _error_slow(real, local)
+    return err, add
+
+
+def _error_slow(real: Any, shadow: Any) -> float:
+    """:func:`error_between` where a difference is not finite: equal values (infinities, NaN beside NaN) count 0,
+    the rest inf."""
+    import torch
+
+    a, b = real.detach().double(), shadow.detach().double()
     d = (a - b).abs()
     same = (a == b) | (a.isnan() & b.isnan())
     d = torch.where(same, torch.zeros_like(d), d)
     d = torch.where(d.isnan(), torch.full_like(d, math.inf), d)
     return float(d.max())
+
+
+_PREFIX = 4096  # elements checked first: a shadow with a non-integer there is not integer-valued
 
 
 def _first_inexact(real: Any, shadow: Any) -> int | None:
@@ -108,11 +176,50 @@ def _first_inexact(real: Any, shadow: Any) -> int | None:
 
     if real.numel() == 0 or real.dtype == torch.bool or real.is_complex() or real.shape != shadow.shape:
         return None
-    s = shadow.detach().double().reshape(-1)
-    if not bool((s == s.round()).all()):
-        return None
-    bad = (real.detach().double().reshape(-1) != s).nonzero()
+    s = shadow.detach().reshape(-1)
+    if s.is_floating_point():
+        head = s[:_PREFIX]
+        if not bool((head == head.round()).all()) or not bool((s == s.round()).all()):
+            return None
+    bad = (real.detach().reshape(-1).double() != s.double()).nonzero()
     return None if bad.numel() == 0 else int(s[int(bad[0])])
+
+
+def _mutates(func: Any) -> bool:
+    """Whether an op writes into one of its arguments (in place, or ``out=``); unknown: True."""
+    return bool(getattr(getattr(func, "_schema", None), "is_mutable", True))
+
+
+class Kept:
+    """The real outputs of a main run's traced ops, by index, for the reruns to reuse where the fixed op's value
+    does not reach (:func:`run_traced` ``keep=``): up to ``budget`` bytes, and not when a traced op mutates a
+    tensor in place (a kept output could then change under a later rerun); otherwise ``usable`` is False and
+    the reruns compute every op."""
+
+    def __init__(self, budget: int = 2 << 30) -> None:
+        self.outputs: dict[int, Any] = {}
+        self.budget, self.size, self.usable = budget, 0, True
+
+    def add(self, index: int, out: Any, func: Any) -> None:
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        if not self.usable:
+            return
+        if _mutates(func):
+            self.drop()
+            return
+        if any(r.alias_info is not None for r in func._schema.returns):
+            return  # a view: made again in the rerun (free; a dispatch mode must return a fresh view)
+        self.size += sum(t.numel() * t.element_size() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+        if self.size > self.budget:
+            self.drop()
+            return
+        self.outputs[index] = out
+
+    def drop(self) -> None:
+        self.outputs.clear()
+        self.usable = False
 
 
 @dataclass
@@ -137,8 +244,11 @@ def _mode_class() -> type:
         return isinstance(t, torch.Tensor) and t.is_floating_point()
 
     class TraceMode(TorchDispatchMode):  # type: ignore[misc]
-        def __init__(self, seeds: Sequence[Any], names: dict[int, tuple[Any, str]], fix: int | None) -> None:
+        def __init__(self, seeds: Sequence[Any], names: dict[int, tuple[Any, str]], fix: int | None,
+                     keep: "Kept | None" = None) -> None:
             super().__init__()
+            self.keep = keep  # main run: the real outputs it keeps; rerun: those it may reuse
+            self.changed = WeakIdKeyDictionary()  # rerun: tensors whose values differ from the main run's
             self.shadow = WeakIdKeyDictionary()  # derived tensor -> its float64 (or integer) shadow
             self.names = WeakIdKeyDictionary()  # other tensor -> (name, origin dtype)
             for t, name in names.values():
@@ -149,6 +259,7 @@ def _mode_class() -> type:
             self.records: list[OpRecord] = []
             self.operands: dict[str, OperandRecord] = {}
             self.producer = WeakIdKeyDictionary()  # derived tensor -> index of the op that made it
+            self.error = WeakIdKeyDictionary()  # derived tensor -> the error it carries (max |real - shadow|)
             self.n_const = 0
 
         def _operand(self, t: Any, index: int) -> str:
@@ -191,6 +302,48 @@ def _mode_class() -> type:
                     origin = _dtype_name(tensors[0])
             self.names[out] = (name, origin)
 
+        def _write_through(self, outs: list[Any], shadows: list[Any]) -> None:
+            """An op that wrote into a view (``cache[:, 0] = positions``): the view's base now holds derived
+            values there, so the base is derived too; its shadow is its values with the view's region replaced
+            by the view's shadow (laid out with the base's strides, so the region is the same ``as_strided``)."""
+            for o, s in zip(outs, shadows):
+                base = o._base if isinstance(o, torch.Tensor) else None
+                if base is None or not isinstance(s, torch.Tensor):
+                    continue
+                old = self.shadow.get(base)
+                if not isinstance(old, torch.Tensor) or old.stride() != base.stride():
+                    old = torch.empty_strided(base.size(), base.stride(),
+                                              dtype=s.dtype if base.is_floating_point() else base.dtype)
+                    old.copy_(base.detach())
+                old.as_strided(o.size(), o.stride(), o.storage_offset() - base.storage_offset()).copy_(s)
+                self.shadow[base] = old
+                self.producer[base] = self.producer.get(o)
+                self.error[base] = error_between(base, old)
+
+        def _rerun(self, func: Any, name: str, args: tuple, kwargs: dict, kw64: dict, tensors: list[Any],
+                   index: int, factory: bool, upcast: Callable[[Any], Any]) -> Any:
+            """One op of a rerun: the fixed op in float64 on its real inputs; an op a changed value reaches in
+            float64 where a float64 input reaches it (type promotion; explicit casts still cast); any other op's
+            output is the main run's (when it kept them: the same values) or computed again."""
+            reached = any(t in self.changed for t in tensors)
+            if self.fix == index:
+                out = func(*tree_map(upcast, args), **kw64)
+            elif reached and any(is_float(t) and t.dtype == torch.float64 for t in tensors):
+                out = func(*tree_map(upcast, args), **kwargs)  # promotion after the fixed op
+            elif not reached and self.keep is not None and index in self.keep.outputs:
+                out = self.keep.outputs[index]
+            else:
+                out = func(*args, **kwargs)
+            for o in tree_flatten(out)[0]:  # the reruns need which tensors are derived, not their shadows
+                if isinstance(o, torch.Tensor):
+                    for t in ((o, o._base) if _mutates(func) and o._base is not None else (o,)):
+                        self.shadow[t] = True
+                        self.producer[t] = index
+                        if reached or self.fix == index:
+                            self.changed[t] = True
+            self.records.append(OpRecord(index, name, (), "", (), "", factory=factory))
+            return out
+
         def _traced(self, func: Any, name: str, args: tuple, kwargs: dict, tensors: list[Any], factory: bool) -> Any:
             index = len(self.records)
 
@@ -215,14 +368,20 @@ def _mode_class() -> type:
             def upcast(x: Any) -> Any:
                 return x.detach().double() if is_float(x) else x
 
-            if self.fix == index:
-                out = func(*tree_map(upcast, args), **kw64)
-            elif self.fix is not None and any(is_float(t) and t.dtype == torch.float64 for t in tensors):
-                out = func(*tree_map(upcast, args), **kwargs)  # promotion after the fixed op
+            if self.fix is not None:
+                return self._rerun(func, name, args, kwargs, kw64, tensors, index, factory, upcast)
+            out = func(*args, **kwargs)
+            if self.keep is not None:
+                self.keep.add(index, out, func)
+            shadow_args = tree_map(shadow_of, args)
+            base = name.rsplit(".", 1)[0]
+            local = None if base in _EXACT_OPS else func(*tree_map(upcast, args), **kw64)
+            if local is not None and all(self.error.get(t, 0.0) == 0.0 for t in tensors if t in self.shadow):
+                shadow_out = local  # every derived input exact so far: its shadow IS its value in float64
             else:
-                out = func(*args, **kwargs)
-            shadow_out = func(*tree_map(shadow_of, args), **kw64)
-            local = func(*tree_map(upcast, args), **kw64) if self.fix is None else None
+                shadow_out = func(*shadow_args, **kw64)
+            carried = max((self.error.get(t, 0.0) for t in tensors if t in self.shadow), default=0.0) \
+                if base in _SAME_VALUES and len(tree_flatten(out)[0]) == 1 else None
             outs, _ = tree_flatten(out)
             shadows, _ = tree_flatten(shadow_out)
             locals_ = tree_flatten(local)[0] if local is not None else [None] * len(outs)
@@ -235,10 +394,11 @@ def _mode_class() -> type:
                 if rec is None:
                     rec = OpRecord(index, name, tuple(_dtype_name(t) for t in tensors), _dtype_name(o),
                                    tuple(o.shape), _where(), factory=factory, operands=sorted(set(operands)))
-                    if self.fix is None:
-                        rec.error = error_between(o, s)
-                        rec.added = error_between(o, lo)
-                        rec.first_inexact = _first_inexact(o, s)
+                    rec.error, rec.added = _errors(o, s, lo, carried)
+                    rec.first_inexact = _first_inexact(o, s) if rec.error > 0 else None
+                self.error[o] = rec.error
+            if rec is not None and _mutates(func):
+                self._write_through(outs, shadows)
             if rec is None:  # a scalar result (e.g. .item()): still one traced op, so indices stay aligned
                 rec = OpRecord(index, name, tuple(_dtype_name(t) for t in tensors), type(out).__name__, (), _where(),
                                factory=factory, operands=sorted(set(operands)))
@@ -249,14 +409,16 @@ def _mode_class() -> type:
 
 
 def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
-               seeds: Sequence[int | str] = (), names: dict[str, Any] | None = None, fix: int | None = None
-               ) -> Traced:
+               seeds: Sequence[int | str] = (), names: dict[str, Any] | None = None, fix: int | None = None,
+               keep: Kept | None = None) -> Traced:
     """Call ``fn(*args, **kwargs)`` under the trace mode.
 
     ``seeds``: which arguments are position inputs (an index into ``args`` or a key of ``kwargs``);
     ``names``: tensors to name when they meet a derived tensor (``{"inv_freq": module.inv_freq}``);
     ``fix``: the index of the traced op to compute in float64 (see the module's docstring); with ``fix``
-    the records carry no errors.
+    the records carry no errors.  ``keep`` (:class:`Kept`): the main run (no ``fix``) keeps its ops' real
+    outputs there, and a rerun given the same object reuses them for the ops the fixed op does not reach
+    (the same values, not computed again).
     """
     import torch
     from torch.utils._pytree import tree_flatten
@@ -268,7 +430,7 @@ def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"position input {s!r} is {type(t).__name__}, not a tensor")
         seed_tensors.append(t)
-    mode = _mode_class()(seed_tensors, {id(t): (t, n) for n, t in (names or {}).items()}, fix)
+    mode = _mode_class()(seed_tensors, {id(t): (t, n) for n, t in (names or {}).items()}, fix, keep)
     with torch.no_grad(), mode:
         out = fn(*args, **kwargs)
     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
