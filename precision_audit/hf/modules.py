@@ -493,9 +493,10 @@ def audit_rope_module(
     else ValueError: the figures would measure the wrong schedule.
     ``match=True`` adds :func:`match_recipe`.  ``model_type`` and
     ``cast_module`` only label the rows.  ``distances``: the pair distances,
-    as :func:`precision_audit.rope.audit` takes them (() for none); a distance
-    above a chunk (``chunk`` positions; default about 2**19 angles) calls the
-    module again for positions m - D.  Each row carries
+    as :func:`precision_audit.rope.audit` takes them (() for none).  Each
+    position is asked for once (chunks of ``chunk`` positions; default about
+    2**19 angles): for a distance above a chunk (the default L/2), a chunk D
+    later comes right after its twin (:func:`rotation_pass`).  Each row carries
     the verdict of :mod:`precision_audit.verdicts`.
 
     >>> import torch

@@ -41,8 +41,8 @@ import numpy as np
 from ..rows import Row
 from .oracle import _TWO_PI, F64
 
-__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "chunk_bounds", "cross_pairs", "fold_pairs", "pair_block",
-           "pair_plan", "row_distances", "twin_order"]
+__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "chunk_bounds", "cross_pairs",
+           "fold_pairs", "pair_block", "pair_plan", "row_distances", "twin_order"]
 
 DEFAULT_DISTANCES: tuple[int, ...] = (1, 16, 256, 4096)  # and L // 2; each capped at L - 1
 _PI_ROUNDED = math.pi * (1 + 2.0**-40)  # pi, and the rounding of a mean of errors pi (or of a wrap near pi)

@@ -296,7 +296,8 @@ def audit_rotary_kernel(
     takes a cos/sin cache: ``apply(q, k, *cache(q, positions))`` (``cache`` returns the tensors ``apply``
     takes after q and k, e.g. ``(cos, sin)``; a rotary module's ``forward(x, position_ids)`` fits with a
     reshape).  Positions ``0..max(lengths)-1`` go in contiguous chunks (``chunk`` positions, default about
-    2**19 angles); for a schedule whose frequencies depend on the length (dynamic NTK, LongRoPE above its
+    2**19 angles), each position once: for a pair distance D above a chunk (the default L/2) a chunk D later
+    runs right after its twin D earlier (:func:`precision_audit.hf.rotation_pass`); for a schedule whose frequencies depend on the length (dynamic NTK, LongRoPE above its
     pretraining context) each call also holds the length's last position first, as one forward over the whole
     sequence does.  ``schedule``: the float64 schedule the kernel is meant to implement (a
     :class:`~precision_audit.rope.RopeSchedule`, a config dict, a config.json path, a transformers config).
