@@ -166,7 +166,10 @@ class _Kernel:
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             got = type(out).__name__ + (f" of shape {tuple(out.shape)}" if hasattr(out, "shape") else "")
             raise ValueError(f"apply kernel {self.label} returned a {got}, not (q_rot, k_rot) ({where})")
-        return self._array(out[0], "q_rot", n, where), self._array(out[1], "k_rot", n, where)
+        q_rot = self._array(out[0], "q_rot", n, where)
+        if self.tensors == "torch" and _same_tensor(out[0], out[1]):
+            return q_rot, q_rot  # k_rot equals q_rot element by element: one float64 copy serves both
+        return q_rot, self._array(out[1], "k_rot", n, where)
 
     def _array(self, t: Any, what: str, n: int, where: str) -> F64:
         shape = getattr(t, "shape", None)
@@ -191,10 +194,19 @@ class _Kernel:
         q, k = self.run(pos)
         if self.top is not None:
             q, k = q[1:], k[1:]
-        if self.k_same and not np.array_equal(q, k, equal_nan=True):
+        if self.k_same and q is not k and not np.array_equal(q, k, equal_nan=True):
             self.k_same = False
         rows = q if self.measure == "q" else k
-        return rows, rows[:, self.x], rows[:, self.y]
+        return rows, rows[:, self.x], rows[:, self.y]  # contiguous copies: numpy's SIMD atan2
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    """Two torch tensors of one dtype and shape, equal element by element (nan: False, then the float64 copies
+    are compared with nan equal to nan)."""
+    import torch
+
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+            and a.shape == b.shape and bool(torch.equal(a, b)))
 
 
 def _guarded(fn: Any, args: tuple[Any, ...], label: str, where: str) -> Any:
