@@ -33,9 +33,11 @@ from precision_audit.rope import (
     RopeSchedule,
     audit,
     cache_rounding_bound,
+    exact_angles,
     preset,
     row_distances,
     stored_inv_freq,
+    wrap,
 )
 
 mpmath.mp.prec = 200
@@ -484,3 +486,220 @@ def test_twin_and_linked_pairs_are_the_merge_pairs(aligned: list, extra: int | N
     finally:
         audit_mod._twin, audit_mod._Links.done = twin, done
     assert fast == slow
+
+
+# --------------------------------------------------------------------------- the rotation pass: each position once
+# A live module's or an apply kernel's pass (rotation_pass) computes each chunk once, a chunk D later right after
+# its twin, and merges the chunks' figures in position order.  The reference below holds every position's stored
+# row and signed error in memory at once (no chunks, no order): maxima, counts and the first non-finite position
+# must be the same to the bit; means are sums of the same terms in another order (the pass: per chunk, then the
+# chunks' sums in position order; here one numpy sum), so they may differ by a few hundred ulps: rel 1e-13.
+
+SPLIT = dict(lengths=[300, 1000, 1700, 2500], distances=(1, 16, 300, 700, 1200), chunk=256)  # 3 above a chunk
+DEFAULTS = dict(lengths=[1024, 4096], distances=None, chunk=256)  # L/2 = 512 and 2048, 4095 above a chunk
+
+
+def every_position(rows: np.ndarray, e: np.ndarray, length: int, distances: tuple[int, ...] | None) -> dict:
+    """The figures of positions 0..length-1 from all their stored rows and signed errors at once: max and mean of
+    |e| (non-finite: pi), positions whose row equals the previous one's (nan equal to nan), the first position
+    with a non-finite error, and per distance D (the defaults 1, 16, 256, 4096, L/2 capped at L - 1, or the
+    asked ones below L) max and mean over m in [D, L) and every pair of |wrap(e(m) - e(m - D))|."""
+    e, r = e[:length], rows[:length]
+    err = np.abs(e)
+    err[~np.isfinite(err)] = math.pi
+    same = ((r[1:] == r[:-1]) | (np.isnan(r[1:]) & np.isnan(r[:-1]))).all(axis=1)
+    bad = np.flatnonzero((~np.isfinite(e)).any(axis=1))
+    if distances is None:
+        ds = sorted({min(d, length - 1) for d in (1, 16, 256, 4096, length // 2)} - {0})
+    else:
+        ds = [d for d in distances if d < length]
+    pairs = []
+    for d in ds:
+        x = np.abs(wrap(e[d:] - e[: length - d]))
+        x[np.isnan(x)] = math.pi
+        pairs.append((d, float(x.max()), float(x.mean())))
+    return {"max": float(err.max()), "mean": float(err.mean()), "collisions": int(same.sum()),
+            "first_nonfinite": int(bad[0]) if bad.size else None, "pairs": pairs}
+
+
+def assert_figures(row: object, ref: dict) -> None:
+    """A row (ModuleRow, KernelRow) against :func:`every_position`'s figures."""
+    assert row.max_rotation_error == ref["max"] and row.colliding_positions == ref["collisions"]
+    assert getattr(row, "first_nonfinite", ref["first_nonfinite"]) == ref["first_nonfinite"]
+    assert row.mean_rotation_error == pytest.approx(ref["mean"], rel=1e-13, abs=0)
+    assert [p.distance for p in row.pair_errors] == [d for d, _, _ in ref["pairs"]]
+    for p, (_, mx, mean) in zip(row.pair_errors, ref["pairs"]):
+        assert p.max_rotation_error == mx
+        assert p.mean_rotation_error == pytest.approx(mean, rel=1e-13, abs=0)
+
+
+def chunks_of(lengths: list[int], chunk: int) -> list[tuple[int, int]]:
+    """The calls of the pass: ``chunk`` positions at most, cut at every length (the documented contract)."""
+    out, a = [], 0
+    for L in sorted(lengths):
+        while a < L:
+            out.append((a, min(L, a + chunk)))
+            a = out[-1][1]
+    return out
+
+
+def torch_neox(theta: np.ndarray, positions_dtype: object = None) -> object:
+    """A NeoX apply kernel in plain torch: float32 angles (positions cast to ``positions_dtype`` first: bf16
+    collides above 256), cos/sin cast to the data's dtype, the rotation in that dtype."""
+    import torch
+
+    inv = torch.tensor(theta, dtype=torch.float32)
+
+    def rope(q: object, k: object, positions: object) -> tuple[object, object]:
+        p = positions if positions_dtype is None else positions.to(positions_dtype)
+        a = p[:, None].float() * inv
+        cos, sin = torch.cat((a, a), -1).cos().to(q.dtype), torch.cat((a, a), -1).sin().to(q.dtype)
+        h = q.shape[-1] // 2
+        return [x * cos + torch.cat((-x[:, h:], x[:, :h]), -1) * sin for x in (q, k)]
+
+    return rope
+
+
+def numpy_with_nan(schedule: RopeSchedule, bad: int) -> object:
+    """A float64 numpy kernel with an error: angles 1e-3 rad too far per 1000 positions (coherent), and nan from
+    position ``bad`` on (pair errors pi across it)."""
+    nf = schedule.n_freq
+
+    def rope(q: np.ndarray, k: np.ndarray, positions: np.ndarray) -> list[np.ndarray]:
+        a = np.outer(positions * (1 + 1e-6), schedule.inv_freq())
+        c, s = np.cos(a), np.sin(a)
+        c[positions >= bad] = np.nan
+        return [np.concatenate([x[:, :nf] * c - x[:, nf:] * s, x[:, :nf] * s + x[:, nf:] * c], 1) for x in (q, k)]
+
+    return rope
+
+
+@pytest.mark.parametrize("setting", [SPLIT, DEFAULTS], ids=["asked", "defaults"])
+@pytest.mark.parametrize("kernel", ["bf16-positions", "fp32-angles", "numpy-nan"])
+def test_kernel_pass_runs_each_position_once_and_matches_every_position(kernel: str, setting: dict) -> None:
+    from precision_audit.trace import audit_rotary_kernel, pair_dims
+
+    torch = pytest.importorskip("torch")
+    s = RopeSchedule(head_dim=16, base=10000.0)
+    top = max(setting["lengths"])
+    fn, tensors, dtype = {
+        "bf16-positions": (torch_neox(s.inv_freq_in("float32"), torch.bfloat16), "torch", "bfloat16"),
+        "fp32-angles": (torch_neox(s.inv_freq_in("float32")), "torch", "bfloat16"),
+        "numpy-nan": (numpy_with_nan(s, 1900), "numpy", "float64"),
+    }[kernel]
+    calls: list[np.ndarray] = []
+
+    def counted(q: object, k: object, positions: object) -> object:
+        calls.append(np.asarray(positions).copy())
+        return fn(q, k, positions)
+
+    rows = audit_rotary_kernel(counted, s, setting["lengths"], dtype, tensors=tensors, chunk=setting["chunk"],
+                               distances=setting["distances"])
+    assert calls[0].tolist() == list(range(64))  # the layout probe, then each position once
+    assert np.array_equal(np.sort(np.concatenate(calls[1:])), np.arange(top))
+    # the reference: the kernel's rotation of (1, 0) pairs, called on the same chunks, every position in memory
+    x, y = pair_dims("neox", s.rotary)
+    out = []
+    for a, b in chunks_of(setting["lengths"], setting["chunk"]):
+        q = np.zeros((b - a, 16))
+        q[:, x] = 1.0
+        if tensors == "torch":
+            qt = torch.tensor(q, dtype=torch.bfloat16)
+            out.append(fn(qt, qt.clone(), torch.arange(a, b))[0].double().numpy())
+        else:
+            out.append(fn(q, q.copy(), np.arange(a, b))[0])
+    q = np.concatenate(out)
+    with np.errstate(invalid="ignore"):
+        e = wrap(np.arctan2(q[:, y], q[:, x]) - exact_angles(np.arange(top), s.inv_freq()))
+    for row in rows:
+        assert_figures(row, every_position(q, e, row.length, setting["distances"]))
+    if kernel == "numpy-nan":
+        assert rows[-1].first_nonfinite == 1900 and rows[-1].pair_errors[-1].max_rotation_error == math.pi
+    if kernel == "bf16-positions":
+        assert rows[-1].colliding_positions > 0
+
+
+@pytest.mark.parametrize("setting", [SPLIT, DEFAULTS], ids=["asked", "defaults"])
+@pytest.mark.parametrize("cast", [False, True], ids=["as-built", "cast-bf16"])
+def test_module_pass_runs_each_position_once_and_matches_every_position(cast: bool, setting: dict) -> None:
+    # transformers' LlamaRotaryEmbedding (as built, and after .to(bfloat16): its inv_freq buffer downcast)
+    pytest.importorskip("transformers")
+    import torch
+
+    from precision_audit.hf import audit_rope_module, build_rotary_module, find_rotary_classes
+
+    module, conf = build_rotary_module(find_rotary_classes("llama")[0])
+    module = module.to(torch.bfloat16) if cast else module
+    s = RopeSchedule(head_dim=int(conf.hidden_size // conf.num_attention_heads),
+                     base=float(conf.rope_parameters["rope_theta"]))
+    top, nf = max(setting["lengths"]), s.n_freq
+    calls: list[np.ndarray] = []
+
+    def counted(x: object, position_ids: object) -> object:
+        calls.append(position_ids[0, 1:].numpy().copy())  # each call also holds the last position first
+        return module(x, position_ids)
+
+    rows = audit_rope_module(counted, s, setting["lengths"], match=False, chunk=setting["chunk"],
+                             distances=setting["distances"])
+    assert np.array_equal(np.sort(np.concatenate(calls)), np.arange(top))
+    cs = []
+    for a, b in chunks_of(setting["lengths"], setting["chunk"]):
+        with torch.no_grad():
+            c, sn = module(torch.zeros(1, b - a + 1, 1, dtype=torch.bfloat16),
+                           torch.cat([torch.tensor([top - 1]), torch.arange(a, b)])[None])
+        cs.append(np.concatenate([t[0, 1:, :nf].double().numpy() for t in (c, sn)], 1))
+    cc = np.concatenate(cs)
+    assert module.attention_scaling == 1.0
+    e = wrap(np.arctan2(cc[:, nf:], cc[:, :nf]) - exact_angles(np.arange(top), s.inv_freq()))
+    for row in rows:
+        assert_figures(row, every_position(cc, e, row.length, setting["distances"]))
+
+
+@pytest.mark.parametrize(("lengths", "distances", "chunk"), [
+    ([300, 1000, 1700, 2500], (1, 16, 300, 700, 1200), 256), ([1024, 4096], None, 256), ([2000], (1, 999), 300),
+    ([1000, 1001, 2600], (1, 5, 400, 1300, 2599), 7 * 37), ([4096], None, 100),
+])
+def test_pair_pass_orders_and_holds(lengths: list[int], distances: tuple[int, ...] | None, chunk: int) -> None:
+    # PairPass alone on random signed errors (some nan): the twin order, rows held until paired (or re-run,
+    # when holding would exceed held_bytes), the same bits either way, and every-position figures
+    from precision_audit.rope.pairs import PairPass
+
+    nf = 3
+    e = np.random.default_rng(7).uniform(-math.pi, math.pi, (max(lengths), nf))
+    e[1500:1502, 1] = np.nan
+    found = []
+    for held_bytes in (64 * 2**20, 0):
+        pp = PairPass(lengths, distances, chunk, nf, held_bytes=held_bytes)
+        assert sorted(pp.order) == list(range(len(pp.chunks)))
+        reruns: list[tuple[int, int]] = []
+        most = 0
+        for j in pp.order:
+            a, b = pp.chunks[j]
+            pp.add(e[a:b], a, b, shifted=lambda x, y: reruns.append((x, y)) or e[x:y])
+            most = max(most, pp.held)
+        assert pp.held == 0 and bool(reruns) == bool(pp.rerun)
+        if held_bytes == 0:
+            assert pp.twin is None and pp.order == list(range(len(pp.chunks))) and most <= 2 * chunk
+        elif pp.twin is not None:
+            assert pp.twin not in pp.rerun
+        found.append([pp.errors(L) for L in sorted(lengths)])
+        for L, errs in zip(sorted(lengths), found[-1]):
+            ref = every_position(np.zeros((L, 1)) + np.arange(L)[:, None], e, L, distances)["pairs"]
+            assert [p.distance for p in errs] == [d for d, _, _ in ref]
+            for p, (_, mx, mean) in zip(errs, ref):
+                assert p.max_rotation_error == mx and p.mean_rotation_error == pytest.approx(mean, rel=1e-13)
+    assert found[0] == found[1]  # held or re-run: the same bits
+
+
+def test_pair_pass_refuses_wrong_chunks() -> None:
+    from precision_audit.rope.pairs import PairPass
+
+    pp = PairPass([8], [4], chunk=2, nf=1)
+    e = np.zeros((8, 1))
+    with pytest.raises(ValueError, match="not a chunk"):
+        pp.add(e[1:3], 1, 3)
+    pp.add(e[0:2], 0, 2)
+    with pytest.raises(ValueError, match="not a chunk"):
+        pp.add(e[0:2], 0, 2)
+    with pytest.raises(ValueError, match="asked before positions 2..3"):
+        pp.errors(8)

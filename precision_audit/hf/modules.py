@@ -39,7 +39,7 @@ from ..formats import get_format, spacing
 from ..rope import (MAX_ROPE_LENGTH, PairError, audit, cache_rounding_bound, check_rope_lengths, exact_angles,
                     preset, wrap)
 from ..rope.audit import default_chunk
-from ..rope.pairs import PairPass, check_distances
+from ..rope.pairs import PairPass, check_distances, chunk_bounds
 from ..rope.schedules import RopeSchedule
 
 __all__ = [
@@ -184,12 +184,15 @@ finite)."""
 def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, *,
                   shifted: Callable[[int, int], F64] | None = None, progress: Callable[[int], None] | None = None,
                   distances: Sequence[int] | None = ()) -> list[RotationErrors]:
-    """One chunked pass over positions 0..max(lengths)-1 of a code path's stored rotations; prefix reductions
-    give every length (and the pair errors at ``distances``, :class:`~precision_audit.rope.pairs.PairPass`:
-    () none, None the defaults; a distance above ``chunk`` takes its earlier positions' signed errors from
-    ``shifted(a, b)``, default ``block(a, b)[1]``).  ``width``: the columns of ``signed``.  A chunk never
-    straddles a length.  Used for live rotary modules (:func:`audit_rope_module`) and apply kernels
-    (:func:`precision_audit.trace.audit_rotary_kernel`).
+    """One chunked pass over positions 0..max(lengths)-1 of a code path's stored rotations, each chunk computed
+    once; prefix reductions give every length (and the pair errors at ``distances``,
+    :class:`~precision_audit.rope.pairs.PairPass`: () none, None the defaults).  ``width``: the columns of
+    ``signed``.  A chunk never straddles a length.  With a distance above ``chunk`` (the default L/2) the chunks
+    come in the pair pass's order (each right after its twin D earlier); each chunk's figures are kept and
+    merged in position order, so the rows are those of a pass in position order, to the bit.  ``shifted(a, b)``
+    (default ``block(a, b)[1]``) gives positions a..b-1 again only where holding their rows for later pairs
+    would take more than 64 MiB (:class:`~precision_audit.rope.pairs.PairPass`).  Used for live rotary modules
+    (:func:`audit_rope_module`) and apply kernels (:func:`precision_audit.trace.audit_rotary_kernel`).
 
     >>> def block(a, b):  # positions 0..b-1 rotated exactly, except position 5 (0.5 rad too far)
     ...     e = np.zeros((b - a, 1)); e[(np.arange(a, b) == 5)] = 0.5
@@ -199,34 +202,61 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
     """
     shifted = shifted if shifted is not None else (lambda a, b: block(a, b)[1])
     pairs = None if distances == () else PairPass(lengths, distances, chunk, width)
+    bounds = chunk_bounds(lengths, chunk) if pairs is None else pairs.chunks
+    figures: dict[int, _Figures] = {}
+    for j in range(len(bounds)) if pairs is None else pairs.order:
+        start, stop = bounds[j]
+        rows, signed = block(start, stop)
+        figures[j] = _figures(rows, signed, start)
+        if pairs is not None:
+            pairs.add(signed, start, stop, shifted)
+        if progress is not None:
+            progress(stop - start)
     worst, total, collisions, first_bad = 0.0, 0.0, 0, None
     last: F64 | None = None
-    out, start = [], 0
-    for L in sorted(lengths):
-        while start < L:
-            stop = min(L, start + chunk)
-            rows, signed = block(start, stop)
-            prev = rows if last is None else np.concatenate([last[None, :], rows])
-            same = (prev[1:] == prev[:-1]) | (np.isnan(prev[1:]) & np.isnan(prev[:-1]))
-            collisions += int(np.count_nonzero(same.all(axis=1)))
-            last = rows[-1].copy()
-            if pairs is not None:
-                pairs.add(signed, start, stop, shifted)
-            err = np.abs(signed)
-            mx = float(err.max())
-            if not math.isfinite(mx):
-                bad = ~np.isfinite(err)
-                if first_bad is None:
-                    first_bad = start + int(np.argmax(bad.any(axis=1)))
-                err[bad] = math.pi
-                mx = float(err.max())
-            worst, total = max(worst, mx), total + float(err.sum())
-            if progress is not None:
-                progress(stop - start)
-            start = stop
+    out, j = [], 0
+    for L in sorted(lengths):  # the chunks' figures in position order
+        while j < len(bounds) and bounds[j][1] <= L:
+            f = figures.pop(j)
+            collisions += f.collisions + (last is not None and _same_row(last, f.first))
+            worst, total, last = max(worst, f.worst), total + f.total, f.last
+            first_bad = f.first_bad if first_bad is None else first_bad
+            j += 1
         out.append(RotationErrors(L, worst, total / (L * width), collisions,
                                   () if pairs is None else pairs.errors(L), first_bad))
     return out
+
+
+@dataclass(frozen=True)
+class _Figures:
+    """One chunk's figures: the max and sum of its absolute errors (non-finite: pi), its first non-finite
+    position (None: none), the collisions within it, and its first and last stored rows."""
+
+    worst: float
+    total: float
+    first_bad: int | None
+    collisions: int
+    first: F64
+    last: F64
+
+
+def _same_row(a: F64, b: F64) -> bool:
+    """Rows equal element by element, nan equal to nan."""
+    return bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
+
+
+def _figures(rows: F64, signed: F64, start: int) -> _Figures:
+    """The figures of the chunk of positions start.. with these stored rows and signed errors."""
+    same = (rows[1:] == rows[:-1]) | (np.isnan(rows[1:]) & np.isnan(rows[:-1]))
+    collisions = int(np.count_nonzero(same.all(axis=1)))
+    err = np.abs(signed)
+    mx, first_bad = float(err.max()), None
+    if not math.isfinite(mx):
+        bad = ~np.isfinite(err)
+        first_bad = start + int(np.argmax(bad.any(axis=1)))
+        err[bad] = math.pi
+        mx = float(err.max())
+    return _Figures(mx, float(err.sum()), first_bad, collisions, rows[0].copy(), rows[-1].copy())
 
 
 class _Caller:
@@ -463,9 +493,10 @@ def audit_rope_module(
     else ValueError: the figures would measure the wrong schedule.
     ``match=True`` adds :func:`match_recipe`.  ``model_type`` and
     ``cast_module`` only label the rows.  ``distances``: the pair distances,
-    as :func:`precision_audit.rope.audit` takes them (() for none); a distance
-    above a chunk (``chunk`` positions; default about 2**19 angles) calls the
-    module again for positions m - D.  Each row carries
+    as :func:`precision_audit.rope.audit` takes them (() for none).  Each
+    position is asked for once (chunks of ``chunk`` positions; default about
+    2**19 angles): for a distance above a chunk (the default L/2), a chunk D
+    later comes right after its twin (:func:`rotation_pass`).  Each row carries
     the verdict of :mod:`precision_audit.verdicts`.
 
     >>> import torch

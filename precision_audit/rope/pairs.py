@@ -30,6 +30,8 @@ the absolute errors.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,8 +41,8 @@ import numpy as np
 from ..rows import Row
 from .oracle import _TWO_PI, F64
 
-__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "cross_pairs", "fold_pairs", "pair_block",
-           "pair_plan", "row_distances"]
+__all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "chunk_bounds", "cross_pairs",
+           "fold_pairs", "pair_block", "pair_plan", "row_distances", "twin_order"]
 
 DEFAULT_DISTANCES: tuple[int, ...] = (1, 16, 256, 4096)  # and L // 2; each capped at L - 1
 _PI_ROUNDED = math.pi * (1 + 2.0**-40)  # pi, and the rounding of a mean of errors pi (or of a wrap near pi)
@@ -257,47 +259,240 @@ class PairAcc:
         return {d: (self.max[d].copy(), self.sum[d].copy()) for d in distances}
 
 
+_HELD_BYTES = 64 * 2**20
+"""The most signed rows (bytes) a :class:`PairPass` holds for the pairs it forms out of position order; a plan
+that would hold more re-runs the earlier positions of its long distances other than the twin (``shifted``)."""
+
+
+def chunk_bounds(lengths: Iterable[int], chunk: int) -> list[tuple[int, int]]:
+    """The chunks of a pass over positions 0..max(lengths)-1: at most ``chunk`` positions each, cut at every
+    length, so that a length always ends a chunk.
+
+    >>> chunk_bounds([5, 3], 2)
+    [(0, 2), (2, 3), (3, 5)]
+    """
+    out: list[tuple[int, int]] = []
+    start = 0
+    for L in sorted(lengths):
+        while start < L:
+            out.append((start, min(L, start + chunk)))
+            start = out[-1][1]
+    return out
+
+
+def _at(starts: Sequence[int], position: int) -> int:
+    """The index of the chunk holding ``position`` (``starts``: the chunks' first positions, increasing)."""
+    return bisect.bisect_right(starts, position) - 1
+
+
+@dataclass(frozen=True)
+class _Outer:
+    """The pairs of chunk ``j``'s positions lo..hi-1 with those D earlier, which lie in earlier chunks: a
+    carried distance's across the chunk's start (``cross``: merged after the chunk's own pairs, as
+    :meth:`PairAcc.add` merges them) or a long distance's; ``needs``: the chunks of positions lo-D..hi-D-1 in
+    position order, then ``j`` (``rerun``: just ``j``, the earlier positions re-run by ``shifted``)."""
+
+    j: int
+    d: int
+    lo: int
+    hi: int
+    cross: bool
+    rerun: bool
+    needs: tuple[int, ...]
+
+
+def _outer_pairs(chunks: Sequence[tuple[int, int]], until: Mapping[int, int], carry: int,
+                 rerun: frozenset[int]) -> list[_Outer]:
+    """Every chunk's pairs that reach into earlier chunks, per distance up to the largest length carrying it."""
+    starts = [a for a, _ in chunks]
+    out = []
+    for j, (a, b) in enumerate(chunks):
+        for d, u in until.items():
+            lo, hi = max(a, d), (min(b, a + d) if d <= carry else b)
+            if a >= u or lo >= hi:
+                continue
+            before = () if d in rerun else tuple(range(_at(starts, lo - d), _at(starts, hi - d - 1) + 1))
+            out.append(_Outer(j, d, lo, hi, d <= carry, d in rerun, (*before, j)))
+    return out
+
+
+def twin_order(chunks: Sequence[tuple[int, int]], d: int | None, until: int = 0) -> list[int]:
+    """The order a pass computes its chunks in for a twin distance ``d`` (None: position order): each chunk
+    whose first position ``a`` lies in ``[d, until)`` right after its twin, the chunk holding ``b - 1 - d`` (the
+    last position its pairs at ``d`` need), depth first, so that rows wait for their pairs at ``d`` for about
+    one chunk; the other chunks in position order.
+
+    >>> twin_order(chunk_bounds([8], 2), 4, 8)
+    [0, 2, 1, 3]
+    >>> twin_order(chunk_bounds([12], 2), 5, 12)  # 6..7 after 2..3 (1..2 at 5), 10..11 after 6..7 (5..6)
+    [0, 1, 3, 5, 2, 4]
+    """
+    if d is None:
+        return list(range(len(chunks)))
+    starts = [a for a, _ in chunks]
+    children: dict[int, list[int]] = {}
+    roots = []
+    for j, (a, b) in enumerate(chunks):
+        if d <= a < until:
+            children.setdefault(_at(starts, b - 1 - d), []).append(j)
+        else:
+            roots.append(j)
+    order, stack = [], roots[::-1]
+    while stack:
+        j = stack.pop()
+        order.append(j)
+        stack.extend(reversed(children.get(j, ())))
+    return order
+
+
+def _held_rows(chunks: Sequence[tuple[int, int]], order: Sequence[int], outer: Sequence[_Outer]
+               ) -> tuple[dict[int, tuple[int, int]], int]:
+    """The positions of each chunk that outer pairs need (the hull: from the first to the last), and the most
+    rows held at once when chunks come in ``order`` and each pair is formed as soon as its chunks are in."""
+    when = {j: i for i, j in enumerate(order)}
+    hull: dict[int, tuple[int, int]] = {}
+    release: dict[int, int] = {}
+    for p in outer:
+        done = max(when[c] for c in p.needs)
+        for c in p.needs:
+            a, b = chunks[c]
+            for x, y in ((max(a, p.lo), min(b, p.hi)), (max(a, p.lo - p.d), min(b, p.hi - p.d))):
+                if x < y:
+                    lo, hi = hull.get(c, (x, y))
+                    hull[c] = (min(lo, x), max(hi, y))
+            release[c] = max(release.get(c, done), done)
+    delta = [0] * (len(order) + 1)
+    for c, (x, y) in hull.items():
+        delta[when[c]] += y - x
+        delta[release[c] + 1] -= y - x
+    return hull, max(itertools.accumulate(delta), default=0)
+
+
 class PairPass:
     """The pair errors of a chunked pass over positions that yields signed rotation errors chunk by chunk
-    (a live module's cos/sin: :mod:`precision_audit.hf.modules`).
+    (a live module's cos/sin, an apply kernel's rotations: :func:`precision_audit.hf.rotation_pass`).
 
-    ``lengths`` and ``distances`` as :func:`~precision_audit.rope.audit` takes them;
-    ``chunk`` positions per chunk: distances up to it are paired across chunks
-    (the last ones kept), longer ones from ``shifted(a, b)``, the signed errors
-    of positions a..b-1 recomputed on demand.
+    ``lengths`` and ``distances`` as :func:`~precision_audit.rope.audit` takes them; the pass computes the
+    chunks :attr:`chunks` (``chunk`` positions at most, :func:`chunk_bounds`) once each, in the order
+    :attr:`order`, and :meth:`add` s each.  A pair of positions in two chunks is formed as soon as both are in,
+    from the rows held until then: a distance up to ``chunk`` across the later chunk's start, a longer one
+    (the default L/2) with the chunk's twin D earlier, which :attr:`order` computes just before it
+    (:func:`twin_order`, for the long distance with the most pairs).  Other long distances hold their earlier
+    rows until paired, unless the plan would hold more than 64 MiB: then they take them from ``shifted(a, b)``
+    (positions a..b-1 computed again; all long distances if the twin alone would).  The figures are merged
+    in position order when a row is asked for (:meth:`errors`), so they do not depend on the order: the
+    same bits as one pass in position order.
 
-    >>> pp = PairPass([8], [2], chunk=4, nf=1)
+    >>> pp = PairPass([8], [2], chunk=2, nf=1)
     >>> e = np.array([[0.0], [0.1], [0.0], [-0.1], [0.0], [0.1], [0.0], [-0.1]])
-    >>> for a in (0, 4):
-    ...     pp.add(e[a:a + 4], a, a + 4, shifted=lambda a, b: e[a:b])
+    >>> pp.order
+    [0, 1, 2, 3]
+    >>> for j in pp.order:
+    ...     a, b = pp.chunks[j]
+    ...     pp.add(e[a:b], a, b)
     >>> [(p.distance, round(p.max_rotation_error, 12), round(p.mean_rotation_error, 12)) for p in pp.errors(8)]
     [(2, 0.2, 0.1)]
+    >>> PairPass([8], [4], chunk=2, nf=1).order  # 4 > chunk: each chunk from 4 on right after its twin
+    [0, 2, 1, 3]
     """
 
-    def __init__(self, lengths: Sequence[int], distances: Sequence[int] | None, chunk: int, nf: int) -> None:
+    def __init__(self, lengths: Sequence[int], distances: Sequence[int] | None, chunk: int, nf: int,
+                 held_bytes: int = _HELD_BYTES) -> None:
         self.nf = nf
         self.rows = {L: row_distances(L, distances) for L in lengths}
         self.until, self.carry = pair_plan(self.rows, chunk)
-        self.acc = PairAcc(nf, list(self.until), self.carry)
+        self.chunks = chunk_bounds(lengths, chunk)
+        long = [d for d in self.until if d > self.carry]
+        twin = max(long, key=lambda d: (min(self.until[d], 2 * d) - d, d), default=None)
+        for rerun in (frozenset(), frozenset(long) - {twin}, frozenset(long)):
+            self.twin = None if twin in rerun else twin
+            self.order = twin_order(self.chunks, self.twin, self.until.get(twin or 0, 0))
+            self.outer = _outer_pairs(self.chunks, self.until, self.carry, rerun)
+            self._hull, most = _held_rows(self.chunks, self.order, self.outer)
+            if most * nf * 8 <= held_bytes:
+                break
+        self.rerun = rerun
+        self._index = {a: j for j, (a, _) in enumerate(self.chunks)}
+        self._missing = [len(p.needs) for p in self.outer]  # chunks a pair waits for
+        self._users: dict[int, list[int]] = {}  # chunk -> the outer pairs that need it
+        self._refs = [0] * len(self.chunks)  # outer pairs not formed yet that need the chunk's rows
+        self._pending = [0] * len(self.chunks)  # outer pairs of the chunk not formed yet
+        for i, p in enumerate(self.outer):
+            self._pending[p.j] += 1
+            for c in p.needs:
+                self._users.setdefault(c, []).append(i)
+                self._refs[c] += 1
+        self._held: dict[int, tuple[int, F64]] = {}  # chunk -> (first position, its rows that pairs still need)
+        self._added = [False] * len(self.chunks)
+        self._found: list[tuple[dict[int, tuple[F64, F64]], dict[int, tuple[F64, F64]]]] = \
+            [({}, {}) for _ in self.chunks]  # per chunk: its own (and long) pairs, its cross pairs
+        self._scratch: F64 = np.empty(0)
+        self.acc = PairAcc(nf, list(self.until), self.carry)  # the merge, in position order
+        self._merged = 0  # chunks merged into acc
 
-    def add(self, signed: F64, start: int, stop: int, shifted: Callable[[int, int], F64]) -> None:
-        """Merge the signed errors of positions start..stop-1 (chunks in position order; the last rows are kept
-        by reference: ``signed`` must not change afterwards)."""
-        pairs: dict[int, tuple[F64, F64]] = {}
+    @property
+    def held(self) -> int:
+        """Signed rows held now for pairs not formed yet."""
+        return sum(rows.shape[0] for _, rows in self._held.values())
+
+    def add(self, signed: F64, start: int, stop: int, shifted: Callable[[int, int], F64] | None = None) -> None:
+        """Add the signed errors of the chunk of positions start..stop-1 (any chunk not added yet, best in
+        :attr:`order`; rows still needed are held by reference: ``signed`` must not change afterwards).
+        ``shifted(a, b)``: the signed errors of positions a..b-1 computed again, for the distances in
+        :attr:`rerun`."""
+        j = self._index.get(start, -1)
+        if j < 0 or self.chunks[j][1] != stop or self._added[j]:
+            raise ValueError(f"positions {start}..{stop - 1} are not a chunk of the pass still to add")
+        self._added[j] = True
+        own = self._found[j][0]
         for d, until in self.until.items():
-            if start >= until:
-                continue
-            if d <= self.carry:
-                if stop - start > d:
-                    pairs[d] = pair_block(signed[d:], signed[: stop - start - d])
-            elif max(start, d) < stop:
-                a = max(start, d)
-                pairs[d] = pair_block(signed[a - start :], shifted(a - d, stop - d))
-        k = min(self.carry, stop - start)
-        self.acc.add(start, stop, pairs, signed[:k], signed[stop - start - k :])
+            if d <= self.carry and start < until and stop - start > d:
+                own[d] = pair_block(signed[d:], signed[: stop - start - d])
+        if j in self._hull:
+            x, y = self._hull[j]
+            rows = signed[x - start : y - start]
+            self._held[j] = (x, rows if y - x == stop - start else rows.copy())
+        for i in self._users.get(j, ()):
+            self._missing[i] -= 1
+            if not self._missing[i]:
+                self._form(self.outer[i], shifted)
+
+    def _form(self, p: _Outer, shifted: Callable[[int, int], F64] | None) -> None:
+        """Form the outer pair ``p`` (its chunks are in) and let go of rows no other pair needs."""
+        if p.rerun and shifted is None:
+            raise ValueError(f"distance {p.d} re-runs positions {p.lo - p.d}..{p.hi - p.d - 1}: give shifted")
+        prev = shifted(p.lo - p.d, p.hi - p.d) if shifted is not None and p.rerun else \
+            self._gather(p.lo - p.d, p.hi - p.d, p.needs[:-1])
+        cur = self._gather(p.lo, p.hi, (p.j,))
+        if self._scratch.size < 2 * cur.size:
+            self._scratch = np.empty(2 * cur.size)
+        self._found[p.j][1 if p.cross else 0][p.d] = pair_block(cur, prev, self._scratch)
+        self._pending[p.j] -= 1
+        for c in p.needs:
+            self._refs[c] -= 1
+            if not self._refs[c]:
+                self._held.pop(c, None)
+
+    def _gather(self, a: int, b: int, chunks: Iterable[int]) -> F64:
+        """The held signed rows of positions a..b-1, which lie in ``chunks`` (in position order)."""
+        parts = []
+        for c in chunks:
+            x, rows = self._held[c]
+            lo, hi = max(a, x), min(b, x + rows.shape[0])
+            if lo < hi:
+                parts.append(rows[lo - x : hi - x])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def errors(self, length: int) -> tuple[PairError, ...]:
-        """The pair errors of the row of this length (after its last chunk)."""
+        """The pair errors of the row of this length (once its chunks and those before are added and paired):
+        the chunks' figures merged in position order, as one pass in position order merges them."""
+        while self._merged < len(self.chunks) and self.chunks[self._merged][1] <= length:
+            a, b = self.chunks[self._merged]
+            if not self._added[self._merged] or self._pending[self._merged]:
+                raise ValueError(f"row of length {length} asked before positions {a}..{b - 1} were paired")
+            own, cross = self._found[self._merged]
+            self.acc.add(a, b, own, None, None, cross)
+            self._merged += 1
         snap = self.acc.snapshot(self.rows[length])
         return tuple(PairError(d, float(mx.max()), float(sm.sum() / ((length - d) * self.nf)))
                      for d, (mx, sm) in sorted(snap.items()))

@@ -166,7 +166,10 @@ class _Kernel:
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             got = type(out).__name__ + (f" of shape {tuple(out.shape)}" if hasattr(out, "shape") else "")
             raise ValueError(f"apply kernel {self.label} returned a {got}, not (q_rot, k_rot) ({where})")
-        return self._array(out[0], "q_rot", n, where), self._array(out[1], "k_rot", n, where)
+        q_rot = self._array(out[0], "q_rot", n, where)
+        if self.tensors == "torch" and _same_tensor(out[0], out[1]):
+            return q_rot, q_rot  # k_rot equals q_rot element by element: one float64 copy serves both
+        return q_rot, self._array(out[1], "k_rot", n, where)
 
     def _array(self, t: Any, what: str, n: int, where: str) -> F64:
         shape = getattr(t, "shape", None)
@@ -191,10 +194,19 @@ class _Kernel:
         q, k = self.run(pos)
         if self.top is not None:
             q, k = q[1:], k[1:]
-        if self.k_same and not np.array_equal(q, k, equal_nan=True):
+        if self.k_same and q is not k and not np.array_equal(q, k, equal_nan=True):
             self.k_same = False
         rows = q if self.measure == "q" else k
-        return rows, rows[:, self.x], rows[:, self.y]
+        return rows, rows[:, self.x], rows[:, self.y]  # contiguous copies: numpy's SIMD atan2
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    """Two torch tensors of one dtype and shape, equal element by element (nan: False, then the float64 copies
+    are compared with nan equal to nan)."""
+    import torch
+
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+            and a.shape == b.shape and bool(torch.equal(a, b)))
 
 
 def _guarded(fn: Any, args: tuple[Any, ...], label: str, where: str) -> Any:
@@ -296,7 +308,8 @@ def audit_rotary_kernel(
     takes a cos/sin cache: ``apply(q, k, *cache(q, positions))`` (``cache`` returns the tensors ``apply``
     takes after q and k, e.g. ``(cos, sin)``; a rotary module's ``forward(x, position_ids)`` fits with a
     reshape).  Positions ``0..max(lengths)-1`` go in contiguous chunks (``chunk`` positions, default about
-    2**19 angles); for a schedule whose frequencies depend on the length (dynamic NTK, LongRoPE above its
+    2**19 angles), each position once: for a pair distance D above a chunk (the default L/2) a chunk D later
+    runs right after its twin D earlier (:func:`precision_audit.hf.rotation_pass`); for a schedule whose frequencies depend on the length (dynamic NTK, LongRoPE above its
     pretraining context) each call also holds the length's last position first, as one forward over the whole
     sequence does.  ``schedule``: the float64 schedule the kernel is meant to implement (a
     :class:`~precision_audit.rope.RopeSchedule`, a config dict, a config.json path, a transformers config).
