@@ -10,10 +10,12 @@ import click
 from .. import verdicts as _verdicts
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
+from ..rope.axial import PATHS as _AXIAL_PATHS
 from ..render import bound_notes, worst_pair
 from ._shared import (DTYPE, DTYPE_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
                       distances_from_options, echo_json, echo_table, progress_bar, stack_option, wide_option)
 from ._shared import fail_on as judge_rows
+from .diffusion import diffusion_audit
 from .vision import vision_audit, vision_options
 from .weights import WEIGHTS_HELP, weights_effects, weights_lines
 
@@ -185,10 +187,10 @@ CONFIG_VERDICT_HELP = _verdicts.rules_text()
 
 
 def _config_path(ctx: Any, param: Any, value: str) -> Any:
-    from ..config import load_model
+    from ..config import load_diffusion_config, load_model
 
     try:
-        return load_model(value, online=bool(ctx.params.get("online")))
+        return load_diffusion_config(value) or load_model(value, online=bool(ctx.params.get("online")))
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -323,6 +325,10 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    "learned, rounding included.  [default: none]")
 @click.option("--weights", default=None, metavar="PATH", help=WEIGHTS_HELP)
 @vision_options
+@click.option("--path", "axial_paths", type=click.Choice(list(_AXIAL_PATHS)), multiple=True, metavar="NAME",
+              help="Diffusion transformers (a diffusers config): the code path (repeatable): "
+                   + "; ".join(f"{n} = {p.label}" for n, p in _AXIAL_PATHS.items())
+                   + ".  [default: every path the model runs]")
 @distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
@@ -331,7 +337,7 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
 def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
                trained_on: str | None, weights: str | None, image: Any, video: Any, text_tokens: int,
-               distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
+               axial_paths: tuple[str, ...], distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
@@ -360,10 +366,20 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
     from ..bottomline import bottom_line
-    from ..config import (audit_config, context_note, default_dtype, default_lengths, model_paths, stack_notes,
-                          work_to_scan)
+    from ..config import (DiffusionConfig, audit_config, context_note, default_dtype, default_lengths, model_paths,
+                          stack_notes, work_to_scan)
     from ..config.layers import temperature_lines
 
+    if isinstance(model, DiffusionConfig):
+        given = [o for o, v in (("--length", lengths), ("--recipe", recipes), ("--trained-on", trained_on),
+                                ("--weights", weights), ("--stack", stacks)) if v]
+        if given:
+            raise click.UsageError(f"{given[0]}: {model.name} is a diffusion transformer ({model.class_name}): "
+                                   "its axial RoPE is audited per input (--image WxH, --video SECONDS@FPS) and code path (--path)")
+        return diffusion_audit(model, image, video, axial_paths, dtypes or ("bfloat16",), as_json)
+    if axial_paths:
+        raise click.UsageError(f"--path: {model.name} is not a diffusion transformer (a diffusers config); "
+                               "use --stack / --recipe")
     dts = dtypes or (default_dtype(model),)
     if image or video:
         return vision_audit(model, image, video, text_tokens, stacks, dts, as_json)

@@ -44,7 +44,7 @@ from .recipes import Recipe
 from .schedules import RopeSchedule
 
 __all__ = ["AxialRope", "FAMILIES", "ID_CAP", "PATHS", "Path", "audit_axial", "axial_ids", "axial_maxima",
-           "axial_recipe", "largest_safe", "latent_grid"]
+           "axial_recipe", "audit_input", "largest_safe", "latent_grid"]
 
 ID_CAP = 2**16
 """The largest id count per axis a bottom line searches (65536 latent rows: about 1M px at 16 px per id)."""
@@ -339,3 +339,20 @@ def largest_safe(rope: AxialRope, rows: Sequence[AxisRow], fps: float | None = N
         limits.append(t)
     out["at_least"] = all(x == cap for x in limits)
     return out
+
+
+def audit_input(rope: AxialRope, image: tuple[int, int], video: tuple[float, float] | None = None,
+                paths: Sequence[str] | None = None, dtypes: Sequence[str] = ("bfloat16",),
+                cap: int = ID_CAP) -> list[AxisRow]:
+    """The axial audit of one input: an image (width, height) in pixels, or for a video model frames of that size
+    lasting ``video`` (seconds, fps); every path the family runs (or ``paths``) in each dtype.  The bottom line of
+    one path and dtype: :func:`largest_safe`.
+
+    >>> flux = FAMILIES["FluxTransformer2DModel"]
+    >>> rows = audit_input(flux, (8192, 8192), paths=["ids-dtype"])  # FluxPipeline 0.42.1 in bfloat16
+    >>> [(r.axis, r.largest_id, r.colliding_positions, r.verdict) for r in rows]
+    [('index', 0, 0, 'safe'), ('height', 511, 127, 'broken'), ('width', 511, 127, 'broken')]
+    >>> largest_safe(flux, rows)
+    {'height_px': 4112, 'width_px': 4112, 'at_least': False}
+    """
+    return audit_axial(rope, axial_maxima(rope, latent_grid(rope, image, video)), paths, dtypes, cap)
