@@ -1,7 +1,8 @@
 """Axial RoPE of diffusion transformers (issue 44, item 3): the ids, the per-axis audit, the config reader and the
 CLI.  Referees: diffusers' own FluxPipeline (its static ``_prepare_latent_image_ids`` and ``prepare_latents`` run
 on a stand-in object holding only the attributes the method reads), ``FluxPosEmbed`` and ``get_1d_rotary_pos_embed``
-built with no weights and run live on the ids the tool builds; expected counts from closed forms (integers exact
+built with no weights and run live on the ids the tool builds (skipped without diffusers, failing under CI:
+``referees.need``); expected counts from closed forms (integers exact
 to 2**8 in bfloat16, 2**11 in float16) and ml_dtypes casts."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from precision_audit.cli import main
+from referees import need
 from precision_audit.config import DiffusionConfig, diffusion_config_dict, load_config, load_diffusion_config
 from precision_audit.rope import run_recipe
 from precision_audit.rope.axial import (FAMILIES, PATHS, audit_axial, audit_input, axial_ids, axial_maxima,
@@ -32,7 +34,7 @@ EXACT_TO = {"bfloat16": 2**8, "float16": 2**11}  # every integer 0..2**p exists 
 
 
 def _diffusers():
-    pytest.importorskip("diffusers", reason="diffusers is not installed (the [diffusion] extra)")
+    need("diffusers")
     import torch
     from diffusers.pipelines.flux.pipeline_flux import FluxPipeline
     from diffusers.models.transformers.transformer_flux import FluxPosEmbed
@@ -178,7 +180,7 @@ def test_bf16_ids_share_diffusers_rotation():
 def test_configs_read_as_diffusers_builds_them():
     """The reader's axes and theta are what diffusers' classes build from the same config (no weights: the
     rotary modules alone)."""
-    pytest.importorskip("diffusers", reason="diffusers is not installed (the [diffusion] extra)")
+    need("diffusers")
     from diffusers.models.transformers.transformer_hunyuan_video import HunyuanVideoRotaryPosEmbed
 
     flux = load_diffusion_config(CONFIGS["FluxTransformer2DModel"])
