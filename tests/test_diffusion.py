@@ -27,8 +27,10 @@ from precision_audit.rope.axial import (FAMILIES, PATHS, audit_axial, audit_inpu
 DATA = Path(__file__).parent / "data"
 FLUX = FAMILIES["FluxTransformer2DModel"]
 HUNYUAN = FAMILIES["HunyuanVideoTransformer3DModel"]
-CONFIGS = {"FluxTransformer2DModel": DATA / "flux.1-dev-transformer.json",
-           "HunyuanVideoTransformer3DModel": DATA / "hunyuanvideo-transformer.json"}
+CONFIGS = {"FluxTransformer2DModel": DATA / "diffusers" / "flux.1-dev-transformer.json",
+           "HunyuanVideoTransformer3DModel": DATA / "diffusers" / "hunyuanvideo-transformer.json",
+           "WanTransformer3DModel": DATA / "diffusers" / "wan2.1-t2v-14b-transformer.json"}
+WAN = FAMILIES["WanTransformer3DModel"]
 LOW = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 EXACT_TO = {"bfloat16": 2**8, "float16": 2**11}  # every integer 0..2**p exists (p: significand bits)
 
@@ -200,6 +202,9 @@ def test_configs_read_as_diffusers_builds_them():
     ({"_class_name": "HunyuanVideoTransformer3DModel", "rope_theta": "x"}, "rope_theta 'x' must be a number"),
     ({"_class_name": "HunyuanVideoTransformer3DModel", "patch_size": 0}, "patch_size 0 must be a positive"),
     ({"_class_name": "NoSuchModel"}, "_class_name 'NoSuchModel'"),
+    ({"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 4]}, "patch_size [1, 2, 4] must be three"),
+    ({"_class_name": "WanTransformer3DModel", "rope_max_seq_len": 0}, "rope_max_seq_len 0 must be a positive"),
+    ({"_class_name": "WanTransformer3DModel", "attention_head_dim": 9}, "attention_head_dim 9: axes_dims_rope"),
 ])
 def test_bad_configs_name_the_value(data, msg):
     with pytest.raises(ValueError, match=None) as e:
@@ -301,3 +306,64 @@ def test_paths_and_their_stages():
     assert st["ids-dtype"]["positions"] == "float16" and st["cos-sin-dtype"]["cache"] == "float16"
     assert axial_recipe(HUNYUAN, "ids-fp32", "bf16").stages["inv_freq"] == "float32"  # get_1d's default
     assert audit_input(FLUX, (64, 64), paths=["ids-fp32"])[1].largest_id == 3
+
+
+# --------------------------------------------------------------------------- Wan 2.x: a precomputed table
+
+
+def _wan_module(cfg):
+    need("diffusers")
+    from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+    return WanRotaryPosEmbed(cfg["attention_head_dim"], tuple(cfg["patch_size"]), cfg["rope_max_seq_len"])
+
+
+def test_wan_table_against_wan_rotary_pos_embed():
+    """WanRotaryPosEmbed built from the shipped config (no weights): its split of the head is the reader's, and
+    its float32 table (float64 frequencies on this machine unless MPS is available) is the ids-fp32 path's cos/sin
+    to one float32 ulp (torch's pow / cos / sin faithful, the tool's correctly rounded; the values agree in
+    float64 to ~1e-13 before the cast)."""
+    import torch
+
+    raw = json.loads(CONFIGS["WanTransformer3DModel"].read_text())
+    mod = _wan_module(raw)
+    cfg = load_diffusion_config(CONFIGS["WanTransformer3DModel"])
+    assert (mod.t_dim, mod.h_dim, mod.w_dim) == cfg.rope.axes_dim
+    assert cfg.rope.table == raw["rope_max_seq_len"] == mod.freqs_cos.shape[0]
+    path = "freqs-fp32" if torch.backends.mps.is_available() else "ids-fp32"
+    cos = mod.freqs_cos.numpy().astype(np.float64)[:, ::2]
+    start = 0
+    for k, d in enumerate(cfg.rope.axes_dim):
+        st = run_recipe(axial_recipe(cfg.rope, path, "bfloat16"), cfg.rope.schedule(k), np.arange(cfg.rope.table))
+        ref = cos[:, start:start + d // 2]
+        start += d // 2
+        assert np.all(np.abs(st["cos"] - ref) <= _ulp32(np.ones(1)))
+
+
+def test_wan_more_ids_than_the_table_raise_in_both():
+    """An axis with more latent ids than rope_max_seq_len: diffusers raises (the sliced table does not fill the
+    grid), and so does the tool, naming the count."""
+    import torch
+
+    raw = {"attention_head_dim": 12, "patch_size": [1, 2, 2], "rope_max_seq_len": 8}
+    mod = _wan_module(raw)
+    mod(torch.zeros(1, 1, 1, 2 * 8, 2))  # 8 rows: fits
+    with pytest.raises(RuntimeError):
+        mod(torch.zeros(1, 1, 1, 2 * 9, 2))
+    cfg = diffusion_config_dict({"_class_name": "WanTransformer3DModel", **raw}, source="w.json")
+    assert latent_grid(cfg.rope, (16, 16 * 8))[1] == 8
+    with pytest.raises(ValueError, match="9 latent ids on the height axis, more than the rope table's 8 rows"):
+        latent_grid(cfg.rope, (16, 16 * 9))
+
+
+def test_wan_bottom_line_is_the_table():
+    """Every Wan path is safe to the table's 1024 ids (16384 px, 4096 frames), which is a hard limit, not a
+    precision one: no fix is offered."""
+    r = _run(str(CONFIGS["WanTransformer3DModel"]), "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["largest_ids"] == {"frame": 20, "height": 29, "width": 51}  # 81 frames of 832x480: 21 x 30 x 52
+    for s in out["summary"]:
+        assert s["largest_safe"] == {"height_px": 16384, "width_px": 16384, "frames": 4096,
+                                     "seconds": 4096 / 16, "at_least": False, "table": 1024}
+        assert s["fix"] is None

@@ -14,6 +14,7 @@ __all__ = ["DEFAULT_INPUT", "diffusion_audit"]
 DEFAULT_INPUT: dict[str, tuple[tuple[int, int], tuple[float, float] | None]] = {
     "flux": ((1024, 1024), None),
     "hunyuan_video": ((1280, 720), (129 / 24, 24.0)),  # HunyuanVideoPipeline's defaults: 129 frames of 1280x720
+    "wan": ((832, 480), (81 / 16, 16.0)),  # WanPipeline's defaults: 81 frames of 832x480 (its examples: 16 fps)
 }
 """The input audited when none is given: the pipeline's default size (and frames, at 24 fps)."""
 
@@ -40,6 +41,9 @@ def _safe_text(rope: Any, safe: dict[str, Any]) -> str:
         text += f", {'at least ' if al else ''}{safe['frames']} frames"
         if safe.get("seconds") is not None:
             text += f" ({_seconds(safe['seconds'])})"
+    if safe.get("table") is not None and (h // rope.pixels_per_id == safe["table"] or
+                                          (rope.video and safe["frames"] == safe["table"] * rope.frames_per_id)):
+        text += f" (the rope table holds {safe['table']} ids per axis: larger inputs raise)"
     return text + (f" (ids audited to {ID_CAP})" if al else "")
 
 
@@ -61,6 +65,7 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
                     as_json: bool) -> None:
     """Print (or ``--json``) the per-axis audit of a diffusers transformer config for one image or video."""
     from ..rope.axial import PATHS, audit_axial, axial_maxima, largest_safe, latent_grid
+    from ..verdicts import worst
 
     rope = cfg.rope
     img, vid, default = _resolve(cfg, image, video)
@@ -80,10 +85,10 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
         for p in dict.fromkeys(r.stack for r in rows):
             rs = [r for r in rows if r.stack == p and r.dtype == d]
             safe = largest_safe(rope, rs, fps)
-            summary.append({"path": p, "label": PATHS[p].label, "dtype": d,
+            summary.append({"path": p, "label": PATHS[p].label, "dtype": d, "verdict": worst([r.verdict for r in rs]),
                             "axes": ", ".join(f"{r.axis} {r.verdict}" for r in rs), "largest_safe": safe,
-                            "fix": PATHS[p].fix if any(r.verdict != "safe" for r in rs) or not safe["at_least"]
-                            else None})
+                            "fix": PATHS[p].fix if any(r.verdict != "safe" or (r.safe_to or 0) < max(r.lengths)
+                                                       for r in rs) else None})
     inp = {"image": list(img), "video": None if vid is None else {"seconds": vid[0], "fps": vid[1]}}
     if as_json:
         echo_json({"auditor": "config-axial", "model": {"name": cfg.name, "class_name": cfg.class_name,

@@ -4,8 +4,9 @@ A diffusers config names its model class (``_class_name``, e.g. ``FluxTransforme
 ``__init__`` takes.  :func:`diffusion_config_dict` reads the RoPE fields of the classes
 :data:`precision_audit.rope.axial.FAMILIES` models (Flux: ``axes_dims_rope``, ``attention_head_dim``; theta is
 fixed at 10000 by ``FluxPosEmbed(theta=10000, ...)``; HunyuanVideo: ``rope_axes_dim``, ``rope_theta``,
-``patch_size``, ``patch_size_t``), with the class defaults of diffusers 0.42.1 for keys a config leaves out, and
-checks that the axes' blocks add up to the head dim.  Nothing is imported or executed.
+``patch_size``, ``patch_size_t``; Wan: the axes from ``attention_head_dim``), with the class defaults of diffusers 0.42.1 for keys a config leaves out, and
+checks that the axes' blocks add up to the head dim; Wan 2.x: ``attention_head_dim``, ``patch_size``,
+``rope_max_seq_len``, the axes as ``WanRotaryPosEmbed`` splits the head.  Nothing is imported or executed.
 
 >>> cfg = diffusion_config_dict({"_class_name": "FluxTransformer2DModel", "attention_head_dim": 128,
 ...                              "axes_dims_rope": [16, 56, 56]}, name="flux")
@@ -34,6 +35,7 @@ __all__ = ["DiffusionConfig", "diffusion_config_dict", "is_diffusers_config", "l
 _KEYS: dict[str, tuple[str, str | None, int]] = {
     "FluxTransformer2DModel": ("axes_dims_rope", None, 128),
     "HunyuanVideoTransformer3DModel": ("rope_axes_dim", "rope_theta", 128),
+    "WanTransformer3DModel": ("", None, 128),  # the axes follow from the head dim (WanRotaryPosEmbed)
 }
 
 
@@ -82,7 +84,7 @@ def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", sourc
     >>> diffusion_config_dict({"_class_name": "SanaTransformer2DModel"}, source="s.json")
     Traceback (most recent call last):
     ...
-    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, HunyuanVideoTransformer3DModel
+    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, HunyuanVideoTransformer3DModel, WanTransformer3DModel
     """
     if not is_diffusers_config(data):
         raise ValueError(f"{source}: not a diffusers config (no _class_name)")
@@ -92,6 +94,8 @@ def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", sourc
     axes_key, theta_key, head_default = _KEYS[cls]
     base = FAMILIES[cls]
     head = _int(source, "attention_head_dim", data.get("attention_head_dim", head_default))
+    if cls == "WanTransformer3DModel":
+        return _wan(data, base, head, name, source)
     axes = data.get(axes_key, list(base.axes_dim))
     if not isinstance(axes, (list, tuple)) or len(axes) != len(base.axes) or not all(
             isinstance(x, int) and not isinstance(x, bool) and x > 0 and x % 2 == 0 for x in axes):
@@ -133,3 +137,25 @@ def load_diffusion_config(path: str | os.PathLike[str]) -> DiffusionConfig | Non
     name = os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json" \
         else os.path.splitext(os.path.basename(p))[0]
     return diffusion_config_dict(data, name=name, source=p)
+
+
+def _wan(data: Mapping[str, Any], base: AxialRope, head: int, name: str, source: str) -> DiffusionConfig:
+    """Wan 2.x: h = w = 2 * (head_dim // 6), t = head_dim - h - w (WanRotaryPosEmbed), ids per ``patch_size``
+    (t, h, w) latent units of the VAE's 4 frames and 8 px (Wan 2.1 / 2.2 A14B's VAE), a table of
+    ``rope_max_seq_len`` rows.
+
+    >>> _wan({"patch_size": [1, 2, 2], "rope_max_seq_len": 1024}, FAMILIES["WanTransformer3DModel"], 128, "w", "c").rope.axes_dim
+    (44, 42, 42)
+    """
+    hw = 2 * (head // 6)
+    patch = data.get("patch_size", [1, 2, 2])
+    if not isinstance(patch, (list, tuple)) or len(patch) != 3 or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in patch) or patch[1] != patch[2]:
+        raise ValueError(f"{source}: patch_size {patch!r} must be three positive integers (t, h, w) with h = w")
+    table = _int(source, "rope_max_seq_len", data.get("rope_max_seq_len", 1024))
+    try:
+        rope = replace(base, axes_dim=(head - 2 * hw, hw, hw), pixels_per_id=8 * patch[1], frames_per_id=4 * patch[0],
+                       table=table)
+    except ValueError as e:
+        raise ValueError(f"{source}: attention_head_dim {head}: {e}") from None
+    return DiffusionConfig(name=name, class_name="WanTransformer3DModel", rope=rope, head_dim=head, source=source)

@@ -17,8 +17,8 @@ The code paths (:data:`PATHS`) are what these pipelines run, stage by stage (:cl
   ``_prepare_latent_image_ids(..., device, dtype)`` and ``dtype = prompt_embeds.dtype`` (the text encoder's, bf16
   when loaded so); trainers did the same (OneTrainer#1177, SimpleTuner#2038).  bfloat16 keeps integers exact to
   256, float16 to 2048.
-* ``cos-sin-dtype``: cos/sin stored in the model dtype before the rotation (a buffer that ``module.to(dtype)``
-  casts, or code that casts ``image_rotary_emb``).
+* ``cos-sin-dtype``: cos/sin stored in the model dtype before the rotation (Wan's cos/sin table, a buffer that
+  ``model.to(dtype)`` casts, or code that casts ``image_rotary_emb``).
 
 >>> flux = FAMILIES["FluxTransformer2DModel"]
 >>> grid = latent_grid(flux, image=(1024, 768))
@@ -70,7 +70,8 @@ PATHS: dict[str, Path] = {
     "ids-dtype": Path("dtype", None, "float32", "ids cast to the model dtype (FluxPipeline 0.42.1, "
                       "OneTrainer#1177, SimpleTuner#2038)", fix=_FIX),
     "cos-sin-dtype": Path("float32", None, "dtype", "cos/sin stored in the model dtype",
-                          fix="keep cos/sin in float32 (diffusers' apply_rotary_emb rotates in float32)"),
+                          fix="keep cos/sin in float32 and cast the rotated q/k (Wan: load with "
+                              "from_pretrained(torch_dtype=...), which keeps its rope table float32, not model.to(dtype))"),
 }
 
 
@@ -81,8 +82,10 @@ class AxialRope:
     ``axes_dim``: the head block each axis rotates (sums to the head dim); ``axes``: their names; ``theta``;
     ``freqs_dtype``: the frequencies' dtype on CUDA / CPU; ``pixels_per_id``: VAE scale x patch (16 for Flux:
     8 x its 2 x 2 packing); ``frames_per_id``: the VAE's temporal compression x temporal patch (None: an image
-    model); ``ids_cast``: whether the shipped pipeline casts the ids to the model dtype; ``index``: the id of
-    the generated image on axis 0 (Flux: 0, as the text's).
+    model); ``ids_cast``: whether the shipped pipeline casts the ids to the model dtype; ``table``: the rows of a
+    precomputed cos/sin table (Wan: ``rope_max_seq_len``; an axis with more ids fails), None when cos/sin are
+    computed from the ids; ``lowp_apply``: how q/k are rotated when cos/sin are in the model dtype
+    (:data:`~.recipes.APPLY_MODES`).
 
     >>> AxialRope(family="flux", axes_dim=(16, 56, 55), axes=("index", "height", "width"), theta=1e4,
     ...           freqs_dtype="float64", pixels_per_id=16)
@@ -101,6 +104,8 @@ class AxialRope:
     ids_cast: bool = False
     paths: tuple[str, ...] = ("ids-fp32", "freqs-fp32", "ids-dtype", "cos-sin-dtype")
     source: str = ""
+    table: int | None = None
+    lowp_apply: str = "fp32-then-cast"
 
     def __post_init__(self) -> None:
         d = self.axes_dim
@@ -116,6 +121,9 @@ class AxialRope:
         bad = [p for p in self.paths if p not in PATHS]
         if bad:
             raise ValueError(f"unknown axial RoPE path {bad[0]!r}; known: {', '.join(PATHS)}")
+        t = self.table
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 2):
+            raise ValueError(f"rope table rows {t!r} must be an integer >= 2")
 
     @property
     def video(self) -> bool:
@@ -144,6 +152,16 @@ FAMILIES: dict[str, AxialRope] = {
         family="hunyuan_video", axes_dim=(16, 56, 56), axes=("frame", "height", "width"), theta=256.0,
         freqs_dtype="float32", pixels_per_id=16, frames_per_id=4, paths=("ids-fp32", "cos-sin-dtype"),
         source="diffusers 0.42.1 transformer_hunyuan_video.HunyuanVideoRotaryPosEmbed"),
+    # transformer_wan.py WanRotaryPosEmbed: a cos/sin table of rope_max_seq_len positions (torch.arange, int64)
+    # built at init with freqs_dtype float64 (float32 when torch.backends.mps.is_available()), split per axis
+    # (h = w = 2 * (head_dim // 6), t the rest) and sliced [:ppf], [:pph], [:ppw]: more ids than rows raise.
+    # The table is a buffer: from_pretrained(torch_dtype=...) keeps it float32 (_keep_in_fp32_modules "rope"),
+    # model.to(dtype) casts it (diffusers warns); its apply_rotary_emb then rotates in the model dtype.
+    "WanTransformer3DModel": AxialRope(
+        family="wan", axes_dim=(44, 42, 42), axes=("frame", "height", "width"), theta=10000.0,
+        freqs_dtype="float64", pixels_per_id=16, frames_per_id=4, paths=("ids-fp32", "freqs-fp32", "cos-sin-dtype"),
+        table=1024, lowp_apply="elementwise",
+        source="diffusers 0.42.1 transformer_wan.WanRotaryPosEmbed"),
 }
 
 
@@ -161,8 +179,9 @@ def axial_recipe(rope: AxialRope, path: str, dtype: str) -> Recipe:
     p = PATHS[path]
     f = p.freqs or rope.freqs_dtype
     fill = {"dtype": d}
-    return Recipe(path, fill.get(p.ids, p.ids), f, f, f, fill.get(p.cache, p.cache), inv_freq_from=f,
-                  apply=d, apply_mode="fp32-then-cast", stack=path)
+    cache = fill.get(p.cache, p.cache)
+    return Recipe(path, fill.get(p.ids, p.ids), f, f, f, cache, inv_freq_from=f, apply=d,
+                  apply_mode=rope.lowp_apply if cache == d and d != "float32" else "fp32-then-cast", stack=path)
 
 
 Grid = tuple[int | None, int, int]
@@ -198,7 +217,13 @@ def latent_grid(rope: AxialRope, image: tuple[int, int], video: tuple[float, flo
     if rope.video:
         n = 1 if video is None else _frames(*video)
         frames = (n - 1) // int(rope.frames_per_id) + 1  # type: ignore[arg-type]
-    return frames, h // p, w // p
+    grid = (frames, h // p, w // p)
+    if rope.table is not None:
+        for axis, count in zip(rope.axes, grid):
+            if count is not None and count > rope.table:
+                raise ValueError(f"{rope.family}: {count} latent ids on the {axis} axis, more than the rope table's "
+                                 f"{rope.table} rows (rope_max_seq_len): diffusers raises a RuntimeError")
+    return grid
 
 
 def axial_maxima(rope: AxialRope, grid: Grid) -> tuple[int, ...]:
@@ -221,7 +246,7 @@ def axial_ids(rope: AxialRope, grid: Grid) -> npt.NDArray[np.int64]:
 
 def _ladder(need: Sequence[int], cap: int) -> list[int]:
     """Audited id counts: powers of two from 16 to ``cap`` and each asked count (at least 2)."""
-    out = {max(2, int(n)) for n in need}
+    out = {max(2, int(n)) for n in need} | {cap}
     L = 16
     while L <= cap:
         out.add(L)
@@ -292,8 +317,10 @@ def audit_axial(rope: AxialRope, maxima: Sequence[int], paths: Sequence[str] | N
         raise ValueError(f"maxima {tuple(maxima)!r} must be one id >= 0 per axis ({', '.join(rope.axes)})")
     if isinstance(cap, bool) or not isinstance(cap, int) or not 16 <= cap <= 2**22:
         raise ValueError(f"cap {cap!r} must be an integer in [16, 2**22]")
+    cap = cap if rope.table is None else min(cap, rope.table)
     if max(maxima) + 1 > cap:
-        raise ValueError(f"largest id {max(maxima)} is above the audited cap {cap}: give a larger cap")
+        raise ValueError(f"largest id {max(maxima)} is above the audited cap {cap}"
+                         + (": give a larger cap" if rope.table is None else f" (the rope table's {rope.table} rows)"))
     names = list(rope.paths if paths is None else paths)
     bad = [p for p in names if p not in rope.paths]
     if bad:
@@ -316,7 +343,8 @@ def largest_safe(rope: AxialRope, rows: Sequence[AxisRow], fps: float | None = N
     """What the rows of one path and dtype allow: the largest image side (pixels: ``safe_to`` ids x
     ``pixels_per_id``, per spatial axis), and for a video model the most frames (``safe_to`` x
     ``frames_per_id``) and, with ``fps``, seconds; ``at_least`` when the audit found no limit below its cap;
-    None values when even the smallest audited count is not safe.
+    None values when even the smallest audited count is not safe; ``table``: a precomputed table's rows (a hard
+    limit: the audit stops there).
 
     >>> flux = FAMILIES["FluxTransformer2DModel"]
     >>> largest_safe(flux, audit_axial(flux, (0, 63, 63), ["ids-dtype"], ["float16"], cap=4096))
@@ -337,7 +365,9 @@ def largest_safe(rope: AxialRope, rows: Sequence[AxisRow], fps: float | None = N
         if fps is not None:
             out["seconds"] = None if frames is None else frames / fps
         limits.append(t)
-    out["at_least"] = all(x == cap for x in limits)
+    out["at_least"] = all(x == cap for x in limits) and rope.table is None
+    if rope.table is not None:
+        out["table"] = rope.table
     return out
 
 
