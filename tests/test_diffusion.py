@@ -247,8 +247,8 @@ def test_cli_default_input_has_a_bottom_line(name):
 
 
 def test_cli_flux_8k_bottom_line():
-    r = _run(str(CONFIGS["FluxTransformer2DModel"]), "--image", "8192x8192", "-d", "bf16", "--path", "ids-dtype",
-             "--path", "ids-fp32")
+    r = _run(str(CONFIGS["FluxTransformer2DModel"]), "--image", "8192x8192", "-d", "bf16", "-r", "ids-dtype",
+             "-r", "ids-fp32")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     cast = next(l for l in lines if l.startswith("  ids cast to the model dtype"))
@@ -260,7 +260,7 @@ def test_cli_flux_8k_bottom_line():
 
 def test_cli_json_and_video_seconds():
     r = _run(str(CONFIGS["HunyuanVideoTransformer3DModel"]), "--video", "10@24", "--image", "1280x720",
-             "--path", "ids-fp32", "--json")
+             "-r", "ids-fp32", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["largest_ids"] == {"frame": 59, "height": 44, "width": 79}  # (240 - 1) // 4 = 59
@@ -273,8 +273,9 @@ def test_cli_json_and_video_seconds():
     (["--image", "8x8"], "image 8x8: flux makes one id per 16 px"),
     (["--video", "5@24"], "--video: flux.1-dev-transformer (FluxTransformer2DModel) makes images, not video"),
     (["--length", "4096"], "--length: flux.1-dev-transformer is a diffusion transformer"),
+    (["--weights", "smollm2"], "--weights: flux.1-dev-transformer is a diffusion transformer"),
     (["--stack", "vllm"], "--stack: flux.1-dev-transformer is a diffusion transformer"),
-    (["--path", "nope"], "'nope' is not one of"),
+    (["-r", "nope"], "--recipe nope: not a code path FluxTransformer2DModel runs"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(args, msg):
     r = _run(str(CONFIGS["FluxTransformer2DModel"]), *args)
@@ -293,8 +294,8 @@ def test_cli_bad_video_and_configs_exit_2(tmp_path):
     bad.write_text(json.dumps({"_class_name": "SanaTransformer2DModel"}))
     r = _run(str(bad))
     assert r.exit_code == 2 and "_class_name 'SanaTransformer2DModel'" in r.output
-    r = _run(str(DATA / "llama-2-7b-hf.json"), "--path", "ids-dtype")
-    assert r.exit_code == 2 and "--path: meta-llama/Llama-2-7b-hf is not a diffusion transformer" in r.output
+    r = _run(str(DATA / "llama-2-7b-hf.json"), "-r", "ids-dtype")
+    assert r.exit_code == 2 and "ids-dtype" in r.output
 
 
 def test_paths_and_their_stages():

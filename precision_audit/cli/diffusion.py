@@ -71,7 +71,7 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
     img, vid, default = _resolve(cfg, image, video)
     bad = [s for s in stacks if s not in rope.paths]
     if bad:
-        raise click.UsageError(f"--path {bad[0]}: not a path {cfg.class_name} runs; its paths: "
+        raise click.UsageError(f"--recipe {bad[0]}: not a code path {cfg.class_name} runs; its paths: "
                                f"{', '.join(rope.paths)}")
     try:
         grid = latent_grid(rope, img, vid)

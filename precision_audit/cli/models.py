@@ -306,8 +306,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    "positions and angles in the dtype, lowp-inv-freq = a downcast inv_freq buffer, fp32 = the fix, "
                    "fp64 = beyond it); ALiBi recipes " + ", ".join(_ALIBI_RECIPES) + "; relative buckets "
                    "(T5, DeBERTa) transformers, lowp, cast-distance; XLNet sinusoids transformers, arange-dtype, "
-                   "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan.  [default: RoPE none (the "
-                   "stacks), others all]")
+                   "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan; diffusion transformers (a "
+                   "diffusers config) " + ", ".join(_AXIAL_PATHS) + ".  [default: RoPE none (the stacks), others all]")
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
                    "positions; stacks and ALiBi run numpy).")
@@ -325,10 +325,6 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    "learned, rounding included.  [default: none]")
 @click.option("--weights", default=None, metavar="PATH", help=WEIGHTS_HELP)
 @vision_options
-@click.option("--path", "axial_paths", type=click.Choice(list(_AXIAL_PATHS)), multiple=True, metavar="NAME",
-              help="Diffusion transformers (a diffusers config): the code path (repeatable): "
-                   + "; ".join(f"{n} = {p.label}" for n, p in _AXIAL_PATHS.items())
-                   + ".  [default: every path the model runs]")
 @distance_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True,
@@ -337,7 +333,7 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
 def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
                recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
                trained_on: str | None, weights: str | None, image: Any, video: Any, text_tokens: int,
-               axial_paths: tuple[str, ...], distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
+               distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
     MODEL is a Hugging Face config.json (or a directory holding one), a
@@ -371,15 +367,12 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
     from ..config.layers import temperature_lines
 
     if isinstance(model, DiffusionConfig):
-        given = [o for o, v in (("--length", lengths), ("--recipe", recipes), ("--trained-on", trained_on),
-                                ("--weights", weights), ("--stack", stacks)) if v]
+        given = [o for o, v in (("--length", lengths), ("--trained-on", trained_on), ("--weights", weights),
+                                ("--stack", stacks)) if v]
         if given:
             raise click.UsageError(f"{given[0]}: {model.name} is a diffusion transformer ({model.class_name}): "
-                                   "its axial RoPE is audited per input (--image WxH, --video SECONDS@FPS) and code path (--path)")
-        return diffusion_audit(model, image, video, axial_paths, dtypes or ("bfloat16",), as_json)
-    if axial_paths:
-        raise click.UsageError(f"--path: {model.name} is not a diffusion transformer (a diffusers config); "
-                               "use --stack / --recipe")
+                                   "its axial RoPE is audited per input (--image WxH, --video SECONDS@FPS) and code path (--recipe)")
+        return diffusion_audit(model, image, video, recipes, dtypes or ("bfloat16",), as_json)
     dts = dtypes or (default_dtype(model),)
     if image or video:
         return vision_audit(model, image, video, text_tokens, stacks, dts, as_json)
