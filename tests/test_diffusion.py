@@ -165,6 +165,32 @@ def test_cos_sin_against_flux_pos_embed(path):
         assert np.all(np.abs(st["cos"] - ref_c) <= bound) and np.all(np.abs(st["sin"] - ref_s) <= bound)
 
 
+def test_cos_sin_against_hunyuan_video_rotary_pos_embed():
+    """HunyuanVideoRotaryPosEmbed (built from the shipped config, no weights) run live on a latent grid: its ids
+    are the tool's (frame-major, float32 arange) and its cos/sin are the ids-fp32 path's, whose frequencies are
+    float32 (get_1d_rotary_pos_embed's default), within the float32 bound of the Flux test."""
+    torch, _, _, _ = _diffusers()
+    from diffusers.models.transformers.transformer_hunyuan_video import HunyuanVideoRotaryPosEmbed
+
+    raw = json.loads(CONFIGS["HunyuanVideoTransformer3DModel"].read_text())
+    cfg = load_diffusion_config(CONFIGS["HunyuanVideoTransformer3DModel"])
+    mod = HunyuanVideoRotaryPosEmbed(raw["patch_size"], raw["patch_size_t"], raw["rope_axes_dim"], raw["rope_theta"])
+    grid = latent_grid(cfg.rope, (16 * 300, 16 * 5), (37 / 24, 24))  # 37 frames: 10 latent; 5 rows, 300 columns
+    frames, rows, cols = grid
+    latent = torch.zeros(1, 1, frames * raw["patch_size_t"], rows * raw["patch_size"], cols * raw["patch_size"])
+    cos, sin = (x.numpy().astype(np.float64)[:, ::2] for x in mod(latent))
+    ids = axial_ids(cfg.rope, grid)
+    assert cos.shape[0] == ids.shape[0] == frames * rows * cols and axial_maxima(cfg.rope, grid) == (9, 4, 299)
+    start = 0
+    for k, d in enumerate(cfg.rope.axes_dim):
+        st = run_recipe(axial_recipe(cfg.rope, "ids-fp32", "bfloat16"), cfg.rope.schedule(k), ids[:, k])
+        inv, m = st["inv_freq"][None, :], st["positions"][:, None]
+        bound = m * 2 * _ulp32(inv) + _ulp32(m * inv) + 2 * _ulp32(np.ones(1))
+        ref_c, ref_s = cos[:, start:start + d // 2], sin[:, start:start + d // 2]
+        start += d // 2
+        assert np.all(np.abs(st["cos"] - ref_c) <= bound) and np.all(np.abs(st["sin"] - ref_s) <= bound)
+
+
 def test_bf16_ids_share_diffusers_rotation():
     """The collisions the audit counts are rows FluxPosEmbed gives the same cos/sin: rows 256 and 257 of bf16
     ids (diffusers' own output), which the float32 ids keep apart."""
