@@ -223,7 +223,8 @@ def test_configs_read_as_diffusers_builds_them():
 
 
 @pytest.mark.parametrize("data, msg", [
-    ({"_class_name": "FluxTransformer2DModel", "axes_dims_rope": [16, 56, 48]}, "sums to 120, not attention_head_dim 128"),
+    ({"_class_name": "FluxTransformer2DModel", "axes_dims_rope": [16, 56, 48]},
+     "sums to 120, not attention_head_dim 128"),
     ({"_class_name": "FluxTransformer2DModel", "axes_dims_rope": [16, 56, 55, 1]}, "[16, 56, 55, 1] must be 3"),
     ({"_class_name": "HunyuanVideoTransformer3DModel", "rope_theta": "x"}, "rope_theta 'x' must be a number"),
     ({"_class_name": "HunyuanVideoTransformer3DModel", "patch_size": 0}, "patch_size 0 must be a positive"),

@@ -4,9 +4,9 @@ A diffusers config names its model class (``_class_name``, e.g. ``FluxTransforme
 ``__init__`` takes.  :func:`diffusion_config_dict` reads the RoPE fields of the classes
 :data:`precision_audit.rope.axial.FAMILIES` models (Flux: ``axes_dims_rope``, ``attention_head_dim``; theta is
 fixed at 10000 by ``FluxPosEmbed(theta=10000, ...)``; HunyuanVideo: ``rope_axes_dim``, ``rope_theta``,
-``patch_size``, ``patch_size_t``; Wan: the axes from ``attention_head_dim``), with the class defaults of diffusers 0.42.1 for keys a config leaves out, and
-checks that the axes' blocks add up to the head dim; Wan 2.x: ``attention_head_dim``, ``patch_size``,
-``rope_max_seq_len``, the axes as ``WanRotaryPosEmbed`` splits the head.  Nothing is imported or executed.
+``patch_size``, ``patch_size_t``; Wan 2.x: ``attention_head_dim`` split as ``WanRotaryPosEmbed`` splits it,
+``patch_size``, ``rope_max_seq_len``), with the class defaults of diffusers 0.42.1 for keys a config leaves out,
+and checks that the axes' blocks add up to the head dim.  Nothing is imported or executed.
 
 >>> cfg = diffusion_config_dict({"_class_name": "FluxTransformer2DModel", "attention_head_dim": 128,
 ...                              "axes_dims_rope": [16, 56, 56]}, name="flux")
@@ -144,7 +144,8 @@ def _wan(data: Mapping[str, Any], base: AxialRope, head: int, name: str, source:
     (t, h, w) latent units of the VAE's 4 frames and 8 px (Wan 2.1 / 2.2 A14B's VAE), a table of
     ``rope_max_seq_len`` rows.
 
-    >>> _wan({"patch_size": [1, 2, 2], "rope_max_seq_len": 1024}, FAMILIES["WanTransformer3DModel"], 128, "w", "c").rope.axes_dim
+    >>> wan = FAMILIES["WanTransformer3DModel"]
+    >>> _wan({"patch_size": [1, 2, 2], "rope_max_seq_len": 1024}, wan, 128, "w", "c").rope.axes_dim
     (44, 42, 42)
     """
     hw = 2 * (head // 6)

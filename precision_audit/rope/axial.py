@@ -1,10 +1,12 @@
 """Axial RoPE of diffusion transformers: one 1-D RoPE per axis of (index | frame, row, column) position ids.
 
-A diffusion transformer (Flux, HunyuanVideo) gives every latent token one id per axis and rotates each axis' own
-block of the head by a 1-D RoPE of that block's width (``axes_dims_rope``) and the model's ``theta``: diffusers'
+A diffusion transformer (Flux, HunyuanVideo, Wan 2.x) gives every latent token one id per axis and rotates each
+axis' own block of the head by a 1-D RoPE of that block's width (``axes_dims_rope``) and the model's ``theta``: diffusers'
 ``get_1d_rotary_pos_embed(axes_dim[i], ids[:, i], theta, use_real=True, freqs_dtype=...)`` (read at diffusers
 0.42.1, ``models/embeddings.py``).  Each axis is therefore audited exactly as 1-D RoPE with its own schedule
 (``RopeSchedule(head_dim=axes_dim[i], base=theta)``) over the ids 0..largest: a superset of the ids it carries.
+Wan computes its cos/sin once for ``rope_max_seq_len`` positions and slices that table per axis: ids beyond it
+are not a precision loss but an error (:attr:`AxialRope.table`).
 
 The code paths (:data:`PATHS`) are what these pipelines run, stage by stage (:class:`~.recipes.Recipe`):
 
@@ -43,7 +45,7 @@ from .axes import AxisRow
 from .recipes import Recipe
 from .schedules import RopeSchedule
 
-__all__ = ["AxialRope", "FAMILIES", "ID_CAP", "PATHS", "Path", "audit_axial", "axial_ids", "axial_maxima",
+__all__ = ["AxialPath", "AxialRope", "FAMILIES", "ID_CAP", "PATHS", "audit_axial", "axial_ids", "axial_maxima",
            "axial_recipe", "audit_input", "largest_safe", "latent_grid"]
 
 ID_CAP = 2**16
@@ -51,7 +53,7 @@ ID_CAP = 2**16
 
 
 @dataclass(frozen=True)
-class Path:
+class AxialPath:
     """A code path as stage formats: ids, frequencies (None: the family's ``freqs_dtype``), the stored cos/sin
     (``"dtype"``: the model dtype); ``label`` and ``fix`` for the bottom line."""
 
@@ -64,14 +66,15 @@ class Path:
 
 _FIX = ("build the ids in float32 (FluxPipeline: cast latent_image_ids and text_ids to torch.float32 before "
         "the transformer), keep the frequencies in float32/float64 and cast only cos/sin or the rotated q/k")
-PATHS: dict[str, Path] = {
-    "ids-fp32": Path("float32", None, "float32", "ids in float32, freqs as built (diffusers' transformer)"),
-    "freqs-fp32": Path("float32", "float32", "float32", "freqs_dtype float32 (diffusers on MPS / NPU)"),
-    "ids-dtype": Path("dtype", None, "float32", "ids cast to the model dtype (FluxPipeline 0.42.1, "
+PATHS: dict[str, AxialPath] = {
+    "ids-fp32": AxialPath("float32", None, "float32", "ids in float32, freqs as built (diffusers' transformer)"),
+    "freqs-fp32": AxialPath("float32", "float32", "float32", "freqs_dtype float32 (diffusers on MPS / NPU)"),
+    "ids-dtype": AxialPath("dtype", None, "float32", "ids cast to the model dtype (FluxPipeline 0.42.1, "
                       "OneTrainer#1177, SimpleTuner#2038)", fix=_FIX),
-    "cos-sin-dtype": Path("float32", None, "dtype", "cos/sin stored in the model dtype",
+    "cos-sin-dtype": AxialPath("float32", None, "dtype", "cos/sin stored in the model dtype",
                           fix="keep cos/sin in float32 and cast the rotated q/k (Wan: load with "
-                              "from_pretrained(torch_dtype=...), which keeps its rope table float32, not model.to(dtype))"),
+                              "from_pretrained(torch_dtype=...), which keeps its rope table float32, not "
+                              "model.to(dtype))"),
 }
 
 
@@ -166,7 +169,7 @@ FAMILIES: dict[str, AxialRope] = {
 
 
 def axial_recipe(rope: AxialRope, path: str, dtype: str) -> Recipe:
-    """Path ``path`` of ``rope``'s family in model dtype ``dtype`` as a :class:`Recipe` (the rotation in float32,
+    """Code path ``path`` of ``rope``'s family in model dtype ``dtype`` as a :class:`Recipe` (the rotation in float32,
     cast to ``dtype``).
 
     >>> r = axial_recipe(FAMILIES["FluxTransformer2DModel"], "ids-dtype", "bf16")
