@@ -248,7 +248,7 @@ def test_transformers_reader_points_at_the_diffusion_reader():
     (lambda: latent_grid(FLUX, (1024, 1024), (5.0, 24.0)), "flux makes images, not video"),
     (lambda: latent_grid(HUNYUAN, (1280, 720), (-5.0, 24.0)), "(-5.0 s, 24.0 fps)"),
     (lambda: latent_grid(FLUX, (8, 1024)), "image 8x1024"),
-    (lambda: audit_axial(FLUX, (0, 70000, 1)), "largest id 70000 is above the audited cap 65536"),
+    (lambda: audit_axial(FLUX, (0, 70000, 1)), "largest id 70000 is above the audited cap 65536 ids per axis"),
     (lambda: audit_axial(FLUX, (0, 1)), "maxima (0, 1) must be one id >= 0 per axis"),
     (lambda: audit_axial(HUNYUAN, (0, 1, 1), ["ids-dtype"]), "path 'ids-dtype' is not one hunyuan_video runs"),
     (lambda: axial_recipe(FLUX, "fp9", "bf16"), "unknown axial RoPE path 'fp9'"),
@@ -292,6 +292,7 @@ def test_cli_json_and_video_seconds():
     out = json.loads(r.output)
     assert out["largest_ids"] == {"frame": 59, "height": 44, "width": 79}  # (240 - 1) // 4 = 59
     (s,) = out["summary"]
+    assert s["largest_safe"]["audited"] == 2**16
     assert s["largest_safe"]["frames"] == 4 * 2**16 and math.isclose(s["largest_safe"]["seconds"], 4 * 2**16 / 24)
 
 
@@ -393,5 +394,16 @@ def test_wan_bottom_line_is_the_table():
     assert out["largest_ids"] == {"frame": 20, "height": 29, "width": 51}  # 81 frames of 832x480: 21 x 30 x 52
     for s in out["summary"]:
         assert s["largest_safe"] == {"height_px": 16384, "width_px": 16384, "frames": 4096,
-                                     "seconds": 4096 / 16, "at_least": False, "table": 1024}
+                                     "seconds": 4096 / 16, "at_least": False, "table": 1024, "audited": 1024}
         assert s["fix"] is None
+
+
+def test_cli_long_video_audits_past_the_default_cap():
+    """A video whose frame ids pass 65536 is audited up to the next power of two (ids in float32: safe there)."""
+    r = _run(str(CONFIGS["HunyuanVideoTransformer3DModel"]), "--video", "12000@24", "--image", "256x256",
+             "-r", "ids-fp32", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["largest_ids"]["frame"] == (12000 * 24 - 1) // 4  # 72000 latent frames
+    (s,) = out["summary"]
+    assert s["largest_safe"]["audited"] == 2**17 and s["largest_safe"]["frames"] == 4 * 2**17

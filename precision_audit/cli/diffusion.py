@@ -16,7 +16,9 @@ DEFAULT_INPUT: dict[str, tuple[tuple[int, int], tuple[float, float] | None]] = {
     "hunyuan_video": ((1280, 720), (129 / 24, 24.0)),  # HunyuanVideoPipeline's defaults: 129 frames of 1280x720
     "wan": ((832, 480), (81 / 16, 16.0)),  # WanPipeline's defaults: 81 frames of 832x480 (its examples: 16 fps)
 }
-"""The input audited when none is given: the pipeline's default size (and frames, at 24 fps)."""
+"""The input audited when none is given: the pipeline's default size (and frames, at its frame rate)."""
+MAX_CAP = 2**22
+"""The most ids per axis the CLI audits (a video of 2**24 frames, the most --video takes, has 2**22 latent frames)."""
 
 
 def _size(px: int | None, at_least: bool) -> str:
@@ -29,8 +31,6 @@ def _seconds(s: float) -> str:
 
 def _safe_text(rope: Any, safe: dict[str, Any]) -> str:
     """The bottom line's limit of one path and dtype, in pixels (and frames)."""
-    from ..rope.axial import ID_CAP
-
     al = safe["at_least"]
     h, w = safe["height_px"], safe["width_px"]
     if h is None or w is None or (rope.video and safe.get("frames") is None):
@@ -44,7 +44,7 @@ def _safe_text(rope: Any, safe: dict[str, Any]) -> str:
     if safe.get("table") is not None and (h // rope.pixels_per_id == safe["table"] or
                                           (rope.video and safe["frames"] == safe["table"] * rope.frames_per_id)):
         text += f" (the rope table holds {safe['table']} ids per axis: larger inputs raise)"
-    return text + (f" (ids audited to {ID_CAP})" if al else "")
+    return text + (f" (ids audited to {safe['audited']})" if al else "")
 
 
 def _resolve(cfg: Any, image: Any, video: Any) -> tuple[tuple[int, int], tuple[float, float] | None, bool]:
@@ -64,7 +64,7 @@ def _resolve(cfg: Any, image: Any, video: Any) -> tuple[tuple[int, int], tuple[f
 def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dtypes: Sequence[str],
                     as_json: bool) -> None:
     """Print (or ``--json``) the per-axis audit of a diffusers transformer config for one image or video."""
-    from ..rope.axial import PATHS, audit_axial, axial_maxima, largest_safe, latent_grid
+    from ..rope.axial import ID_CAP, PATHS, audit_axial, axial_maxima, largest_safe, latent_grid
     from ..verdicts import worst
 
     rope = cfg.rope
@@ -76,7 +76,8 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
     try:
         grid = latent_grid(rope, img, vid)
         maxima = axial_maxima(rope, grid)
-        rows = audit_axial(rope, maxima, list(stacks) or None, dtypes)
+        cap = max(ID_CAP, 1 << max(maxima).bit_length())  # a power of two above the largest id
+        rows = audit_axial(rope, maxima, list(stacks) or None, dtypes, cap=min(cap, MAX_CAP))
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     fps = None if vid is None else vid[1]
@@ -84,7 +85,7 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
     for d in dict.fromkeys(r.dtype for r in rows):
         for p in dict.fromkeys(r.stack for r in rows):
             rs = [r for r in rows if r.stack == p and r.dtype == d]
-            safe = largest_safe(rope, rs, fps)
+            safe = dict(largest_safe(rope, rs, fps), audited=max(max(r.lengths) for r in rs))
             summary.append({"path": p, "label": PATHS[p].label, "dtype": d, "verdict": worst([r.verdict for r in rs]),
                             "axes": ", ".join(f"{r.axis} {r.verdict}" for r in rs), "largest_safe": safe,
                             "fix": PATHS[p].fix if any(r.verdict != "safe" or (r.safe_to or 0) < max(r.lengths)

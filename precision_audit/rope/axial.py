@@ -322,8 +322,8 @@ def audit_axial(rope: AxialRope, maxima: Sequence[int], paths: Sequence[str] | N
         raise ValueError(f"cap {cap!r} must be an integer in [16, 2**22]")
     cap = cap if rope.table is None else min(cap, rope.table)
     if max(maxima) + 1 > cap:
-        raise ValueError(f"largest id {max(maxima)} is above the audited cap {cap}"
-                         + (": give a larger cap" if rope.table is None else f" (the rope table's {rope.table} rows)"))
+        raise ValueError(f"largest id {max(maxima)} is above the audited cap {cap} ids per axis"
+                         + ("" if rope.table is None else f" (the rope table's {rope.table} rows)"))
     names = list(rope.paths if paths is None else paths)
     bad = [p for p in names if p not in rope.paths]
     if bad:
