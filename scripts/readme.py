@@ -310,6 +310,9 @@ PINNED = ("transformers",)  # the packages whose version changes an output block
 # The docs site's builder: no output block depends on it, so --check does not compare it; pinned so that CI's
 # `mkdocs build --strict` runs the version the pages were last built with (kept from the file when not installed).
 SITE_PINNED = ("mkdocs", "mkdocs-material")
+# The tests' referees whose version CI pins (diffusers' FluxPipeline and rotary modules): no output block depends on
+# them either; kept from the file when not installed.
+REFEREE_PINNED = ("diffusers",)
 
 
 def _installed(names: Sequence[str] = PINNED) -> dict[str, str]:
@@ -338,12 +341,13 @@ def _write_pins() -> None:
     if missing:
         raise SystemExit(f"readme.py: {', '.join(missing)} not installed: the output blocks need it "
                          "(pip install -c .ci/constraints.txt -e '.[test,hf]')")
-    site = {n: v for n, v in old.items() if n in SITE_PINNED} | _installed(SITE_PINNED)
+    kept = SITE_PINNED + REFEREE_PINNED
+    site = {n: v for n, v in old.items() if n in kept} | _installed(kept)
     PINS.write_text("# Written by scripts/readme.py: the versions the README's and docs' output blocks were generated "
                     "with,\n# and the docs site's builder (mkdocs). .ci/run installs them (pip -c); python "
                     "scripts/readme.py --check\n# refuses other versions of the first group.\n"
                     + "".join(f"{n}=={v}\n" for n, v in blocks.items())
-                    + "".join(f"{n}=={site[n]}\n" for n in SITE_PINNED if n in site))
+                    + "".join(f"{n}=={site[n]}\n" for n in kept if n in site))
 
 
 def main(argv: list[str]) -> int:

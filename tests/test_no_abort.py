@@ -20,7 +20,7 @@ from precision_audit.cli import main
 from precision_audit.config import FALLBACK_CONTEXT, audit_config, load_config, load_config_dict, stack_notes
 
 DATA = Path(__file__).parent / "data"
-CONFIGS = sorted(DATA.glob("*.json"))
+CONFIGS = sorted(DATA.glob("*.json")) + sorted(DATA.glob("diffusers/*.json"))  # diffusers/: diffusion transformers
 
 
 def _run(*args: str) -> Any:

@@ -10,10 +10,12 @@ import click
 from .. import verdicts as _verdicts
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
+from ..rope.axial import PATHS as _AXIAL_PATHS
 from ..render import bound_notes, worst_pair
 from ._shared import (DTYPE, DTYPE_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
                       distances_from_options, echo_json, echo_table, progress_bar, stack_option, wide_option)
 from ._shared import fail_on as judge_rows
+from .diffusion import diffusion_audit
 from .vision import vision_audit, vision_options
 from .weights import WEIGHTS_HELP, weights_effects, weights_lines
 
@@ -185,10 +187,10 @@ CONFIG_VERDICT_HELP = _verdicts.rules_text()
 
 
 def _config_path(ctx: Any, param: Any, value: str) -> Any:
-    from ..config import load_model
+    from ..config import load_diffusion_config, load_model
 
     try:
-        return load_model(value, online=bool(ctx.params.get("online")))
+        return load_diffusion_config(value) or load_model(value, online=bool(ctx.params.get("online")))
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
 
@@ -315,8 +317,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    "positions and angles in the dtype, lowp-inv-freq = a downcast inv_freq buffer, fp32 = the fix, "
                    "fp64 = beyond it); ALiBi recipes " + ", ".join(_ALIBI_RECIPES) + "; relative buckets "
                    "(T5, DeBERTa) transformers, lowp, cast-distance; XLNet sinusoids transformers, arange-dtype, "
-                   "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan.  [default: RoPE none (the "
-                   "stacks), others all]")
+                   "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan; diffusion transformers (a "
+                   "diffusers config) " + ", ".join(_AXIAL_PATHS) + ".  [default: RoPE none (the stacks), others all]")
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
                    "positions; stacks and ALiBi run numpy).")
@@ -371,10 +373,17 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
     Example: precision-audit config tests/data/llama-3.1-8b.json --length 128K
     """
     from ..bottomline import bottom_line
-    from ..config import (audit_config, context_note, default_dtype, default_lengths, model_paths, stack_notes,
-                          work_to_scan)
+    from ..config import (DiffusionConfig, audit_config, context_note, default_dtype, default_lengths, model_paths,
+                          stack_notes, work_to_scan)
     from ..config.layers import temperature_lines
 
+    if isinstance(model, DiffusionConfig):
+        given = [o for o, v in (("--length", lengths), ("--trained-on", trained_on), ("--weights", weights),
+                                ("--stack", stacks)) if v]
+        if given:
+            raise click.UsageError(f"{given[0]}: {model.name} is a diffusion transformer ({model.class_name}): "
+                                   "its axial RoPE is audited per input (--image WxH, --video SECONDS@FPS) and code path (--recipe)")
+        return diffusion_audit(model, image, video, recipes, dtypes or ("bfloat16",), as_json)
     dts = dtypes or (default_dtype(model),)
     if image or video:
         return vision_audit(model, image, video, text_tokens, stacks, dts, as_json)

@@ -48,10 +48,12 @@ def vision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed([
         click.option("--image", default=None, metavar="WxH", callback=_image,
                      help="Vision-language models (M-RoPE): an image of WxH pixels, resized as the model's "
-                          "processor does; audits each axis' section at its largest id."),
+                          "processor does; audits each axis' section at its largest id.  Diffusion transformers (a "
+                          "diffusers config): the generated image, or a video's frame size."),
         click.option("--video", default=None, metavar="SECONDS@FPS[:WxH]", callback=_video,
                      help="Vision-language models (M-RoPE): a video of SECONDS sampled at FPS (frames WxH, "
-                          "default 640x360); the bottom line gives the longest safe video at that FPS."),
+                          "default 640x360); the bottom line gives the longest safe video at that FPS.  Video "
+                          "diffusion transformers: SECONDS x FPS frames (of --image pixels)."),
         click.option("--text", "text_tokens", type=click.IntRange(0, 2**24), default=0, show_default=True,
                      help="Text tokens after the image and video (with --image / --video)."),
     ]):

@@ -48,6 +48,7 @@ from .audit import (
     training_differences,
     work_to_scan,
 )
+from .diffusion import DiffusionConfig, diffusion_config_dict, is_diffusers_config, load_diffusion_config
 from .parse import (
     CONTEXT_KEYS,
     KINDS,
@@ -67,14 +68,18 @@ __all__ = [
     "VERDICTS",
     "VERDICT_RULES",
     "ConfigRow",
+    "DiffusionConfig",
     "ModelConfig",
     "alibi_verdict",
     "audit_config",
     "context_note",
     "default_dtype",
     "default_lengths",
+    "diffusion_config_dict",
+    "is_diffusers_config",
     "load_config",
     "load_config_dict",
+    "load_diffusion_config",
     "load_model",
     "model_paths",
     "model_stacks",

@@ -24,6 +24,7 @@ PIP: dict[str, str] = {
     "mlx.core": "pip install 'mlx[cpu]'",
     "gguf": "pip install gguf",
     "torch": "pip install torch",
+    "diffusers": "pip install 'diffusers>=0.35' (the [diffusion] extra)",
 }
 
 

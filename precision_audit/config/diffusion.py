@@ -1,0 +1,162 @@
+"""Diffusers transformer configs (``transformer/config.json`` with a ``_class_name``): their axial RoPE.
+
+A diffusers config names its model class (``_class_name``, e.g. ``FluxTransformer2DModel``) and the fields its
+``__init__`` takes.  :func:`diffusion_config_dict` reads the RoPE fields of the classes
+:data:`precision_audit.rope.axial.FAMILIES` models (Flux: ``axes_dims_rope``, ``attention_head_dim``; theta is
+fixed at 10000 by ``FluxPosEmbed(theta=10000, ...)``; HunyuanVideo: ``rope_axes_dim``, ``rope_theta``,
+``patch_size``, ``patch_size_t``; Wan 2.x: ``attention_head_dim`` split as ``WanRotaryPosEmbed`` splits it,
+``patch_size``, ``rope_max_seq_len``), with the class defaults of diffusers 0.42.1 for keys a config leaves out,
+and checks that the axes' blocks add up to the head dim.  Nothing is imported or executed.
+
+>>> cfg = diffusion_config_dict({"_class_name": "FluxTransformer2DModel", "attention_head_dim": 128,
+...                              "axes_dims_rope": [16, 56, 56]}, name="flux")
+>>> cfg.rope.axes_dim, cfg.rope.theta, cfg.rope.pixels_per_id
+((16, 56, 56), 10000.0, 16)
+>>> diffusion_config_dict({"_class_name": "FluxTransformer2DModel", "attention_head_dim": 128,
+...                        "axes_dims_rope": [16, 56, 48]}, source="t.json")
+Traceback (most recent call last):
+...
+ValueError: t.json: axes_dims_rope [16, 56, 48] sums to 120, not attention_head_dim 128
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..rope.axial import FAMILIES, AxialRope
+
+__all__ = ["DiffusionConfig", "diffusion_config_dict", "is_diffusers_config", "load_diffusion_config"]
+
+# Per class: (config key of the axes' widths, of theta (None: fixed by the class), the class default head dim).
+_KEYS: dict[str, tuple[str, str | None, int]] = {
+    "FluxTransformer2DModel": ("axes_dims_rope", None, 128),
+    "HunyuanVideoTransformer3DModel": ("rope_axes_dim", "rope_theta", 128),
+    "WanTransformer3DModel": ("", None, 128),  # the axes follow from the head dim (WanRotaryPosEmbed)
+}
+
+
+@dataclass(frozen=True)
+class DiffusionConfig:
+    """A diffusion transformer's config as the audit needs it: its class, its axial RoPE, where it came from."""
+
+    name: str
+    class_name: str
+    rope: AxialRope
+    head_dim: int
+    source: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def describe(self) -> str:
+        """One line: the class and its axial RoPE.
+
+        >>> diffusion_config_dict({"_class_name": "FluxTransformer2DModel"}, name="flux").describe()
+        'flux (FluxTransformer2DModel): axial RoPE, theta 10000, axes index 16 + height 56 + width 56 = head dim 128'
+        """
+        axes = " + ".join(f"{a} {d}" for a, d in zip(self.rope.axes, self.rope.axes_dim))
+        return (f"{self.name} ({self.class_name}): axial RoPE, theta {self.rope.theta:g}, axes {axes} = head dim "
+                f"{self.head_dim}")
+
+
+def is_diffusers_config(data: Any) -> bool:
+    """Whether a parsed JSON object is a diffusers config (it names its ``_class_name``).
+
+    >>> is_diffusers_config({"_class_name": "FluxTransformer2DModel"}), is_diffusers_config({"model_type": "llama"})
+    (True, False)
+    """
+    return isinstance(data, Mapping) and "_class_name" in data
+
+
+def _int(source: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{source}: {key} {value!r} must be a positive integer")
+    return value
+
+
+def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", source: str = "config") -> DiffusionConfig:
+    """A diffusers transformer config (a dict) read into a :class:`DiffusionConfig`; ValueError naming the bad
+    value for an unknown ``_class_name``, axes that are not positive even integers or do not sum to
+    ``attention_head_dim``.
+
+    >>> diffusion_config_dict({"_class_name": "SanaTransformer2DModel"}, source="s.json")
+    Traceback (most recent call last):
+    ...
+    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, HunyuanVideoTransformer3DModel, WanTransformer3DModel
+    """
+    if not is_diffusers_config(data):
+        raise ValueError(f"{source}: not a diffusers config (no _class_name)")
+    cls = data["_class_name"]
+    if cls not in _KEYS:
+        raise ValueError(f"{source}: _class_name {cls!r}: axial RoPE is modelled for {', '.join(_KEYS)}")
+    axes_key, theta_key, head_default = _KEYS[cls]
+    base = FAMILIES[cls]
+    head = _int(source, "attention_head_dim", data.get("attention_head_dim", head_default))
+    if cls == "WanTransformer3DModel":
+        return _wan(data, base, head, name, source)
+    axes = data.get(axes_key, list(base.axes_dim))
+    if not isinstance(axes, (list, tuple)) or len(axes) != len(base.axes) or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 and x % 2 == 0 for x in axes):
+        raise ValueError(f"{source}: {axes_key} {axes!r} must be {len(base.axes)} positive even integers "
+                         f"({', '.join(base.axes)})")
+    if sum(axes) != head:
+        raise ValueError(f"{source}: {axes_key} {list(axes)} sums to {sum(axes)}, not attention_head_dim {head}")
+    theta = base.theta if theta_key is None else data.get(theta_key, base.theta)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise ValueError(f"{source}: {theta_key} {theta!r} must be a number")
+    changes: dict[str, Any] = {"axes_dim": tuple(axes), "theta": float(theta)}
+    if cls == "HunyuanVideoTransformer3DModel":  # rope sizes: latent // patch_size (VAE 8 x 8 spatial, 4 temporal)
+        changes["pixels_per_id"] = 8 * _int(source, "patch_size", data.get("patch_size", 2))
+        changes["frames_per_id"] = 4 * _int(source, "patch_size_t", data.get("patch_size_t", 1))
+    try:
+        rope = replace(base, **changes)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    return DiffusionConfig(name=name, class_name=str(cls), rope=rope, head_dim=head, source=source)
+
+
+def load_diffusion_config(path: str | os.PathLike[str]) -> DiffusionConfig | None:
+    """Read ``path`` (a JSON file, or a directory holding ``config.json``) as a diffusers config; None when it is
+    not one (no ``_class_name``, or not readable JSON: the general reader says why).
+
+    >>> load_diffusion_config("tests/data/llama-2-7b-hf.json") is None
+    True
+    """
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        p = os.path.join(p, "config.json")
+    try:
+        with open(p, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not is_diffusers_config(data):
+        return None
+    name = os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json" \
+        else os.path.splitext(os.path.basename(p))[0]
+    return diffusion_config_dict(data, name=name, source=p)
+
+
+def _wan(data: Mapping[str, Any], base: AxialRope, head: int, name: str, source: str) -> DiffusionConfig:
+    """Wan 2.x: h = w = 2 * (head_dim // 6), t = head_dim - h - w (WanRotaryPosEmbed), ids per ``patch_size``
+    (t, h, w) latent units of the VAE's 4 frames and 8 px (Wan 2.1 / 2.2 A14B's VAE), a table of
+    ``rope_max_seq_len`` rows.
+
+    >>> wan = FAMILIES["WanTransformer3DModel"]
+    >>> _wan({"patch_size": [1, 2, 2], "rope_max_seq_len": 1024}, wan, 128, "w", "c").rope.axes_dim
+    (44, 42, 42)
+    """
+    hw = 2 * (head // 6)
+    patch = data.get("patch_size", [1, 2, 2])
+    if not isinstance(patch, (list, tuple)) or len(patch) != 3 or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in patch) or patch[1] != patch[2]:
+        raise ValueError(f"{source}: patch_size {patch!r} must be three positive integers (t, h, w) with h = w")
+    table = _int(source, "rope_max_seq_len", data.get("rope_max_seq_len", 1024))
+    try:
+        rope = replace(base, axes_dim=(head - 2 * hw, hw, hw), pixels_per_id=8 * patch[1], frames_per_id=4 * patch[0],
+                       table=table)
+    except ValueError as e:
+        raise ValueError(f"{source}: attention_head_dim {head}: {e}") from None
+    return DiffusionConfig(name=name, class_name="WanTransformer3DModel", rope=rope, head_dim=head, source=source)
