@@ -244,6 +244,9 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     for rec in first.records:
         if rec.added > 0 and final > 0:
             again = _run(fn, args, kwargs, seeds, names, t.label, fix=rec.index, keep=keep)
+            if keep.misaligned:  # its ops did not line up with the first run's: compute every op from now on
+                keep.drop()
+                again = _run(fn, args, kwargs, seeds, names, t.label, fix=rec.index)
             explained[rec.index] = _share(before, _output_errors(again, first.shadows))
     keep.drop()
     ops = op_rows(first.records, first.producers, explained)

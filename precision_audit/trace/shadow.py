@@ -198,9 +198,20 @@ class Kept:
 
     def __init__(self, budget: int = 2 << 30) -> None:
         self.outputs: dict[int, Any] = {}
-        self.budget, self.size, self.usable = budget, 0, True
+        self.names: dict[int, str] = {}
+        self.budget, self.size, self.usable, self.misaligned = budget, 0, True, False
 
-    def add(self, index: int, out: Any, func: Any) -> None:
+    def matches(self, index: int, name: str) -> bool:
+        """Whether a rerun's op ``index`` may take the kept output: kept, and the same op as the main run's
+        there (a rerun whose ops do not line up with the main run's sets ``misaligned`` and computes)."""
+        if index not in self.outputs:
+            return False
+        if self.names[index] != name:
+            self.misaligned = True
+            return False
+        return True
+
+    def add(self, index: int, out: Any, func: Any, name: str = "") -> None:
         import torch
         from torch.utils._pytree import tree_flatten
 
@@ -216,6 +227,7 @@ class Kept:
             self.drop()
             return
         self.outputs[index] = out
+        self.names[index] = name
 
     def drop(self) -> None:
         self.outputs.clear()
@@ -330,7 +342,7 @@ def _mode_class() -> type:
                 out = func(*tree_map(upcast, args), **kw64)
             elif reached and any(is_float(t) and t.dtype == torch.float64 for t in tensors):
                 out = func(*tree_map(upcast, args), **kwargs)  # promotion after the fixed op
-            elif not reached and self.keep is not None and index in self.keep.outputs:
+            elif not reached and self.keep is not None and self.keep.matches(index, name):
                 out = self.keep.outputs[index]
             else:
                 out = func(*args, **kwargs)
@@ -371,8 +383,8 @@ def _mode_class() -> type:
             if self.fix is not None:
                 return self._rerun(func, name, args, kwargs, kw64, tensors, index, factory, upcast)
             out = func(*args, **kwargs)
-            if self.keep is not None:
-                self.keep.add(index, out, func)
+            if self.keep is not None and not factory:  # a factory is cheap to make again, and a kept factory
+                self.keep.add(index, out, func, name)   # output makes torch add a detach to the trace
             shadow_args = tree_map(shadow_of, args)
             base = name.rsplit(".", 1)[0]
             local = None if base in _EXACT_OPS else func(*tree_map(upcast, args), **kw64)
