@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+from concurrent.futures import ThreadPoolExecutor
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -204,14 +205,32 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
     pairs = None if distances == () else PairPass(lengths, distances, chunk, width)
     bounds = chunk_bounds(lengths, chunk) if pairs is None else pairs.chunks
     figures: dict[int, _Figures] = {}
-    for j in range(len(bounds)) if pairs is None else pairs.order:
+
+    def reduce(j: int, rows: F64, signed: F64) -> None:
         start, stop = bounds[j]
-        rows, signed = block(start, stop)
         figures[j] = _figures(rows, signed, start)
         if pairs is not None:
             pairs.add(signed, start, stop, shifted)
-        if progress is not None:
-            progress(stop - start)
+
+    # The reductions of a chunk run on a second thread while the next chunk is made (numpy releases the GIL
+    # in its loops); they run in submission order, and the code path itself (block, shifted) stays on this
+    # thread: where the pair pass re-runs earlier positions (shifted), everything runs here.
+    order = list(range(len(bounds)) if pairs is None else pairs.order)
+    serial = pairs is not None and bool(pairs.rerun)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for j in order:
+            start, stop = bounds[j]
+            rows, signed = block(start, stop)
+            if pending is not None:
+                pending.result()  # one chunk in flight: two chunks' rows alive at most
+            pending = None if serial else pool.submit(reduce, j, rows, signed)
+            if serial:
+                reduce(j, rows, signed)
+            if progress is not None:
+                progress(stop - start)
+        if pending is not None:
+            pending.result()
     worst, total, collisions, first_bad = 0.0, 0.0, 0, None
     last: F64 | None = None
     out, j = [], 0
