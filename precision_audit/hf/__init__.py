@@ -44,7 +44,7 @@ from .classes import (
     unknown_model_type,
 )
 from .modules import (DIAGNOSES, ModuleRow, RotationErrors, audit_rope_module, match_recipe, module_bottom_line,
-                      reference_schedule, rotation_pass)
+                      named_schedule, reference_schedule, rotation_pass)
 from .scan import VERDICTS, ScanRow, _Found, damage_threshold, rotary_classes, scan
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "find_rotary_classes",
     "match_recipe",
     "module_bottom_line",
+    "named_schedule",
     "reference_schedule",
     "require_transformers",
     "rotary_classes",

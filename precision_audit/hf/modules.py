@@ -50,6 +50,7 @@ __all__ = [
     "audit_rope_module",
     "match_recipe",
     "module_bottom_line",
+    "named_schedule",
     "reference_schedule",
     "rotation_pass",
 ]
@@ -460,6 +461,22 @@ def reference_schedule(module: Any, schedule: Any = None, layer_type: str | None
         return load_config_dict(schedule, name=type(module).__name__, source="config").schedule_for(layer_type)
     raise ArgumentTypeError(f"{name} {describe(schedule)} is not a RopeSchedule, ModelConfig, config dict or "
                             "config.json path")
+
+
+def named_schedule(module: Any, schedule: Any, layer_type: str | None = None) -> RopeSchedule:
+    """:func:`reference_schedule` of a ``schedule=`` argument: every ValueError names it (``schedule <value>: ...``).
+
+    >>> named_schedule(None, {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4}).head_dim
+    64
+    """
+    try:
+        return reference_schedule(module, schedule, layer_type, name="schedule")
+    except ArgumentTypeError:
+        raise
+    except ValueError as e:
+        if str(e).startswith("schedule "):
+            raise
+        raise ValueError(f"schedule {describe(schedule)}: {e}") from None
 
 
 def _check_module(module: Any, layer_type: Any) -> None:

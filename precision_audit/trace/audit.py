@@ -148,18 +148,11 @@ def _check_layer_type(t: Target, layer_type: Any, inputs: Any) -> None:
 
 def _schedule(t: Target, layer_type: str | None, schedule: Any) -> Any:
     """The reference schedule of the RoPE audit; errors name ``schedule`` (or the target's config)."""
-    from ..hf import reference_schedule
+    from ..hf import named_schedule, reference_schedule
 
     if schedule is None:
         return reference_schedule(t.fn, t.config, layer_type, name="the target's config")
-    try:
-        return reference_schedule(t.fn, schedule, layer_type, name="schedule")
-    except ArgumentTypeError:
-        raise
-    except ValueError as e:
-        if str(e).startswith("schedule "):
-            raise
-        raise ValueError(f"schedule {describe(schedule)}: {e}") from None
+    return named_schedule(t.fn, schedule, layer_type)
 
 
 def _run(fn: Any, args: tuple, kwargs: dict, seeds: list[Any], names: dict[str, Any], label: str,

@@ -44,7 +44,7 @@ import numpy.typing as npt
 
 from ..checks import ArgumentTypeError, check_callable, check_choice, check_flag, check_int, describe
 from ..formats import Format, get_format
-from ..hf.modules import RotationErrors, match_recipe, reference_schedule, rotation_pass
+from ..hf.modules import RotationErrors, match_recipe, named_schedule, rotation_pass
 from ..rope import MAX_ROPE_LENGTH, PairError, cache_rounding_bound, check_rope_lengths, exact_angles
 from ..rope.audit import default_chunk
 from ..rope.pairs import check_distances
@@ -339,14 +339,7 @@ def audit_rotary_kernel(
     check_callable(cache, "cache")
     if schedule is None:
         raise ArgumentTypeError("schedule must be given: the RopeSchedule (or config) the kernel implements")
-    try:
-        sched = reference_schedule(apply, schedule, name="schedule")
-    except ArgumentTypeError:
-        raise
-    except ValueError as e:
-        if str(e).startswith("schedule "):
-            raise
-        raise ValueError(f"schedule {describe(schedule)}: {e}") from None
+    sched = named_schedule(apply, schedule)
     lens = check_rope_lengths(lengths)
     fmts = _check_dtypes(dtypes)
     layout = check_choice(layout, "layout", tuple(LAYOUTS))
