@@ -243,3 +243,33 @@ def test_llamacpp_interleaved_mrope_uses_a_fourth_id_real_ggml():
     assert m.interleaved and m.section == (24, 20, 20) and 61 in m.section_indices()[0]
     out = CliRunner().invoke(main, ["config", QWEN3, "--image", "448x448"])
     assert out.exit_code == 0 and "skipped: llama.cpp-cpu (ggml's IMROPE" in out.output
+
+
+@pytest.mark.parametrize("path", [QWEN2, QWEN25, QWEN3])
+@pytest.mark.parametrize("image,video,text", [((448, 448), None, 2000), (None, (12, 2), 5), ((3840, 2160), (20, 3), 7)])
+def test_vision_and_text_maxima_equal_the_explicit_ids(path, image, video, text):
+    """The per-axis ids the audit judges are those image / video tokens carry (their neighbours differ in one
+    axis only); text tokens (three equal ids) are judged on every frequency up to the largest text id."""
+    from precision_audit.rope.axes import text_maximum
+
+    segs = layout(_mrope(path), image=image, video=video, text=text)
+    ids = position_ids(segs)
+    kinds = np.concatenate([np.full(t if k == "text" else t * h * w, k != "text") for k, t, h, w, _ in segs])
+    assert axis_maxima(segs, vision=True) == tuple(int(x) for x in ids[:, kinds].max(axis=1))
+    assert text_maximum(segs) == int(ids[:, ~kinds].max())
+    assert (ids[0, ~kinds] == ids[1, ~kinds]).all() and (ids[0, ~kinds] == ids[2, ~kinds]).all()
+
+
+def test_text_after_an_image_is_judged_as_1d_rope_not_on_one_section():
+    """2000 text tokens after an image: the width section alone collides in bf16 above 1024 ids, but the text
+    tokens' rows hold every frequency; their row is the 1-D audit of the schedule (an independent call)."""
+    r = CliRunner().invoke(main, ["config", QWEN25, "--image", "1920x1080", "--text", "2000", "--json",
+                                  "--stack", "transformers"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    rows = {x["axis"]: x for x in out["results"] if x["stack"] == "transformers"}
+    assert rows["width"]["largest_id"] == out["largest_vision_ids"]["width"] == 47 and rows["width"]["verdict"] == "safe"
+    s = load_model(QWEN25).schedule
+    ref = audit(s, ["transformers"], [out["largest_text_id"] + 1], ["bfloat16"])[0]
+    assert rows["text"]["frequencies"] == s.n_freq and rows["text"]["verdict"] == ref.verdict
+    assert rows["text"]["max_rotation_error"] == ref.max_rotation_error

@@ -85,6 +85,13 @@ def _describe(model: Any, mrope: Any, image: Any, video: Any, text: int, maxima:
     return lines
 
 
+_AXES_NOTE = ("Each axis: its section's frequencies audited as 1-D RoPE over ids 0..the largest id an image or video "
+              "token carries on it (tokens of one image that differ in one axis only are told apart by that "
+              "section alone); text: every frequency, over ids 0..the largest text id (a text token's three ids are "
+              "equal). safe to = the longest id count audited (to 4x the longest) up to which every audited count "
+              "is safe.")
+
+
 def _hours(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:.3g} h"
@@ -100,7 +107,7 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
     from ..config import model_stacks
     from dataclasses import replace
 
-    from ..rope.axes import MRope, audit_axes, axis_maxima, layout, longest_safe_video
+    from ..rope.axes import AXES, MRope, audit_axes, axis_maxima, layout, longest_safe_video, text_maximum
 
     if model.kind != "rope" or not model.mrope:
         raise click.UsageError(f"--image / --video: {model.name} has no mrope_section (not a multimodal-RoPE model)")
@@ -120,7 +127,7 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
     frame = video[2] if video else (640, 360)
     segs = layout(mrope, image=image, video=None if video is None else video[:2], text=text, frame=frame)
     maxima = axis_maxima(segs)
-    rows = audit_axes(schedule, mrope, maxima, names, dtypes)
+    rows = audit_axes(schedule, mrope, axis_maxima(segs, vision=True), names, dtypes, text=text_maximum(segs))
     labels = path_labels("rope")
     summary = []
     for stack in names:
@@ -138,11 +145,16 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
         echo_json({"auditor": "config-mrope", "model": model.name, "mrope": dict(model.mrope),
                    "input": {"image": image, "video": None if video is None else
                              {"seconds": video[0], "fps": video[1], "frame": video[2]}, "text": text},
-                   "largest_ids": dict(zip(("temporal", "height", "width"), maxima)), "summary": summary,
+                   "largest_ids": dict(zip(("temporal", "height", "width"), maxima)),
+                   "largest_vision_ids": dict(zip(("temporal", "height", "width"), axis_maxima(segs, vision=True))),
+                   "largest_text_id": text_maximum(segs), "summary": summary,
                    "results": [r.to_dict() for r in rows], "not_modelled": _NOT_MODELLED, "skipped": skipped})
         return
     click.echo(f"{model.name} (model_type {model.model_type}): M-RoPE\n  "
-               + "\n  ".join(_describe(model, mrope, image, video, text, maxima)) + "\n")
+               + "\n  ".join(_describe(model, mrope, image, video, text, maxima)
+                            + ["image / video tokens' largest id: " + ", ".join(
+                                f"{a} {x}" for a, x in zip(AXES, axis_maxima(segs, vision=True)))
+                               + f"; text tokens' largest id {text_maximum(segs)}"]) + "\n")
     click.echo("Bottom line (each axis' verdict at its largest id" + (", and the longest safe video at this fps"
                if video is not None else "") + "):")
     for e in summary:
@@ -161,7 +173,5 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
         ("dtype", "dtype"), ("stack", "stack"), ("axis", "axis"), ("freqs", "frequencies"),
         ("largest id", "largest_id"), ("max rot err", "max_rotation_error"), ("colliding", "colliding_positions"),
         ("worst pair err", "worst_pair_error"), ("safe to", "safe_to"), ("verdict", "verdict")])
-    click.echo("\nEach axis: its section's frequencies audited as 1-D RoPE over ids 0..largest id (a superset of "
-               "the ids it carries); safe to = the longest id count audited (to 4x the longest axis) up to which "
-               f"every audited count is safe.\nnot modelled: {_NOT_MODELLED}."
+    click.echo(f"\n{_AXES_NOTE}\nnot modelled: {_NOT_MODELLED}."
                + "".join(f"\nskipped: {n}" for n in skipped))

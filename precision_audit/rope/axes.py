@@ -37,7 +37,7 @@ import numpy as np
 from ..rows import Row
 
 __all__ = ["AXES", "AxisRow", "FAMILIES", "MRope", "Segment", "audit_axes", "axis_maxima", "grid", "layout", "longest_safe_video",
-           "parse_image", "parse_video", "position_ids", "video_grid"]
+           "parse_image", "parse_video", "position_ids", "text_maximum", "video_grid"]
 
 AXES: tuple[str, ...] = ("temporal", "height", "width")
 
@@ -247,23 +247,41 @@ def position_ids(segments: Sequence[Segment]) -> np.ndarray:
     return np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), dtype=np.int64)
 
 
-def axis_maxima(segments: Sequence[Segment]) -> tuple[int, int, int]:
+def axis_maxima(segments: Sequence[Segment], vision: bool = False) -> tuple[int, int, int]:
     """Each axis' largest id, in closed form per block (text: its last id on every axis; a grid starting at
-    ``s``: ``s + floor((t - 1) * interval)``, ``s + h - 1``, ``s + w - 1``).
+    ``s``: ``s + floor((t - 1) * interval)``, ``s + h - 1``, ``s + w - 1``); ``vision``: over the image and
+    video tokens only (-1 on every axis when there are none).
 
-    >>> axis_maxima([("text", 1, 0, 0, 0.0), ("video", 3600, 11, 20, 2.0), ("text", 1, 0, 0, 0.0)])
-    (7199, 21, 21)
+    >>> segs = [("text", 1, 0, 0, 0.0), ("video", 3600, 11, 20, 2.0), ("text", 1, 0, 0, 0.0)]
+    >>> axis_maxima(segs), axis_maxima(segs, vision=True)
+    ((7199, 21, 21), (7199, 11, 20))
     """
     top, cur = [-1, -1, -1], 0
     for kind, t, h, w, interval in segments:
         if kind == "text":
-            top = [max(x, cur + t - 1) for x in top]
+            if not vision:
+                top = [max(x, cur + t - 1) for x in top]
             cur += t
             continue
         last_t = int(np.floor(np.float32(t - 1) * np.float32(interval)))
         top = [max(top[0], cur + last_t), max(top[1], cur + h - 1), max(top[2], cur + w - 1)]
         cur += max(h, w)
     return top[0], top[1], top[2]
+
+
+def text_maximum(segments: Sequence[Segment]) -> int:
+    """The largest id a text token carries (the same on every axis), -1 when there is no text.
+
+    >>> text_maximum([("text", 1, 0, 0, 0.0), ("image", 1, 16, 16, 1.0), ("text", 1, 0, 0, 0.0)])
+    17
+    """
+    top, cur = -1, 0
+    for kind, t, h, w, _ in segments:
+        if kind == "text":
+            top, cur = max(top, cur + t - 1), cur + t
+        else:
+            cur += max(h, w)
+    return top
 
 
 def parse_image(text: str) -> tuple[int, int]:
@@ -345,25 +363,34 @@ def _ladder(n: int, top: int) -> list[int]:
 
 
 def audit_axes(schedule: Any, mrope: MRope, maxima: Sequence[int], stacks: Sequence[str],
-               dtypes: Sequence[str]) -> list[AxisRow]:
+               dtypes: Sequence[str], text: int | None = None) -> list[AxisRow]:
     """Each axis' section audited with :func:`~precision_audit.rope.audit` (``frequencies=`` its section) at
     its largest id + 1, and at powers of two up to 4x the longest axis' (``safe_to``), per stack and dtype.
 
+    ``maxima``: the largest id image and video tokens carry per axis (:func:`axis_maxima` ``vision=True``):
+    tokens of one image or video that differ in one axis only (neighbouring columns, rows, frames) are told
+    apart by that axis' section alone.  ``text``: the largest id of a text token (:func:`text_maximum`), whose
+    axes move together: a row ``text`` audits every frequency, as 1-D RoPE.  An axis with no id (-1) is left out.
+
     >>> from precision_audit.rope import RopeSchedule
     >>> rows = audit_axes(RopeSchedule(head_dim=8, base=1e6), MRope(section=(2, 1, 1)), (99, 9, 9),
-    ...                   ["transformers"], ["bfloat16"])
+    ...                   ["transformers"], ["bfloat16"], text=120)
     >>> [(r.axis, r.largest_id, r.frequencies, r.verdict) for r in rows]
-    [('temporal', 99, 2, 'safe'), ('height', 9, 1, 'safe'), ('width', 9, 1, 'safe')]
+    [('temporal', 99, 2, 'safe'), ('height', 9, 1, 'safe'), ('width', 9, 1, 'safe'), ('text', 120, 4, 'safe')]
     """
     from .audit import audit
 
     if sum(mrope.section) != schedule.n_freq:
         raise ValueError(f"mrope_section {list(mrope.section)} sums to {sum(mrope.section)}, not head_dim / 2 = "
                          f"{schedule.n_freq}")
+    axes = [(a, idx, int(top)) for a, idx, top in zip(AXES, mrope.section_indices(), maxima) if int(top) >= 0]
+    if text is not None and text >= 0:
+        axes.append(("text", None, int(text)))
+    longest = max([2, *(top + 1 for _, _, top in axes)])
     rows = []
-    for axis, idx, top in zip(AXES, mrope.section_indices(), maxima):
-        n = int(top) + 1
-        lens = _ladder(max(n, 2), max(2, *(int(x) + 1 for x in maxima)))
+    for axis, idx, top in axes:
+        n = top + 1
+        lens = _ladder(max(n, 2), longest)
         found = audit(schedule, list(stacks), lens, list(dtypes), frequencies=idx)
         by: dict[tuple[str, str], list[Any]] = {}
         for r in found:
@@ -376,7 +403,8 @@ def audit_axes(schedule: Any, mrope: MRope, maxima: Sequence[int], stacks: Seque
                     break
                 safe = r.length
             at = next(r for r in rs if r.length == max(n, 2))
-            rows.append(AxisRow(axis=axis, stack=stack, dtype=dtype, largest_id=int(top), frequencies=len(idx),
+            rows.append(AxisRow(axis=axis, stack=stack, dtype=dtype, largest_id=top,
+                                frequencies=schedule.n_freq if idx is None else len(idx),
                                 verdict=at.verdict, max_rotation_error=at.max_rotation_error,
                                 colliding_positions=at.colliding_positions,
                                 worst_pair_error=max((p.max_rotation_error for p in at.pair_errors), default=None),
@@ -397,12 +425,14 @@ def longest_safe_video(mrope: MRope, rows: Sequence[AxisRow], fps: float, frame:
     255.0
     """
     safe = {r.axis: r.safe_to for r in rows}
-    if any(safe.get(a) is None for a in AXES):
+    if any(safe.get(a, 0) is None for a in (*AXES, "text")):
         return None
 
     def fits(seconds: float) -> bool:
-        top = axis_maxima(layout(mrope, image=image, video=(seconds, fps), text=text, frame=frame))
-        return all(t + 1 <= int(safe[a]) for a, t in zip(AXES, top))  # type: ignore[arg-type]
+        segs = layout(mrope, image=image, video=(seconds, fps), text=text, frame=frame)
+        tops = dict(zip(AXES, axis_maxima(segs, vision=True)))
+        tops["text"] = text_maximum(segs)
+        return all(t < 0 or a not in safe or t + 1 <= int(safe[a]) for a, t in tops.items())  # type: ignore[arg-type]
 
     if not fits(1.0):
         return 0.0
