@@ -422,3 +422,24 @@ def test_report_weights_adds_the_real_model_section(checkpoint, tmp_path):
     bad = CliRunner().invoke(main, ["report", "tests/data/smollm2-135m.json", "-o", str(tmp_path / "x"), "-q",
                                     "--max-length", "8K", "--weights", str(tmp_path / "nothing")])
     assert bad.exit_code == 2 and "--weights" in bad.output
+
+
+def test_missing_gguf_package_is_one_line_exit_2(tmp_path, monkeypatch):
+    """Without the gguf package, a .gguf MODEL exits 2 with one line naming the install (config, report,
+    effect --model), never a traceback."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_gguf(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and (name == "gguf" or name.startswith("gguf.")):  # the package, not precision_audit's module
+            raise ImportError("No module named 'gguf'")
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", no_gguf)
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 64)
+    for args in (["config", str(f)], ["report", str(f), "-o", str(tmp_path / "r")], ["effect", "--model", str(f)]):
+        r = CliRunner().invoke(main, args)
+        errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+        assert r.exit_code == 2 and len(errors) == 1 and "pip install gguf" in errors[0], (args, r.output)

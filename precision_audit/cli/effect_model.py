@@ -45,7 +45,10 @@ def _load(model: str, recipes: Sequence[str], stacks: Sequence[str], default: Se
 
     if stderr_is_tty():
         click.echo(f"loading {model} (transformers; a 135M model takes ~20 s on 2 cores) ...", err=True)
-    rm = load_real_model(model, model_dtype or "float32", device or "cpu", device_map)
+    try:
+        rm = load_real_model(model, model_dtype or "float32", device or "cpu", device_map)
+    except ImportError as e:  # a package the model's format needs (gguf, transformers, accelerate): one line
+        raise click.UsageError(str(e).splitlines()[0] if str(e) else f"{type(e).__name__} loading {model}") from None
     if not stacks:
         return rm, list(recipes or default)
     return rm, [*recipes, *select_stacks(stacks, [rm.schedule.scaling])[0]]

@@ -32,7 +32,7 @@ def _load_model(model: str | None, model_type: str | None, online: bool = False)
 
         try:
             return load_model(model, online=online)
-        except ValueError as e:
+        except (ValueError, ImportError) as e:  # ImportError: a package the file's format needs (gguf)
             raise click.BadParameter(str(e), param_hint="'MODEL'") from None
     from ..hf import default_model_config
 
@@ -191,7 +191,7 @@ def _config_path(ctx: Any, param: Any, value: str) -> Any:
 
     try:
         return load_diffusion_config(value) or load_model(value, online=bool(ctx.params.get("online")))
-    except ValueError as e:
+    except (ValueError, ImportError) as e:  # ImportError: a package the file's format needs (gguf)
         raise click.BadParameter(str(e)) from None
 
 

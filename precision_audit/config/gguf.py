@@ -135,7 +135,7 @@ def _open(path: str) -> Any:
         from gguf import GGUFReader
     except ImportError:
         raise ImportError("reading GGUF files needs the 'gguf' package: pip install gguf "
-                          "(or pip install 'precision-audit[stacks]')") from None
+                          "(or pip install 'precision-audit[gguf]')") from None
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")
     try:
