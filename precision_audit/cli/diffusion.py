@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ._shared import echo_json, echo_table
+from .vision import axis_columns
 
 __all__ = ["DEFAULT_INPUT", "diffusion_audit"]
 
@@ -117,10 +118,7 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
             line += f"; {bad_rows[-1].axis}: {bad_rows[-1].why}"
         click.echo(line + (f"; fix: {e['fix']}" if e["fix"] else ""))
     click.echo("")
-    echo_table([r.to_dict() for r in rows], [
-        ("dtype", "dtype"), ("path", "stack"), ("axis", "axis"), ("freqs", "frequencies"),
-        ("largest id", "largest_id"), ("max rot err", "max_rotation_error"), ("colliding", "colliding_positions"),
-        ("worst pair err", "worst_pair_error"), ("safe to", "safe_to"), ("verdict", "verdict")])
+    echo_table([r.to_dict() for r in rows], axis_columns("path"))
     click.echo(f"\nEach axis: its own {rope.theta:g}-theta RoPE over its block of the head, audited over ids "
                "0..largest id; safe to = the largest id count up to which the path stays safe (searched to "
                f"{max(max(r.lengths) for r in rows)}, exact by bisection). Code read: {rope.source}.")

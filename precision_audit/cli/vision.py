@@ -9,7 +9,7 @@ import click
 
 from ._shared import echo_json, echo_table
 
-__all__ = ["MROPE_STACKS", "vision_audit", "vision_options"]
+__all__ = ["MROPE_STACKS", "axis_columns", "vision_audit", "vision_options"]
 
 MROPE_STACKS: tuple[str, ...] = ("transformers", "transformers-cast", "vllm", "sglang", "llama.cpp-cpu",
                                   "llama.cpp-cuda")
@@ -18,11 +18,18 @@ ids (transformers' Qwen2-VL / Qwen3-VL rotary modules; vLLM's and SGLang's MRota
 cos/sin cache; ggml's ``ggml_mrope_cache_init`` (CPU) runs the 1-D theta chain of each pair on its section's
 id, and CUDA's ``rope_multi`` the 1-D ``pos * powf(theta_scale, i)``: contiguous sections only, tests/test_mrope.py
 runs ggml's real op)."""
-_CONTIGUOUS_ONLY = {"llama.cpp-cpu": "ggml's IMROPE (interleaved sections) rotates the frequencies past 3x the "
-                                     "height / width sections by a 4th position id: not modelled",
-                    "llama.cpp-cuda": "ggml's IMROPE (interleaved sections) rotates the frequencies past 3x the "
-                                      "height / width sections by a 4th position id: not modelled"}
+_CONTIGUOUS_ONLY = frozenset({"llama.cpp-cpu", "llama.cpp-cuda"})
+_INTERLEAVED_WHY = ("ggml's IMROPE (interleaved sections) rotates the frequencies past 3x the height / width sections "
+                    "by a 4th position id: not modelled")
 _NOT_MODELLED = ("MLX, TensorRT-LLM, FlashInfer and the training stacks: their M-RoPE paths are not modelled")
+
+
+def axis_columns(path: str) -> list[tuple[str, str]]:
+    """The table columns of per-axis rows (:class:`~precision_audit.rope.axes.AxisRow`); ``path``: the heading
+    of the code-path column (``stack`` for M-RoPE, ``path`` for diffusers' code paths)."""
+    return [("dtype", "dtype"), (path, "stack"), ("axis", "axis"), ("freqs", "frequencies"),
+            ("largest id", "largest_id"), ("max rot err", "max_rotation_error"), ("colliding", "colliding_positions"),
+            ("worst pair err", "worst_pair_error"), ("safe to", "safe_to"), ("verdict", "verdict")]
 
 
 def _image(ctx: Any, param: Any, value: str | None) -> tuple[int, int] | None:
@@ -120,7 +127,7 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
     asked = list(stacks) or list(MROPE_STACKS)
     names = [n for n in asked if n in MROPE_STACKS and n in runs
              and not (mrope.interleaved and n in _CONTIGUOUS_ONLY)]
-    skipped = [f"{n} ({_CONTIGUOUS_ONLY[n]})" if mrope.interleaved and n in _CONTIGUOUS_ONLY else
+    skipped = [f"{n} ({_INTERLEAVED_WHY})" if mrope.interleaved and n in _CONTIGUOUS_ONLY else
                f"{n} (its M-RoPE is not modelled, or it does not run the model)" for n in asked if n not in names]
     if not names:
         raise click.UsageError(f"no stack named has modelled M-RoPE; modelled: {', '.join(MROPE_STACKS)}")
@@ -169,9 +176,6 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
                      f"{_hours(s)}" + (f" (ids audited to {max(max(r.lengths) for r in rs)})" if edge else ""))
         click.echo(line)
     click.echo("")
-    echo_table([r.to_dict() for r in rows], [
-        ("dtype", "dtype"), ("stack", "stack"), ("axis", "axis"), ("freqs", "frequencies"),
-        ("largest id", "largest_id"), ("max rot err", "max_rotation_error"), ("colliding", "colliding_positions"),
-        ("worst pair err", "worst_pair_error"), ("safe to", "safe_to"), ("verdict", "verdict")])
+    echo_table([r.to_dict() for r in rows], axis_columns("stack"))
     click.echo(f"\n{_AXES_NOTE}\nnot modelled: {_NOT_MODELLED}."
                + "".join(f"\nskipped: {n}" for n in skipped))

@@ -134,24 +134,20 @@ def _max_abs_diffs(real: Any, others: Sequence[Any]) -> list[float]:
 
 
 def _errors(real: Any, shadow: Any, local: Any, carried: float | None) -> tuple[float, float]:
-    """(max |real - shadow|, max |real - local|) of one op's output: ``carried`` when the op only moves values
-    (the largest error its inputs carry), and 0 added without ``local``; one float64 copy of ``real`` for both."""
+    """(max |real - shadow|, max |real - local|) of one op's output.  An op that only moves values has no
+    ``local`` (it adds nothing) and may pass ``carried``, the largest error its inputs carry; otherwise both
+    comparisons share one float64 conversion of ``real`` per block (:func:`_max_abs_diffs`)."""
     import torch
 
-    simple = (isinstance(real, torch.Tensor) and real.numel() > 0 and real.dtype != torch.bool
-              and not real.is_complex())
-    if not simple or carried is not None and local is None:
-        return (error_between(real, shadow) if carried is None else carried,
-                0.0 if local is None else error_between(real, local))
-    if local is None or not isinstance(local, torch.Tensor) or local.shape != real.shape \
-            or shadow.shape != real.shape:
-        return error_between(real, shadow), 0.0 if local is None else error_between(real, local)
+    if local is None:
+        return (error_between(real, shadow) if carried is None else carried), 0.0
+    plain = all(isinstance(t, torch.Tensor) and t.shape == real.shape for t in (real, shadow, local)) \
+        and real.numel() > 0 and real.dtype != torch.bool and not real.is_complex()
+    if not plain:
+        return error_between(real, shadow), error_between(real, local)
     err, add = _max_abs_diffs(real, [shadow, local])
-    if not math.isfinite(err):
-        err = _error_slow(real, shadow)
-    if not math.isfinite(add):
-        add = _error_slow(real, local)
-    return err, add
+    return (err if math.isfinite(err) else _error_slow(real, shadow),
+            add if math.isfinite(add) else _error_slow(real, local))
 
 
 def _error_slow(real: Any, shadow: Any) -> float:
@@ -392,9 +388,9 @@ def _mode_class() -> type:
                 shadow_out = local  # every derived input exact so far: its shadow IS its value in float64
             else:
                 shadow_out = func(*shadow_args, **kw64)
-            carried = max((self.error.get(t, 0.0) for t in tensors if t in self.shadow), default=0.0) \
-                if base in _SAME_VALUES and len(tree_flatten(out)[0]) == 1 else None
             outs, _ = tree_flatten(out)
+            carried = max((self.error.get(t, 0.0) for t in tensors if t in self.shadow), default=0.0) \
+                if base in _SAME_VALUES and len(outs) == 1 else None
             shadows, _ = tree_flatten(shadow_out)
             locals_ = tree_flatten(local)[0] if local is not None else [None] * len(outs)
             rec = None
