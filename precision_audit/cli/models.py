@@ -41,7 +41,7 @@ def _load_model(model: str | None, model_type: str | None, online: bool = False)
 
 def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, out: str,
                   progress: Callable[[str], None], stacks: Sequence[str] | None = None,
-                  weights: str | None = None) -> list[Any]:
+                  weights: str | None = None, vision: dict[str, Any] | None = None) -> list[Any]:
     """Build the headline (``spec`` None) or the model report and write its files into ``out`` (``weights``: a
     real model's section too)."""
     from dataclasses import replace
@@ -56,7 +56,10 @@ def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, ou
         else:
             from ..report.model import model_report
 
-            rep = model_report(spec, dtypes or None, max_length, progress, stacks=stacks)
+            try:
+                rep = model_report(spec, dtypes or None, max_length, progress, stacks=stacks, **(vision or {}))
+            except ValueError as e:  # the input does not fit the model (an image larger than ids can carry)
+                raise click.UsageError(str(e)) from None
         if weights:
             from ..report.real_model import real_model_section
 
@@ -119,10 +122,11 @@ ONLINE_HELP = ("A Hub id missing from the local cache: fetch its config.json fro
               help="Add a real model's section: smollm2, a checkpoint directory, a .gguf file or a cached Hub id (as "
                    "`effect --model`): three presets' bfloat16 cos/sin at offsets 0, 8K, 1M against its exact-RoPE "
                    "run (minutes on a CPU; needs transformers).")
+@vision_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
 def report_cmd(model: str | None, old_model: str | None, model_type: str | None, stacks: tuple[str, ...],
                dtypes: tuple[str, ...], max_length: int | None, out: str | None, online: bool, weights: str | None,
-               quiet: bool) -> None:
+               image: Any, video: Any, text_tokens: int, quiet: bool) -> None:
     """Write a report: report.md, a self-contained report.html, results.json and the figures.
 
     MODEL is named as `config` names it: a config.json (or its folder), a
@@ -133,7 +137,10 @@ def report_cmd(model: str | None, old_model: str | None, model_type: str | None,
     regenerates the committed figures.  With a model: first the bottom line
     (per stack and dtype, the longest safe context and the fix, as `config`
     prints it), then a verdict per code path at its maximum context and at
-    2x/4x, then its own figures.  Two runs write byte-identical files.
+    2x/4x, then its own figures.  A vision-language model (M-RoPE) gets a
+    section "Images and video" for --image / --video (default: a 1920x1080
+    image, then one hour of video at 2 fps).  Two runs write byte-identical
+    files.
     (`--model MODEL --out DIR`, the old spelling, still works, with a note.)
 
     Example: precision-audit report tests/data/llama-3.1-8b.json -o report/
@@ -158,7 +165,12 @@ def report_cmd(model: str | None, old_model: str | None, model_type: str | None,
     if stacks and not (model or model_type):
         _report_stacks(None, stacks)
     spec = _load_model(model, model_type, online)
-    paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks), weights)
+    given = image is not None or video is not None or text_tokens
+    if given and (spec is None or spec.kind != "rope" or not spec.mrope):
+        raise click.UsageError("--image / --video / --text: " + ("give a vision-language MODEL" if spec is None else
+                               f"{spec.name} has no mrope_section (not a multimodal-RoPE model)"))
+    vision = {"image": image, "video": video, "text": text_tokens} if given else None
+    paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks), weights, vision)
     click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
 
 

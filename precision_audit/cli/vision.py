@@ -7,22 +7,10 @@ from typing import Any
 
 import click
 
+from ..config.mrope import MROPE_STACKS
 from ._shared import echo_json, echo_table
 
 __all__ = ["MROPE_STACKS", "axis_columns", "vision_audit", "vision_options"]
-
-MROPE_STACKS: tuple[str, ...] = ("transformers", "transformers-cast", "vllm", "sglang", "llama.cpp-cpu",
-                                  "llama.cpp-cuda")
-"""The stacks whose M-RoPE is modelled: each builds a section's cos/sin as its 1-D RoPE code does, at that axis'
-ids (transformers' Qwen2-VL / Qwen3-VL rotary modules; vLLM's and SGLang's MRotaryEmbedding index their 1-D
-cos/sin cache; ggml's ``ggml_mrope_cache_init`` (CPU) runs the 1-D theta chain of each pair on its section's
-id, and CUDA's ``rope_multi`` the 1-D ``pos * powf(theta_scale, i)``: contiguous sections only, tests/test_mrope.py
-runs ggml's real op)."""
-_CONTIGUOUS_ONLY = frozenset({"llama.cpp-cpu", "llama.cpp-cuda"})
-_INTERLEAVED_WHY = ("ggml's IMROPE (interleaved sections) rotates the frequencies past 3x the height / width sections "
-                    "by a 4th position id: not modelled")
-_NOT_MODELLED = ("MLX, TensorRT-LLM, FlashInfer and the training stacks: their M-RoPE paths are not modelled")
-
 
 def axis_columns(path: str) -> list[tuple[str, str]]:
     """The table columns of per-axis rows (:class:`~precision_audit.rope.axes.AxisRow`); ``path``: the heading
@@ -99,83 +87,39 @@ _AXES_NOTE = ("Each axis: its section's frequencies audited as 1-D RoPE over ids
               "is safe.")
 
 
-def _hours(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.3g} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.3g} min"
-    return f"{seconds:g} s"
-
-
 def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence[str], dtypes: Sequence[str],
                  as_json: bool) -> None:
-    """Print (or ``--json``) the per-axis M-RoPE audit of ``model`` for the given input."""
-    from ..bottomline import path_labels
-    from ..config import model_stacks
-    from dataclasses import replace
-
-    from ..rope.axes import AXES, MRope, audit_axes, axis_maxima, layout, longest_safe_video, text_maximum
+    """Print (or ``--json``) the per-axis M-RoPE audit of ``model`` for the given input
+    (:func:`precision_audit.config.mrope.mrope_audit`)."""
+    from ..config.mrope import NOT_MODELLED, mrope_audit, video_text
+    from ..rope.axes import AXES
 
     if model.kind != "rope" or not model.mrope:
         raise click.UsageError(f"--image / --video: {model.name} has no mrope_section (not a multimodal-RoPE model)")
     try:
-        schedule = model.schedule
-        mrope = MRope.from_config(dict(model.mrope), schedule.n_freq, model.source or model.name)
+        m = mrope_audit(model, image, video, text, stacks, dtypes)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    runs = model_stacks(model, None)[0]
-    asked = list(stacks) or list(MROPE_STACKS)
-    names = [n for n in asked if n in MROPE_STACKS and n in runs
-             and not (mrope.interleaved and n in _CONTIGUOUS_ONLY)]
-    skipped = [f"{n} ({_INTERLEAVED_WHY})" if mrope.interleaved and n in _CONTIGUOUS_ONLY else
-               f"{n} (its M-RoPE is not modelled, or it does not run the model)" for n in asked if n not in names]
-    if not names:
-        raise click.UsageError(f"no stack named has modelled M-RoPE; modelled: {', '.join(MROPE_STACKS)}")
-    frame = video[2] if video else (640, 360)
-    segs = layout(mrope, image=image, video=None if video is None else video[:2], text=text, frame=frame)
-    maxima = axis_maxima(segs)
-    rows = audit_axes(schedule, mrope, axis_maxima(segs, vision=True), names, dtypes, text=text_maximum(segs))
-    labels = path_labels("rope")
-    summary = []
-    for stack in names:
-        for d in dict.fromkeys(r.dtype for r in rows):
-            rs = [r for r in rows if r.stack == stack and r.dtype == d]
-            if not rs:
-                continue
-            verdicts = ", ".join(f"{r.axis} {r.verdict}" for r in rs)
-            entry: dict[str, Any] = {"stack": stack, "label": labels[stack][0], "dtype": d, "axes": verdicts}
-            if video is not None:
-                entry["safe_seconds"] = longest_safe_video(mrope, rs, video[1], frame, image, text,
-                                                           up_to=4 * video[0])
-            summary.append(entry)
+    rows = m.rows
     if as_json:
         echo_json({"auditor": "config-mrope", "model": model.name, "mrope": dict(model.mrope),
                    "input": {"image": image, "video": None if video is None else
                              {"seconds": video[0], "fps": video[1], "frame": video[2]}, "text": text},
-                   "largest_ids": dict(zip(("temporal", "height", "width"), maxima)),
-                   "largest_vision_ids": dict(zip(("temporal", "height", "width"), axis_maxima(segs, vision=True))),
-                   "largest_text_id": text_maximum(segs), "summary": summary,
-                   "results": [r.to_dict() for r in rows], "not_modelled": _NOT_MODELLED, "skipped": skipped})
+                   "largest_ids": dict(zip(AXES, m.maxima)), "largest_vision_ids": dict(zip(AXES, m.vision_maxima)),
+                   "largest_text_id": m.text_max,
+                   "summary": [{k: v for k, v in e.items() if k not in ("at_least", "audited")} for e in m.summary],
+                   "results": [r.to_dict() for r in rows], "not_modelled": NOT_MODELLED, "skipped": m.skipped})
         return
     click.echo(f"{model.name} (model_type {model.model_type}): M-RoPE\n  "
-               + "\n  ".join(_describe(model, mrope, image, video, text, maxima)
+               + "\n  ".join(_describe(model, m.mrope, image, video, text, m.maxima)
                             + ["image / video tokens' largest id: " + ", ".join(
-                                f"{a} {x}" for a, x in zip(AXES, axis_maxima(segs, vision=True)))
-                               + f"; text tokens' largest id {text_maximum(segs)}"]) + "\n")
+                                f"{a} {x}" for a, x in zip(AXES, m.vision_maxima))
+                               + f"; text tokens' largest id {m.text_max}"]) + "\n")
     click.echo("Bottom line (each axis' verdict at its largest id" + (", and the longest safe video at this fps"
                if video is not None else "") + "):")
-    for e in summary:
-        line = f"  {e['label']}, {e['dtype']}: {e['axes']}"
-        if "safe_seconds" in e:
-            s = e["safe_seconds"]
-            rs = [r for r in rows if r.stack == e["stack"] and r.dtype == e["dtype"]]
-            open_ended = [replace(r, safe_to=2**40) if r.safe_to == max(r.lengths) else r for r in rs]
-            edge = s is not None and longest_safe_video(mrope, open_ended, video[1], frame, image, text,
-                                                        up_to=4 * video[0]) != s  # the audited range limits it
-            line += ("; no video is safe" if s is None else f"; video safe to {'at least ' if edge else ''}"
-                     f"{_hours(s)}" + (f" (ids audited to {max(max(r.lengths) for r in rs)})" if edge else ""))
-        click.echo(line)
+    for e in m.summary:
+        click.echo(f"  {e['label']}, {e['dtype']}: {e['axes']}" + (f"; {video_text(e)}" if video is not None else ""))
     click.echo("")
     echo_table([r.to_dict() for r in rows], axis_columns("stack"))
-    click.echo(f"\n{_AXES_NOTE}\nnot modelled: {_NOT_MODELLED}."
-               + "".join(f"\nskipped: {n}" for n in skipped))
+    click.echo(f"\n{_AXES_NOTE}\nnot modelled: {NOT_MODELLED}."
+               + "".join(f"\nskipped: {n}" for n in m.skipped))

@@ -48,6 +48,7 @@ from .audit import (
     training_differences,
     work_to_scan,
 )
+from .mrope import MROPE_STACKS, MropeAudit, mrope_audit
 from .diffusion import DiffusionConfig, diffusion_config_dict, is_diffusers_config, load_diffusion_config
 from .parse import (
     CONTEXT_KEYS,
@@ -69,6 +70,8 @@ __all__ = [
     "VERDICT_RULES",
     "ConfigRow",
     "DiffusionConfig",
+    "MROPE_STACKS",
+    "MropeAudit",
     "ModelConfig",
     "alibi_verdict",
     "audit_config",
@@ -78,6 +81,7 @@ __all__ = [
     "diffusion_config_dict",
     "is_diffusers_config",
     "load_config",
+    "mrope_audit",
     "load_config_dict",
     "load_diffusion_config",
     "load_model",

@@ -89,7 +89,9 @@ class _Context:
 
 
 def model_report(model: _config.ModelConfig, dtypes: Sequence[str] | None = None, max_context: int | None = None,
-                 progress: Progress = None, stacks: Sequence[str] | None = None) -> Report:
+                 progress: Progress = None, stacks: Sequence[str] | None = None,
+                 image: tuple[int, int] | None = None, video: tuple[float, float, tuple[int, int]] | None = None,
+                 text: int = 0) -> Report:
     """Audit the model's code paths at its context (``max_context`` overrides the config's) and 2x, 4x.
 
     ``model``: the model's description (:func:`precision_audit.config.load_model` reads a config.json, a GGUF
@@ -100,6 +102,10 @@ def model_report(model: _config.ModelConfig, dtypes: Sequence[str] | None = None
     model; default: every stack that runs it, llama.cpp's for a GGUF file)
     or, for ALiBi, per recipe, and per dtype: the longest of those lengths
     that is safe and the fix (see :func:`precision_audit.bottomline.bottom_line`).
+
+    A vision-language model (M-RoPE) gets an "Images and video" section for ``image`` (width, height), ``video``
+    (seconds, fps, (width, height) frames) and ``text`` tokens after them; default: a 1080p image, then an hour
+    of video at 2 fps (:func:`precision_audit.report.images.images_section`).
     """
     if not isinstance(model, _config.ModelConfig):
         raise ArgumentTypeError(f"model {describe(model)} must be a ModelConfig (precision_audit.config.load_model "
@@ -120,8 +126,18 @@ def model_report(model: _config.ModelConfig, dtypes: Sequence[str] | None = None
     bottom = _bottom_line_section(c, model, names, skipped)
     settings = _settings(spec, c.dts, ctx, names)
     model_section = Section("Model", [Table(("setting", "value"), _settings_rows(settings))])
+    vision = []
+    if model.kind == "rope" and model.mrope:
+        from .images import DEFAULT_IMAGE, DEFAULT_VIDEO, images_section
+
+        given = image is not None or video is not None
+        mrope_stacks = [n for n in names if n in _config.MROPE_STACKS] or None
+        vision = [images_section(model, c.dts, mrope_stacks, image if given else DEFAULT_IMAGE,
+                                 video if given else DEFAULT_VIDEO, text, progress)]
+    elif image is not None or video is not None:
+        raise ValueError(f"image / video: {model.name} has no mrope_section (not a multimodal-RoPE model)")
     return Report(f"precision_audit: {spec.name}", "model", settings,
-                  [bottom, _verdict_section(c), model_section, *sections])
+                  [bottom, *vision, _verdict_section(c), model_section, *sections])
 
 
 def _table_report(c: _Context, model: _config.ModelConfig) -> Report:

@@ -1,0 +1,133 @@
+"""A vision-language model's M-RoPE audited for one input: each axis per stack and dtype, and the bottom line.
+
+:func:`mrope_audit` is what ``config MODEL --image WxH --video SECONDS@FPS`` prints and what the report's
+"Images and video" section shows: the token layout transformers' ``get_rope_index`` builds for the input
+(:func:`precision_audit.rope.axes.layout`), each axis' section audited up to the largest id an image or video token
+carries on it, the text tokens on every frequency (:func:`~precision_audit.rope.axes.audit_axes`), and per stack
+and dtype the axis verdicts and, for a video, the longest safe video at its frame rate.
+
+>>> from precision_audit.config import load_model
+>>> m = mrope_audit(load_model("tests/data/qwen2.5-vl-7b-instruct.json"), image=(1920, 1080),
+...                 stacks=["transformers-cast"])
+>>> m.vision_maxima, [e["axes"] for e in m.summary]
+((1, 26, 47), ['temporal safe, height safe, width safe, text safe'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..bottomline import path_labels
+from ..rope.axes import DEFAULT_FRAME, MRope, audit_axes, axis_maxima, layout, longest_safe_video, text_maximum
+from .audit import model_stacks
+from .parse import ModelConfig
+
+__all__ = ["INTERLEAVED_WHY", "MROPE_STACKS", "MropeAudit", "NOT_MODELLED", "hours", "mrope_audit", "video_text"]
+
+MROPE_STACKS: tuple[str, ...] = ("transformers", "transformers-cast", "vllm", "sglang", "llama.cpp-cpu",
+                                  "llama.cpp-cuda")
+"""The stacks whose M-RoPE is modelled: each builds a section's cos/sin as its 1-D RoPE code does, at that axis'
+ids (transformers' Qwen2-VL / Qwen3-VL rotary modules; vLLM's and SGLang's MRotaryEmbedding index their 1-D
+cos/sin cache; ggml's ``ggml_mrope_cache_init`` (CPU) runs the 1-D theta chain of each pair on its section's
+id, and CUDA's ``rope_multi`` the 1-D ``pos * powf(theta_scale, i)``: contiguous sections only, tests/test_mrope.py
+runs ggml's real op)."""
+_CONTIGUOUS_ONLY = frozenset({"llama.cpp-cpu", "llama.cpp-cuda"})
+INTERLEAVED_WHY = ("ggml's IMROPE (interleaved sections) rotates the frequencies past 3x the height / width sections "
+                   "by a 4th position id: not modelled")
+NOT_MODELLED = "MLX, TensorRT-LLM, FlashInfer and the training stacks: their M-RoPE paths are not modelled"
+
+
+@dataclass(frozen=True)
+class MropeAudit:
+    """One input's M-RoPE audit: the sections (``mrope``), the token layout (``segments``), each axis' largest id
+    over all tokens (``maxima``), over image / video tokens (``vision_maxima``) and the text tokens' (``text_max``),
+    the per-axis ``rows`` (:class:`~precision_audit.rope.axes.AxisRow`), per stack and dtype a ``summary`` entry
+    (``stack``, ``label``, ``dtype``, ``axes``: each axis' verdict; with a video ``safe_seconds`` and
+    ``at_least``: True when the audited ids, not a failure, bound it), and the stacks ``skipped`` with why."""
+
+    mrope: MRope
+    image: tuple[int, int] | None
+    video: tuple[float, float, tuple[int, int]] | None
+    text: int
+    segments: list[Any] = field(repr=False)
+    maxima: tuple[int, int, int]
+    vision_maxima: tuple[int, int, int]
+    text_max: int
+    rows: list[Any] = field(repr=False)
+    summary: list[dict[str, Any]]
+    skipped: list[str]
+
+
+def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
+                video: tuple[float, float, tuple[int, int]] | tuple[float, float] | None = None, text: int = 0,
+                stacks: Sequence[str] | None = None, dtypes: Sequence[str] = ("bfloat16",)) -> MropeAudit:
+    """Audit ``model``'s M-RoPE for an ``image`` (width, height), a ``video`` (seconds, fps[, (width, height)
+    frames: default 640x360]) and ``text`` tokens after them, on ``stacks`` (default: every modelled stack that
+    runs it, :data:`MROPE_STACKS`) in ``dtypes``.  ValueError when the model has no M-RoPE, its sections do not
+    fit its head, or no stack named has modelled M-RoPE."""
+    if model.kind != "rope" or not model.mrope:
+        raise ValueError(f"{model.name} has no mrope_section (not a multimodal-RoPE model)")
+    schedule = model.schedule
+    mrope = MRope.from_config(dict(model.mrope), schedule.n_freq, model.source or model.name)
+    runs = model_stacks(model, None)[0]
+    asked = list(stacks) if stacks else list(MROPE_STACKS)
+    names = [n for n in asked if n in MROPE_STACKS and n in runs
+             and not (mrope.interleaved and n in _CONTIGUOUS_ONLY)]
+    skipped = [f"{n} ({INTERLEAVED_WHY})" if mrope.interleaved and n in _CONTIGUOUS_ONLY else
+               f"{n} (its M-RoPE is not modelled, or it does not run the model)" for n in asked if n not in names]
+    if not names:
+        raise ValueError(f"no stack named has modelled M-RoPE; modelled: {', '.join(MROPE_STACKS)}")
+    vid = None if video is None else (float(video[0]), float(video[1]),
+                                       tuple(video[2]) if len(video) > 2 else DEFAULT_FRAME)  # type: ignore[misc]
+    frame = DEFAULT_FRAME if vid is None else vid[2]
+    segs = layout(mrope, image=image, video=None if vid is None else vid[:2], text=text, frame=frame)
+    vision = axis_maxima(segs, vision=True)
+    rows = audit_axes(schedule, mrope, vision, names, dtypes, text=text_maximum(segs))
+    labels = path_labels("rope")
+    summary = []
+    for stack in names:
+        for d in dict.fromkeys(r.dtype for r in rows):
+            rs = [r for r in rows if r.stack == stack and r.dtype == d]
+            if not rs:
+                continue
+            entry: dict[str, Any] = {"stack": stack, "label": labels[stack][0], "dtype": d,
+                                     "axes": ", ".join(f"{r.axis} {r.verdict}" for r in rs)}
+            if vid is not None:
+                s = longest_safe_video(mrope, rs, vid[1], frame, image, text, up_to=4 * vid[0])
+                # at least: with every axis audited as safe past its ladder, the answer would be longer
+                open_ended = [replace(r, safe_to=2**40) if r.safe_to == max(r.lengths) else r for r in rs]
+                entry["safe_seconds"] = s
+                entry["at_least"] = s is not None and longest_safe_video(
+                    mrope, open_ended, vid[1], frame, image, text, up_to=4 * vid[0]) != s
+                entry["audited"] = max(max(r.lengths) for r in rs)
+            summary.append(entry)
+    return MropeAudit(mrope, image, vid, text, segs, axis_maxima(segs), vision, text_maximum(segs), rows,  # type: ignore[arg-type]
+                      summary, skipped)
+
+
+def hours(seconds: float) -> str:
+    """A duration as the bottom line says it.
+
+    >>> hours(90), hours(7200), hours(12)
+    ('1.5 min', '2 h', '12 s')
+    """
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:g} s"
+
+
+def video_text(entry: dict[str, Any]) -> str:
+    """A summary entry's video limit in words ('' without a video)."""
+    if "safe_seconds" not in entry:
+        return ""
+    s = entry["safe_seconds"]
+    if s is None:
+        return "no video is safe"
+    edge = entry["at_least"]
+    return (f"video safe to {'at least ' if edge else ''}{hours(s)}"
+            + (f" (ids audited to {entry['audited']})" if edge else ""))
+
