@@ -148,3 +148,50 @@ def test_cli_unreachable_hub_is_one_line_in_a_fresh_process(unreachable_hub, tmp
 def test_online_must_be_a_flag():
     with pytest.raises(ValueError, match="online 'yes' must be True or False"):
         resolve_model("meta-llama/Llama-3.1-8B", online="yes")  # type: ignore[arg-type]
+
+
+def _pipeline_cache(tmp_path: Path, repo: str, transformer: Path) -> Path:
+    """A diffusers pipeline repository as the cache holds it: model_index.json and transformer/config.json, no
+    config.json at the top."""
+    root = tmp_path / "hub"
+    model = root / ("models--" + repo.replace("/", "--"))
+    (model / "refs").mkdir(parents=True)
+    (model / "refs" / "main").write_text(COMMIT)
+    snap = model / "snapshots" / COMMIT
+    (snap / "transformer").mkdir(parents=True)
+    (snap / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline"}))
+    shutil.copy(transformer, snap / "transformer" / "config.json")
+    return root
+
+
+def test_diffusers_pipeline_id_reads_its_transformer_config(tmp_path, monkeypatch):
+    from precision_audit.config import load_diffusion_config
+
+    src = DATA / "diffusers" / "flux.1-dev-transformer.json"
+    root = _pipeline_cache(tmp_path, "black-forest-labs/FLUX.1-dev", src)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    path = resolve_model("black-forest-labs/FLUX.1-dev")
+    assert path.endswith(os.path.join("transformer", "config.json"))
+    cfg = load_diffusion_config("black-forest-labs/FLUX.1-dev")
+    assert cfg is not None and cfg.name == "black-forest-labs/FLUX.1-dev" and cfg.rope.axes_dim == (16, 56, 56)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(root)}
+    r = subprocess.run([sys.executable, "-c", CLI, "config", "black-forest-labs/FLUX.1-dev", "--image", "2048x2048"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("black-forest-labs/FLUX.1-dev (FluxTransformer2DModel)")
+
+
+def test_local_pipeline_folder_reads_its_transformer_config(tmp_path):
+    from precision_audit.config import load_diffusion_config
+
+    (tmp_path / "FLUX.1-dev" / "transformer").mkdir(parents=True)
+    shutil.copy(DATA / "diffusers" / "flux.1-dev-transformer.json", tmp_path / "FLUX.1-dev" / "transformer" / "config.json")
+    cfg = load_diffusion_config(tmp_path / "FLUX.1-dev")
+    assert cfg is not None and cfg.name == "FLUX.1-dev"
+
+
+def test_uncached_pipeline_id_offline_names_both_files(offline_cache):
+    with pytest.raises(ValueError, match=r"black-forest-labs/FLUX.1-dev: .*no copy of its config.json \(nor of a "
+                                         r"diffusers transformer/config.json\)"):
+        resolve_model("black-forest-labs/FLUX.1-dev")

@@ -202,7 +202,8 @@ def _config_path(ctx: Any, param: Any, value: str) -> Any:
     from ..config import load_diffusion_config, load_model
 
     try:
-        return load_diffusion_config(value) or load_model(value, online=bool(ctx.params.get("online")))
+        online = bool(ctx.params.get("online"))
+        return load_diffusion_config(value, online=online) or load_model(value, online=online)
     except (ValueError, ImportError) as e:  # ImportError: a package the file's format needs (gguf)
         raise click.BadParameter(str(e)) from None
 

@@ -117,16 +117,28 @@ def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", sourc
     return DiffusionConfig(name=name, class_name=str(cls), rope=rope, head_dim=head, source=source)
 
 
-def load_diffusion_config(path: str | os.PathLike[str]) -> DiffusionConfig | None:
-    """Read ``path`` (a JSON file, or a directory holding ``config.json``) as a diffusers config; None when it is
-    not one (no ``_class_name``, or not readable JSON: the general reader says why).
+def load_diffusion_config(path: str | os.PathLike[str], *, online: bool = False) -> DiffusionConfig | None:
+    """Read ``path`` as a diffusers config: a JSON file, a directory holding ``config.json`` (or a pipeline folder
+    holding ``transformer/config.json``), or a Hub id ``ORG/NAME[@REVISION]`` of a diffusers pipeline (its
+    ``transformer/config.json`` from the local cache; ``online`` fetches it: :func:`.hub.resolve_model`).  None when
+    it is not one (no ``_class_name``, or not readable JSON: the general reader says why); a Hub id that cannot be
+    had raises ValueError naming it.
 
     >>> load_diffusion_config("tests/data/llama-2-7b-hf.json") is None
     True
+    >>> load_diffusion_config("tests/data/diffusers/flux.1-dev-transformer.json").name
+    'flux.1-dev-transformer'
     """
-    p = os.fspath(path)
+    from .hub import resolve_model
+
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        return None
+    p = resolve_model(text, online=online)
+    hub = p != text
     if os.path.isdir(p):
-        p = os.path.join(p, "config.json")
+        inner = os.path.join(p, "config.json")
+        p = inner if os.path.exists(inner) else os.path.join(p, "transformer", "config.json")
     try:
         with open(p, encoding="utf-8") as f:
             data = json.load(f)
@@ -134,8 +146,16 @@ def load_diffusion_config(path: str | os.PathLike[str]) -> DiffusionConfig | Non
         return None
     if not is_diffusers_config(data):
         return None
-    name = os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json" \
-        else os.path.splitext(os.path.basename(p))[0]
+    if hub:
+        inner = "transformer/config.json" if os.path.basename(os.path.dirname(p)) == "transformer" else "config.json"
+        return diffusion_config_dict(data, name=text, source=f"{text} (Hub {inner}: {p})")
+    if os.path.basename(p) == "config.json":
+        folder = os.path.dirname(os.path.abspath(p))
+        if os.path.basename(folder) == "transformer":  # a pipeline folder: name it by the pipeline
+            folder = os.path.dirname(folder)
+        name = os.path.basename(folder)
+    else:
+        name = os.path.splitext(os.path.basename(p))[0]
     return diffusion_config_dict(data, name=name, source=p)
 
 

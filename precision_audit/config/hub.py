@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["HUB_INSTALL", "is_hub_id", "resolve_model"]
+__all__ = ["CONFIG_FILES", "HUB_INSTALL", "is_hub_id", "resolve_model"]
 
 HUB_INSTALL = "pip install 'precision-audit[hub]'"
 
@@ -71,35 +71,52 @@ def _quiet_hub() -> Iterator[None]:
             os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = bars
 
 
+CONFIG_FILES: tuple[str, ...] = ("config.json", "transformer/config.json")
+"""The files a Hub id is read from, in order: a transformers model's ``config.json``, else a diffusers pipeline's
+transformer (its repository has ``model_index.json`` and one folder per component)."""
+
+
 def _cached(hub: Any, repo: str, revision: str | None) -> str | None:
-    """The cached ``config.json`` of ``repo`` at ``revision`` (None when the cache has none); no network."""
-    try:
-        with _quiet_hub():
-            return str(hub.hf_hub_download(repo, "config.json", revision=revision, cache_dir=_cache_dir(),
-                                           local_files_only=True))
-    except (hub.errors.LocalEntryNotFoundError, hub.errors.EntryNotFoundError, OSError):
-        return None
+    """The cached description of ``repo`` at ``revision`` (the first of :data:`CONFIG_FILES` the cache holds; None
+    when it holds none); no network."""
+    for name in CONFIG_FILES:
+        try:
+            with _quiet_hub():
+                return str(hub.hf_hub_download(repo, name, revision=revision, cache_dir=_cache_dir(),
+                                               local_files_only=True))
+        except (hub.errors.LocalEntryNotFoundError, hub.errors.EntryNotFoundError, OSError):
+            continue
+    return None
 
 
 def _download(hub: Any, text: str, repo: str, revision: str | None, timeout: float) -> str:
-    """Fetch ``config.json`` from the Hub: one metadata request without retries (a Hub that cannot be reached fails
-    at once, in one line), then the download."""
+    """Fetch ``config.json`` from the Hub (a diffusers pipeline's ``transformer/config.json`` when the repository
+    has no ``config.json``): one metadata request per file without retries (a Hub that cannot be reached fails at
+    once, in one line), then the download."""
     from huggingface_hub.utils import HfHubHTTPError
 
     endpoint = os.environ.get("HF_ENDPOINT") or None
+
+    def fetch(name: str) -> str:
+        url = hub.hf_hub_url(repo, name, revision=revision, endpoint=endpoint)
+        hub.get_hf_file_metadata(url, timeout=timeout, endpoint=endpoint, retry_on_errors=False)
+        return str(hub.hf_hub_download(repo, name, revision=revision, cache_dir=_cache_dir(),
+                                       endpoint=endpoint, etag_timeout=timeout))
+
     try:
         with _quiet_hub():
-            url = hub.hf_hub_url(repo, "config.json", revision=revision, endpoint=endpoint)
-            hub.get_hf_file_metadata(url, timeout=timeout, endpoint=endpoint, retry_on_errors=False)
-            return str(hub.hf_hub_download(repo, "config.json", revision=revision, cache_dir=_cache_dir(),
-                                           endpoint=endpoint, etag_timeout=timeout))
+            try:
+                return fetch(CONFIG_FILES[0])
+            except hub.errors.EntryNotFoundError:
+                return fetch(CONFIG_FILES[1])
     except hub.errors.RepositoryNotFoundError:
         raise ValueError(f"{text}: no such file, and no such Hub repository (or it is private/gated: "
                          "log in with `hf auth login`)") from None
     except hub.errors.RevisionNotFoundError:
         raise ValueError(f"{text}: the Hub repository has no revision {revision!r}") from None
     except hub.errors.EntryNotFoundError:
-        raise ValueError(f"{text}: the Hub repository has no config.json") from None
+        raise ValueError(f"{text}: the Hub repository has no config.json (nor a diffusers "
+                         "transformer/config.json)") from None
     except (HfHubHTTPError, OSError) as e:
         first = str(e).splitlines()[0] if str(e) else ""
         raise ValueError(f"{text}: not in the local cache, and the Hub ({endpoint or hub.constants.ENDPOINT}) "
@@ -113,7 +130,8 @@ def _download(hub: Any, text: str, repo: str, revision: str | None, timeout: flo
 
 
 def resolve_model(model: str, *, online: bool = False, timeout: float = 10.0) -> str:
-    """The local path of ``model``'s description: the path itself, or a Hub id's cached/downloaded ``config.json``.
+    """The local path of ``model``'s description: the path itself, or a Hub id's cached/downloaded ``config.json``
+    (a diffusers pipeline's ``transformer/config.json`` when the repository has no ``config.json``).
 
     A Hub id is looked up in the local cache first (no network).  Without a cached copy it is fetched only when
     ``online`` is true (the CLI's ``--online``) and ``HF_HUB_OFFLINE`` is not set: one metadata request without
@@ -151,7 +169,7 @@ def resolve_model(model: str, *, online: bool = False, timeout: float = 10.0) ->
     cache = _cache_dir() or "huggingface_hub default"
     if _offline():
         raise ValueError(f"{text}: no such file, and as a Hub id: HF_HUB_OFFLINE is set and the local cache "
-                         f"({cache}) has no copy of its config.json") from None
+                         f"({cache}) has no copy of its config.json (nor of a diffusers transformer/config.json)") from None
     if not online:
         raise ValueError(f"{text}: no such file, and as a Hub id: not in the local cache ({cache}); add --online "
                          "(API: online=True) to fetch its config.json from the Hub") from None
