@@ -143,8 +143,9 @@ class _Kernel:
         q[:, self.x] = 1.0
         return q, q.copy(), None
 
-    def run(self, positions: npt.NDArray[np.int64]) -> tuple[F64, F64]:
-        """The kernel's rotated q and k for these positions, float64 arrays (n, head_dim)."""
+    def run(self, positions: npt.NDArray[np.int64]) -> tuple[Any, Any]:
+        """The kernel's rotated q and k for these positions, as it returns them (checked: (n, head_dim) arrays or
+        tensors); k is q itself when k's rotation equals q's element by element (torch)."""
         n = positions.size
         q, k, _ = self.inputs(n)
         if self.tensors == "torch":
@@ -166,38 +167,65 @@ class _Kernel:
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             got = type(out).__name__ + (f" of shape {tuple(out.shape)}" if hasattr(out, "shape") else "")
             raise ValueError(f"apply kernel {self.label} returned a {got}, not (q_rot, k_rot) ({where})")
-        q_rot = self._array(out[0], "q_rot", n, where)
+        q_rot = self._checked(out[0], "q_rot", n, where)
         if self.tensors == "torch" and _same_tensor(out[0], out[1]):
-            return q_rot, q_rot  # k_rot equals q_rot element by element: one float64 copy serves both
-        return q_rot, self._array(out[1], "k_rot", n, where)
+            return q_rot, q_rot  # k_rot equals q_rot element by element: one copy serves both
+        return q_rot, self._checked(out[1], "k_rot", n, where)
 
-    def _array(self, t: Any, what: str, n: int, where: str) -> F64:
+    def _checked(self, t: Any, what: str, n: int, where: str) -> Any:
+        """``t`` when it is an (n, head_dim) tensor, or a numpy array of numbers (converted); else ValueError."""
         shape = getattr(t, "shape", None)
         if shape is None or tuple(shape) != (n, self.head_dim):
             raise ValueError(f"apply kernel {self.label} returned {what} of shape "
                              f"{None if shape is None else tuple(shape)}, not q's ({n}, {self.head_dim}) ({where})")
         if hasattr(t, "detach"):
-            import torch
-
-            return t.detach().to(torch.float64).cpu().numpy()
+            return t.detach().cpu()
         try:
-            return np.asarray(t).astype(np.float64)
+            a = np.asarray(t)
+            a.astype(np.float64)[:0]  # a numeric array (bf16 / fp8 from ml_dtypes included)
         except (TypeError, ValueError) as e:
             raise ValueError(f"apply kernel {self.label} returned {what} that is no array ({where}): {e}") from None
+        return a
 
-    def pairs(self, start: int, stop: int) -> tuple[F64, F64, F64]:
-        """(rows, x, y) of the measured tensor for positions start..stop-1: its whole rotated rows and each
-        pair's two components; also notes whether k's rotation equals q's."""
+    def _rows(self, t: Any) -> npt.NDArray[np.floating[Any]]:
+        """The rows as numpy, in float32 when the output's format converts to it exactly (16-bit and 8-bit
+        floats, float32: equal rows stay equal, nan stays nan), else float64."""
+        if hasattr(t, "detach"):
+            import torch
+
+            narrow = t.is_floating_point() and t.element_size() <= 4
+            return t.to(torch.float32 if narrow else torch.float64).numpy()
+        kind, size = t.dtype.kind, t.dtype.itemsize  # ml_dtypes' bfloat16 / float8: kind "V", 2 / 1 bytes
+        return t.astype(np.float32 if (kind == "f" and size <= 4) or (kind == "V" and size <= 2) else np.float64)
+
+    def _columns(self, t: Any, rows: npt.NDArray[np.floating[Any]], dims: npt.NDArray[np.intp]) -> F64:
+        """Columns ``dims`` in float64, C-ordered (``rows[:, dims]`` would be column-major: every later op
+        against the C-ordered exact angles would walk memory across rows, several times slower)."""
+        if hasattr(t, "detach"):
+            import torch
+
+            step = int(dims[1] - dims[0]) if dims.size > 1 else 1
+            if step > 0 and np.array_equal(dims, dims[0] + step * np.arange(dims.size)):
+                return t[:, int(dims[0]):int(dims[-1]) + 1:step].to(torch.float64).numpy()
+            return torch.index_select(t, 1, torch.from_numpy(dims)).to(torch.float64).numpy()
+        return np.take(rows, dims, axis=1).astype(np.float64)
+
+    def pairs(self, start: int, stop: int) -> tuple[npt.NDArray[np.floating[Any]], F64, F64]:
+        """(rows, x, y) of the measured tensor for positions start..stop-1: its whole rotated rows (float32 when
+        exact, for collisions) and each pair's two components (float64); also notes whether k's rotation
+        equals q's."""
         pos = np.arange(start, stop, dtype=np.int64)
         if self.top is not None:
             pos = np.concatenate([np.array([self.top - 1], dtype=np.int64), pos])
         q, k = self.run(pos)
         if self.top is not None:
             q, k = q[1:], k[1:]
-        if self.k_same and q is not k and not np.array_equal(q, k, equal_nan=True):
+        qr = self._rows(q)
+        kr = qr if k is q else self._rows(k)
+        if self.k_same and kr is not qr and not np.array_equal(qr, kr, equal_nan=True):
             self.k_same = False
-        rows = q if self.measure == "q" else k
-        return rows, rows[:, self.x], rows[:, self.y]  # contiguous copies: numpy's SIMD atan2
+        t, rows = (q, qr) if self.measure == "q" else (k, kr)
+        return rows, self._columns(t, rows, self.x), self._columns(t, rows, self.y)
 
 
 def _same_tensor(a: Any, b: Any) -> bool:
@@ -219,13 +247,14 @@ def _guarded(fn: Any, args: tuple[Any, ...], label: str, where: str) -> Any:
 
 def _signed(x: F64, y: F64, start: int, theta: F64) -> F64:
     """``wrap(atan2(y, x) - exact)`` (nan where not finite): both lie in [-pi, pi], so the difference is
-    wrapped by one step of 2 pi where it leaves [-pi, pi] (exact)."""
+    wrapped by one step of 2 pi where it leaves [-pi, pi] (exact, by Sterbenz's lemma)."""
     with np.errstate(invalid="ignore"):
         d = np.arctan2(y, x)
         d -= exact_angles(np.arange(start, start + x.shape[0]), theta)
-        over = np.abs(d) > math.pi
-        if over.any():
-            d[over] -= np.copysign(2 * math.pi, d[over])
+        over = np.flatnonzero(np.abs(d) > math.pi)  # rare: a few per 10**4
+        if over.size:
+            flat = d.reshape(-1)
+            flat[over] -= np.copysign(2 * math.pi, flat[over])
     return d
 
 
