@@ -224,10 +224,13 @@ def test_llamacpp_mrope_is_the_1d_kernel_per_section_real_ggml():
     assert abs(row.max_rotation_error - measured) <= 2.0**-22
 
 
-def test_llamacpp_interleaved_mrope_uses_a_fourth_id_real_ggml():
-    """Why llama.cpp is left out for Qwen3-VL (interleaved sections 24/20/20 of 64): ggml's IMROPE rotates pairs
-    61 and 62 (past 3 x 20, not a multiple of 3) by the 4th position id, where transformers rotates them
-    temporally (``apply_interleaved_mrope``): measured on the real op."""
+def test_llamacpp_interleaved_mrope_axes_are_ggml_s_real_op():
+    """Qwen3-VL's interleaved sections 24/20/20 of 64 on llama.cpp (IMROPE): which position id turns each pair, read
+    off ggml's real op (each pair equals the 1-D op at exactly one of four distinct ids), is
+    MRope.ggml_section_indices: pairs 61 and 62 (past 3 x 20, not a multiple of 3) on the 4th id, where
+    transformers turns them temporally (``apply_interleaved_mrope``).  llama.cpp sets that id to 0: the tool
+    audits the pairs that turn and states the rest in closed form; its temporal row agrees with the errors of the
+    real op's output over ids 0..L-1 (within 2 float32 ulps of 1, as for contiguous sections)."""
     from referees import need
     need("ggml")
     from referees._ggml import ggml_mrope_angles, ggml_rope_angles
@@ -235,14 +238,31 @@ def test_llamacpp_interleaved_mrope_uses_a_fourth_id_real_ggml():
     n = 64
     ids = np.stack([np.arange(n) + 100, np.arange(n) + 200, np.arange(n) + 300, np.arange(n) + 400])
     c, si = ggml_mrope_angles(ids, 128, 5e6, (24, 20, 20), interleaved=True)
-    fourth = ggml_rope_angles(ids[3], 128, 5e6)
-    on_fourth = [i for i in range(64) if np.array_equal(c[:, i], fourth[0][:, i])
-                 and np.array_equal(si[:, i], fourth[1][:, i])]
-    assert on_fourth == [61, 62]
+    one_d = [ggml_rope_angles(ids[k], 128, 5e6) for k in range(4)]
+    on = [[i for i in range(64) if np.array_equal(c[:, i], one_d[k][0][:, i])
+           and np.array_equal(si[:, i], one_d[k][1][:, i])] for k in range(4)]
     m = _mrope(QWEN3)
-    assert m.interleaved and m.section == (24, 20, 20) and 61 in m.section_indices()[0]
-    out = CliRunner().invoke(main, ["config", QWEN3, "--image", "448x448"])
-    assert out.exit_code == 0 and "skipped: llama.cpp-cpu (ggml's IMROPE" in out.output
+    assert m.interleaved and m.section == (24, 20, 20)
+    assert tuple(tuple(x) for x in on) == m.ggml_section_indices()
+    assert m.ggml_section_indices()[3] == (61, 62) and 61 in m.section_indices()[0]
+    s = load_model(QWEN3).schedule
+    L = 8192
+    t = np.arange(L)
+    c, si = ggml_mrope_angles(np.stack([t, t % 5, t % 7, 0 * t]), s.rotary_dim, s.base, m.section, interleaved=True)
+    idx = list(m.ggml_section_indices()[0])
+    exact = t[:, None].astype(np.float64) * s.inv_freq()[idx][None, :]
+    measured = float(np.abs(_wrap(np.arctan2(si[:, idx], c[:, idx]) - exact)).max())
+    row = audit(s, ["llama.cpp-cpu"], [L], ["float32"], frequencies=idx)[0]
+    assert abs(row.max_rotation_error - measured) <= 2.0**-22
+    assert np.all(si[:, [61, 62]] == 0) and np.all(c[:, [61, 62]] == 1)  # the 4th id 0: never turned
+    out = CliRunner().invoke(main, ["config", QWEN3, "--video", "600@2", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    rows = {(r["axis"], r["stack"]): r for r in data["results"]}
+    assert rows[("temporal", "llama.cpp-cpu")]["frequencies"] == 22 and rows[("text", "llama.cpp-cuda")]["frequencies"] == 62
+    top = max(data["largest_ids"].values())
+    expected = top * float(s.inv_freq()[61])  # closed form: the unturned pair 61 at the largest id
+    assert f"differs by up to {expected:.4g} rad" in data["notes"][0]
 
 
 @pytest.mark.parametrize("path", [QWEN2, QWEN25, QWEN3])

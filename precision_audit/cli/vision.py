@@ -108,7 +108,8 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
                    "largest_ids": dict(zip(AXES, m.maxima)), "largest_vision_ids": dict(zip(AXES, m.vision_maxima)),
                    "largest_text_id": m.text_max,
                    "summary": [{k: v for k, v in e.items() if k not in ("at_least", "audited")} for e in m.summary],
-                   "results": [r.to_dict() for r in rows], "not_modelled": NOT_MODELLED, "skipped": m.skipped})
+                   "results": [r.to_dict() for r in rows], "not_modelled": NOT_MODELLED, "skipped": m.skipped,
+                   **({"notes": m.notes} if m.notes else {})})
         return
     click.echo(f"{model.name} (model_type {model.model_type}): M-RoPE\n  "
                + "\n  ".join(_describe(model, m.mrope, image, video, text, m.maxima)
@@ -122,4 +123,4 @@ def vision_audit(model: Any, image: Any, video: Any, text: int, stacks: Sequence
     click.echo("")
     echo_table([r.to_dict() for r in rows], axis_columns("stack"))
     click.echo(f"\n{_AXES_NOTE}\nnot modelled: {NOT_MODELLED}."
-               + "".join(f"\nskipped: {n}" for n in m.skipped))
+               + "".join(f"\nskipped: {n}" for n in m.skipped) + "".join(f"\nnote: {n}" for n in m.notes))

@@ -24,18 +24,18 @@ from ..rope.axes import DEFAULT_FRAME, MRope, audit_axes, axis_maxima, layout, l
 from .audit import model_stacks
 from .parse import ModelConfig
 
-__all__ = ["INTERLEAVED_WHY", "MROPE_STACKS", "MropeAudit", "NOT_MODELLED", "hours", "mrope_audit", "video_text"]
+__all__ = ["GGML_STACKS", "MROPE_STACKS", "MropeAudit", "NOT_MODELLED", "hours", "mrope_audit", "unturned_note",
+           "video_text"]
 
 MROPE_STACKS: tuple[str, ...] = ("transformers", "transformers-cast", "vllm", "sglang", "llama.cpp-cpu",
                                   "llama.cpp-cuda")
 """The stacks whose M-RoPE is modelled: each builds a section's cos/sin as its 1-D RoPE code does, at that axis'
 ids (transformers' Qwen2-VL / Qwen3-VL rotary modules; vLLM's and SGLang's MRotaryEmbedding index their 1-D
 cos/sin cache; ggml's ``ggml_mrope_cache_init`` (CPU) runs the 1-D theta chain of each pair on its section's
-id, and CUDA's ``rope_multi`` the 1-D ``pos * powf(theta_scale, i)``: contiguous sections only, tests/test_mrope.py
-runs ggml's real op)."""
-_CONTIGUOUS_ONLY = frozenset({"llama.cpp-cpu", "llama.cpp-cuda"})
-INTERLEAVED_WHY = ("ggml's IMROPE (interleaved sections) rotates the frequencies past 3x the height / width sections "
-                   "by a 4th position id: not modelled")
+id, and CUDA's ``rope_multi`` the 1-D ``pos * powf(theta_scale, i)``, each pair on the id ggml's sector rule gives it:
+tests/test_mrope.py runs ggml's real op)."""
+GGML_STACKS = ("llama.cpp-cpu", "llama.cpp-cuda")
+"""The stacks that assign pairs to axes as ggml does (:meth:`~precision_audit.rope.axes.MRope.ggml_section_indices`)."""
 NOT_MODELLED = "MLX, TensorRT-LLM, FlashInfer and the training stacks: their M-RoPE paths are not modelled"
 
 
@@ -45,7 +45,8 @@ class MropeAudit:
     over all tokens (``maxima``), over image / video tokens (``vision_maxima``) and the text tokens' (``text_max``),
     the per-axis ``rows`` (:class:`~precision_audit.rope.axes.AxisRow`), per stack and dtype a ``summary`` entry
     (``stack``, ``label``, ``dtype``, ``axes``: each axis' verdict; with a video ``safe_seconds`` and
-    ``at_least``: True when the audited ids, not a failure, bound it), and the stacks ``skipped`` with why."""
+    ``at_least``: True when the audited ids, not a failure, bound it), the stacks ``skipped`` with why, and
+    ``notes`` (a stack that turns some pairs otherwise than transformers: :func:`unturned_note`)."""
 
     mrope: MRope
     image: tuple[int, int] | None
@@ -58,6 +59,7 @@ class MropeAudit:
     rows: list[Any] = field(repr=False)
     summary: list[dict[str, Any]]
     skipped: list[str]
+    notes: list[str] = field(default_factory=list)
 
 
 def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
@@ -73,10 +75,8 @@ def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
     mrope = MRope.from_config(dict(model.mrope), schedule.n_freq, model.source or model.name)
     runs = model_stacks(model, None)[0]
     asked = list(stacks) if stacks else list(MROPE_STACKS)
-    names = [n for n in asked if n in MROPE_STACKS and n in runs
-             and not (mrope.interleaved and n in _CONTIGUOUS_ONLY)]
-    skipped = [f"{n} ({INTERLEAVED_WHY})" if mrope.interleaved and n in _CONTIGUOUS_ONLY else
-               f"{n} (its M-RoPE is not modelled, or it does not run the model)" for n in asked if n not in names]
+    names = [n for n in asked if n in MROPE_STACKS and n in runs]
+    skipped = [f"{n} (its M-RoPE is not modelled, or it does not run the model)" for n in asked if n not in names]
     if not names:
         raise ValueError(f"no stack named has modelled M-RoPE; modelled: {', '.join(MROPE_STACKS)}")
     vid = None if video is None else (float(video[0]), float(video[1]),
@@ -84,7 +84,8 @@ def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
     frame = DEFAULT_FRAME if vid is None else vid[2]
     segs = layout(mrope, image=image, video=None if vid is None else vid[:2], text=text, frame=frame)
     vision = axis_maxima(segs, vision=True)
-    rows = audit_axes(schedule, mrope, vision, names, dtypes, text=text_maximum(segs))
+    rows = audit_axes(schedule, mrope, vision, names, dtypes, text=text_maximum(segs), ggml=GGML_STACKS)
+    notes = [unturned_note(mrope, schedule, max(axis_maxima(segs)), [n for n in names if n in GGML_STACKS])]
     labels = path_labels("rope")
     summary = []
     for stack in names:
@@ -104,7 +105,33 @@ def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
                 entry["audited"] = max(max(r.lengths) for r in rs)
             summary.append(entry)
     return MropeAudit(mrope, image, vid, text, segs, axis_maxima(segs), vision, text_maximum(segs), rows,  # type: ignore[arg-type]
-                      summary, skipped)
+                      summary, skipped, [n for n in notes if n])
+
+
+def unturned_note(mrope: MRope, schedule: Any, largest: int, stacks: Sequence[str]) -> str:
+    """What ggml's 4th position id does to ``stacks`` (llama.cpp's): '' when no pair is on it (contiguous sections
+    that fill the head); else the pairs that never turn (llama.cpp sets that id to 0 for every token) where
+    transformers turns them by the temporal id, and how far apart the two are at the largest id, in closed form
+    (``largest * theta_i`` rad: the float64 schedule).
+
+    >>> from precision_audit.rope import RopeSchedule
+    >>> print(unturned_note(MRope(section=(24, 20, 20), interleaved=True), RopeSchedule(head_dim=128, base=5e6),
+    ...                     100000, ["llama.cpp-cpu"]))  # doctest: +NORMALIZE_WHITESPACE
+    llama.cpp-cpu: ggml's interleaved M-RoPE turns pairs 61, 62 by a 4th position id that llama.cpp sets to 0
+    for every token (llm_graph_input_pos; mtmd's set_position_mrope_2d): they never turn, where transformers turns
+    them by the temporal id; at id 100000 that differs by up to 0.04121 rad (pairs D apart: D x 4.121e-07 rad);
+    the rows audit the pairs that turn
+    """
+    fourth = mrope.ggml_section_indices()[3]
+    if not fourth or not stacks:
+        return ""
+    theta = schedule.inv_freq()
+    top = float(max(theta[list(fourth)]))
+    return (f"{', '.join(stacks)}: ggml's interleaved M-RoPE turns pairs {', '.join(map(str, fourth))} by a 4th "
+            "position id that llama.cpp sets to 0 for every token (llm_graph_input_pos; mtmd's "
+            "set_position_mrope_2d): they never turn, where transformers turns them by the temporal id; at id "
+            f"{largest} that differs by up to {largest * top:.4g} rad (pairs D apart: D x {top:.4g} rad); the "
+            "rows audit the pairs that turn")
 
 
 def hours(seconds: float) -> str:

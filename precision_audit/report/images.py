@@ -112,10 +112,11 @@ def images_section(model: Any, dtypes: Sequence[str], stacks: Sequence[str] | No
     if video is not None:
         blocks.append(Figure("mrope_safe_video.png", f"Longest safe video at {video[1]:g} fps per stack and dtype",
                              lambda p: plot_safe_video(m, p)))
-    blocks.append(Para(f"Not modelled: {NOT_MODELLED}." + "".join(f" Skipped: {s}." for s in m.skipped)))
+    blocks.append(Para(f"Not modelled: {NOT_MODELLED}." + "".join(f" Skipped: {s}." for s in m.skipped)
+                       + "".join(f" Note: {n}." for n in m.notes)))
     return Section("Images and video", blocks, {"mrope": {
         "input": {"image": None if image is None else list(image),
                   "video": None if video is None else {"seconds": video[0], "fps": video[1], "frame": list(video[2])},
                   "text": text},
         "largest_vision_ids": dict(zip(AXES, m.vision_maxima)), "largest_text_id": m.text_max,
-        "summary": m.summary, "rows": [r.to_dict() for r in m.rows], "skipped": m.skipped}})
+        "summary": m.summary, "rows": [r.to_dict() for r in m.rows], "skipped": m.skipped, "notes": m.notes}})

@@ -145,6 +145,27 @@ class MRope:
                 axis[i] = k
         return tuple(tuple(i for i in range(n) if axis[i] == k) for k in range(3))  # type: ignore[return-value]
 
+    def ggml_section_indices(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """The frequency indices each position id turns in ggml's multi-section rope (llama.cpp), with the
+        sections (t, h, w, 0) its converter writes: temporal, height, width and a 4th id.  Contiguous: blocks, as
+        :meth:`section_indices` (none on the 4th id when the sections fill the head).  Interleaved (IMROPE,
+        ``ggml_mrope_cache_init``): pair i is height when i % 3 == 1 and i < 3 * h, width when i % 3 == 2 and
+        i < 3 * w, temporal when i % 3 == 0 and i < 3 * t, else the 4th id, which llama.cpp sets to 0 for
+        every token (``llm_graph_input_pos``, mtmd's ``set_position_mrope_2d``): those pairs never turn.
+
+        >>> m = MRope(section=(24, 20, 20), interleaved=True)
+        >>> m.ggml_section_indices()[3], set(m.section_indices()[0]) - set(m.ggml_section_indices()[0])
+        ((61, 62), {61, 62})
+        """
+        n = sum(self.section)
+        if not self.interleaved:
+            return (*self.section_indices(), ())
+        axis = []
+        for i in range(n):
+            r = i % 3
+            axis.append(r if i < 3 * self.section[r] else 3)
+        return tuple(tuple(i for i in range(n) if axis[i] == k) for k in range(4))  # type: ignore[return-value]
+
     @property
     def factor(self) -> int:
         """The processor's resize unit: patch size x spatial merge."""
@@ -363,7 +384,7 @@ def _ladder(n: int, top: int) -> list[int]:
 
 
 def audit_axes(schedule: Any, mrope: MRope, maxima: Sequence[int], stacks: Sequence[str],
-               dtypes: Sequence[str], text: int | None = None) -> list[AxisRow]:
+               dtypes: Sequence[str], text: int | None = None, ggml: Sequence[str] = ()) -> list[AxisRow]:
     """Each axis' section audited with :func:`~precision_audit.rope.audit` (``frequencies=`` its section) at
     its largest id + 1, and at powers of two up to 4x the longest axis' (``safe_to``), per stack and dtype.
 
@@ -371,6 +392,8 @@ def audit_axes(schedule: Any, mrope: MRope, maxima: Sequence[int], stacks: Seque
     tokens of one image or video that differ in one axis only (neighbouring columns, rows, frames) are told
     apart by that axis' section alone.  ``text``: the largest id of a text token (:func:`text_maximum`), whose
     axes move together: a row ``text`` audits every frequency, as 1-D RoPE.  An axis with no id (-1) is left out.
+    ``ggml``: the stacks (of ``stacks``) that assign pairs to axes as ggml does
+    (:meth:`MRope.ggml_section_indices`); their ``text`` row audits the pairs that turn.
 
     >>> from precision_audit.rope import RopeSchedule
     >>> rows = audit_axes(RopeSchedule(head_dim=8, base=1e6), MRope(section=(2, 1, 1)), (99, 9, 9),
@@ -378,37 +401,56 @@ def audit_axes(schedule: Any, mrope: MRope, maxima: Sequence[int], stacks: Seque
     >>> [(r.axis, r.largest_id, r.frequencies, r.verdict) for r in rows]
     [('temporal', 99, 2, 'safe'), ('height', 9, 1, 'safe'), ('width', 9, 1, 'safe'), ('text', 120, 4, 'safe')]
     """
-    from .audit import audit
-
     if sum(mrope.section) != schedule.n_freq:
         raise ValueError(f"mrope_section {list(mrope.section)} sums to {sum(mrope.section)}, not head_dim / 2 = "
                          f"{schedule.n_freq}")
-    axes = [(a, idx, int(top)) for a, idx, top in zip(AXES, mrope.section_indices(), maxima) if int(top) >= 0]
-    if text is not None and text >= 0:
-        axes.append(("text", None, int(text)))
-    longest = max([2, *(top + 1 for _, _, top in axes)])
+    groups = [(list(s for s in stacks if s not in ggml), mrope.section_indices(), None),
+              (list(s for s in stacks if s in ggml), mrope.ggml_section_indices()[:3],
+               tuple(i for i in range(schedule.n_freq) if i not in mrope.ggml_section_indices()[3]))]
+    found_rows: dict[tuple[str, str, str], AxisRow] = {}
+    for names, sections, turning in groups:
+        if not names:
+            continue
+        axes = [(a, idx, int(top)) for a, idx, top in zip(AXES, sections, maxima) if int(top) >= 0]
+        if text is not None and text >= 0:
+            axes.append(("text", None if turning is None or len(turning) == schedule.n_freq else turning,
+                         int(text)))
+        longest = max([2, *(top + 1 for _, _, top in axes)])
+        for axis, idx, top in axes:
+            for row in _axis_rows(schedule, axis, idx, top, longest, names, dtypes):
+                found_rows[(axis, row.stack, row.dtype)] = row
+    order = [*(a for a, top in zip(AXES, maxima) if int(top) >= 0), *(("text",) if text is not None and text >= 0
+                                                                      else ())]
+    dts = list(dict.fromkeys(d for _, _, d in found_rows))  # the rows' own names, in the order audited
+    return [found_rows[(a, s, d)] for a in order for d in dts for s in stacks if (a, s, d) in found_rows]
+
+
+def _axis_rows(schedule: Any, axis: str, idx: Sequence[int] | None, top: int, longest: int,
+               stacks: Sequence[str], dtypes: Sequence[str]) -> list[AxisRow]:
+    """One axis' rows (:func:`audit_axes`): frequencies ``idx`` (None: all) over ids 0..top, per stack and dtype."""
+    from .audit import audit
+
+    n = top + 1
+    lens = _ladder(max(n, 2), longest)
+    found = audit(schedule, list(stacks), lens, list(dtypes), frequencies=idx)
+    by: dict[tuple[str, str], list[Any]] = {}
+    for r in found:
+        by.setdefault((r.recipe, r.dtype), []).append(r)
     rows = []
-    for axis, idx, top in axes:
-        n = top + 1
-        lens = _ladder(max(n, 2), longest)
-        found = audit(schedule, list(stacks), lens, list(dtypes), frequencies=idx)
-        by: dict[tuple[str, str], list[Any]] = {}
-        for r in found:
-            by.setdefault((r.recipe, r.dtype), []).append(r)
-        for (stack, dtype), rs in by.items():
-            rs.sort(key=lambda r: r.length)
-            safe = None
-            for r in rs:
-                if r.verdict != "safe":
-                    break
-                safe = r.length
-            at = next(r for r in rs if r.length == max(n, 2))
-            rows.append(AxisRow(axis=axis, stack=stack, dtype=dtype, largest_id=top,
-                                frequencies=schedule.n_freq if idx is None else len(idx),
-                                verdict=at.verdict, max_rotation_error=at.max_rotation_error,
-                                colliding_positions=at.colliding_positions,
-                                worst_pair_error=max((p.max_rotation_error for p in at.pair_errors), default=None),
-                                why=at.lost, safe_to=safe, lengths=tuple(lens)))
+    for (stack, dtype), rs in by.items():
+        rs.sort(key=lambda r: r.length)
+        safe = None
+        for r in rs:
+            if r.verdict != "safe":
+                break
+            safe = r.length
+        at = next(r for r in rs if r.length == max(n, 2))
+        rows.append(AxisRow(axis=axis, stack=stack, dtype=dtype, largest_id=top,
+                            frequencies=schedule.n_freq if idx is None else len(idx),
+                            verdict=at.verdict, max_rotation_error=at.max_rotation_error,
+                            colliding_positions=at.colliding_positions,
+                            worst_pair_error=max((p.max_rotation_error for p in at.pair_errors), default=None),
+                            why=at.lost, safe_to=safe, lengths=tuple(lens)))
     return rows
 
 
