@@ -302,3 +302,35 @@ def test_cli_bad_target_exits_2_with_one_line(factories, target, words):
     assert res.exit_code == 2
     out = res.output.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("Error: ") and words in out[0], res.output
+
+
+def test_a_view_taken_before_its_base_is_written_follows_the_write():
+    """``col = cache[:, 0]`` taken while the cache is plain, then ``cache[:, 0] = bf16 positions``: the view shares
+    the cache's storage, so it holds the rounded positions too and is followed from then on (closed form as in
+    the test above: bf16 spacing 4 on [512, 1024), so col * 2 is off by up to 4, first inexact 514)."""
+    def written(pos):
+        cache = torch.zeros(pos.shape[-1], 4)
+        col = cache[:, 0]
+        cache[:, 0] = pos[0].to(torch.bfloat16).float()
+        return col * 2.0
+
+    r = trace(written, inputs={"pos": torch.arange(600)[None]}, positions=["pos"])
+    assert r.final_error == 4.0
+    last = r.ops[-1]
+    assert last.op == "aten.mul.Tensor" and last.error == 4.0 and last.first_inexact == 2 * BF16_FIRST_INEXACT
+    assert r.culprits[0].op.startswith("aten._to_copy") and r.culprits[0].first_inexact == BF16_FIRST_INEXACT
+
+
+def test_a_derived_view_follows_a_later_write_into_its_base():
+    """A view of exact derived positions, then its base overwritten in place with bf16-rounded ones: the view's
+    error follows the base (a stale error of 0 would let the next op take its float64 value for its shadow and
+    report 0).  Closed form: bf16 spacing 4 on [512, 1024), so positions below 600 are off by up to 2, times 3: 6."""
+    def rewritten(pos):
+        p = pos[0].float()  # exact
+        head = p[:]
+        p.copy_(pos[0].to(torch.bfloat16).float())  # rounded, in place
+        return head * 3.0
+
+    r = trace(rewritten, inputs={"pos": torch.arange(600)[None]}, positions=["pos"])
+    assert r.final_error == 6.0
+    assert r.culprits[0].op.startswith("aten._to_copy") and r.culprits[0].first_inexact == BF16_FIRST_INEXACT

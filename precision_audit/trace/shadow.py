@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -268,6 +269,7 @@ def _mode_class() -> type:
             self.operands: dict[str, OperandRecord] = {}
             self.producer = WeakIdKeyDictionary()  # derived tensor -> index of the op that made it
             self.error = WeakIdKeyDictionary()  # derived tensor -> the error it carries (max |real - shadow|)
+            self.written: dict[int, Any] = {}  # storage -> its derived base written in place (a weak reference)
             self.n_const = 0
 
         def _operand(self, t: Any, index: int) -> str:
@@ -293,11 +295,67 @@ def _mode_class() -> type:
             tensors = [t for t in flat if isinstance(t, torch.Tensor)]
             name = str(func)
             factory = not tensors and name.startswith(_FACTORIES)
-            if not factory and not any(t in self.shadow for t in tensors):
+            if not factory and not any(t in self.shadow for t in tensors) and not (
+                    self.written and self._adopt(tensors)):
                 out = func(*args, **kwargs)
                 self._propagate_name(tensors, out)
                 return out
             return self._traced(func, name, args, kwargs, tensors, factory)
+
+        def _base_written(self, t: Any) -> Any:
+            """The derived base written in place whose storage ``t`` shares (None: none)."""
+            ref = self.written.get(t.untyped_storage().data_ptr())
+            base = ref() if ref is not None else None
+            return base if base is not None and base in self.shadow and base.dtype == t.dtype else None
+
+        def _alias_shadow(self, t: Any, base: Any) -> Any:
+            """``t``'s shadow: its region of its base's shadow (laid out with the base's strides)."""
+            sb = self.shadow[base]
+            if not isinstance(sb, torch.Tensor):
+                return sb  # a rerun's marker
+            if sb.stride() != base.stride() or sb.shape != base.shape:
+                laid = torch.empty_strided(base.size(), base.stride(), dtype=sb.dtype)
+                laid.copy_(sb)
+                sb = self.shadow[base] = laid
+            return sb.as_strided(t.size(), t.stride(), sb.storage_offset() + t.storage_offset() - base.storage_offset())
+
+        def _adopt(self, tensors: list[Any]) -> bool:
+            """Views taken of a tensor before a write in place made it derived (``col = cache[:, 0]``, then
+            ``cache[:, 0] = positions``): derived from then on, their shadow their region of the base's."""
+            found = False
+            for t in tensors:
+                base = None if t in self.shadow else self._base_written(t)
+                if base is None:
+                    continue
+                self.shadow[t] = self._alias_shadow(t, base)
+                self.producer[t] = self.producer.get(base)
+                if self.fix is None:
+                    self.error[t] = error_between(t, self.shadow[t])
+                elif base in self.changed:
+                    self.changed[t] = True
+                found = True
+            return found
+
+        def _refresh(self, outs: list[Any]) -> None:
+            """After a write in place: note the written bases, and give every derived view of them its region of
+            the base's shadow again (and its error), since their values changed with the base's."""
+            bases = []
+            for o in outs:
+                if isinstance(o, torch.Tensor):
+                    base = o._base if o._base is not None else o
+                    if base in self.shadow:
+                        self.written[base.untyped_storage().data_ptr()] = weakref.ref(base)
+                        bases.append(base)
+            for base in bases:
+                ptr = base.untyped_storage().data_ptr()
+                for t in list(self.shadow.keys()):
+                    if t is base or t.dtype != base.dtype or t.untyped_storage().data_ptr() != ptr:
+                        continue
+                    self.shadow[t] = self._alias_shadow(t, base)
+                    if self.fix is None:
+                        self.error[t] = error_between(t, self.shadow[t])
+                    elif base in self.changed:
+                        self.changed[t] = True
 
         def _propagate_name(self, tensors: list[Any], out: Any) -> None:
             """A view or copy of one named tensor keeps its name (and the lowest-precision dtype it had)."""
@@ -349,6 +407,8 @@ def _mode_class() -> type:
                         self.producer[t] = index
                         if reached or self.fix == index:
                             self.changed[t] = True
+            if _mutates(func):
+                self._refresh(tree_flatten(out)[0])
             self.records.append(OpRecord(index, name, (), "", (), "", factory=factory))
             return out
 
@@ -407,6 +467,7 @@ def _mode_class() -> type:
                 self.error[o] = rec.error
             if rec is not None and _mutates(func):
                 self._write_through(outs, shadows)
+                self._refresh(outs)
             if rec is None:  # a scalar result (e.g. .item()): still one traced op, so indices stay aligned
                 rec = OpRecord(index, name, tuple(_dtype_name(t) for t in tensors), type(out).__name__, (), _where(),
                                factory=factory, operands=sorted(set(operands)))
