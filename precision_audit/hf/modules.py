@@ -177,10 +177,10 @@ class RotationErrors:
     first_nonfinite: int | None = None
 
 
-Block = Callable[[int, int], tuple[F64, F64]]
+Block = Callable[[int, int], tuple[Any, Any]]
 """``block(start, stop) -> (rows, signed)`` for positions start..stop-1: the stored rows (any width, compared
 for collisions) and the signed rotation errors ``wrap(atan2 - exact)`` (one column per pair; nan where not
-finite)."""
+finite), or a function of no argument that computes them (then on the reductions' thread)."""
 
 
 def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, *,
@@ -207,8 +207,9 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
     bounds = chunk_bounds(lengths, chunk) if pairs is None else pairs.chunks
     figures: dict[int, _Figures] = {}
 
-    def reduce(j: int, rows: F64, signed: F64) -> None:
+    def reduce(j: int, rows: F64, signed: Any) -> None:
         start, stop = bounds[j]
+        signed = signed() if callable(signed) else signed
         figures[j] = _figures(rows, signed, start)
         if pairs is not None:
             pairs.add(signed, start, stop, shifted)

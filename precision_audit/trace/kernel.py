@@ -414,9 +414,9 @@ def _pass(kernel: _Kernel, sched: RopeSchedule, lens: Sequence[int], chunk: int,
         theta = sched.inv_freq(key)
         kernel.top = None if key is None else max(ls)
 
-        def block(start: int, stop: int, theta: F64 = theta) -> tuple[F64, F64]:
-            rows, x, y = kernel.pairs(start, stop)
-            return rows, _signed(x, y, start, theta)
+        def block(start: int, stop: int, theta: F64 = theta) -> tuple[Any, Any]:
+            rows, x, y = kernel.pairs(start, stop)  # the kernel on this thread; its errors on the reductions'
+            return rows, lambda: _signed(x, y, start, theta)
 
         def shifted(start: int, stop: int, theta: F64 = theta) -> F64:
             _, x, y = kernel.pairs(start, stop)
