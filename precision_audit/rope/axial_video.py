@@ -67,7 +67,8 @@ from .recipes import Recipe, stored_inv_freq
 from .schedules import RopeSchedule
 
 __all__ = ["COGVIDEOX", "COGVIDEOX_1_5", "LTX_VIDEO", "PATHS", "VIDEO_FAMILIES", "VideoRope", "audit_video", "axis_angles",
-           "axis_positions", "crop_region", "ltx_frequencies", "linspace32", "largest_safe_video", "video_grid"]
+           "axis_positions", "cog_frequencies", "crop_region", "ltx_angles", "ltx_frequencies", "linspace32", "largest_safe_video", "product_angles",
+           "video_grid"]
 
 F64 = npt.NDArray[np.float64]
 MAX_IDS = 2**14
@@ -314,32 +315,62 @@ def ltx_frequencies(rope: VideoRope) -> tuple[F64, F64]:
     return exact, ((powed * f(math.pi)).astype(f) / f(2)).astype(np.float64)
 
 
-def _cog_frequencies(rope: VideoRope, axis: int) -> tuple[F64, F64]:
+def cog_frequencies(rope: VideoRope, axis: int) -> tuple[F64, F64]:
+    """CogVideoX's frequencies of axis ``axis``: exact ``theta ** (-2i / dim)`` and float32 as
+    ``get_1d_rotary_pos_embed`` makes them (``1 / theta ** (arange(0, dim, 2, float32) / dim)``, each op rounded).
+
+    >>> cog_frequencies(COGVIDEOX, 0)[1][:2].tolist()
+    [1.0, 0.3162277638912201]
+    """
     schedule = RopeSchedule(head_dim=rope.axes_dim[axis], base=float(rope.theta))
     r32 = Recipe("fp32", "float32", "float32", "float32", "float32", "float32", inv_freq_from="float32")
     return schedule.inv_freq(), np.asarray(stored_inv_freq(r32, schedule), dtype=np.float64)
 
 
+def product_angles(positions: npt.ArrayLike, freqs: npt.ArrayLike, lowp: str = "float32") -> F64:
+    """CogVideoX's angles: ``torch.outer(pos, freqs)`` in float32 of float32 positions (rounded to ``lowp`` first:
+    a grid in the model dtype, promoted back to float32 by the product) and float32 frequencies.
+
+    >>> product_angles([44.0], [1.0, 0.1]).tolist()  # fl32(44 * fl32(0.1))
+    [[44.0, 4.400000095367432]]
+    """
+    f = np.float32
+    pos = round_to(np.asarray(positions, dtype=np.float64), lowp).astype(f)
+    fr = np.asarray(freqs, dtype=np.float64).astype(f)
+    return (pos[:, None] * fr[None, :]).astype(f).astype(np.float64)
+
+
+def ltx_angles(coords: npt.ArrayLike, freqs: npt.ArrayLike, lowp: str = "float32") -> F64:
+    """LTX-Video's angles ``freqs * (grid * 2 - 1)``: ``grid * 2 - 1`` in the grid's dtype (float32, or ``lowp``
+    for a grid in the model dtype: torch rounds the float32 result of each bfloat16 op, and ``2g - 1`` of a
+    bfloat16 g is exact in float32), then the float32 product with the float32 frequencies.
+
+    >>> ltx_angles([0.25], [1.0, 3.0]).tolist()  # 2 * 0.25 - 1 = -0.5
+    [[-0.5, -1.5]]
+    """
+    f = np.float32
+    g = round_to(np.asarray(coords, dtype=np.float64), lowp)
+    c = round_to(round_to(2 * g - 1, "float32"), lowp).astype(f)
+    fr = np.asarray(freqs, dtype=np.float64).astype(f)
+    return (fr[None, :] * c[:, None]).astype(f).astype(np.float64)
+
+
 def axis_angles(rope: VideoRope, axis: int, n: int, path: str, dtype: str, crop: Any = None,
                 fps: float | None = None) -> tuple[F64, F64]:
-    """Axis ``axis``' angles (n, frequencies): exact (float64, unwrapped) and the path's float32 angles.
+    """Axis ``axis``' angles (n, frequencies): exact (float64, unwrapped) and the path's float32 angles
+    (:func:`product_angles`, :func:`ltx_angles`).
 
     >>> e, a = axis_angles(COGVIDEOX, 2, 46, "positions-dtype", "bfloat16", crop_region(COGVIDEOX, (13, 30, 46)))
     >>> float(np.abs(a - e).max()) > 0.05  # column positions k * 45/46 in bfloat16: 0.125 apart at 32..45
     True
     """
-    p = PATHS[path]
-    f = np.float32
-    lowp = get_format(dtype).name if p.ids == "dtype" else "float32"
+    lowp = get_format(dtype).name if PATHS[path].ids == "dtype" else "float32"
     exact_pos, pos32 = axis_positions(rope, axis, n, crop, fps)
     if rope.kind != "ltx":
-        fe, f32 = _cog_frequencies(rope, axis)
-        pos = round_to(pos32, lowp).astype(f)
-        return exact_pos[:, None] * fe[None, :], (pos[:, None] * f32.astype(f)[None, :]).astype(f).astype(np.float64)
+        fe, f32 = cog_frequencies(rope, axis)
+        return exact_pos[:, None] * fe[None, :], product_angles(pos32, f32, lowp)
     fe, f32 = ltx_frequencies(rope)
-    # (grid * 2 - 1) in the grid's dtype (torch's bfloat16 ops round the float32 result), then the float32 product
-    c = round_to(2 * round_to(pos32, lowp) - 1, lowp).astype(f)
-    return (2 * exact_pos - 1)[:, None] * fe[None, :], (f32.astype(f)[None, :] * c[:, None]).astype(f).astype(np.float64)
+    return (2 * exact_pos - 1)[:, None] * fe[None, :], ltx_angles(pos32, f32, lowp)
 
 
 @dataclass(frozen=True)
