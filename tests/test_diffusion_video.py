@@ -348,7 +348,7 @@ def test_bad_configs_name_the_value(data, msg):
     (lambda: video_grid(COGVIDEOX, (8, 8)), "image 8x8: cogvideox makes one id per 16 px"),
     (lambda: video_grid(COGVIDEOX, (720, 484)), "divisible by 8"),
     (lambda: video_grid(LTX_VIDEO, (704, 512), (-1.0, 25.0)), "seconds and fps must be finite numbers > 0"),
-    (lambda: video_grid(LTX_VIDEO, (32 * 20000, 64)), "more than the 16384 audited here"),
+    (lambda: video_grid(LTX_VIDEO, (32 * 20000, 64)), "more than the 8192 audited here"),
     (lambda: audit_video(LTX_VIDEO, (2, 2, 2)), "need the frame rate"),
     (lambda: audit_video(COGVIDEOX, (2, 0, 2)), "must be three id counts >= 1"),
     (lambda: audit_video(COGVIDEOX, (2, 2, 2), paths=["ids-dtype"]), "path 'ids-dtype' is not one cogvideox runs"),

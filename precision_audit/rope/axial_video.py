@@ -71,8 +71,9 @@ __all__ = ["COGVIDEOX", "COGVIDEOX_1_5", "LTX_VIDEO", "PATHS", "VIDEO_FAMILIES",
            "video_grid"]
 
 F64 = npt.NDArray[np.float64]
-MAX_IDS = 2**14
-"""The most latent ids per axis an input may have here (CogVideoX: 262144 px; LTX-Video: 524288 px)."""
+MAX_IDS = 2**13
+"""The most latent ids per axis an input may have here (CogVideoX: 131072 px, 32768 frames; LTX-Video: 262144 px,
+65536 frames)."""
 SCAN_CAP = 1024
 """The id count per axis up to which a bottom line searches (the input's own count when larger)."""
 
@@ -194,7 +195,7 @@ def video_grid(rope: VideoRope, image: tuple[int, int], video: tuple[float, floa
     >>> video_grid(LTX_VIDEO, (700, 512))
     Traceback (most recent call last):
     ...
-    ValueError: image 700x512: ltx_video's pipeline needs height and width divisible by 32
+    ValueError: image 700x512: ltx_video's pipeline needs height and width divisible by 32 (give --image WxH, or --video SECONDS@FPS:WxH)
     """
     w, h = image
     step = 32 if rope.kind == "ltx" else 8
@@ -203,7 +204,8 @@ def video_grid(rope: VideoRope, image: tuple[int, int], video: tuple[float, floa
         raise ValueError(f"image {w}x{h}: {rope.family} makes one id per {rope.pixels_per_id} px; give at least "
                          f"{rope.pixels_per_id} px per side")
     if w % step or h % step:
-        raise ValueError(f"image {w}x{h}: {rope.family}'s pipeline needs height and width divisible by {step}")
+        raise ValueError(f"image {w}x{h}: {rope.family}'s pipeline needs height and width divisible by {step} "
+                         "(give --image WxH, or --video SECONDS@FPS:WxH)")
     n = 1 if video is None else _frames(*video)
     grid = ((n - 1) // rope.frames_per_id + 1, h // rope.pixels_per_id, w // rope.pixels_per_id)
     if max(grid) > MAX_IDS:
@@ -464,7 +466,10 @@ def audit_video(rope: VideoRope, grid: tuple[int, int, int], fps: float | None =
         for p in names:
             done: dict[Any, AxisRow] = {}
             for k, axis in enumerate(rope.axes):
-                top = rope.base[k - 1] if rope.kind == "slice" and k > 0 else max(cap, grid[k])
+                # CogVideoX 1.5: the table's rows; 1.0's rows and columns: every count to cap (their verdict at the
+                # input is measured on its own); a prefix axis: to the input's count when larger
+                top = rope.base[k - 1] if rope.kind == "slice" and k > 0 else \
+                    cap if rope.kind == "linspace" and k > 0 else max(cap, grid[k])
                 key = (k if rope.kind != "ltx" or k == 0 else "hw", grid[k] if rope.kind == "ltx" else k)
                 if key in done:  # LTX's rows and columns: the same positions and frequencies
                     rows.append(replace(done[key], axis=axis))
