@@ -28,7 +28,9 @@ exact (real-number) formula:
   float32, s = ``rope_interpolation_scale`` of ``pipeline_ltx.LTXPipeline.__call__`` (``vae_temporal / frame_rate``,
   ``vae_spatial``, ``vae_spatial``) and base (20 frames, 2048, 2048); each op rounds (a Python scalar is cast to
   float32 first); the angle ``freqs * (grid * 2 - 1)`` rounds once more; the first ``dim % 6`` dims do not rotate.
-  Its ``apply_rotary_emb`` rotates in float32 and casts.
+  Its ``apply_rotary_emb`` rotates in float32 and casts.  Modelled as torch computes it on a CPU (the referee): on
+  CUDA a quotient by a Python scalar is a product by its float32 reciprocal (``div_true_kernel_cuda``), so the
+  frame coordinate ``/ 20`` may differ there by an ulp (the spatial ``/ 2048`` is exact either way).
 
 The exact reference: the positions' real values (linspace's and the normalised coordinate's) times the real
 frequencies (``theta ** (-2i/d)``; ``theta ** (k / (m - 1)) * pi / 2``), in float64 (a relative error near
