@@ -78,6 +78,8 @@ MAX_IDS = 2**13
 65536 frames)."""
 SCAN_CAP = 1024
 """The id count per axis up to which a bottom line searches (the input's own count when larger)."""
+SCAN_MAX = 2048
+"""CogVideoX 1.0's rows and columns are tried one count after another: at most this many (16384 px at 5B's 16 px)."""
 
 _FIX_POS = ("keep the positions float32 as diffusers builds them (get_3d_rotary_pos_embed: linspace in float32; "
             "LTXVideoRotaryPosEmbed: 'Always compute rope in fp32'); cast only the rotated q/k")
@@ -448,7 +450,8 @@ def audit_video(rope: VideoRope, grid: tuple[int, int, int], fps: float | None =
                 cap: int = SCAN_CAP) -> list[AxisRow]:
     """Each axis of one input (``grid``: :func:`video_grid`; ``fps``: LTX's frame rate) per path and dtype: its
     verdict at the input's id count and ``safe_to``, the largest id count up to which every count is safe
-    (searched to ``cap`` or the input's count).  Rows dtype-major, then path, then axis.
+    (searched to ``cap`` or the input's count; CogVideoX 1.0's rows and columns to at most :data:`SCAN_MAX`, 1.5's
+    to its table).  Rows dtype-major, then path, then axis.
 
     >>> rows = audit_video(COGVIDEOX, (13, 135, 240), paths=["positions-dtype"], cap=64)  # 3840x2160, bf16 grid
     >>> [(r.axis, r.verdict, r.colliding_positions, r.safe_to) for r in rows]
@@ -468,10 +471,11 @@ def audit_video(rope: VideoRope, grid: tuple[int, int, int], fps: float | None =
         for p in names:
             done: dict[Any, AxisRow] = {}
             for k, axis in enumerate(rope.axes):
-                # CogVideoX 1.5: the table's rows; 1.0's rows and columns: every count to cap (their verdict at the
-                # input is measured on its own); a prefix axis: to the input's count when larger
+                # CogVideoX 1.5: the table's rows; 1.0's rows and columns: every count, to the input's count when
+                # larger than cap but at most SCAN_MAX (their verdict at the input is measured on its own); a prefix
+                # axis (bisection): to the input's count when larger
                 top = rope.base[k - 1] if rope.kind == "slice" and k > 0 else \
-                    cap if rope.kind == "linspace" and k > 0 else max(cap, grid[k])
+                    max(cap, min(grid[k], SCAN_MAX)) if rope.kind == "linspace" and k > 0 else max(cap, grid[k])
                 key = (k if rope.kind != "ltx" or k == 0 else "hw", grid[k] if rope.kind == "ltx" else k)
                 if key in done:  # LTX's rows and columns: the same positions and frequencies
                     rows.append(replace(done[key], axis=axis))
