@@ -31,7 +31,8 @@ from precision_audit.config.diffusion import diffusion_config_dict
 from precision_audit.formats import round_to
 from precision_audit.rope.axial_video import (COGVIDEOX, COGVIDEOX_1_5, LTX_VIDEO, audit_video, axis_angles,
                                               axis_positions, cog_frequencies, crop_region, largest_safe_video,
-                                              linspace32, ltx_angles, ltx_frequencies, product_angles, video_grid)
+                                              linspace32, ltx_angles, ltx_frequencies, measure_axis, product_angles,
+                                              video_grid)
 from referees import need
 
 DATA = Path(__file__).parent / "data" / "diffusers"
@@ -418,3 +419,25 @@ def test_ml_dtypes_casts_agree_with_round_to():
     _, f32 = axis_positions(COGVIDEOX, 2, 120, ((0, 0), (30, 45)))
     assert np.array_equal(round_to(f32, "bfloat16"),
                           f32.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64))
+
+
+@pytest.mark.parametrize("positions, cache, n", [("float32", "float32", 300), ("bfloat16", "float32", 300),
+                                                 ("float32", "bfloat16", 64)])
+def test_integer_axis_measures_as_the_1d_audit(positions, cache, n):
+    """On integer positions (CogVideoX's frames) the per-token measurement is the 1-D audit's: the same largest
+    rotation error (to the oracles' 1e-12 difference), colliding rows, pair distances and errors, verdict."""
+    from precision_audit.rope import audit
+    from precision_audit.rope.recipes import Recipe
+    from precision_audit.rope.schedules import RopeSchedule
+
+    recipe = Recipe("r", positions, "float32", "float32", "float32", cache, inv_freq_from="float32")
+    row = audit(RopeSchedule(head_dim=16, base=10000.0), [recipe], [n])[0]
+    path = {("float32", "float32"): "fp32", ("bfloat16", "float32"): "positions-dtype"}.get((positions, cache),
+                                                                                             "cos-sin-dtype")
+    exact, angle = axis_angles(COGVIDEOX, 0, n, path, "bfloat16")
+    m = measure_axis(exact, angle, cache)
+    assert m.colliding == row.colliding_positions and m.verdict == row.verdict
+    assert math.isclose(m.max_rotation_error, row.max_rotation_error, rel_tol=1e-9, abs_tol=1e-12)
+    assert [p.distance for p in m.pairs] == [p.distance for p in row.pair_errors]
+    for a, b in zip(m.pairs, row.pair_errors):
+        assert math.isclose(a.max_rotation_error, b.max_rotation_error, rel_tol=1e-9, abs_tol=1e-12)

@@ -71,7 +71,8 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
                     as_json: bool) -> None:
     """Print (or ``--json``) the per-axis audit of a diffusers transformer config for one image or video."""
     from ..rope.axial import ID_CAP, PATHS, audit_axial, axial_maxima, largest_safe, latent_grid
-    from ..rope.axial_video import PATHS as VIDEO_PATHS, SCAN_CAP, VideoRope, audit_video, largest_safe_video, video_grid
+    from ..rope.axial_video import (PATHS as VIDEO_PATHS, SCAN_CAP, VideoRope, audit_video, largest_safe_video,
+                                    video_grid)
     from ..verdicts import worst
 
     rope = cfg.rope

@@ -68,9 +68,9 @@ from .pairs import PairError, row_distances
 from .recipes import Recipe, stored_inv_freq
 from .schedules import RopeSchedule
 
-__all__ = ["COGVIDEOX", "COGVIDEOX_1_5", "LTX_VIDEO", "PATHS", "VIDEO_FAMILIES", "VideoRope", "audit_video", "axis_angles",
-           "axis_positions", "cog_frequencies", "crop_region", "ltx_angles", "ltx_frequencies", "linspace32", "largest_safe_video", "product_angles",
-           "video_grid"]
+__all__ = ["AxisMeasure", "COGVIDEOX", "COGVIDEOX_1_5", "LTX_VIDEO", "PATHS", "VIDEO_FAMILIES", "VideoRope",
+           "audit_video", "axis_angles", "axis_positions", "cog_frequencies", "crop_region", "largest_safe_video",
+           "linspace32", "ltx_angles", "ltx_frequencies", "measure_axis", "product_angles", "video_grid"]
 
 F64 = npt.NDArray[np.float64]
 MAX_IDS = 2**13
@@ -188,7 +188,8 @@ def _frames(seconds: float, fps: float) -> int:
     return max(1, round(seconds * fps))
 
 
-def video_grid(rope: VideoRope, image: tuple[int, int], video: tuple[float, float] | None = None) -> tuple[int, int, int]:
+def video_grid(rope: VideoRope, image: tuple[int, int],
+               video: tuple[float, float] | None = None) -> tuple[int, int, int]:
     """Latent ids per axis (frames, rows, columns) for frames of ``image`` (width, height) px lasting ``video``
     (seconds, fps; None: one frame): rows ``H // pixels_per_id``, columns ``W // pixels_per_id``, frames
     ``(F - 1) // frames_per_id + 1``.  Sizes the pipeline refuses (CogVideoX: not a multiple of 8 px; LTX: of
@@ -380,19 +381,30 @@ def axis_angles(rope: VideoRope, axis: int, n: int, path: str, dtype: str, crop:
 
 
 @dataclass(frozen=True)
-class _Measure:
+class AxisMeasure:
+    """One axis' figures at one id count, as the 1-D audit measures a row: the largest rotation error (rad),
+    colliding rows (a token whose stored cos/sin row equals its predecessor's), the pairwise errors."""
+
     max_rotation_error: float
     colliding: int
     pairs: tuple[PairError, ...]
 
     @property
     def verdict(self) -> str:
+        """:func:`~precision_audit.verdicts.rope_verdict` of the figures."""
         return rope_verdict(self.max_rotation_error, self.colliding, pair_errors=self.pairs)
 
 
-def _measure(exact: F64, angle: F64, cache: str) -> _Measure:
-    """The stored cos/sin of float32 angles (correctly rounded cos/sin in float32, then the cache format) against
-    the exact angles: largest rotation error, colliding rows, pairwise errors (:func:`.pairs.row_distances`)."""
+def measure_axis(exact: F64, angle: F64, cache: str) -> AxisMeasure:
+    """The stored cos/sin of float32 angles (n tokens, frequencies; correctly rounded cos/sin in float32, then the
+    ``cache`` format) against the exact angles: largest rotation error, colliding rows, pairwise errors at
+    :func:`.pairs.row_distances` tokens apart (the 1-D audit's figures, computed here per token because these
+    positions are neither integers nor, for CogVideoX, a prefix of one sequence).
+
+    >>> m = measure_axis(np.array([[0.0], [0.5], [1.0]]), np.array([[0.0], [0.5], [0.5]]), "float32")
+    >>> m.colliding, round(m.max_rotation_error, 3), m.verdict
+    (1, 0.5, 'broken')
+    """
     c, s = round_to(np.cos(angle), "float32"), round_to(np.sin(angle), "float32")
     if cache != "float32":
         c, s = round_to(c, cache), round_to(s, cache)
@@ -403,10 +415,10 @@ def _measure(exact: F64, angle: F64, cache: str) -> _Measure:
     for d in row_distances(n) if n > 1 else ():
         e = np.abs(wrap(err[d:] - err[:-d]))
         pairs.append(PairError(d, float(e.max()), float(e.mean())))
-    return _Measure(float(np.abs(err).max()), same, tuple(pairs))
+    return AxisMeasure(float(np.abs(err).max()), same, tuple(pairs))
 
 
-def _measure_at(rope: VideoRope, axis: int, n: int, path: str, dtype: str, ctx: dict[str, Any]) -> _Measure:
+def _measure_at(rope: VideoRope, axis: int, n: int, path: str, dtype: str, ctx: dict[str, Any]) -> AxisMeasure:
     crop = None
     if rope.kind == "linspace" and axis > 0:
         other = ctx["grid"][3 - axis]  # the other spatial axis, scaled with this one (the input's aspect ratio)
@@ -414,7 +426,7 @@ def _measure_at(rope: VideoRope, axis: int, n: int, path: str, dtype: str, ctx: 
         g = (1, n, scaled) if axis == 1 else (1, scaled, n)
         crop = crop_region(rope, g)
     exact, angle = axis_angles(rope, axis, n, path, dtype, crop, ctx.get("fps"))
-    return _measure(exact, angle, get_format(dtype).name if PATHS[path].cache == "dtype" else "float32")
+    return measure_axis(exact, angle, get_format(dtype).name if PATHS[path].cache == "dtype" else "float32")
 
 
 def _safe_to(rope: VideoRope, axis: int, path: str, dtype: str, ctx: dict[str, Any], cap: int) -> int | None:
