@@ -441,3 +441,20 @@ def test_integer_axis_measures_as_the_1d_audit(positions, cache, n):
     assert [p.distance for p in m.pairs] == [p.distance for p in row.pair_errors]
     for a, b in zip(m.pairs, row.pair_errors):
         assert math.isclose(a.max_rotation_error, b.max_rotation_error, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_ltx_float32_angles_limit_long_videos():
+    """LTX-Video's shipped float32 path: its float32 frequencies (theta ** linspace(0, 1, 341) * pi / 2, up to
+    15708 rad per unit) carry a relative rounding of some 1e-7, a coherent error that grows with the coordinate
+    distance (0.016 per latent frame at 25 fps, doubled by 2g - 1): frames 2K apart reach pi/8 after some 2**11
+    latent frames.  Safe to a count in [2**11, 2**12), degraded after it, with no collision; the default 6.4 s is
+    far inside."""
+    rows = audit_video(LTX_VIDEO, (4096, 2, 2), 25.0, paths=["fp32"], cap=4096)
+    frame = rows[0]
+    assert 2**11 <= frame.safe_to < 2**12 and frame.verdict == "degraded" and frame.colliding_positions == 0
+    assert frame.why.startswith("positions 2K apart off by up to")
+    fe, f32 = ltx_frequencies(LTX_VIDEO)
+    coherent = float(np.max(np.abs(f32 - fe))) * 2 * 2048 * 0.016  # the largest frequency error x 2K frames' 2g
+    assert 0.1 < coherent < 2  # of the order of the measured pair error: the frequencies' rounding explains it
+    at = audit_video(LTX_VIDEO, (frame.safe_to, 2, 2), 25.0, paths=["fp32"], cap=16)[0]
+    assert at.verdict == "safe"

@@ -38,13 +38,14 @@ def _seconds(s: float) -> str:
 def _safe_text(rope: Any, safe: dict[str, Any]) -> str:
     """The bottom line's limit of one path and dtype, in pixels (and frames)."""
     al = safe["at_least"]
+    al_px, al_frames = safe.get("px_at_least", al), safe.get("frames_at_least", al)  # per kind, where given
     h, w = safe["height_px"], safe["width_px"]
     if h is None or w is None or (rope.video and safe.get("frames") is None):
         return "no input is safe"
-    side = f"{_size(h, al)} per side" if h == w else f"{_size(h, al)} high, {_size(w, al)} wide"
-    text = f"safe to {side}" + ("" if al else f" ({h // rope.pixels_per_id} latent ids)")
+    side = f"{_size(h, al_px)} per side" if h == w else f"{_size(h, al_px)} high, {_size(w, al_px)} wide"
+    text = f"safe to {side}" + ("" if al_px else f" ({h // rope.pixels_per_id} latent ids)")
     if rope.video:
-        text += f", {'at least ' if al else ''}{safe['frames']} frames"
+        text += f", {'at least ' if al_frames else ''}{safe['frames']} frames"
         if safe.get("seconds") is not None:
             text += f" ({_seconds(safe['seconds'])})"
     if safe.get("table") is not None and (h // rope.pixels_per_id == safe["table"] or

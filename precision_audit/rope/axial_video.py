@@ -78,15 +78,22 @@ MAX_IDS = 2**13
 65536 frames)."""
 SCAN_CAP = 1024
 """The id count per axis up to which a bottom line searches (the input's own count when larger)."""
+FRAME_CAP = 4096
+"""The latent frame count up to which a bottom line searches the frame axis (LTX-Video's float32 path turns
+degraded at 2896 latent frames at 25 fps: 15 min)."""
 SCAN_MAX = 2048
 """CogVideoX 1.0's rows and columns are tried one count after another: at most this many (16384 px at 5B's 16 px)."""
 
 _FIX_POS = ("keep the positions float32 as diffusers builds them (get_3d_rotary_pos_embed: linspace in float32; "
             "LTXVideoRotaryPosEmbed: 'Always compute rope in fp32'); cast only the rotated q/k")
-_FIX_COS = "keep cos/sin float32 (diffusers' apply_rotary_emb rotates in float32 and casts the result)"
+_FIX_COS = ("keep cos/sin float32 (diffusers' apply_rotary_emb rotates in float32 and casts the result); a limit "
+            "the fp32 path shares is its float32 angles'")
 PATHS: dict[str, AxialPath] = {
     "fp32": AxialPath("float32", "float32", "float32", "positions, frequencies, angles, cos/sin in float32 "
-                      "(diffusers' pipeline)"),
+                      "(diffusers' pipeline)",
+                      fix="beyond it: frequencies (and angles) in float64, cos/sin cast to float32 (LTX-Video's "
+                          "float32 frequencies, up to 15708 rad per unit, are off by ~1e-7 relative: distant frames "
+                          "drift apart by pi/8 in a 15-minute video at 25 fps)"),
     "positions-dtype": AxialPath("dtype", "float32", "float32", "positions (CogVideoX's grid, LTX's normalised "
                                  "coordinates) in the model dtype", fix=_FIX_POS),
     "cos-sin-dtype": AxialPath("float32", "float32", "dtype", "cos/sin stored in the model dtype", fix=_FIX_COS),
@@ -487,7 +494,8 @@ def audit_video(rope: VideoRope, grid: tuple[int, int, int], fps: float | None =
                 # larger than cap but at most SCAN_MAX (their verdict at the input is measured on its own); a prefix
                 # axis (bisection): to the input's count when larger
                 top = rope.base[k - 1] if rope.kind == "slice" and k > 0 else \
-                    max(cap, min(grid[k], SCAN_MAX)) if rope.kind == "linspace" and k > 0 else max(cap, grid[k])
+                    max(cap, min(grid[k], SCAN_MAX)) if rope.kind == "linspace" and k > 0 else \
+                    max(cap, grid[k], FRAME_CAP if k == 0 and cap == SCAN_CAP else 0)
                 key = (k if rope.kind != "ltx" or k == 0 else "hw", grid[k] if rope.kind == "ltx" else k)
                 if key in done:  # LTX's rows and columns: the same positions and frequencies
                     rows.append(replace(done[key], axis=axis))
@@ -507,10 +515,11 @@ def audit_video(rope: VideoRope, grid: tuple[int, int, int], fps: float | None =
 def largest_safe_video(rope: VideoRope, rows: Sequence[AxisRow], fps: float | None = None) -> dict[str, Any]:
     """What the rows of one path and dtype allow, as :func:`.axial.largest_safe` says it: pixels per side
     (``safe_to`` x ``pixels_per_id``), frames (``safe_to`` x ``frames_per_id``) and seconds at ``fps``;
-    ``at_least`` when no axis failed below its searched count.
+    ``px_at_least`` / ``frames_at_least`` when the spatial axes / the frame axis did not fail below their searched
+    count (a table's rows are a hard limit), ``at_least`` when none did.
 
     >>> largest_safe_video(COGVIDEOX, audit_video(COGVIDEOX, (13, 30, 45), paths=["fp32"], cap=64), 8.0)
-    {'height_px': 1024, 'width_px': 1024, 'frames': 256, 'seconds': 32.0, 'at_least': True}
+    {'height_px': 1024, 'width_px': 1024, 'frames': 256, 'seconds': 32.0, 'px_at_least': True, 'frames_at_least': True, 'at_least': True}
     """
     by = {r.axis: r for r in rows}
     if set(by) != set(rope.axes) or len(rows) != len(rope.axes):
@@ -521,7 +530,10 @@ def largest_safe_video(rope: VideoRope, rows: Sequence[AxisRow], fps: float | No
     out["frames"] = None if t is None else int(t) * rope.frames_per_id
     if fps is not None:
         out["seconds"] = None if out["frames"] is None else out["frames"] / fps
-    out["at_least"] = all(r.safe_to == max(r.lengths) for r in rows) and rope.table is None
+    reached = {r.axis: r.safe_to == max(r.lengths) for r in rows}
+    out["px_at_least"] = reached["height"] and reached["width"] and rope.table is None
+    out["frames_at_least"] = reached["frame"]
+    out["at_least"] = out["px_at_least"] and out["frames_at_least"]
     if rope.table is not None:
         out["table"] = rope.table
     return out
