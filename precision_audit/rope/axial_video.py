@@ -250,8 +250,9 @@ def crop_region(rope: VideoRope, grid: tuple[int, int, int]) -> tuple[tuple[int,
 def linspace32(start: float, end: float, steps: int) -> F64:
     """``torch.linspace(start, end, steps, dtype=float32)`` by its algorithm (start and end cast to float32,
     ``step = (end - start) / (steps - 1)`` in float32, ``start + step * i`` below ``steps // 2``, ``end - step *
-    (steps - 1 - i)`` from there), each op rounded once.  torch's vectorised CPU kernels group the lanes
-    otherwise: their values lie within one float32 ulp of the larger endpoint of these.
+    (steps - 1 - i)`` from there), each op rounded once (torch's CUDA kernel; nvcc may fuse its multiply-add).
+    torch's vectorised CPU kernel groups the lanes otherwise: its values lie within one float32 ulp of the larger
+    endpoint of these (tests/test_diffusion_video.py).
 
     >>> linspace32(0, 45 * 2 / 3, 3).tolist()
     [0.0, 15.0, 30.0]
