@@ -1,4 +1,4 @@
-"""Axial RoPE with fractional positions: CogVideoX (1.0) and LTX-Video, as diffusers 0.42.1 computes them.
+"""Axial RoPE with fractional positions: CogVideoX (1.0, 1.5) and LTX-Video, as diffusers 0.42.1 computes them.
 
 Flux, HunyuanVideo and Wan give each latent token integer ids (:mod:`.axial`); these two give it fractional
 positions computed in float32, so each axis is audited here on its own positions, token by token, against the
@@ -11,9 +11,7 @@ exact (real-number) formula:
   rows at ``torch.linspace(top, bottom * (n - 1) / n, n, dtype=float32)`` (``i * bottom / n`` on an axis that
   starts at 0; with a crop offset the end is ``bottom * (n - 1) / n``, not ``top + (bottom - top) * (n - 1) / n``:
   the reference is the formula as diffusers writes it, the positions the model was run with), rounded by float32
-  linspace (``start + step * i`` on the first half, ``end - step * (n - 1 -
-  i)`` on the second, ``step = (end - start) / (n - 1)`` in float32; the end is the Python float
-  ``bottom * (n - 1) / n`` cast to float32).  Frames: ``linspace(0, T * (T - 1) / T, T)``, the integers 0..T-1.
+  linspace (:func:`linspace32`; the end is the Python float ``bottom * (n - 1) / n`` cast to float32).  Frames: ``linspace(0, T * (T - 1) / T, T)``, the integers 0..T-1.
   Per axis ``get_1d_rotary_pos_embed(dim, grid, theta=10000, use_real=True)``: frequencies
   ``1 / 10000 ** (arange(0, dim, 2, float32) / dim)`` in float32, ``torch.outer`` in float32, cos/sin float32;
   ``dim`` = head_dim // 4 (frames), head_dim // 8 * 3 (rows, columns).  The attention processor rotates with
@@ -37,7 +35,10 @@ frequencies (``theta ** (-2i/d)``; ``theta ** (k / (m - 1)) * pi / 2``), in floa
 1e-16: far below a float32 angle's).  Each axis is measured as the 1-D audit measures positions
 (:func:`~.audit.audit`): the largest rotation error of the stored cos/sin, colliding rows (a token whose cos/sin row
 equals its predecessor's: their positions or angles became equal), the pairwise errors at distances
-1, 16, 256, 4096 and n/2 tokens; :func:`~precision_audit.verdicts.rope_verdict` judges.
+1, 16, 256, 4096 and n/2 tokens; :func:`~precision_audit.verdicts.rope_verdict` judges.  (The 1-D audit itself
+scans the integer positions 0..L-1 in chunks, with an oracle exact for integers and prefix reductions for every
+shorter L; these axes hold at most :data:`MAX_IDS` tokens, and CogVideoX's are not a prefix of one sequence, so
+:func:`measure_axis` measures them directly, the same figures: a test checks it against the audit on integers.)
 
 >>> cog = COGVIDEOX
 >>> grid = video_grid(cog, (720, 480), (49 / 8, 8.0))  # CogVideoXPipeline's default: 49 frames of 720x480
