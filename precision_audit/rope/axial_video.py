@@ -97,7 +97,8 @@ PATHS: dict[str, AxialPath] = {
                           "drift apart by pi/8 in a 15-minute video at 25 fps)"),
     "positions-dtype": AxialPath("dtype", "float32", "float32", "positions (CogVideoX's grid, LTX's normalised "
                                  "coordinates) in the model dtype", fix=_FIX_POS),
-    "cos-sin-dtype": AxialPath("float32", "float32", "dtype", "cos/sin stored in the model dtype", fix=_FIX_COS),
+    "cos-sin-dtype": AxialPath("float32", "float32", "dtype", "cos/sin stored in the model dtype (CogVideoX's "
+                               "original implementation did not upcast: diffusers#9203)", fix=_FIX_COS),
 }
 """The code paths: the shipped float32 one and the two casts people add (a grid or ``video_coords`` tensor built in
 the latents' dtype; ``image_rotary_emb`` cast to it)."""
