@@ -16,6 +16,11 @@ DEFAULT_INPUT: dict[str, tuple[tuple[int, int], tuple[float, float] | None]] = {
     "flux": ((1024, 1024), None),
     "hunyuan_video": ((1280, 720), (129 / 24, 24.0)),  # HunyuanVideoPipeline's defaults: 129 frames of 1280x720
     "wan": ((832, 480), (81 / 16, 16.0)),  # WanPipeline's defaults: 81 frames of 832x480 (its examples: 16 fps)
+    "cogvideox": ((720, 480), (49 / 8, 8.0)),  # CogVideoXPipeline: sample 60 x 90 latents x 8 px, 49 frames, 8 fps
+    # CogVideoX 1.5: the model card's 1360x768, 81 frames at 16 fps (the pipeline's own default, sample_height x 8,
+    # would be 2400x2400: the whole rope table)
+    "cogvideox_1_5": ((1360, 768), (81 / 16, 16.0)),
+    "ltx_video": ((704, 512), (161 / 25, 25.0)),  # LTXPipeline.__call__: 704x512, 161 frames, frame_rate 25
 }
 """The input audited when none is given: the pipeline's default size (and frames, at its frame rate)."""
 MAX_CAP = 2**22
@@ -33,13 +38,14 @@ def _seconds(s: float) -> str:
 def _safe_text(rope: Any, safe: dict[str, Any]) -> str:
     """The bottom line's limit of one path and dtype, in pixels (and frames)."""
     al = safe["at_least"]
+    al_px, al_frames = safe.get("px_at_least", al), safe.get("frames_at_least", al)  # per kind, where given
     h, w = safe["height_px"], safe["width_px"]
     if h is None or w is None or (rope.video and safe.get("frames") is None):
         return "no input is safe"
-    side = f"{_size(h, al)} per side" if h == w else f"{_size(h, al)} high, {_size(w, al)} wide"
-    text = f"safe to {side}" + ("" if al else f" ({h // rope.pixels_per_id} latent ids)")
+    side = f"{_size(h, al_px)} per side" if h == w else f"{_size(h, al_px)} high, {_size(w, al_px)} wide"
+    text = f"safe to {side}" + ("" if al_px else f" ({h // rope.pixels_per_id} latent ids)")
     if rope.video:
-        text += f", {'at least ' if al else ''}{safe['frames']} frames"
+        text += f", {'at least ' if al_frames else ''}{safe['frames']} frames"
         if safe.get("seconds") is not None:
             text += f" ({_seconds(safe['seconds'])})"
     if safe.get("table") is not None and (h // rope.pixels_per_id == safe["table"] or
@@ -66,30 +72,40 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
                     as_json: bool) -> None:
     """Print (or ``--json``) the per-axis audit of a diffusers transformer config for one image or video."""
     from ..rope.axial import ID_CAP, PATHS, audit_axial, axial_maxima, largest_safe, latent_grid
+    from ..rope.axial_video import (PATHS as VIDEO_PATHS, SCAN_CAP, VideoRope, audit_video, largest_safe_video,
+                                    video_grid)
     from ..verdicts import worst
 
     rope = cfg.rope
+    fractional = isinstance(rope, VideoRope)  # CogVideoX, LTX-Video: positions per token, not integer ids
+    paths = VIDEO_PATHS if fractional else PATHS
     img, vid, default = _resolve(cfg, image, video)
     bad = [s for s in stacks if s not in rope.paths]
     if bad:
         raise click.UsageError(f"--recipe {bad[0]}: not a code path {cfg.class_name} runs; its paths: "
                                f"{', '.join(rope.paths)}")
+    fps = None if vid is None else vid[1]
     try:
-        grid = latent_grid(rope, img, vid)
-        maxima = axial_maxima(rope, grid)
-        cap = max(ID_CAP, 1 << max(maxima).bit_length())  # a power of two above the largest id
-        rows = audit_axial(rope, maxima, list(stacks) or None, dtypes, cap=min(cap, MAX_CAP))
+        if fractional:
+            grid = video_grid(rope, img, vid)
+            maxima = tuple(n - 1 for n in grid)
+            rows = audit_video(rope, grid, fps, list(stacks) or None, dtypes)
+        else:
+            grid = latent_grid(rope, img, vid)
+            maxima = axial_maxima(rope, grid)
+            cap = max(ID_CAP, 1 << max(maxima).bit_length())  # a power of two above the largest id
+            rows = audit_axial(rope, maxima, list(stacks) or None, dtypes, cap=min(cap, MAX_CAP))
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    fps = None if vid is None else vid[1]
     summary = []
     for d in dict.fromkeys(r.dtype for r in rows):
         for p in dict.fromkeys(r.stack for r in rows):
             rs = [r for r in rows if r.stack == p and r.dtype == d]
-            safe = dict(largest_safe(rope, rs, fps), audited=max(max(r.lengths) for r in rs))
-            summary.append({"path": p, "label": PATHS[p].label, "dtype": d, "verdict": worst([r.verdict for r in rs]),
+            safe = dict((largest_safe_video if fractional else largest_safe)(rope, rs, fps),
+                        audited=max(max(r.lengths) for r in rs))
+            summary.append({"path": p, "label": paths[p].label, "dtype": d, "verdict": worst([r.verdict for r in rs]),
                             "axes": ", ".join(f"{r.axis} {r.verdict}" for r in rs), "largest_safe": safe,
-                            "fix": PATHS[p].fix if any(r.verdict != "safe" or (r.safe_to or 0) < max(r.lengths)
+                            "fix": paths[p].fix if any(r.verdict != "safe" or (r.safe_to or 0) < max(r.lengths)
                                                        for r in rs) else None})
     inp = {"image": list(img), "video": None if vid is None else {"seconds": vid[0], "fps": vid[1]}}
     if as_json:
@@ -119,6 +135,13 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
         click.echo(line + (f"; fix: {e['fix']}" if e["fix"] else ""))
     click.echo("")
     echo_table([r.to_dict() for r in rows], axis_columns("path"))
+    if fractional:
+        click.echo(f"\nEach axis: its own {rope.theta:g}-theta RoPE, at the positions diffusers computes for each "
+                   "token (fractional, float32) against the exact formula's; safe to = the largest id count up to "
+                   f"which every count is safe (searched to {max(max(r.lengths) for r in rows)} ids, at least "
+                   f"{SCAN_CAP}; CogVideoX's rows and columns, refitted into its base grid at every count: each "
+                   f"count at the input's aspect ratio). Code read: {rope.source}.")
+        return
     click.echo(f"\nEach axis: its own {rope.theta:g}-theta RoPE over its block of the head, audited over ids "
                "0..largest id; safe to = the largest id count up to which the path stays safe (searched to "
                f"{max(max(r.lengths) for r in rows)}, exact by bisection). Code read: {rope.source}.")

@@ -5,7 +5,8 @@ A diffusers config names its model class (``_class_name``, e.g. ``FluxTransforme
 :data:`precision_audit.rope.axial.FAMILIES` models (Flux: ``axes_dims_rope``, ``attention_head_dim``; theta is
 fixed at 10000 by ``FluxPosEmbed(theta=10000, ...)``; HunyuanVideo: ``rope_axes_dim``, ``rope_theta``,
 ``patch_size``, ``patch_size_t``; Wan 2.x: ``attention_head_dim`` split as ``WanRotaryPosEmbed`` splits it,
-``patch_size``, ``rope_max_seq_len``), with the class defaults of diffusers 0.42.1 for keys a config leaves out,
+``patch_size``, ``rope_max_seq_len``; CogVideoX and LTX-Video, whose positions are fractional: :func:`_video`),
+with the class defaults of diffusers 0.42.1 for keys a config leaves out,
 and checks that the axes' blocks add up to the head dim.  Nothing is imported or executed.
 
 >>> cfg = diffusion_config_dict({"_class_name": "FluxTransformer2DModel", "attention_head_dim": 128,
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..rope.axial import FAMILIES, AxialRope
+from ..rope.axial_video import COGVIDEOX_1_5, VIDEO_FAMILIES, VideoRope
 
 __all__ = ["DiffusionConfig", "diffusion_config_dict", "is_diffusers_config", "load_diffusion_config"]
 
@@ -36,6 +38,9 @@ _KEYS: dict[str, tuple[str, str | None, int]] = {
     "FluxTransformer2DModel": ("axes_dims_rope", None, 128),
     "HunyuanVideoTransformer3DModel": ("rope_axes_dim", "rope_theta", 128),
     "WanTransformer3DModel": ("", None, 128),  # the axes follow from the head dim (WanRotaryPosEmbed)
+    # fractional positions (precision_audit.rope.axial_video): the axes follow from the head dim / inner dim
+    "CogVideoXTransformer3DModel": ("", None, 64),
+    "LTXVideoTransformer3DModel": ("", None, 64),
 }
 
 
@@ -45,7 +50,7 @@ class DiffusionConfig:
 
     name: str
     class_name: str
-    rope: AxialRope
+    rope: AxialRope | VideoRope
     head_dim: int
     source: str = ""
     notes: tuple[str, ...] = field(default=())
@@ -57,8 +62,11 @@ class DiffusionConfig:
         'flux (FluxTransformer2DModel): axial RoPE, theta 10000, axes index 16 + height 56 + width 56 = head dim 128'
         """
         axes = " + ".join(f"{a} {d}" for a, d in zip(self.rope.axes, self.rope.axes_dim))
-        return (f"{self.name} ({self.class_name}): axial RoPE, theta {self.rope.theta:g}, axes {axes} = head dim "
-                f"{self.head_dim}")
+        rest = self.head_dim - sum(self.rope.axes_dim)
+        what = "head dim" if not isinstance(self.rope, VideoRope) or self.rope.kind != "ltx" else \
+            "inner dim (all heads: LTXVideoRotaryPosEmbed rotates heads x head_dim)"
+        return (f"{self.name} ({self.class_name}): axial RoPE, theta {self.rope.theta:g}, axes {axes}"
+                + (f" + {rest} unrotated" if rest else "") + f" = {what} {self.head_dim}")
 
 
 def is_diffusers_config(data: Any) -> bool:
@@ -81,10 +89,10 @@ def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", sourc
     value for an unknown ``_class_name``, axes that are not positive even integers or do not sum to
     ``attention_head_dim``.
 
-    >>> diffusion_config_dict({"_class_name": "SanaTransformer2DModel"}, source="s.json")
+    >>> diffusion_config_dict({"_class_name": "SanaTransformer2DModel"}, source="s.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, HunyuanVideoTransformer3DModel, WanTransformer3DModel
+    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, ...
     """
     if not is_diffusers_config(data):
         raise ValueError(f"{source}: not a diffusers config (no _class_name)")
@@ -92,6 +100,8 @@ def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", sourc
     if cls not in _KEYS:
         raise ValueError(f"{source}: _class_name {cls!r}: axial RoPE is modelled for {', '.join(_KEYS)}")
     axes_key, theta_key, head_default = _KEYS[cls]
+    if cls in VIDEO_FAMILIES:
+        return _video(data, str(cls), name, source)
     base = FAMILIES[cls]
     head = _int(source, "attention_head_dim", data.get("attention_head_dim", head_default))
     if cls == "WanTransformer3DModel":
@@ -180,3 +190,60 @@ def _wan(data: Mapping[str, Any], base: AxialRope, head: int, name: str, source:
     except ValueError as e:
         raise ValueError(f"{source}: attention_head_dim {head}: {e}") from None
     return DiffusionConfig(name=name, class_name="WanTransformer3DModel", rope=rope, head_dim=head, source=source)
+
+
+def _video(data: Mapping[str, Any], cls: str, name: str, source: str) -> DiffusionConfig:
+    """CogVideoX and LTX-Video (:mod:`precision_audit.rope.axial_video`).  CogVideoX: RoPE only with
+    ``use_rotary_positional_embeddings`` (the 5B models; the 2B adds a sincos table: ValueError saying so), axes
+    head_dim // 4 + 2 x head_dim // 8 * 3 (``get_3d_rotary_pos_embed``), the base grid ``sample_height // p``,
+    ``sample_width // p``; a ``patch_size_t`` (1.5) slices integer positions from that table.  LTX-Video: the
+    inner dim (heads x head_dim) split in 3 x (dim // 6) frequencies, ``patch_size``, ``patch_size_t``.
+
+    >>> _video({"attention_head_dim": 64, "use_rotary_positional_embeddings": True}, "CogVideoXTransformer3DModel",
+    ...        "c", "c.json").rope.axes_dim
+    (16, 24, 24)
+    >>> _video({"attention_head_dim": 68, "use_rotary_positional_embeddings": True}, "CogVideoXTransformer3DModel",
+    ...        "c", "c.json")
+    Traceback (most recent call last):
+    ...
+    ValueError: c.json: attention_head_dim 68: get_3d_rotary_pos_embed splits it into frame 17 + height 24 + width 24 = 65; the axes must be even and add up to the head dim
+    """
+    base = VIDEO_FAMILIES[cls]
+    head = _int(source, "attention_head_dim", data.get("attention_head_dim", 64))
+    if cls == "CogVideoXTransformer3DModel":
+        if data.get("use_rotary_positional_embeddings", False) is not True:
+            raise ValueError(f"{source}: use_rotary_positional_embeddings is not true (CogVideoX-2B): its positions "
+                             "are a fixed 3-D sincos table added to the patch embeddings (get_3d_sincos_pos_embed), "
+                             "not RoPE; nothing for the axial RoPE audit (`precision-audit sinusoidal` audits "
+                             "sinusoidal tables)")
+        t, hw = head // 4, head // 8 * 3
+        if t + 2 * hw != head or t % 2 or hw % 2 or t < 2:
+            raise ValueError(f"{source}: attention_head_dim {head}: get_3d_rotary_pos_embed splits it into frame {t} "
+                             f"+ height {hw} + width {hw} = {t + 2 * hw}; the axes must be even and add up to the "
+                             "head dim")
+        p = _int(source, "patch_size", data.get("patch_size", 2))
+        sh = _int(source, "sample_height", data.get("sample_height", 60))
+        sw = _int(source, "sample_width", data.get("sample_width", 90))
+        if sh < p or sw < p:
+            raise ValueError(f"{source}: sample_height {sh} / sample_width {sw} must be at least patch_size {p}")
+        pt = data.get("patch_size_t")
+        changes: dict[str, Any] = {"axes_dim": (t, hw, hw), "pixels_per_id": 8 * p, "base": (sh // p, sw // p)}
+        if pt is not None:
+            base = COGVIDEOX_1_5
+            changes["frames_per_id"] = 4 * _int(source, "patch_size_t", pt)
+    else:
+        heads = _int(source, "num_attention_heads", data.get("num_attention_heads", 32))
+        dim = heads * head
+        if dim // 6 < 1:
+            raise ValueError(f"{source}: inner dim {dim} (num_attention_heads x attention_head_dim) must be at least 6")
+        p = _int(source, "patch_size", data.get("patch_size", 1))
+        pt = _int(source, "patch_size_t", data.get("patch_size_t", 1))
+        m = 2 * (dim // 6)
+        changes = {"axes_dim": (m, m, m), "unrotated": dim % 6, "pixels_per_id": 32 * p, "frames_per_id": 8 * pt,
+                   "patch": (pt, p, p)}
+        head = dim
+    try:
+        rope = replace(base, **changes)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    return DiffusionConfig(name=name, class_name=cls, rope=rope, head_dim=head, source=source)
