@@ -43,7 +43,9 @@ def _safe_text(rope: Any, safe: dict[str, Any]) -> str:
     if h is None or w is None or (rope.video and safe.get("frames") is None):
         return "no input is safe"
     side = f"{_size(h, al_px)} per side" if h == w else f"{_size(h, al_px)} high, {_size(w, al_px)} wide"
-    text = f"safe to {side}" + ("" if al_px else f" ({h // rope.pixels_per_id} latent ids)")
+    p = rope.pixels_per_id
+    ids = f"{h // p}" if h == w else f"{h // p} x {w // p}"
+    text = f"safe to {side}" + ("" if al_px else f" ({ids} latent ids)")
     if rope.video:
         text += f", {'at least ' if al_frames else ''}{safe['frames']} frames"
         if safe.get("seconds") is not None:
