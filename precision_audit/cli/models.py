@@ -383,7 +383,7 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
         if given:
             raise click.UsageError(f"{given[0]}: {model.name} is a diffusion transformer ({model.class_name}): "
                                    "its axial RoPE is audited per input (--image WxH, --video SECONDS@FPS) and code path (--recipe)")
-        return diffusion_audit(model, image, video, recipes, dtypes or ("bfloat16",), as_json)
+        return diffusion_audit(model, image, video, recipes, dtypes or ("bfloat16",), as_json, text_tokens)
     dts = dtypes or (default_dtype(model),)
     if image or video:
         return vision_audit(model, image, video, text_tokens, stacks, dts, as_json)

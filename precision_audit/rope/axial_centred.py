@@ -54,7 +54,7 @@ from .pairs import row_distances
 from .recipes import Recipe
 from .schedules import RopeSchedule
 
-__all__ = ["CENTRED_PATHS", "CentredAxisRow", "CentredRope", "QWEN_IMAGE", "audit_centred", "axis_ids",
+__all__ = ["CENTRED_PATHS", "CentredAxisRow", "CentredRope", "QWEN_IMAGE", "audit_centred", "audit_ids", "axis_ids",
            "centred_grid", "centred_range", "check_table", "table_limit"]
 
 _TWO_PI = 2 * math.pi
@@ -212,7 +212,7 @@ def _recipe(path: str, dtype: str) -> Recipe:
     return Recipe(path, p.ids, f, f, f, cache, inv_freq_from=f, apply=dtype, apply_mode="fp32-then-cast", stack=path)
 
 
-def _stats(schedule: RopeSchedule, ids: npt.NDArray[np.int64], path: str, dtype: str) -> dict[str, Any]:
+def audit_ids(schedule: RopeSchedule, ids: npt.NDArray[np.int64], path: str, dtype: str) -> dict[str, Any]:
     """Max rotation error, collisions (ids whose stored cos/sin equal the previous carried id's) and pair errors
     at the default distances over the ids carried, as :func:`~precision_audit.rope.audit` measures them."""
     st = run_recipe(_recipe(path, dtype), schedule, ids, seq_len=int(np.abs(ids).max()) + 1)
@@ -246,7 +246,7 @@ def _safe_side(rope: CentredRope, k: int, path: str, dtype: str, text: int, top:
     sched = rope.schedule(k)
 
     def safe(n: int) -> bool:
-        return _stats(sched, axis_ids(rope, (n, n), text)[k], path, dtype)["verdict"] == "safe"
+        return audit_ids(sched, axis_ids(rope, (n, n), text)[k], path, dtype)["verdict"] == "safe"
 
     if top < 1 or not safe(1):
         return None
@@ -286,7 +286,7 @@ def audit_centred(rope: CentredRope, grid: tuple[int, int], text: int | None = N
     for d in dict.fromkeys(get_format(x).name for x in dtypes):
         for p in names:
             for k, axis in enumerate(rope.axes):
-                st = _stats(rope.schedule(k), ids[k], p, d)
+                st = audit_ids(rope.schedule(k), ids[k], p, d)
                 key = (rope.axes_dim[k] if k else -1, p, d)  # height and width share a block width and ids
                 if key not in safe_cache:
                     safe_cache[key] = _safe_side(rope, k, p, d, int(text), top)
