@@ -95,7 +95,7 @@ def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", sourc
     >>> diffusion_config_dict({"_class_name": "SanaTransformer2DModel"}, source="s.json")
     Traceback (most recent call last):
     ...
-    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, HunyuanVideoTransformer3DModel, WanTransformer3DModel
+    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, HunyuanVideoTransformer3DModel, WanTransformer3DModel, QwenImageTransformer2DModel, SD3Transformer2DModel
     """
     if not is_diffusers_config(data):
         raise ValueError(f"{source}: not a diffusers config (no _class_name)")

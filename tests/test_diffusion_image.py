@@ -1,0 +1,338 @@
+"""Image families of issue 44 item 3: Qwen-Image's centred axial RoPE and SD3's 2-D sincos table.  Referees run live
+(diffusers 0.42.1, no weights): ``QwenEmbedRope`` forward and ``apply_rotary_emb_qwen`` (ids recovered bit for bit
+by matching each token's table row; cos/sin within the float32 bound of faithful pow / cos / sin), a tiny
+``QwenImageTransformer2DModel`` cast with ``.to(bfloat16)``, ``PatchEmbed.cropped_pos_embed`` and a tiny
+``SD3Transformer2DModel`` (the buffer's dtype after ``.to`` and ``from_pretrained(torch_dtype=...)``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from precision_audit.cli import main
+from precision_audit.config import diffusion_config_dict, load_diffusion_config
+from precision_audit.rope import audit, run_recipe
+from precision_audit.rope.axial_centred import (QWEN_IMAGE, audit_centred, audit_ids, axis_ids, centred_grid,
+                                                centred_range, check_table, table_limit)
+from precision_audit.sinusoidal.grid2d import SincosGrid, audit_grid, crop_positions, grid_patches, grid_table
+from referees import need
+
+DATA = Path(__file__).parent / "data" / "diffusers"
+QWEN = DATA / "qwen-image-transformer.json"
+SD3 = DATA / "sd3.5-large-transformer.json"
+
+
+def _torch():
+    need("diffusers")
+    import torch
+
+    return torch
+
+
+def _ulp32(x: np.ndarray) -> np.ndarray:
+    return np.spacing(np.abs(x).astype(np.float32)).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- Qwen-Image: ids
+
+
+@pytest.mark.parametrize("side", [1, 2, 7, 64, 65, 8192])
+def test_centred_range_closed_form(side):
+    lo, hi = centred_range(side)
+    assert hi - lo + 1 == side and lo == -((side + 1) // 2) and hi == side // 2 - 1
+
+
+def _qwen_module(axes=(16, 56, 56)):
+    _torch()
+    from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope
+
+    return QwenEmbedRope(theta=10000, axes_dim=list(axes), scale_rope=True)
+
+
+def _ids_of(mod, freqs, block):
+    """Each token's id on axis ``block``: the table row its cos/sin are (bit for bit) a copy of."""
+    import torch
+
+    axes = mod.axes_dim
+    start = sum(axes[:block]) // 2
+    width = axes[block] // 2
+    table = torch.cat([mod.neg_freqs, mod.pos_freqs])[:, start:start + width]
+    ids = {table[i].numpy().tobytes(): i - mod.neg_freqs.shape[0] for i in range(table.shape[0])}
+    assert len(ids) == table.shape[0]  # every row distinct in float32
+    return np.array([ids[r.numpy().tobytes()] for r in freqs[:, start:start + width]])
+
+
+@pytest.mark.parametrize("h, w, text", [(64, 64, 512), (7, 12, 5), (58, 104, 30), (1, 1, 3)])
+def test_qwen_ids_are_qwen_embed_ropes(h, w, text):
+    """The ids each axis carries, image (centred) and text (after max(h // 2, w // 2)), are the rows
+    QwenEmbedRope.forward picks, token by token."""
+    torch = _torch()
+    mod = _qwen_module()
+    vid, txt = mod([(1, h, w)], device=torch.device("cpu"), max_txt_seq_len=text)
+    ids = axis_ids(QWEN_IMAGE, (h, w), text)
+    m = max(h // 2, w // 2)
+    for k in range(3):
+        img = _ids_of(mod, vid, k)
+        t = _ids_of(mod, txt, k)
+        assert np.array_equal(t, np.arange(m, m + text))
+        assert np.array_equal(np.union1d(img, t), ids[k])
+    rows = _ids_of(mod, vid, 1).reshape(h, w)[:, 0]
+    assert rows.tolist() == list(range(centred_range(h)[0], centred_range(h)[1] + 1))
+
+
+def test_qwen_cos_sin_within_the_float32_bound():
+    """The tool's table-fp32 cos/sin at the ids carried (negative included) against QwenEmbedRope's complex64 table:
+    within position x 2 ulps of the frequency + an ulp of the angle + 2 ulps of the value (torch's pow, cos and sin
+    are faithful, the tool's correctly rounded); and freqs-fp64 within the float64 angle path + the same slack."""
+    torch = _torch()
+    mod = _qwen_module()
+    h, w, text = 300, 20, 40
+    vid, txt = mod([(1, h, w)], device=torch.device("cpu"), max_txt_seq_len=text)
+    ids = axis_ids(QWEN_IMAGE, (h, w), text)
+    start = 0
+    for k, d in enumerate(QWEN_IMAGE.axes_dim):
+        got = torch.cat([vid, txt])[:, start // 2:(start + d) // 2]
+        tok = np.concatenate([_ids_of(mod, vid, k), _ids_of(mod, txt, k)])
+        order = np.unique(tok, return_index=True)[1]
+        ref_c = got.real.numpy().astype(np.float64)[order]
+        ref_s = got.imag.numpy().astype(np.float64)[order]
+        start += d
+        from precision_audit.rope.axial_centred import _recipe  # noqa: PLC0415 (the path's Recipe)
+
+        st = run_recipe(_recipe("table-fp32", "bfloat16"), QWEN_IMAGE.schedule(k), ids[k])
+        assert np.array_equal(st["positions"], ids[k].astype(np.float64))  # int64 -> float32: exact
+        m = np.abs(st["positions"])[:, None]
+        inv = st["inv_freq"][None, :]
+        bound = m * 2 * _ulp32(inv) + _ulp32(m * inv) + 2 * _ulp32(np.ones(1))
+        assert np.all(np.abs(st["cos"] - ref_c) <= bound) and np.all(np.abs(st["sin"] - ref_s) <= bound)
+
+
+def test_audit_ids_matches_the_rope_audit():
+    """On ids 0..L-1 the centred audit measures what rope.audit measures (same errors, collisions, pairs)."""
+    from precision_audit.rope.axial_centred import _recipe  # noqa: PLC0415
+
+    s = QWEN_IMAGE.schedule(1)
+    for path in ("table-fp32", "cos-sin-dtype"):
+        row = audit(s, [_recipe(path, "bfloat16")], [1000])[0]
+        mine = audit_ids(s, np.arange(1000), path, "bfloat16")
+        assert mine["max"] == row.max_rotation_error and mine["colliding"] == row.colliding_positions
+        assert mine["pairs"] == [(p.distance, p.max_rotation_error) for p in row.pair_errors]
+
+
+# --------------------------------------------------------------------------- Qwen-Image: the table's limits
+
+
+def test_qwen_table_limits_as_diffusers_behaves():
+    """Measured live with a tiny QwenEmbedRope (its table is always 4096 + 4096 rows): text past row 4095 is sliced
+    short and apply_rotary_emb_qwen raises, except one row left, which broadcasts silently; a side of 8193 raises
+    in forward.  The tool refuses exactly those inputs and accepts the largest that fit."""
+    torch = _torch()
+    from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
+
+    mod = _qwen_module((2, 2, 2))
+    cpu = torch.device("cpu")
+
+    def text_rows(side, text):
+        return mod([(1, side, side)], device=cpu, max_txt_seq_len=text)[1].shape[0]
+
+    top = table_limit(QWEN_IMAGE, 512)
+    assert top == 7169 and text_rows(top, 512) == 512
+    check_table(QWEN_IMAGE, (top, top), 512)
+    assert text_rows(top + 1, 512) == 511  # 7170 // 2 + 512 = 4097: the slice is one row short, silently
+    x = torch.zeros(1, 512, 1, 6)
+    _, txt = mod([(1, top + 1, top + 1)], device=cpu, max_txt_seq_len=512)
+    with pytest.raises(RuntimeError):
+        apply_rotary_emb_qwen(x, txt, use_real=False)
+    with pytest.raises(ValueError, match="512 text tokens at ids 3585..4096 pass the rope table's 4096 rows"):
+        check_table(QWEN_IMAGE, (top + 1, top + 1), 512)
+    _, txt = mod([(1, 8190, 8190)], device=cpu, max_txt_seq_len=3)  # max_vid_index 4095: one row
+    assert txt.shape[0] == 1 and apply_rotary_emb_qwen(torch.ones(1, 3, 1, 6), txt, use_real=False).shape[1] == 3
+    with pytest.raises(ValueError, match="one row broadcasts over every text token without error"):
+        check_table(QWEN_IMAGE, (8190, 8190), 3)
+    mod([(1, 8192, 8192)], device=cpu, max_txt_seq_len=0)
+    check_table(QWEN_IMAGE, (8192, 8192), 0)
+    with pytest.raises(RuntimeError):
+        mod([(1, 8193, 1)], device=cpu, max_txt_seq_len=0)
+    with pytest.raises(ValueError, match="8193 latent ids on the height axis"):
+        check_table(QWEN_IMAGE, (8193, 1), 0)
+
+
+def test_qwen_table_stays_complex64_after_a_cast():
+    """model.to(bfloat16) leaves QwenEmbedRope's table alone (a plain attribute); the same table made a buffer loses
+    its imaginary part (torch warns), which is the table-as-buffer path: sin gone, cos rounded."""
+    torch = _torch()
+    from diffusers import QwenImageTransformer2DModel
+
+    model = QwenImageTransformer2DModel(patch_size=2, in_channels=4, out_channels=4, num_layers=1,
+                                        attention_head_dim=8, num_attention_heads=1, joint_attention_dim=8,
+                                        axes_dims_rope=(2, 2, 4)).to(torch.bfloat16)
+    assert model.pos_embed.pos_freqs.dtype == torch.complex64 and model.img_in.weight.dtype == torch.bfloat16
+    holder = torch.nn.Module()
+    holder.register_buffer("t", _qwen_module().pos_freqs[:300].clone())
+    with pytest.warns(UserWarning, match="imaginary"):
+        holder.to(torch.bfloat16)
+    from precision_audit.rope.axial_centred import _recipe  # noqa: PLC0415
+
+    st = run_recipe(_recipe("table-as-buffer", "bfloat16"), QWEN_IMAGE.schedule(0), np.arange(300))
+    got = holder.t.float().numpy().astype(np.float64)[:, :8]
+    ref = _qwen_module().pos_freqs[:300, :8].real.numpy().astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert np.array_equal(got, ref)  # the cast: bit for bit
+    assert np.all(np.abs(st["cos"] - got) <= np.spacing(np.abs(got).astype(ml_dtypes.bfloat16)).astype(np.float64))
+    row = audit_centred(QWEN_IMAGE, (64, 64), 512, ["table-as-buffer"])[1]
+    assert row.verdict == "broken" and row.safe_to is None
+
+
+def test_qwen_bottom_lines():
+    """Every real path is safe to the table's limit (7169 latent ids with 512 text tokens: 114704 px); bf16 cos/sin
+    cost about 2**-9 rad; the buffer cast breaks every size."""
+    rows = audit_centred(QWEN_IMAGE, (256, 256), 512, dtypes=["bfloat16"])
+    by = {(r.stack, r.axis): r for r in rows}
+    for p in ("table-fp32", "freqs-fp64", "cos-sin-dtype"):
+        assert all(by[(p, a)].verdict == "safe" and by[(p, a)].safe_to == 7169 for a in QWEN_IMAGE.axes)
+    assert by[("cos-sin-dtype", "height")].max_rotation_error < 2.0**-8
+    assert by[("table-fp32", "height")].max_rotation_error < 1e-3  # float32 angles at ids up to 639
+    assert by[("table-fp32", "height")].smallest_id == -128
+    assert centred_grid(QWEN_IMAGE, (4096, 2048)) == (128, 256)
+
+
+# --------------------------------------------------------------------------- SD3: the 2-D sincos table
+
+
+def _patch_embed(embed_dim=16, max_size=24, sample=16, patch=2):
+    _torch()
+    from diffusers.models.embeddings import PatchEmbed
+
+    return PatchEmbed(height=sample, width=sample, patch_size=patch, in_channels=1, embed_dim=embed_dim,
+                      pos_embed_max_size=max_size)
+
+
+@pytest.mark.parametrize("rows, cols", [(4, 4), (5, 8), (24, 24), (1, 23)])
+def test_sd3_crop_is_patch_embeds(rows, cols):
+    """The tool's table-fp32 crop (columns half, rows half) against PatchEmbed.cropped_pos_embed: within one
+    float32 ulp (float64 sin / cos then .float(); torch's pow and sin / cos faithful); positions k / 3 exactly where
+    the first column pins them (a position an ulp off moves sin(p) by far more than an ulp of the value)."""
+    pe = _patch_embed()
+    grid = SincosGrid(family="sd3", embed_dim=16, max_size=24, base_size=8)
+    got = pe.cropped_pos_embed(rows * 2, cols * 2)[0].numpy().astype(np.float64).reshape(rows, cols, 16)
+    col_t, _ = grid_table(grid, cols, "table-fp32", "float32")
+    row_t, _ = grid_table(grid, rows, "table-fp32", "float32")
+    for mine, ref in ((col_t, got[0, :, :8]), (row_t, got[:, 0, 8:])):
+        assert np.all(np.abs(mine - ref) <= _ulp32(ref))
+    assert crop_positions(grid, 24).tolist() == np.arange(24, dtype=np.float32).__truediv__(np.float32(3)).tolist()
+
+
+def test_sd3_beyond_the_table_raises_in_both():
+    pe = _patch_embed()
+    with pytest.raises(ValueError, match="cannot be greater than `pos_embed_max_size`"):
+        pe.cropped_pos_embed(2 * 25, 2)
+    grid = SincosGrid(family="sd3", embed_dim=16, max_size=24, base_size=8)
+    assert grid_patches(grid, (16 * 24, 16)) == (1, 24)
+    with pytest.raises(ValueError, match="25 patches per row, more than the table's pos_embed_max_size 24 "
+                                         r"\(384 px\)"):
+        grid_patches(grid, (16 * 25, 16))
+
+
+def test_sd3_buffer_is_cast(tmp_path):
+    """The table is a persistent buffer: model.to(bfloat16) and from_pretrained(torch_dtype=bfloat16) make it bf16,
+    the bits of the float32 table cast once, which the tool's table-dtype path reproduces within an ulp of bf16
+    (and exactly where its float32 values agree)."""
+    torch = _torch()
+    from diffusers import SD3Transformer2DModel
+
+    cfg = dict(sample_size=16, patch_size=2, in_channels=4, num_layers=1, attention_head_dim=8, num_attention_heads=2,
+               joint_attention_dim=8, caption_projection_dim=16, pooled_projection_dim=8, out_channels=4,
+               pos_embed_max_size=24)
+    model = SD3Transformer2DModel(**cfg)
+    f32 = model.pos_embed.pos_embed.clone()
+    assert "pos_embed.pos_embed" in model.state_dict() and f32.dtype == torch.float32
+    model.save_pretrained(tmp_path)
+    loaded = SD3Transformer2DModel.from_pretrained(tmp_path, torch_dtype=torch.bfloat16)
+    cast = model.to(torch.bfloat16).pos_embed.pos_embed
+    assert cast.dtype == loaded.pos_embed.pos_embed.dtype == torch.bfloat16
+    assert torch.equal(cast, f32.to(torch.bfloat16)) and torch.equal(loaded.pos_embed.pos_embed, cast)
+    grid = load_diffusion_config_from(cfg).rope
+    mine32, _ = grid_table(grid, 24, "table-fp32", "bfloat16")
+    mine, _ = grid_table(grid, 24, "table-dtype", "bfloat16")
+    ref32 = f32[0].numpy().astype(np.float64).reshape(24, 24, 16)[0, :, :8]
+    ref = cast[0].float().numpy().astype(np.float64).reshape(24, 24, 16)[0, :, :8]
+    same = mine32 == ref32
+    assert np.array_equal(mine[same], ref[same])
+    assert np.all(np.abs(mine - ref) <= np.spacing(np.abs(ref).astype(ml_dtypes.bfloat16)).astype(np.float64))
+
+
+def load_diffusion_config_from(cfg):
+    return diffusion_config_dict({"_class_name": "SD3Transformer2DModel", **cfg}, source="t.json")
+
+
+def test_sd3_bottom_line_is_the_table():
+    """SD3.5 Large: no two patches share an embedding on any path in bf16 or fp8, up to the whole table; the limit
+    is the crop, 192 patches (3072 px)."""
+    cfg = load_diffusion_config(SD3)
+    assert cfg.rope.embed_dim == 2432 and cfg.rope.max_size == 192 and cfg.rope.base_size == 64
+    rows = audit_grid(cfg.rope, (192, 192), dtypes=["bfloat16", "float8_e5m2"])
+    assert all(r.duplicate_rows == 0 and r.verdict == "safe" and r.safe_to == 192 for r in rows)
+    bf = [r for r in rows if r.stack == "table-dtype" and r.dtype == "bfloat16"][0]
+    # half a bf16 ulp of values below 1, plus the float32 position's rounding (half an ulp of 63.67: 2**-19) x omega 1
+    assert 2.0**-9 < bf.max_abs_error <= 2.0**-9 + 2.0**-19 + 2.0**-24
+
+
+# --------------------------------------------------------------------------- config reader and CLI
+
+
+@pytest.mark.parametrize("data, msg", [
+    ({"_class_name": "QwenImageTransformer2DModel", "axes_dims_rope": [16, 56, 48]},
+     "axes_dims_rope [16, 56, 48] sums to 120, not attention_head_dim 128"),
+    ({"_class_name": "QwenImageTransformer2DModel", "axes_dims_rope": [16, 56]}, "must be 3 positive even"),
+    ({"_class_name": "QwenImageTransformer2DModel", "use_layer3d_rope": True}, "use_layer3d_rope true"),
+    ({"_class_name": "SD3Transformer2DModel", "pos_embed_max_size": 0}, "pos_embed_max_size 0 must be a positive"),
+    ({"_class_name": "SD3Transformer2DModel", "pos_embed_max_size": None}, "pos_embed_max_size null"),
+    ({"_class_name": "SD3Transformer2DModel", "num_attention_heads": 3, "attention_head_dim": 2},
+     "embed_dim 6 must be a positive multiple of 4"),
+])
+def test_bad_configs_name_the_value(data, msg):
+    with pytest.raises(ValueError) as e:
+        diffusion_config_dict(data, source="c.json")
+    assert str(e.value).startswith("c.json: ") and msg in str(e.value)
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, ["config", *args])
+
+
+@pytest.mark.parametrize("path", [QWEN, SD3])
+def test_cli_default_input_has_a_bottom_line(path):
+    r = _run(str(path))
+    assert r.exit_code == 0, r.output
+    assert "Bottom line" in r.output and "(the default input)" in r.output and "1024x1024" in r.output
+
+
+def test_cli_qwen_json_and_text():
+    r = _run(str(QWEN), "--image", "4096x2048", "--text", "100", "-r", "table-fp32", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    (s,) = out["summary"]
+    assert s["largest_safe"] == {"side_ids": 2 * (4096 - 100) + 1, "side_px": 16 * 7993, "table_limit_ids": 7993,
+                                 "text": 100}
+    assert [(x["smallest_id"], x["largest_id"]) for x in out["results"]] == [(0, 227), (-64, 227), (-128, 227)]
+
+
+@pytest.mark.parametrize("path, args, msg", [
+    (QWEN, ["--image", "0x0"], "image '0x0' must be WIDTHxHEIGHT"),
+    (QWEN, ["--image", "8x8"], "image 8x8: qwen_image makes one id per 16 px"),
+    (QWEN, ["--image", "115000x115000"], "512 text tokens at ids 3593..4104 pass the rope table's 4096 rows"),
+    (QWEN, ["--video", "5@24"], "makes images, not video"),
+    (QWEN, ["-r", "ids-dtype"], "--recipe ids-dtype: not a code path QwenImageTransformer2DModel runs"),
+    (SD3, ["--image", "4096x4096"], "256 patches per column, more than the table's pos_embed_max_size 192 (3072 px)"),
+    (SD3, ["--image", "1000x1000"], "sd3 needs sides that are positive multiples of 16 px"),
+    (SD3, ["-r", "nope"], "--recipe nope: not a code path SD3Transformer2DModel runs"),
+])
+def test_cli_bad_input_exits_2_with_one_line(path, args, msg):
+    r = _run(str(path), *args)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    errors = [l for l in r.output.splitlines() if l.startswith("Error:")]
+    assert len(errors) == 1 and msg in errors[0], r.output
