@@ -336,3 +336,103 @@ def test_cli_bad_input_exits_2_with_one_line(path, args, msg):
     assert r.exit_code == 2 and "Traceback" not in r.output
     errors = [l for l in r.output.splitlines() if l.startswith("Error:")]
     assert len(errors) == 1 and msg in errors[0], r.output
+
+
+# --------------------------------------------------------------------------- Flux.2: four axes
+
+
+FLUX2 = DATA / "flux.2-dev-transformer.json"
+
+
+def _flux2():
+    torch = _torch()
+    from diffusers.models.transformers.transformer_flux2 import Flux2PosEmbed
+    from diffusers.pipelines.flux2.pipeline_flux2 import Flux2Pipeline
+
+    return torch, Flux2PosEmbed, Flux2Pipeline
+
+
+@pytest.mark.parametrize("size, text", [((1024, 1024), 512), ((1360, 768), 7), ((16, 4128), 300)])
+def test_flux2_ids_are_the_pipelines(size, text):
+    """Flux2Pipeline's static id builders run live: the image's ids (0, row, column, 0) are the tool's, the text's
+    (0, 0, 0, l) fill the text axis to the tool's maximum; every id stays int64 (the pipeline never casts them)."""
+    torch, _, Flux2Pipeline = _flux2()
+    from precision_audit.rope.axial import FAMILIES, axial_ids, axial_maxima, latent_grid
+
+    rope = FAMILIES["Flux2Transformer2DModel"]
+    w, h = size
+    grid = latent_grid(rope, (w, h), text=text)
+    assert grid == (None, h // 16, w // 16, text)
+    lat = Flux2Pipeline._prepare_latent_ids(torch.zeros(1, 1, h // 16, w // 16))
+    txt = Flux2Pipeline._prepare_text_ids(torch.zeros(1, text, 2))
+    assert lat.dtype == txt.dtype == torch.int64
+    assert np.array_equal(lat[0].numpy(), axial_ids(rope, grid))
+    both = np.concatenate([lat[0].numpy(), txt[0].numpy()])
+    assert axial_maxima(rope, grid) == tuple(int(x) for x in both.max(axis=0))
+    assert txt[0, :, 3].tolist() == list(range(text)) and not txt[0, :, :3].any()
+    ref = Flux2Pipeline._prepare_image_ids([torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2)])
+    assert sorted(set(ref[0, :, 0].tolist())) == [10, 20]  # reference images: index 10, 20 on the first axis
+
+
+@pytest.mark.parametrize("path", ["ids-fp32", "freqs-fp32", "cos-sin-dtype"])
+def test_flux2_cos_sin_against_flux2_pos_embed(path):
+    """Flux2PosEmbed built from the shipped config (theta 2000, four 32-wide axes), run live on the pipeline's ids:
+    the tool's cos/sin per axis within one float32 ulp (float64 frequencies), the float32-frequency spread
+    (freqs-fp32, get_1d_rotary_pos_embed as on MPS), or a bf16 ulp of diffusers' values cast (cos-sin-dtype)."""
+    torch, Flux2PosEmbed, Flux2Pipeline = _flux2()
+    from precision_audit.rope.axial import axial_recipe
+
+    cfg = load_diffusion_config(FLUX2)
+    rope = cfg.rope
+    raw = json.loads(FLUX2.read_text())
+    assert (rope.theta, list(rope.axes_dim)) == (raw["rope_theta"], raw["axes_dims_rope"]) and rope.text == 512
+    lat = Flux2Pipeline._prepare_latent_ids(torch.zeros(1, 1, 300, 3))[0]
+    txt = Flux2Pipeline._prepare_text_ids(torch.zeros(1, 600, 2))[0]
+    ids = torch.cat([lat, txt])
+    if path == "freqs-fp32":
+        from diffusers.models.embeddings import get_1d_rotary_pos_embed
+
+        outs = [get_1d_rotary_pos_embed(d, ids.float()[:, i], theta=rope.theta, use_real=True,
+                                        repeat_interleave_real=True, freqs_dtype=torch.float32)
+                for i, d in enumerate(rope.axes_dim)]
+        cos, sin = torch.cat([c for c, _ in outs], -1), torch.cat([s for _, s in outs], -1)
+    else:
+        cos, sin = Flux2PosEmbed(theta=raw["rope_theta"], axes_dim=raw["axes_dims_rope"])(ids)
+    cos, sin = cos.numpy().astype(np.float64)[:, ::2], sin.numpy().astype(np.float64)[:, ::2]
+    start = 0
+    for k, d in enumerate(rope.axes_dim):
+        st = run_recipe(axial_recipe(rope, path, "bfloat16"), rope.schedule(k), ids[:, k].numpy())
+        ref_c, ref_s = cos[:, start:start + d // 2], sin[:, start:start + d // 2]
+        start += d // 2
+        if path == "cos-sin-dtype":
+            for mine, ref in ((st["cos"], ref_c), (st["sin"], ref_s)):
+                low = ref.astype(ml_dtypes.bfloat16).astype(np.float64)
+                assert np.all(np.abs(mine - low) <= np.spacing(np.abs(low).astype(ml_dtypes.bfloat16)))
+            continue
+        bound = _ulp32(np.ones(1)) * np.ones_like(ref_c)
+        if path == "freqs-fp32":
+            m, inv = st["positions"][:, None], st["inv_freq"][None, :]
+            bound = m * 2 * _ulp32(inv) + _ulp32(m * inv) + 2 * _ulp32(np.ones(1))
+        assert np.all(np.abs(st["cos"] - ref_c) <= bound) and np.all(np.abs(st["sin"] - ref_s) <= bound)
+
+
+def test_flux2_bottom_line_and_bad_input():
+    """Every Flux.2 path is safe to the audited cap on all four axes (ids never cast); the text axis is reported;
+    ids-dtype is refused (no diffusers code path casts Flux.2's ids); axes that do not add up name the value."""
+    r = _run(str(FLUX2), "--image", "4096x4096", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["largest_ids"] == {"reference": 0, "height": 255, "width": 255, "text": 511}
+    assert out["input"]["text"] == 512
+    for s in out["summary"]:
+        assert s["verdict"] == "safe" and s["largest_safe"]["text_tokens"] == 2**16 and s["largest_safe"]["at_least"]
+    r = _run(str(FLUX2), "-r", "ids-dtype")
+    assert r.exit_code == 2 and "--recipe ids-dtype: not a code path Flux2Transformer2DModel runs" in r.output
+    r = _run(str(FLUX2), "--text", "7", "--json")
+    assert json.loads(r.output)["largest_ids"]["text"] == 6
+    with pytest.raises(ValueError, match=r"axes_dims_rope \[32, 32, 32, 16\] sums to 112, not attention_head_dim"):
+        diffusion_config_dict({"_class_name": "Flux2Transformer2DModel", "axes_dims_rope": [32, 32, 32, 16]},
+                              source="f.json")
+    with pytest.raises(ValueError, match=r"\[32, 32, 64\] must be 4 positive even"):
+        diffusion_config_dict({"_class_name": "Flux2Transformer2DModel", "axes_dims_rope": [32, 32, 64]},
+                              source="f.json")

@@ -41,6 +41,7 @@ _KEYS: dict[str, tuple[str, str | None, int]] = {
     # issue 44 item 3, image families: read by _qwen_image / _sd3 below (rope.axial_centred, sinusoidal.grid2d)
     "QwenImageTransformer2DModel": ("axes_dims_rope", None, 128),  # theta fixed: QwenEmbedRope(theta=10000, ...)
     "SD3Transformer2DModel": ("", None, 64),  # no RoPE: PatchEmbed's 2-D sincos table
+    "Flux2Transformer2DModel": ("axes_dims_rope", "rope_theta", 128),  # 4 axes (reference, height, width, text)
 }
 
 
@@ -95,13 +96,13 @@ def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", sourc
     >>> diffusion_config_dict({"_class_name": "SanaTransformer2DModel"}, source="s.json")
     Traceback (most recent call last):
     ...
-    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, HunyuanVideoTransformer3DModel, WanTransformer3DModel, QwenImageTransformer2DModel, SD3Transformer2DModel
+    ValueError: s.json: _class_name 'SanaTransformer2DModel': position encodings are modelled for FluxTransformer2DModel, HunyuanVideoTransformer3DModel, WanTransformer3DModel, QwenImageTransformer2DModel, SD3Transformer2DModel, Flux2Transformer2DModel
     """
     if not is_diffusers_config(data):
         raise ValueError(f"{source}: not a diffusers config (no _class_name)")
     cls = data["_class_name"]
     if cls not in _KEYS:
-        raise ValueError(f"{source}: _class_name {cls!r}: axial RoPE is modelled for {', '.join(_KEYS)}")
+        raise ValueError(f"{source}: _class_name {cls!r}: position encodings are modelled for {', '.join(_KEYS)}")
     axes_key, theta_key, head_default = _KEYS[cls]
     head = _int(source, "attention_head_dim", data.get("attention_head_dim", head_default))
     if cls == "QwenImageTransformer2DModel":

@@ -214,7 +214,13 @@ def _recipe(path: str, dtype: str) -> Recipe:
 
 def audit_ids(schedule: RopeSchedule, ids: npt.NDArray[np.int64], path: str, dtype: str) -> dict[str, Any]:
     """Max rotation error, collisions (ids whose stored cos/sin equal the previous carried id's) and pair errors
-    at the default distances over the ids carried, as :func:`~precision_audit.rope.audit` measures them."""
+    at the default distances over the ids carried, as :func:`~precision_audit.rope.audit` measures them (the same
+    values on ids 0..L-1: tests), with the verdict and what is lost.
+
+    >>> st = audit_ids(QWEN_IMAGE.schedule(1), np.arange(-32, 544), "table-as-buffer", "bfloat16")
+    >>> st["verdict"], st["why"]
+    ('broken', 'neighbouring positions: phase lost (3.14 rad)')
+    """
     st = run_recipe(_recipe(path, dtype), schedule, ids, seq_len=int(np.abs(ids).max()) + 1)
     c, s = st["cos"], st["sin"]
     if path == "table-as-buffer":
