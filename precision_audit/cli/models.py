@@ -11,6 +11,8 @@ from .. import verdicts as _verdicts
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
 from ..rope.axial import PATHS as _AXIAL_PATHS
+from ..rope.axial_centred import CENTRED_PATHS as _CENTRED_PATHS
+from ..sinusoidal.grid2d import GRID_PATHS as _GRID_PATHS
 from ..render import bound_notes, worst_pair
 from ._shared import (DTYPE, DTYPE_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
                       distances_from_options, echo_json, echo_table, progress_bar, stack_option, wide_option)
@@ -318,7 +320,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    "fp64 = beyond it); ALiBi recipes " + ", ".join(_ALIBI_RECIPES) + "; relative buckets "
                    "(T5, DeBERTa) transformers, lowp, cast-distance; XLNet sinusoids transformers, arange-dtype, "
                    "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan; diffusion transformers (a "
-                   "diffusers config) " + ", ".join(_AXIAL_PATHS) + ".  [default: RoPE none (the stacks), others all]")
+                   "diffusers config) " + ", ".join(_AXIAL_PATHS) + "; Qwen-Image " + ", ".join(_CENTRED_PATHS) + "; SD3's "
+                   "sincos table " + ", ".join(_GRID_PATHS) + ".  [default: RoPE none (the stacks), others all]")
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
                    "positions; stacks and ALiBi run numpy).")
