@@ -47,6 +47,29 @@ def test_centred_range_closed_form(side):
     assert hi - lo + 1 == side and lo == -((side + 1) // 2) and hi == side // 2 - 1
 
 
+@pytest.mark.parametrize("text", [0, 1, 2, 512, 1024, 4095, 4096])
+def test_table_limit_closed_form(text):
+    """table_limit is the largest square side check_table accepts: min(8192, 2 (4096 - text) + 1) with text."""
+    top = table_limit(QWEN_IMAGE, text)
+    assert top == (8192 if text == 0 else max(0, min(8192, 2 * (4096 - text) + 1)))
+    for side in range(max(1, top - 3), top + 4):
+        try:
+            check_table(QWEN_IMAGE, (side, side), text)
+            fits = True
+        except ValueError:
+            fits = False
+        assert fits == (side <= top), side
+
+
+def test_cli_bad_axes_exit_2(tmp_path):
+    bad = tmp_path / "q.json"
+    for cls, axes, msg in (("QwenImageTransformer2DModel", [16, 56, 48], "[16, 56, 48] sums to 120"),
+                           ("Flux2Transformer2DModel", [32, 32, 32, 30], "[32, 32, 32, 30] sums to 126, not attention_head_dim 128")):
+        bad.write_text(json.dumps({"_class_name": cls, "axes_dims_rope": axes}))
+        r = _run(str(bad))
+        assert r.exit_code == 2 and "Traceback" not in r.output and msg in r.output, r.output
+
+
 def _qwen_module(axes=(16, 56, 56)):
     _torch()
     from diffusers.models.transformers.transformer_qwenimage import QwenEmbedRope

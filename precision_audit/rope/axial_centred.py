@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -98,7 +98,6 @@ class CentredRope:
     text: int = 512
     paths: tuple[str, ...] = tuple(CENTRED_PATHS)
     source: str = ""
-    video: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         d = self.axes_dim
