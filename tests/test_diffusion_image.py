@@ -18,7 +18,7 @@ from precision_audit.cli import main
 from precision_audit.config import diffusion_config_dict, load_diffusion_config
 from precision_audit.rope import audit, run_recipe
 from precision_audit.rope.axial_centred import (QWEN_IMAGE, audit_centred, audit_ids, axis_ids, centred_grid,
-                                                centred_range, check_table, table_limit)
+                                                centred_range, centred_recipe, check_table, table_limit)
 from precision_audit.sinusoidal.grid2d import SincosGrid, audit_grid, crop_positions, grid_patches, grid_table
 from referees import need
 
@@ -125,9 +125,7 @@ def test_qwen_cos_sin_within_the_float32_bound():
         ref_c = got.real.numpy().astype(np.float64)[order]
         ref_s = got.imag.numpy().astype(np.float64)[order]
         start += d
-        from precision_audit.rope.axial_centred import _recipe  # noqa: PLC0415 (the path's Recipe)
-
-        st = run_recipe(_recipe("table-fp32", "bfloat16"), QWEN_IMAGE.schedule(k), ids[k])
+        st = run_recipe(centred_recipe("table-fp32", "bfloat16"), QWEN_IMAGE.schedule(k), ids[k])
         assert np.array_equal(st["positions"], ids[k].astype(np.float64))  # int64 -> float32: exact
         m = np.abs(st["positions"])[:, None]
         inv = st["inv_freq"][None, :]
@@ -137,11 +135,9 @@ def test_qwen_cos_sin_within_the_float32_bound():
 
 def test_audit_ids_matches_the_rope_audit():
     """On ids 0..L-1 the centred audit measures what rope.audit measures (same errors, collisions, pairs)."""
-    from precision_audit.rope.axial_centred import _recipe  # noqa: PLC0415
-
     s = QWEN_IMAGE.schedule(1)
     for path in ("table-fp32", "cos-sin-dtype"):
-        row = audit(s, [_recipe(path, "bfloat16")], [1000])[0]
+        row = audit(s, [centred_recipe(path, "bfloat16")], [1000])[0]
         mine = audit_ids(s, np.arange(1000), path, "bfloat16")
         assert mine["max"] == row.max_rotation_error and mine["colliding"] == row.colliding_positions
         assert mine["pairs"] == [(p.distance, p.max_rotation_error) for p in row.pair_errors]
@@ -191,17 +187,18 @@ def test_qwen_table_stays_complex64_after_a_cast():
     torch = _torch()
     from diffusers import QwenImageTransformer2DModel
 
-    model = QwenImageTransformer2DModel(patch_size=2, in_channels=4, out_channels=4, num_layers=1,
-                                        attention_head_dim=8, num_attention_heads=1, joint_attention_dim=8,
-                                        axes_dims_rope=(2, 2, 4)).to(torch.bfloat16)
+    tiny = dict(patch_size=2, in_channels=4, out_channels=4, num_layers=1, attention_head_dim=8, num_attention_heads=1,
+                joint_attention_dim=8, axes_dims_rope=[2, 2, 4])
+    model = QwenImageTransformer2DModel(**tiny).to(torch.bfloat16)
+    read = diffusion_config_dict({"_class_name": "QwenImageTransformer2DModel", **tiny}, source="t.json").rope
+    assert (list(read.axes_dim), read.theta, read.pixels_per_id) == (list(model.pos_embed.axes_dim),
+                                                                     model.pos_embed.theta, 8 * tiny["patch_size"])
     assert model.pos_embed.pos_freqs.dtype == torch.complex64 and model.img_in.weight.dtype == torch.bfloat16
     holder = torch.nn.Module()
     holder.register_buffer("t", _qwen_module().pos_freqs[:300].clone())
     with pytest.warns(UserWarning, match="imaginary"):
         holder.to(torch.bfloat16)
-    from precision_audit.rope.axial_centred import _recipe  # noqa: PLC0415
-
-    st = run_recipe(_recipe("table-as-buffer", "bfloat16"), QWEN_IMAGE.schedule(0), np.arange(300))
+    st = run_recipe(centred_recipe("table-as-buffer", "bfloat16"), QWEN_IMAGE.schedule(0), np.arange(300))
     got = holder.t.float().numpy().astype(np.float64)[:, :8]
     ref = _qwen_module().pos_freqs[:300, :8].real.numpy().astype(ml_dtypes.bfloat16).astype(np.float64)
     assert np.array_equal(got, ref)  # the cast: bit for bit
@@ -279,6 +276,8 @@ def test_sd3_buffer_is_cast(tmp_path):
     assert cast.dtype == loaded.pos_embed.pos_embed.dtype == torch.bfloat16
     assert torch.equal(cast, f32.to(torch.bfloat16)) and torch.equal(loaded.pos_embed.pos_embed, cast)
     grid = load_diffusion_config_from(cfg).rope
+    assert (grid.embed_dim, grid.max_size, grid.base_size) == (f32.shape[-1], model.pos_embed.pos_embed_max_size,
+                                                               model.pos_embed.base_size)
     mine32, _ = grid_table(grid, 24, "table-fp32", "bfloat16")
     mine, _ = grid_table(grid, 24, "table-dtype", "bfloat16")
     ref32 = f32[0].numpy().astype(np.float64).reshape(24, 24, 16)[0, :, :8]
@@ -459,3 +458,16 @@ def test_flux2_bottom_line_and_bad_input():
     with pytest.raises(ValueError, match=r"\[32, 32, 64\] must be 4 positive even"):
         diffusion_config_dict({"_class_name": "Flux2Transformer2DModel", "axes_dims_rope": [32, 32, 64]},
                               source="f.json")
+
+
+def test_flux2_model_builds_the_readers_rope():
+    """A tiny Flux2Transformer2DModel (no weights) built from a config: its Flux2PosEmbed is the reader's."""
+    _torch()
+    from diffusers import Flux2Transformer2DModel
+
+    tiny = dict(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=8,
+                num_attention_heads=1, joint_attention_dim=8, timestep_guidance_channels=8, axes_dims_rope=[2, 2, 2, 2],
+                rope_theta=2000)
+    model = Flux2Transformer2DModel(**tiny)
+    read = diffusion_config_dict({"_class_name": "Flux2Transformer2DModel", **tiny}, source="t.json").rope
+    assert (list(read.axes_dim), read.theta) == (list(model.pos_embed.axes_dim), model.pos_embed.theta)

@@ -55,7 +55,7 @@ from .recipes import Recipe
 from .schedules import RopeSchedule
 
 __all__ = ["CENTRED_PATHS", "CentredAxisRow", "CentredRope", "QWEN_IMAGE", "audit_centred", "audit_ids", "axis_ids",
-           "centred_grid", "centred_range", "check_table", "table_limit"]
+           "centred_grid", "centred_recipe", "centred_range", "check_table", "table_limit"]
 
 _TWO_PI = 2 * math.pi
 
@@ -204,7 +204,16 @@ class CentredAxisRow(Row):
     safe_to: int | None = None
 
 
-def _recipe(path: str, dtype: str) -> Recipe:
+def centred_recipe(path: str, dtype: str) -> Recipe:
+    """Path ``path`` in model dtype ``dtype`` as a :class:`Recipe` (ids float32, the path's frequencies, the rotation
+    in float32 cast to ``dtype``; ``table-as-buffer``'s dropped sin is applied by :func:`audit_ids`).
+
+    >>> centred_recipe("table-fp32", "bfloat16").stages
+    {'positions': 'float32', 'inv_freq': 'float32', 'angle': 'float32', 'trig': 'float32', 'cache': 'float32'}
+    """
+    if path not in CENTRED_PATHS:
+        raise ValueError(f"unknown path {path!r}; known: {', '.join(CENTRED_PATHS)}")
+    dtype = get_format(dtype).name
     p = CENTRED_PATHS[path]
     cache = dtype if p.cache == "dtype" else p.cache
     f = str(p.freqs)
@@ -220,7 +229,7 @@ def audit_ids(schedule: RopeSchedule, ids: npt.NDArray[np.int64], path: str, dty
     >>> st["verdict"], st["why"]
     ('broken', 'neighbouring positions: phase lost (3.14 rad)')
     """
-    st = run_recipe(_recipe(path, dtype), schedule, ids, seq_len=int(np.abs(ids).max()) + 1)
+    st = run_recipe(centred_recipe(path, dtype), schedule, ids, seq_len=int(np.abs(ids).max()) + 1)
     c, s = st["cos"], st["sin"]
     if path == "table-as-buffer":
         s = np.zeros_like(s)  # a complex -> real cast keeps the real part
