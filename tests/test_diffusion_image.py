@@ -173,6 +173,11 @@ def test_qwen_table_limits_as_diffusers_behaves():
     assert txt.shape[0] == 1 and apply_rotary_emb_qwen(torch.ones(1, 3, 1, 6), txt, use_real=False).shape[1] == 3
     with pytest.raises(ValueError, match="one row broadcasts over every text token without error"):
         check_table(QWEN_IMAGE, (8190, 8190), 3)
+    _, txt = mod([(1, 8192, 8192)], device=cpu, max_txt_seq_len=1)  # max_vid_index 4096: no row for one token
+    assert txt.shape[0] == 0 and apply_rotary_emb_qwen(torch.ones(1, 1, 1, 6), txt, use_real=False).shape[1] == 0
+    with pytest.raises(ValueError, match="returns an empty text query without error"):
+        check_table(QWEN_IMAGE, (8192, 8192), 1)
+    check_table(QWEN_IMAGE, (8190, 8190), 1)  # one token at id 4095: fits
     mod([(1, 8192, 8192)], device=cpu, max_txt_seq_len=0)
     check_table(QWEN_IMAGE, (8192, 8192), 0)
     with pytest.raises(RuntimeError):

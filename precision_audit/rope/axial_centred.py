@@ -16,7 +16,8 @@ Read at diffusers 0.42.1, ``models/transformers/transformer_qwenimage.py``:
   ``pos_freqs[max_vid_index : max_vid_index + text_len]``.  Python slicing never raises, so text past row 4095 is
   silently cut; ``apply_rotary_emb_qwen`` (``use_real=False``: ``x.float()`` as complex64 times the table,
   ``type_as(x)``) then raises on the shape mismatch, except when one row is left (``max_vid_index`` 4095), which
-  broadcasts over every text token without error.  A side of more than 8192 latent ids does not fit the sliced
+  broadcasts over every text token without error, and when none is left for one text token, whose query comes back
+  empty without error.  A side of more than 8192 latent ids does not fit the sliced
   table and raises in ``view``.
 * ``pipeline_qwenimage.py``: rows = ``height // vae_scale_factor // 2`` (16 px per id), default 1024 x 1024
   (``default_sample_size`` 128 x ``vae_scale_factor`` 8), text up to ``max_sequence_length`` 512 tokens.
@@ -151,7 +152,8 @@ def check_table(rope: CentredRope, grid: tuple[int, int], text: int) -> None:
     if text > 0 and m + text > t:
         rows = max(0, t - m)
         what = ("its one row broadcasts over every text token without error (all text at id "
-                f"{t - 1})" if rows == 1 else "apply_rotary_emb_qwen raises a RuntimeError")
+                f"{t - 1})" if rows == 1 else "apply_rotary_emb_qwen returns an empty text query without error"
+                if rows == 0 and text == 1 else "apply_rotary_emb_qwen raises a RuntimeError")
         raise ValueError(f"{rope.family}: {text} text tokens at ids {m}..{m + text - 1} pass the rope table's {t} rows "
                          f"(text + max(rows // 2, columns // 2) <= {t}): diffusers slices it to {rows} rows and "
                          + what)
