@@ -108,6 +108,22 @@ def test_qwen_ids_are_qwen_embed_ropes(h, w, text):
     assert rows.tolist() == list(range(centred_range(h)[0], centred_range(h)[1] + 1))
 
 
+@pytest.mark.parametrize("size", [(1024, 1024), (1664, 928), (1000, 24)])
+def test_qwen_grid_is_the_pipelines(size):
+    """QwenImagePipeline.prepare_latents (run on a stand-in holding what it reads of self) packs H // 16 x W // 16
+    tokens: the tool's grid, whose image ids QwenEmbedRope then gives one per token."""
+    torch = _torch()
+    from types import SimpleNamespace
+
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage import QwenImagePipeline
+
+    w, h = size
+    fake = SimpleNamespace(vae_scale_factor=8, _pack_latents=QwenImagePipeline._pack_latents)
+    lat = QwenImagePipeline.prepare_latents(fake, 1, 1, h, w, torch.float32, torch.device("cpu"), None)
+    rows, cols = centred_grid(QWEN_IMAGE, (w, h))
+    assert (rows, cols) == (h // 16, w // 16) and lat.shape[1] == rows * cols
+
+
 def test_qwen_cos_sin_within_the_float32_bound():
     """The tool's table-fp32 cos/sin at the ids carried (negative included) against QwenEmbedRope's complex64 table:
     within position x 2 ulps of the frequency + an ulp of the angle + 2 ulps of the value (torch's pow, cos and sin
@@ -390,7 +406,11 @@ def test_flux2_ids_are_the_pipelines(size, text):
     w, h = size
     grid = latent_grid(rope, (w, h), text=text)
     assert grid == (None, h // 16, w // 16, text)
-    lat = Flux2Pipeline._prepare_latent_ids(torch.zeros(1, 1, h // 16, w // 16))
+    from types import SimpleNamespace
+
+    fake = SimpleNamespace(vae_scale_factor=8, _prepare_latent_ids=Flux2Pipeline._prepare_latent_ids,
+                           _pack_latents=Flux2Pipeline._pack_latents)  # what prepare_latents reads of self
+    _, lat = Flux2Pipeline.prepare_latents(fake, 1, 1, h, w, torch.float32, torch.device("cpu"), None)
     txt = Flux2Pipeline._prepare_text_ids(torch.zeros(1, text, 2))
     assert lat.dtype == txt.dtype == torch.int64
     assert np.array_equal(lat[0].numpy(), axial_ids(rope, grid))
