@@ -24,7 +24,7 @@ Read at diffusers 0.42.1, ``models/transformers/transformer_qwenimage.py``:
 
 The rounding of id -k mirrors +k in this op sequence when each op is correctly rounded (the cast, the product,
 cos / sin); torch's kernels are only faithful, so the audit does not rely on it: every path is run on the ids
-actually carried, negative ones included, and pairs span the whole centred range.
+actually carried, negative ones included, and pairs straddle zero (the distances rope.audit takes for that span).
 
 >>> qwen = QWEN_IMAGE
 >>> centred_range(64), centred_range(7)
