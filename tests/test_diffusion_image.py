@@ -64,7 +64,8 @@ def test_table_limit_closed_form(text):
 def test_cli_bad_axes_exit_2(tmp_path):
     bad = tmp_path / "q.json"
     for cls, axes, msg in (("QwenImageTransformer2DModel", [16, 56, 48], "[16, 56, 48] sums to 120"),
-                           ("Flux2Transformer2DModel", [32, 32, 32, 30], "[32, 32, 32, 30] sums to 126, not attention_head_dim 128")):
+                           ("Flux2Transformer2DModel", [32, 32, 32, 30], "[32, 32, 32, 30] sums to 126, not "
+                            "attention_head_dim 128")):
         bad.write_text(json.dumps({"_class_name": cls, "axes_dims_rope": axes}))
         r = _run(str(bad))
         assert r.exit_code == 2 and "Traceback" not in r.output and msg in r.output, r.output

@@ -104,8 +104,8 @@ def centred_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dtype
     click.echo("")
     echo_table([dict(r.to_dict(), ids_range=f"{r.smallest_id}..{r.largest_id}") for r in rows], _CENTRED_COLUMNS)
     click.echo(f"\nEach axis: its own {rope.theta:g}-theta RoPE over its block of the head, audited over the ids it "
-               "carries (image and text, negative ones included; pairs at distances 1, 16, 256, 4096 and half the range, "
-               "each capped at the range); safe to = the largest "
+               "carries (image and text, negative ones included; pairs at distances 1, 16, 256, 4096 and half the "
+               "range, each capped at the range); safe to = the largest "
                f"square side in latent ids that stays safe with {txt} text tokens. Code read: {rope.source}.")
 
 

@@ -320,8 +320,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    "fp64 = beyond it); ALiBi recipes " + ", ".join(_ALIBI_RECIPES) + "; relative buckets "
                    "(T5, DeBERTa) transformers, lowp, cast-distance; XLNet sinusoids transformers, arange-dtype, "
                    "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan; diffusion transformers (a "
-                   "diffusers config) " + ", ".join(_AXIAL_PATHS) + "; Qwen-Image " + ", ".join(_CENTRED_PATHS) + "; SD3's "
-                   "sincos table " + ", ".join(_GRID_PATHS) + ".  [default: RoPE none (the stacks), others all]")
+                   "diffusers config) " + ", ".join(_AXIAL_PATHS) + "; Qwen-Image " + ", ".join(_CENTRED_PATHS)
+                   + "; SD3's sincos table " + ", ".join(_GRID_PATHS) + ".  [default: RoPE none (the stacks), others all]")
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
                    "positions; stacks and ALiBi run numpy).")

@@ -178,7 +178,8 @@ def _wan(data: Mapping[str, Any], base: AxialRope, head: int, name: str, source:
     return DiffusionConfig(name=name, class_name="WanTransformer3DModel", rope=rope, head_dim=head, source=source)
 
 
-def _axes(data: Mapping[str, Any], key: str, n: int, default: tuple[int, ...], head: int, source: str) -> tuple[int, ...]:
+def _axes(data: Mapping[str, Any], key: str, n: int, default: tuple[int, ...], head: int,
+          source: str) -> tuple[int, ...]:
     """``n`` positive even axis widths under ``key`` that add up to the head dim, or ValueError naming them."""
     axes = data.get(key, list(default))
     if not isinstance(axes, (list, tuple)) or len(axes) != n or not all(
