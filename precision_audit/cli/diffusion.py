@@ -70,15 +70,16 @@ def _resolve(cfg: Any, image: Any, video: Any) -> tuple[tuple[int, int], tuple[f
 def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dtypes: Sequence[str],
                     as_json: bool, text: int = 0) -> None:
     """Print (or ``--json``) the per-axis audit of a diffusers transformer config for one image or video
-    (``text``: Qwen-Image's text tokens, 0 for its pipeline's default)."""
+    (``text``: Qwen-Image's and Flux.2's text tokens, 0 for the pipeline's default)."""
     from ..rope.axial import ID_CAP, PATHS, AxialRope, audit_axial, axial_maxima, largest_safe, latent_grid
     from ..verdicts import worst
 
     rope = cfg.rope
     if not isinstance(rope, AxialRope):  # Qwen-Image's centred ids, SD3's sincos table: cli/diffusion_image.py
+        from ..rope.axial_centred import CentredRope
         from .diffusion_image import centred_audit, grid_audit
 
-        if hasattr(rope, "axes_dim"):
+        if isinstance(rope, CentredRope):
             return centred_audit(cfg, image, video, stacks, dtypes, as_json, text)
         return grid_audit(cfg, image, video, stacks, dtypes, as_json)
     img, vid, default = _resolve(cfg, image, video)
