@@ -385,7 +385,8 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
                                 ("--stack", stacks)) if v]
         if given:
             raise click.UsageError(f"{given[0]}: {model.name} is a diffusion transformer ({model.class_name}): "
-                                   "its axial RoPE is audited per input (--image WxH, --video SECONDS@FPS) and code path (--recipe)")
+                                   "its position encoding is audited per input (--image WxH, --video SECONDS@FPS) "
+                                   "and code path (--recipe)")
         return diffusion_audit(model, image, video, recipes, dtypes or ("bfloat16",), as_json, text_tokens)
     dts = dtypes or (default_dtype(model),)
     if image or video:
