@@ -21,6 +21,7 @@ DEFAULT_INPUT: dict[str, tuple[tuple[int, int], tuple[float, float] | None]] = {
     # would be 2400x2400: the whole rope table)
     "cogvideox_1_5": ((1360, 768), (81 / 16, 16.0)),
     "ltx_video": ((704, 512), (161 / 25, 25.0)),  # LTXPipeline.__call__: 704x512, 161 frames, frame_rate 25
+    "flux2": ((1024, 1024), None),  # Flux2Pipeline: default_sample_size 128 x vae_scale_factor 8 (text: 512 tokens)
 }
 """The input audited when none is given: the pipeline's default size (and frames, at its frame rate)."""
 MAX_CAP = 2**22
@@ -50,6 +51,10 @@ def _safe_text(rope: Any, safe: dict[str, Any]) -> str:
         text += f", {'at least ' if al_frames else ''}{safe['frames']} frames"
         if safe.get("seconds") is not None:
             text += f" ({_seconds(safe['seconds'])})"
+    if safe.get("text_tokens") is not None:
+        text += f", text up to {'at least ' if al else ''}{safe['text_tokens']} tokens"
+    elif "text_tokens" in safe:
+        text += ", no text length is safe"
     if safe.get("table") is not None and (h // rope.pixels_per_id == safe["table"] or
                                           (rope.video and safe["frames"] == safe["table"] * rope.frames_per_id)):
         text += f" (the rope table holds {safe['table']} ids per axis: larger inputs raise)"
@@ -71,15 +76,23 @@ def _resolve(cfg: Any, image: Any, video: Any) -> tuple[tuple[int, int], tuple[f
 
 
 def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dtypes: Sequence[str],
-                    as_json: bool) -> None:
-    """Print (or ``--json``) the per-axis audit of a diffusers transformer config for one image or video."""
-    from ..rope.axial import ID_CAP, PATHS, audit_axial, axial_maxima, largest_safe, latent_grid
+                    as_json: bool, text: int = 0) -> None:
+    """Print (or ``--json``) the per-axis audit of a diffusers transformer config for one image or video
+    (``text``: Qwen-Image's and Flux.2's text tokens, 0 for the pipeline's default)."""
+    from ..rope.axial import ID_CAP, PATHS, AxialRope, audit_axial, axial_maxima, largest_safe, latent_grid
     from ..rope.axial_video import (PATHS as VIDEO_PATHS, SCAN_CAP, VideoRope, audit_video, largest_safe_video,
                                     video_grid)
     from ..verdicts import worst
 
     rope = cfg.rope
     fractional = isinstance(rope, VideoRope)  # CogVideoX, LTX-Video: positions per token, not integer ids
+    if not fractional and not isinstance(rope, AxialRope):  # Qwen-Image's centred ids, SD3's sincos table
+        from ..rope.axial_centred import CentredRope
+        from .diffusion_image import centred_audit, grid_audit
+
+        if isinstance(rope, CentredRope):
+            return centred_audit(cfg, image, video, stacks, dtypes, as_json, text)
+        return grid_audit(cfg, image, video, stacks, dtypes, as_json)
     paths = VIDEO_PATHS if fractional else PATHS
     img, vid, default = _resolve(cfg, image, video)
     bad = [s for s in stacks if s not in rope.paths]
@@ -93,7 +106,7 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
             maxima = tuple(n - 1 for n in grid)
             rows = audit_video(rope, grid, fps, list(stacks) or None, dtypes)
         else:
-            grid = latent_grid(rope, img, vid)
+            grid = latent_grid(rope, img, vid, text or None)
             maxima = axial_maxima(rope, grid)
             cap = max(ID_CAP, 1 << max(maxima).bit_length())  # a power of two above the largest id
             rows = audit_axial(rope, maxima, list(stacks) or None, dtypes, cap=min(cap, MAX_CAP))
@@ -109,7 +122,10 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
                             "axes": ", ".join(f"{r.axis} {r.verdict}" for r in rs), "largest_safe": safe,
                             "fix": paths[p].fix if any(r.verdict != "safe" or (r.safe_to or 0) < max(r.lengths)
                                                        for r in rs) else None})
+    frames, hh, ww, *rest = grid
     inp = {"image": list(img), "video": None if vid is None else {"seconds": vid[0], "fps": vid[1]}}
+    if rest:
+        inp["text"] = int(rest[0])
     if as_json:
         echo_json({"auditor": "config-axial", "model": {"name": cfg.name, "class_name": cfg.class_name,
                                                         "axes": list(rope.axes), "axes_dim": list(rope.axes_dim),
@@ -117,14 +133,17 @@ def diffusion_audit(cfg: Any, image: Any, video: Any, stacks: Sequence[str], dty
                    "input": inp, "default_input": default, "largest_ids": dict(zip(rope.axes, maxima)),
                    "summary": summary, "results": [r.to_dict() for r in rows]})
         return
-    frames, hh, ww = grid
     what = f"image {img[0]}x{img[1]}" if vid is None else \
         f"video {vid[0]:.4g} s at {vid[1]:g} fps ({round(vid[0] * vid[1])} frames of {img[0]}x{img[1]})"
     lines = [cfg.describe(), f"  {what}{' (the default input)' if default else ''}: "
              + ("" if frames is None else f"{frames} latent frames x ")
              + f"{hh} rows x {ww} columns of latent ids ({rope.pixels_per_id} px each)",
              "  largest id per axis: " + ", ".join(f"{a} {m}" for a, m in zip(rope.axes, maxima))]
-    if frames is None:
+    if rest:
+        lines.append(f"  {rest[0]} text tokens: ids 0..{rest[0] - 1} on the {rope.axes[-1]} axis, 0 on the others; the "
+                     f"image: 0 on the {rope.axes[0]} and {rope.axes[-1]} axes (reference images: {rope.axes[0]} "
+                     "10, 20, ...; --text N for another text length)")
+    elif frames is None:
         lines.append("  text tokens and the image: id 0 on the index axis (FluxPipeline: text_ids = zeros)")
     click.echo("\n".join(lines) + "\n")
     click.echo("Bottom line (each axis' verdict at its largest id; the largest safe "

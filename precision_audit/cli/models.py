@@ -11,7 +11,9 @@ from .. import verdicts as _verdicts
 from ..alibi import RECIPES as _ALIBI_RECIPES
 from ..rope import PRESETS as _ROPE_PRESETS
 from ..rope.axial import PATHS as _AXIAL_PATHS
+from ..rope.axial_centred import CENTRED_PATHS as _CENTRED_PATHS
 from ..rope.axial_video import PATHS as _VIDEO_PATHS
+from ..sinusoidal.grid2d import GRID_PATHS as _GRID_PATHS
 from ..render import bound_notes, worst_pair
 from ._shared import (DTYPE, DTYPE_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
                       distances_from_options, echo_json, echo_table, progress_bar, stack_option, wide_option)
@@ -333,6 +335,7 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
                    "(T5, DeBERTa) transformers, lowp, cast-distance; XLNet sinusoids transformers, arange-dtype, "
                    "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan; diffusion transformers (a "
                    "diffusers config) " + ", ".join(_AXIAL_PATHS) + "; CogVideoX, LTX-Video " + ", ".join(_VIDEO_PATHS)
+                   + "; Qwen-Image " + ", ".join(_CENTRED_PATHS) + "; SD3's sincos table " + ", ".join(_GRID_PATHS)
                    + ".  [default: RoPE none (the stacks), others all]")
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
@@ -397,8 +400,9 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
                                 ("--stack", stacks)) if v]
         if given:
             raise click.UsageError(f"{given[0]}: {model.name} is a diffusion transformer ({model.class_name}): "
-                                   "its axial RoPE is audited per input (--image WxH, --video SECONDS@FPS) and code path (--recipe)")
-        return diffusion_audit(model, image, video, recipes, dtypes or ("bfloat16",), as_json)
+                                   "its position encoding is audited per input (--image WxH, --video SECONDS@FPS) "
+                                   "and code path (--recipe)")
+        return diffusion_audit(model, image, video, recipes, dtypes or ("bfloat16",), as_json, text_tokens)
     dts = dtypes or (default_dtype(model),)
     if image or video:
         return vision_audit(model, image, video, text_tokens, stacks, dts, as_json)

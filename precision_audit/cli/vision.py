@@ -50,7 +50,8 @@ def vision_options(f: Callable[..., Any]) -> Callable[..., Any]:
                           "default 640x360); the bottom line gives the longest safe video at that FPS.  Video "
                           "diffusion transformers: SECONDS x FPS frames (of --image pixels)."),
         click.option("--text", "text_tokens", type=click.IntRange(0, 2**24), default=0, show_default=True,
-                     help="Text tokens after the image and video (with --image / --video)."),
+                     help="Text tokens after the image and video (with --image / --video); diffusion transformers "
+                          "with text ids (Qwen-Image, Flux.2): the prompt's tokens, 0 for the pipeline's 512."),
     ]):
         f = opt(f)
     return f

@@ -30,6 +30,8 @@ from typing import Any
 
 from ..rope.axial import FAMILIES, AxialRope
 from ..rope.axial_video import COGVIDEOX_1_5, VIDEO_FAMILIES, VideoRope
+from ..rope.axial_centred import QWEN_IMAGE
+from ..sinusoidal.grid2d import SincosGrid
 
 __all__ = ["DiffusionConfig", "diffusion_config_dict", "is_diffusers_config", "load_diffusion_config"]
 
@@ -41,6 +43,10 @@ _KEYS: dict[str, tuple[str, str | None, int]] = {
     # fractional positions (precision_audit.rope.axial_video): the axes follow from the head dim / inner dim
     "CogVideoXTransformer3DModel": ("", None, 64),
     "LTXVideoTransformer3DModel": ("", None, 64),
+    # issue 44 item 3, image families: read by _qwen_image / _sd3 below (rope.axial_centred, sinusoidal.grid2d)
+    "QwenImageTransformer2DModel": ("axes_dims_rope", None, 128),  # theta fixed: QwenEmbedRope(theta=10000, ...)
+    "SD3Transformer2DModel": ("", None, 64),  # no RoPE: PatchEmbed's 2-D sincos table
+    "Flux2Transformer2DModel": ("axes_dims_rope", "rope_theta", 128),  # 4 axes (reference, height, width, text)
 }
 
 
@@ -50,7 +56,7 @@ class DiffusionConfig:
 
     name: str
     class_name: str
-    rope: AxialRope | VideoRope
+    rope: Any  # AxialRope; VideoRope (CogVideoX, LTX-Video); CentredRope (Qwen-Image); SincosGrid (SD3)
     head_dim: int
     source: str = ""
     notes: tuple[str, ...] = field(default=())
@@ -61,11 +67,17 @@ class DiffusionConfig:
         >>> diffusion_config_dict({"_class_name": "FluxTransformer2DModel"}, name="flux").describe()
         'flux (FluxTransformer2DModel): axial RoPE, theta 10000, axes index 16 + height 56 + width 56 = head dim 128'
         """
+        if not hasattr(self.rope, "axes_dim"):  # SD3's 2-D sincos table
+            g = self.rope
+            return (f"{self.name} ({self.class_name}): 2-D sincos position table (absolute, not RoPE), "
+                    f"{g.max_size} x {g.max_size} patch positions at k / {g.max_size / g.base_size:g}, width "
+                    f"{g.embed_dim} (half per axis)")
         axes = " + ".join(f"{a} {d}" for a, d in zip(self.rope.axes, self.rope.axes_dim))
         rest = self.head_dim - sum(self.rope.axes_dim)
         what = "head dim" if not isinstance(self.rope, VideoRope) or self.rope.kind != "ltx" else \
             "inner dim (all heads: LTXVideoRotaryPosEmbed rotates heads x head_dim)"
-        return (f"{self.name} ({self.class_name}): axial RoPE, theta {self.rope.theta:g}, axes {axes}"
+        centred = "" if isinstance(self.rope, (AxialRope, VideoRope)) else " (image ids centred on zero, text after them)"
+        return (f"{self.name} ({self.class_name}): axial RoPE{centred}, theta {self.rope.theta:g}, axes {axes}"
                 + (f" + {rest} unrotated" if rest else "") + f" = {what} {self.head_dim}")
 
 
@@ -92,18 +104,22 @@ def diffusion_config_dict(data: Mapping[str, Any], *, name: str = "model", sourc
     >>> diffusion_config_dict({"_class_name": "SanaTransformer2DModel"}, source="s.json")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: s.json: _class_name 'SanaTransformer2DModel': axial RoPE is modelled for FluxTransformer2DModel, ...
+    ValueError: s.json: _class_name 'SanaTransformer2DModel': position encodings are modelled for FluxTransformer2DModel, ...
     """
     if not is_diffusers_config(data):
         raise ValueError(f"{source}: not a diffusers config (no _class_name)")
     cls = data["_class_name"]
     if cls not in _KEYS:
-        raise ValueError(f"{source}: _class_name {cls!r}: axial RoPE is modelled for {', '.join(_KEYS)}")
+        raise ValueError(f"{source}: _class_name {cls!r}: position encodings are modelled for {', '.join(_KEYS)}")
     axes_key, theta_key, head_default = _KEYS[cls]
     if cls in VIDEO_FAMILIES:
         return _video(data, str(cls), name, source)
-    base = FAMILIES[cls]
     head = _int(source, "attention_head_dim", data.get("attention_head_dim", head_default))
+    if cls == "QwenImageTransformer2DModel":
+        return _qwen_image(data, head, name, source)
+    if cls == "SD3Transformer2DModel":
+        return _sd3(data, head, name, source)
+    base = FAMILIES[cls]
     if cls == "WanTransformer3DModel":
         return _wan(data, base, head, name, source)
     axes = data.get(axes_key, list(base.axes_dim))
@@ -247,3 +263,55 @@ def _video(data: Mapping[str, Any], cls: str, name: str, source: str) -> Diffusi
     except ValueError as e:
         raise ValueError(f"{source}: {e}") from None
     return DiffusionConfig(name=name, class_name=cls, rope=rope, head_dim=head, source=source)
+
+
+def _axes(data: Mapping[str, Any], key: str, n: int, default: tuple[int, ...], head: int,
+          source: str) -> tuple[int, ...]:
+    """``n`` positive even axis widths under ``key`` that add up to the head dim, or ValueError naming them."""
+    axes = data.get(key, list(default))
+    if not isinstance(axes, (list, tuple)) or len(axes) != n or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 and x % 2 == 0 for x in axes):
+        raise ValueError(f"{source}: {key} {axes!r} must be {n} positive even integers")
+    if sum(axes) != head:
+        raise ValueError(f"{source}: {key} {list(axes)} sums to {sum(axes)}, not attention_head_dim {head}")
+    return tuple(axes)
+
+
+def _qwen_image(data: Mapping[str, Any], head: int, name: str, source: str) -> DiffusionConfig:
+    """Qwen-Image: ``axes_dims_rope`` (frame, height, width) over the head, theta 10000 (fixed by the class),
+    one id per ``8 x patch_size`` px; ``use_layer3d_rope`` (the layered model's QwenEmbedLayer3DRope) is refused.
+
+    >>> _qwen_image({"axes_dims_rope": [16, 56, 56]}, 128, "q", "c").rope.axes_dim
+    (16, 56, 56)
+    """
+    if data.get("use_layer3d_rope", False):
+        raise ValueError(f"{source}: use_layer3d_rope true (QwenEmbedLayer3DRope, the layered model) is not modelled")
+    axes = _axes(data, "axes_dims_rope", 3, QWEN_IMAGE.axes_dim, head, source)
+    rope = replace(QWEN_IMAGE, axes_dim=axes, pixels_per_id=8 * _int(source, "patch_size", data.get("patch_size", 2)))
+    return DiffusionConfig(name=name, class_name="QwenImageTransformer2DModel", rope=rope, head_dim=head, source=source)
+
+
+def _sd3(data: Mapping[str, Any], head: int, name: str, source: str) -> DiffusionConfig:
+    """SD3 / SD3.5: a ``pos_embed_max_size``-square sincos table of width ``num_attention_heads x
+    attention_head_dim``, positions ``k / (pos_embed_max_size / (sample_size // patch_size))``.
+
+    >>> _sd3({"num_attention_heads": 38, "pos_embed_max_size": 192, "sample_size": 128}, 64, "s", "c").rope.embed_dim
+    2432
+    """
+    heads = _int(source, "num_attention_heads", data.get("num_attention_heads", 18))
+    patch = _int(source, "patch_size", data.get("patch_size", 2))
+    sample = _int(source, "sample_size", data.get("sample_size", 128))
+    size = data.get("pos_embed_max_size", 96)
+    if size is None:
+        raise ValueError(f"{source}: pos_embed_max_size null (a table of the sample size, interpolated) is not "
+                         "modelled")
+    size = _int(source, "pos_embed_max_size", size)
+    if sample // patch < 1:
+        raise ValueError(f"{source}: sample_size {sample} is smaller than patch_size {patch}")
+    try:
+        grid = SincosGrid(family="sd3", embed_dim=heads * head, max_size=size, base_size=sample // patch,
+                          pixels_per_patch=8 * patch,
+                          source="diffusers 0.42.1 embeddings.PatchEmbed (get_2d_sincos_pos_embed, cropped_pos_embed)")
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    return DiffusionConfig(name=name, class_name="SD3Transformer2DModel", rope=grid, head_dim=head, source=source)

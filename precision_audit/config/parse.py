@@ -655,7 +655,7 @@ def load_config_dict(data: Any, *, name: str = "model", source: str = "config") 
     top = _need_fields(data, source)
     if top.is_dict and top.get("_class_name") is not None:
         raise _fail(source, f"a diffusers config (_class_name {top.get('_class_name')!r}), not a transformers one: "
-                            "`precision-audit config FILE --image WxH` audits its axial RoPE "
+                            "`precision-audit config FILE --image WxH` audits its position encoding "
                             "(precision_audit.config.diffusion)")
     cfg = top
     notes: list[str] = []

@@ -88,7 +88,9 @@ class AxialRope:
     model); ``ids_cast``: whether the shipped pipeline casts the ids to the model dtype; ``table``: the rows of a
     precomputed cos/sin table (Wan: ``rope_max_seq_len``; an axis with more ids fails), None when cos/sin are
     computed from the ids; ``lowp_apply``: how q/k are rotated when cos/sin are in the model dtype
-    (:data:`~.recipes.APPLY_MODES`).
+    (:data:`~.recipes.APPLY_MODES`); ``text``: for a model whose last axis numbers the text tokens (Flux.2's 4th
+    axis), the pipeline's text length (its ``max_sequence_length``), None when no axis does.  Axes are (frame or
+    index, height, width, then that text axis if any): any number of them from 3.
 
     >>> AxialRope(family="flux", axes_dim=(16, 56, 55), axes=("index", "height", "width"), theta=1e4,
     ...           freqs_dtype="float64", pixels_per_id=16)
@@ -109,10 +111,11 @@ class AxialRope:
     source: str = ""
     table: int | None = None
     lowp_apply: str = "fp32-then-cast"
+    text: int | None = None
 
     def __post_init__(self) -> None:
         d = self.axes_dim
-        if not (isinstance(d, tuple) and len(d) == len(self.axes) and all(
+        if not (isinstance(d, tuple) and len(d) == len(self.axes) >= 3 and all(
                 isinstance(x, int) and not isinstance(x, bool) and x > 0 and x % 2 == 0 for x in d)):
             raise ValueError(f"axes_dims_rope {d!r} must be positive even integers (one per axis: "
                              f"{', '.join(self.axes)})")
@@ -127,6 +130,9 @@ class AxialRope:
         t = self.table
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 2):
             raise ValueError(f"rope table rows {t!r} must be an integer >= 2")
+        n = self.text
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1 or len(self.axes) < 4):
+            raise ValueError(f"text tokens {n!r} must be a positive integer, for a text axis after height and width")
 
     @property
     def video(self) -> bool:
@@ -165,6 +171,16 @@ FAMILIES: dict[str, AxialRope] = {
         freqs_dtype="float64", pixels_per_id=16, frames_per_id=4, paths=("ids-fp32", "freqs-fp32", "cos-sin-dtype"),
         table=1024, lowp_apply="elementwise",
         source="diffusers 0.42.1 transformer_wan.WanRotaryPosEmbed"),
+    # transformer_flux2.py Flux2PosEmbed(theta=rope_theta, axes_dim=axes_dims_rope): 4 axes, get_1d_rotary_pos_embed
+    # with repeat_interleave_real=True, freqs_dtype float64 (float32 on MPS / NPU), ids.float() of int64 ids;
+    # pipeline_flux2.py: _prepare_latent_ids (T 0, H rows, W columns, L 0), _prepare_text_ids (0, 0, 0, L for the
+    # L-th text token; padding to max_sequence_length 512), _prepare_image_ids (reference image i at T = 10 + 10 i);
+    # every id stays int64 (.to(device) only): no cast to the model dtype.
+    "Flux2Transformer2DModel": AxialRope(
+        family="flux2", axes_dim=(32, 32, 32, 32), axes=("reference", "height", "width", "text"), theta=2000.0,
+        freqs_dtype="float64", pixels_per_id=16, paths=("ids-fp32", "freqs-fp32", "cos-sin-dtype"), text=512,
+        source="diffusers 0.42.1 transformer_flux2.Flux2PosEmbed, pipeline_flux2.Flux2Pipeline._prepare_latent_ids "
+               "and _prepare_text_ids"),
 }
 
 
@@ -187,8 +203,8 @@ def axial_recipe(rope: AxialRope, path: str, dtype: str) -> Recipe:
                   apply_mode=rope.lowp_apply if cache == d and d != "float32" else "fp32-then-cast", stack=path)
 
 
-Grid = tuple[int | None, int, int]
-"""Latent ids per axis: (frames or None for an image model, rows, columns)."""
+Grid = tuple[int | None, ...]
+"""Latent ids per axis: (frames or None for an image model, rows, columns, then the text tokens of a text axis)."""
 
 
 def _frames(seconds: float, fps: float) -> int:
@@ -198,10 +214,15 @@ def _frames(seconds: float, fps: float) -> int:
     return max(1, round(seconds * fps))
 
 
-def latent_grid(rope: AxialRope, image: tuple[int, int], video: tuple[float, float] | None = None) -> Grid:
+def latent_grid(rope: AxialRope, image: tuple[int, int], video: tuple[float, float] | None = None,
+                text: int | None = None) -> Grid:
     """Ids per axis for an image (width, height) in pixels, or video frames of that size lasting (seconds, fps):
     rows ``H // pixels_per_id``, columns ``W // pixels_per_id`` (the pipelines floor), latent frames
-    ``(F - 1) // frames_per_id + 1`` for ``F = round(seconds * fps)`` frames.
+    ``(F - 1) // frames_per_id + 1`` for ``F = round(seconds * fps)`` frames; a model with a text axis (Flux.2) then
+    ``text`` tokens (default: its pipeline's length).
+
+    >>> latent_grid(FAMILIES["Flux2Transformer2DModel"], (1024, 768))
+    (None, 48, 64, 512)
 
     >>> latent_grid(FAMILIES["HunyuanVideoTransformer3DModel"], (1280, 720), (5, 24))  # 120 frames
     (30, 45, 80)
@@ -220,7 +241,12 @@ def latent_grid(rope: AxialRope, image: tuple[int, int], video: tuple[float, flo
     if rope.video:
         n = 1 if video is None else _frames(*video)
         frames = (n - 1) // int(rope.frames_per_id) + 1  # type: ignore[arg-type]
-    grid = (frames, h // p, w // p)
+    grid: Grid = (frames, h // p, w // p)
+    if rope.text is not None:
+        n = rope.text if text is None else text
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"text tokens {n!r} must be a positive integer")
+        grid += (n,)
     if rope.table is not None:
         for axis, count in zip(rope.axes, grid):
             if count is not None and count > rope.table:
@@ -231,20 +257,21 @@ def latent_grid(rope: AxialRope, image: tuple[int, int], video: tuple[float, flo
 
 def axial_maxima(rope: AxialRope, grid: Grid) -> tuple[int, ...]:
     """Each axis' largest id, in closed form: the frame axis ``frames - 1`` (an image model's index axis: 0, the
-    text's and the image's), rows - 1, columns - 1."""
-    frames, rows, cols = grid
-    return (0 if frames is None else frames - 1), rows - 1, cols - 1
+    text's and the image's), rows - 1, columns - 1, a text axis' tokens - 1."""
+    frames, rows, cols, *rest = grid
+    return (0 if frames is None else frames - 1), rows - 1, cols - 1, *(int(n) - 1 for n in rest)  # type: ignore
 
 
 def axial_ids(rope: AxialRope, grid: Grid) -> npt.NDArray[np.int64]:
-    """The latent tokens' ids (tokens, axes), frame-major then row-major, as the pipelines order them (tests;
-    :func:`axial_maxima` for large grids)."""
-    frames, rows, cols = grid
+    """The latent tokens' ids (tokens, axes), frame-major then row-major, as the pipelines order them, 0 on a text
+    axis (tests; :func:`axial_maxima` for large grids)."""
+    frames, rows, cols, *rest = grid
     t = np.arange(1 if frames is None else frames)
     tt, rr, cc = np.meshgrid(t, np.arange(rows), np.arange(cols), indexing="ij")
     if frames is None:
         tt = np.zeros_like(tt)
-    return np.stack([tt.ravel(), rr.ravel(), cc.ravel()], axis=1).astype(np.int64)
+    zero = [np.zeros(tt.size, dtype=np.int64)] * len(rest)
+    return np.stack([tt.ravel(), rr.ravel(), cc.ravel(), *zero], axis=1).astype(np.int64)
 
 
 def _ladder(need: Sequence[int], cap: int) -> list[int]:
@@ -358,7 +385,7 @@ def largest_safe(rope: AxialRope, rows: Sequence[AxisRow], fps: float | None = N
         raise ValueError("largest_safe needs the rows of one path and dtype: one per axis")
     p = rope.pixels_per_id
     cap = max(max(r.lengths) for r in rows)
-    spatial = rope.axes[1:]
+    spatial = rope.axes[1:3]
     out: dict[str, Any] = {f"{a}_px": None if by[a].safe_to is None else int(by[a].safe_to) * p for a in spatial}
     limits = [by[a].safe_to for a in spatial]
     if rope.video:
@@ -368,6 +395,9 @@ def largest_safe(rope: AxialRope, rows: Sequence[AxisRow], fps: float | None = N
         if fps is not None:
             out["seconds"] = None if frames is None else frames / fps
         limits.append(t)
+    if rope.text is not None:
+        out["text_tokens"] = by[rope.axes[-1]].safe_to
+        limits.append(by[rope.axes[-1]].safe_to)
     out["at_least"] = all(x == cap for x in limits) and rope.table is None
     if rope.table is not None:
         out["table"] = rope.table
@@ -376,7 +406,7 @@ def largest_safe(rope: AxialRope, rows: Sequence[AxisRow], fps: float | None = N
 
 def audit_input(rope: AxialRope, image: tuple[int, int], video: tuple[float, float] | None = None,
                 paths: Sequence[str] | None = None, dtypes: Sequence[str] = ("bfloat16",),
-                cap: int = ID_CAP) -> list[AxisRow]:
+                cap: int = ID_CAP, text: int | None = None) -> list[AxisRow]:
     """The axial audit of one input: an image (width, height) in pixels, or for a video model frames of that size
     lasting ``video`` (seconds, fps); every path the family runs (or ``paths``) in each dtype.  The bottom line of
     one path and dtype: :func:`largest_safe`.
@@ -388,4 +418,4 @@ def audit_input(rope: AxialRope, image: tuple[int, int], video: tuple[float, flo
     >>> largest_safe(flux, rows)
     {'height_px': 4112, 'width_px': 4112, 'at_least': False}
     """
-    return audit_axial(rope, axial_maxima(rope, latent_grid(rope, image, video)), paths, dtypes, cap)
+    return audit_axial(rope, axial_maxima(rope, latent_grid(rope, image, video, text)), paths, dtypes, cap)
