@@ -166,7 +166,8 @@ def test_audit_ids_matches_the_rope_audit():
 def test_qwen_table_limits_as_diffusers_behaves():
     """Measured live with a tiny QwenEmbedRope (its table is always 4096 + 4096 rows): text past row 4095 is sliced
     short and apply_rotary_emb_qwen raises, except one row left, which broadcasts silently; a side of 8193 raises
-    in forward.  The tool refuses exactly those inputs and accepts the largest that fit."""
+    in forward.  The tool refuses exactly those inputs and accepts the largest that fit.  The text rows depend on
+    max(h // 2, w // 2) only, so diffusers runs on one column (h x 1 tokens, not h x h: 9 GB at 8192)."""
     torch = _torch()
     from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
 
@@ -174,28 +175,28 @@ def test_qwen_table_limits_as_diffusers_behaves():
     cpu = torch.device("cpu")
 
     def text_rows(side, text):
-        return mod([(1, side, side)], device=cpu, max_txt_seq_len=text)[1].shape[0]
+        return mod([(1, side, 1)], device=cpu, max_txt_seq_len=text)[1].shape[0]
 
     top = table_limit(QWEN_IMAGE, 512)
     assert top == 7169 and text_rows(top, 512) == 512
     check_table(QWEN_IMAGE, (top, top), 512)
     assert text_rows(top + 1, 512) == 511  # 7170 // 2 + 512 = 4097: the slice is one row short, silently
     x = torch.zeros(1, 512, 1, 6)
-    _, txt = mod([(1, top + 1, top + 1)], device=cpu, max_txt_seq_len=512)
+    _, txt = mod([(1, top + 1, 1)], device=cpu, max_txt_seq_len=512)
     with pytest.raises(RuntimeError):
         apply_rotary_emb_qwen(x, txt, use_real=False)
     with pytest.raises(ValueError, match="512 text tokens at ids 3585..4096 pass the rope table's 4096 rows"):
         check_table(QWEN_IMAGE, (top + 1, top + 1), 512)
-    _, txt = mod([(1, 8190, 8190)], device=cpu, max_txt_seq_len=3)  # max_vid_index 4095: one row
+    _, txt = mod([(1, 8190, 1)], device=cpu, max_txt_seq_len=3)  # max_vid_index 4095: one row
     assert txt.shape[0] == 1 and apply_rotary_emb_qwen(torch.ones(1, 3, 1, 6), txt, use_real=False).shape[1] == 3
     with pytest.raises(ValueError, match="one row broadcasts over every text token without error"):
         check_table(QWEN_IMAGE, (8190, 8190), 3)
-    _, txt = mod([(1, 8192, 8192)], device=cpu, max_txt_seq_len=1)  # max_vid_index 4096: no row for one token
+    _, txt = mod([(1, 8192, 1)], device=cpu, max_txt_seq_len=1)  # max_vid_index 4096: no row for one token
     assert txt.shape[0] == 0 and apply_rotary_emb_qwen(torch.ones(1, 1, 1, 6), txt, use_real=False).shape[1] == 0
     with pytest.raises(ValueError, match="returns an empty text query without error"):
         check_table(QWEN_IMAGE, (8192, 8192), 1)
     check_table(QWEN_IMAGE, (8190, 8190), 1)  # one token at id 4095: fits
-    mod([(1, 8192, 8192)], device=cpu, max_txt_seq_len=0)
+    mod([(1, 8192, 1)], device=cpu, max_txt_seq_len=0)
     check_table(QWEN_IMAGE, (8192, 8192), 0)
     with pytest.raises(RuntimeError):
         mod([(1, 8193, 1)], device=cpu, max_txt_seq_len=0)
