@@ -18,7 +18,7 @@ from ..render import bound_notes, worst_pair
 from ._shared import (DTYPE, DTYPE_HELP, LENGTH, AuditCommand, Column, bottom_line_text, distance_options,
                       distances_from_options, echo_json, echo_table, progress_bar, stack_option, wide_option)
 from ._shared import fail_on as judge_rows
-from .diffusion import diffusion_audit
+from .diffusion import diffusion_command
 from .vision import vision_audit, vision_options
 from .weights import WEIGHTS_HELP, weights_effects, weights_lines
 
@@ -402,7 +402,7 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
             raise click.UsageError(f"{given[0]}: {model.name} is a diffusion transformer ({model.class_name}): "
                                    "its position encoding is audited per input (--image WxH, --video SECONDS@FPS) "
                                    "and code path (--recipe)")
-        return diffusion_audit(model, image, video, recipes, dtypes or ("bfloat16",), as_json, text_tokens)
+        return diffusion_command(model, image, video, recipes, dtypes or ("bfloat16",), as_json, text_tokens)
     dts = dtypes or (default_dtype(model),)
     if image or video:
         return vision_audit(model, image, video, text_tokens, stacks, dts, as_json)

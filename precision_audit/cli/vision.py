@@ -7,18 +7,11 @@ from typing import Any
 
 import click
 
+from ..config.diffusion_audit import axis_columns
 from ..config.mrope import MROPE_STACKS
 from ._shared import echo_json, echo_table
 
-__all__ = ["MROPE_STACKS", "axis_columns", "vision_audit", "vision_options"]
-
-def axis_columns(path: str) -> list[tuple[str, str]]:
-    """The table columns of per-axis rows (:class:`~precision_audit.rope.axes.AxisRow`); ``path``: the heading
-    of the code-path column (``stack`` for M-RoPE, ``path`` for diffusers' code paths)."""
-    return [("dtype", "dtype"), (path, "stack"), ("axis", "axis"), ("freqs", "frequencies"),
-            ("largest id", "largest_id"), ("max rot err", "max_rotation_error"), ("colliding", "colliding_positions"),
-            ("worst pair err", "worst_pair_error"), ("safe to", "safe_to"), ("verdict", "verdict")]
-
+__all__ = ["MROPE_STACKS", "vision_audit", "vision_options"]
 
 def _image(ctx: Any, param: Any, value: str | None) -> tuple[int, int] | None:
     from ..rope.axes import parse_image
