@@ -55,3 +55,36 @@ def test_report_without_vision_input_uses_the_default(tmp_path):
 def test_report_bad_vision_input_exits_2(tmp_path, args, msg):
     r = CliRunner().invoke(main, ["report", *args, "-o", str(tmp_path)])
     assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output, r.output
+
+
+DIFFUSERS = "tests/data/diffusers"
+
+
+@pytest.mark.parametrize("name,args", [("flux.1-dev-transformer", ["--image", "8192x4096"]),
+                                       ("hunyuanvideo-transformer", ["--video", "30@24"]),
+                                       ("qwen-image-transformer", ["--image", "2048x2048", "--text", "100"]),
+                                       ("sd3.5-large-transformer", []),
+                                       ("ltx-video-transformer", [])])
+def test_diffusion_report_is_the_config_audit(tmp_path, name, args):
+    """A diffusers config's report: the bottom line and rows are those `config FILE --json` gives for the same
+    input (one audit behind both: precision_audit.config.diffusion_audit), with its figure."""
+    path = f"{DIFFUSERS}/{name}.json"
+    r = CliRunner().invoke(main, ["report", path, "-o", str(tmp_path), "-q", *args])
+    assert r.exit_code == 0, r.output
+    found = json.loads((tmp_path / "results.json").read_text())
+    c = CliRunner().invoke(main, ["config", path, *args, "--json"])
+    assert c.exit_code == 0, c.output
+    assert found["results"]["diffusion"] == json.loads(c.output)
+    assert found["results"]["summary"] == json.loads(c.output)["summary"]
+    assert (tmp_path / "diffusion_largest_safe.png").stat().st_size > 0
+    md = (tmp_path / "report.md").read_text()
+    assert "## Bottom line" in md and "## Images and video" in md
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--stack", "vllm"], "is a diffusion transformer"), (["--max-length", "4096"], "is a diffusion transformer"),
+    (["--image", "4096x4096"], "more than the table's pos_embed_max_size 192"),
+    (["--video", "5@2"], "makes images, not video")])
+def test_diffusion_report_bad_input_exits_2(tmp_path, args, msg):
+    r = CliRunner().invoke(main, ["report", f"{DIFFUSERS}/sd3.5-large-transformer.json", "-o", str(tmp_path), *args])
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output, r.output

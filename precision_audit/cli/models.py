@@ -31,10 +31,10 @@ def _load_model(model: str | None, model_type: str | None, online: bool = False)
     if not (model or model_type):
         return None
     if model:
-        from ..config import load_model
+        from ..config import load_diffusion_config, load_model
 
         try:
-            return load_model(model, online=online)
+            return load_diffusion_config(model, online=online) or load_model(model, online=online)
         except (ValueError, ImportError) as e:  # ImportError: a package the file's format needs (gguf)
             raise click.BadParameter(str(e), param_hint="'MODEL'") from None
     from ..hf import default_model_config
@@ -56,6 +56,13 @@ def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, ou
             from ..report.headline import DEFAULT_MAX_LENGTH, headline_report
 
             rep = headline_report(max_length or DEFAULT_MAX_LENGTH, dtypes or None, progress)
+        elif _is_diffusion(spec):
+            from ..report.diffusion import diffusion_report
+
+            try:
+                rep = diffusion_report(spec, dtypes or None, progress=progress, **(vision or {}))
+            except ValueError as e:  # the input does not fit the model
+                raise click.UsageError(str(e)) from None
         else:
             from ..report.model import model_report
 
@@ -72,6 +79,12 @@ def _write_report(spec: Any, dtypes: tuple[str, ...], max_length: int | None, ou
                 raise click.BadParameter(str(e), param_hint="'--weights'") from None
             rep = replace(rep, sections=[*rep.sections, section])
         return write_into(rep, tmp, progress)
+
+
+def _is_diffusion(spec: Any) -> bool:
+    from ..config import DiffusionConfig
+
+    return isinstance(spec, DiffusionConfig)
 
 
 def _report_stacks(spec: Any, stacks: tuple[str, ...]) -> list[str] | None:
@@ -169,6 +182,15 @@ def report_cmd(model: str | None, old_model: str | None, model_type: str | None,
         _report_stacks(None, stacks)
     spec = _load_model(model, model_type, online)
     given = image is not None or video is not None or text_tokens
+    if _is_diffusion(spec):
+        extra = [o for o, v in (("--stack", stacks), ("--max-length", max_length), ("--weights", weights)) if v]
+        if extra:
+            raise click.UsageError(f"{extra[0]}: {spec.name} is a diffusion transformer ({spec.class_name}): its "
+                                   "report audits one input (--image WxH, --video SECONDS@FPS) on every code path")
+        vision = {"image": image, "video": video, "text": text_tokens}
+        paths = _write_report(spec, dtypes, None, out, progress, None, None, vision)
+        click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
+        return
     if given and (spec is None or spec.kind != "rope" or not spec.mrope):
         raise click.UsageError("--image / --video / --text: " + ("give a vision-language MODEL" if spec is None else
                                f"{spec.name} has no mrope_section (not a multimodal-RoPE model)"))
