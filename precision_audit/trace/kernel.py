@@ -137,7 +137,11 @@ class _Kernel:
             import torch
 
             q = torch.zeros(n, self.head_dim, dtype=self.dtype.torch_dtype)
-            q[:, torch.as_tensor(self.x)] = 1.0
+            step = _step(self.x)
+            if step:  # a slice: a plain fill, not an indexed write
+                q[:, int(self.x[0]):int(self.x[-1]) + 1:step] = 1.0
+            else:
+                q[:, torch.as_tensor(self.x)] = 1.0
             return q, q.clone(), None
         q = np.zeros((n, self.head_dim), dtype=self.dtype.numpy_type)
         q[:, self.x] = 1.0
@@ -204,8 +208,8 @@ class _Kernel:
         if hasattr(t, "detach"):
             import torch
 
-            step = int(dims[1] - dims[0]) if dims.size > 1 else 1
-            if step > 0 and np.array_equal(dims, dims[0] + step * np.arange(dims.size)):
+            step = _step(dims)
+            if step:
                 return t[:, int(dims[0]):int(dims[-1]) + 1:step].to(torch.float64).numpy()
             return torch.index_select(t, 1, torch.from_numpy(dims)).to(torch.float64).numpy()
         return np.take(rows, dims, axis=1).astype(np.float64)
@@ -226,6 +230,16 @@ class _Kernel:
             self.k_same = False
         t, rows = (q, qr) if self.measure == "q" else (k, kr)
         return rows, self._columns(t, rows, self.x), self._columns(t, rows, self.y)
+
+
+def _step(dims: npt.NDArray[np.intp]) -> int:
+    """The step of ``dims`` when they are an increasing arithmetic progression (a slice), else 0.
+
+    >>> _step(np.arange(0, 8, 2)), _step(np.array([0, 1, 3]))
+    (2, 0)
+    """
+    step = int(dims[1] - dims[0]) if dims.size > 1 else 1
+    return step if dims.size and step > 0 and np.array_equal(dims, dims[0] + step * np.arange(dims.size)) else 0
 
 
 def _same_tensor(a: Any, b: Any) -> bool:
