@@ -45,8 +45,9 @@ import numpy.typing as npt
 from ..checks import ArgumentTypeError, check_callable, check_choice, check_flag, check_int, describe
 from ..formats import Format, get_format
 from ..hf.modules import RotationErrors, match_recipe, named_schedule, rotation_pass
-from ..rope import MAX_ROPE_LENGTH, PairError, cache_rounding_bound, check_rope_lengths, exact_angles
+from ..rope import MAX_ROPE_LENGTH, PairError, cache_rounding_bound, check_rope_lengths
 from ..rope.audit import default_chunk
+from ..rope.oracle import ExactAngles
 from ..rope.pairs import check_distances
 from ..rope.schedules import RopeSchedule
 from ..rows import Row
@@ -130,6 +131,21 @@ class _Kernel:
         self.label = _name(apply)
         self.k_same = True
         self.top: int | None = None  # a dynamic schedule's group: each call also holds position top - 1
+        self._ring: dict[str, list[Any]] = {}  # per use, two buffers taken in turn (torch outputs)
+
+    def _buffer(self, use: str, rows: int, cols: int, dtype: Any) -> Any:
+        """A torch buffer of (rows, cols) for ``use``, the other of its two each call: a chunk's copies stay
+        intact while the next chunk is made (at most one chunk's reductions in flight), and no chunk allocates
+        (fresh pages each chunk slowed the kernel itself by half here)."""
+        import torch
+
+        ring = self._ring.setdefault(use, [None, None, 0])
+        i = ring[2]
+        ring[2] ^= 1
+        b = ring[i]
+        if b is None or b.shape[0] < rows or b.shape[1] != cols or b.dtype != dtype:
+            b = ring[i] = torch.empty(rows, cols, dtype=dtype)
+        return b[:rows]
 
     def inputs(self, n: int) -> tuple[Any, Any, Any]:
         """q, k (unit vectors in the layout's pairs, ``n`` rows) and positions for a call."""
@@ -191,14 +207,15 @@ class _Kernel:
             raise ValueError(f"apply kernel {self.label} returned {what} that is no array ({where}): {e}") from None
         return a
 
-    def _rows(self, t: Any) -> npt.NDArray[np.floating[Any]]:
+    def _rows(self, t: Any, use: str = "q") -> npt.NDArray[np.floating[Any]]:
         """The rows as numpy, in float32 when the output's format converts to it exactly (16-bit and 8-bit
         floats, float32: equal rows stay equal, nan stays nan), else float64."""
         if hasattr(t, "detach"):
             import torch
 
             narrow = t.is_floating_point() and t.element_size() <= 4
-            return t.to(torch.float32 if narrow else torch.float64).numpy()
+            b = self._buffer(f"rows {use}", t.shape[0], t.shape[1], torch.float32 if narrow else torch.float64)
+            return b.copy_(t).numpy()
         kind, size = t.dtype.kind, t.dtype.itemsize  # ml_dtypes' bfloat16 / float8: kind "V", 2 / 1 bytes
         return t.astype(np.float32 if (kind == "f" and size <= 4) or (kind == "V" and size <= 2) else np.float64)
 
@@ -209,9 +226,8 @@ class _Kernel:
             import torch
 
             step = _step(dims)
-            if step:
-                return t[:, int(dims[0]):int(dims[-1]) + 1:step].to(torch.float64).numpy()
-            return torch.index_select(t, 1, torch.from_numpy(dims)).to(torch.float64).numpy()
+            src = t[:, int(dims[0]):int(dims[-1]) + 1:step] if step else torch.index_select(t, 1, torch.from_numpy(dims))
+            return self._buffer(f"columns {int(dims[0])}", src.shape[0], src.shape[1], torch.float64).copy_(src).numpy()
         return np.take(rows, dims, axis=1).astype(np.float64)
 
     def pairs(self, start: int, stop: int) -> tuple[npt.NDArray[np.floating[Any]], F64, F64]:
@@ -224,8 +240,8 @@ class _Kernel:
         q, k = self.run(pos)
         if self.top is not None:
             q, k = q[1:], k[1:]
-        qr = self._rows(q)
-        kr = qr if k is q else self._rows(k)
+        qr = self._rows(q, "q")
+        kr = qr if k is q else self._rows(k, "k")
         if self.k_same and kr is not qr and not np.array_equal(qr, kr, equal_nan=True):
             self.k_same = False
         t, rows = (q, qr) if self.measure == "q" else (k, kr)
@@ -259,17 +275,32 @@ def _guarded(fn: Any, args: tuple[Any, ...], label: str, where: str) -> Any:
         raise ValueError(f"{label} raised {type(e).__name__} at {where}: {' '.join(str(e).split())[:300]}") from None
 
 
-def _signed(x: F64, y: F64, start: int, theta: F64) -> F64:
-    """``wrap(atan2(y, x) - exact)`` (nan where not finite): both lie in [-pi, pi], so the difference is
-    wrapped by one step of 2 pi where it leaves [-pi, pi] (exact, by Sterbenz's lemma)."""
+def _signed_into(d: F64, x: F64, y: F64, start: int, oracle: ExactAngles) -> None:
+    """``d = wrap(atan2(y, x) - exact)`` (nan where not finite; ``oracle``: the schedule's exact angles): both lie
+    in [-pi, pi], so the difference is wrapped by one step of 2 pi where it leaves [-pi, pi] (exact, by
+    Sterbenz's lemma)."""
     with np.errstate(invalid="ignore"):
-        d = np.arctan2(y, x)
-        d -= exact_angles(np.arange(start, start + x.shape[0]), theta)
+        np.arctan2(y, x, out=d)
+        d -= oracle(np.arange(start, start + x.shape[0]))
         over = np.flatnonzero(np.abs(d) > math.pi)  # rare: a few per 10**4
         if over.size:
             flat = d.reshape(-1)
             flat[over] -= np.copysign(2 * math.pi, flat[over])
-    return d
+
+
+class _Signed:
+    """The signed rotation errors of a chunk (:func:`_signed_into`) against the schedule's exact angles (its
+    oracle buffers made once), a new array each call (the pair pass may hold it).  Splitting a chunk's rows over
+    two threads gained nothing on 2 cores (0.50 s either way at 1M positions: torch's idle workers hold the
+    other core)."""
+
+    def __init__(self, theta: F64) -> None:
+        self.oracle = ExactAngles(theta)
+
+    def __call__(self, x: F64, y: F64, start: int) -> F64:
+        d = np.empty_like(x)
+        _signed_into(d, x, y, start, self.oracle)
+        return d
 
 
 def _spread(kernel: _Kernel, n: int) -> tuple[float, float, int | None]:
@@ -425,16 +456,16 @@ def _pass(kernel: _Kernel, sched: RopeSchedule, lens: Sequence[int], chunk: int,
         groups.setdefault(sched.frequency_key(L), []).append(L)
     out: list[RotationErrors] = []
     for key, ls in sorted(groups.items(), key=lambda kv: max(kv[1])):
-        theta = sched.inv_freq(key)
+        signed = _Signed(sched.inv_freq(key))  # used by one thread at a time: the reductions', or this one
         kernel.top = None if key is None else max(ls)
 
-        def block(start: int, stop: int, theta: F64 = theta) -> tuple[Any, Any]:
+        def block(start: int, stop: int, signed: _Signed = signed) -> tuple[Any, Any]:
             rows, x, y = kernel.pairs(start, stop)  # the kernel on this thread; its errors on the reductions'
-            return rows, lambda: _signed(x, y, start, theta)
+            return rows, lambda: signed(x, y, start)
 
-        def shifted(start: int, stop: int, theta: F64 = theta) -> F64:
+        def shifted(start: int, stop: int, signed: _Signed = signed) -> F64:
             _, x, y = kernel.pairs(start, stop)
-            return _signed(x, y, start, theta)
+            return signed(x, y, start)
 
         out += rotation_pass(block, sched.n_freq, ls, chunk, shifted=shifted, progress=progress, distances=distances)
     return sorted(out, key=lambda e: e.length)
