@@ -11,7 +11,9 @@ Read at diffusers 0.42.1, ``models/embeddings.py``:
   on MPS: ``maybe_adjust_dtype_for_device``), ``torch.outer(pos, omega)`` in float64, ``[sin | cos]`` in float64;
   the first half of a row encodes the column, the second the row.  ``.float()`` makes the table float32.
 * It is registered as a buffer, persistent when ``pos_embed_max_size`` is set (SD3): checkpoints carry it,
-  ``from_pretrained(torch_dtype=bf16)`` and ``model.to(bf16)`` cast it (no ``_keep_in_fp32_modules``), and
+  ``model.to(bf16)`` casts it, and so does ``from_pretrained(torch_dtype=bf16)`` with accelerate installed
+  (diffusers' default low-memory loading sets every tensor to the dtype; without accelerate its buffers stay
+  float32: both measured in tests), no ``_keep_in_fp32_modules``; and
   ``forward`` adds it to the patch embeddings in the model dtype: ``(latent + pos_embed).to(latent.dtype)``.
 * ``cropped_pos_embed``: ``h = height // patch_size`` patches (of the latent), rows ``top = (max - h) // 2`` ..
   ``top + h - 1``; more than ``pos_embed_max_size`` patches per side raise ValueError: a hard limit.
@@ -49,8 +51,8 @@ GRID_PATHS: dict[str, tuple[str, str, str, str | None]] = {
     # name: (omega and angle format, stored table format ("dtype": the model's), label, fix)
     "table-fp32": ("float64", "float32", "table kept float32 (as PatchEmbed builds it; added in float32, then cast)",
                    None),
-    "table-dtype": ("float64", "dtype", "table cast to the model dtype (from_pretrained(torch_dtype=...), "
-                    "model.to(dtype): a buffer)", "keep pos_embed float32 (e.g. _keep_in_fp32_modules) or a "
+    "table-dtype": ("float64", "dtype", "table cast to the model dtype (model.to(dtype); from_pretrained("
+                    "torch_dtype=...) with accelerate installed: a buffer)", "keep pos_embed float32 (e.g. _keep_in_fp32_modules) or a "
                     "wider dtype for the sum"),
     "freqs-fp32": ("float32", "dtype", "omega and angles in float32 (diffusers on MPS), table in the model dtype",
                    "keep pos_embed float32 (e.g. _keep_in_fp32_modules) or a wider dtype for the sum"),
