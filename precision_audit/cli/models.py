@@ -155,8 +155,11 @@ def report_cmd(model: str | None, old_model: str | None, model_type: str | None,
     prints it), then a verdict per code path at its maximum context and at
     2x/4x, then its own figures.  A vision-language model (M-RoPE) gets a
     section "Images and video" for --image / --video (default: a 1920x1080
-    image, then one hour of video at 2 fps).  Two runs write byte-identical
-    files.
+    image, then one hour of video at 2 fps).  A diffusion transformer (a
+    diffusers transformer/config.json, a pipeline folder or its Hub id) gets
+    its position encoding audited for one input on every code path, as
+    `config FILE --image WxH` prints it (default: the pipeline's own input).
+    Two runs write byte-identical files.
     (`--model MODEL --out DIR`, the old spelling, still works, with a note.)
 
     Example: precision-audit report tests/data/llama-3.1-8b.json -o report/
