@@ -334,3 +334,21 @@ def test_a_derived_view_follows_a_later_write_into_its_base():
     r = trace(rewritten, inputs={"pos": torch.arange(600)[None]}, positions=["pos"])
     assert r.final_error == 6.0
     assert r.culprits[0].op.startswith("aten._to_copy") and r.culprits[0].first_inexact == BF16_FIRST_INEXACT
+
+
+def test_an_in_place_op_adds_its_own_rounding_and_shares_no_copy():
+    """``a.mul_(1.1)`` in float32: what it adds is its own rounding, at most 600 x |1.1 - float32(1.1)| (torch
+    multiplies by the scalar in float32) plus half a float32 ulp of 660 (2**-15), so its float64 copy of ``a`` is
+    taken before the real op writes into ``a`` (taken after, it was ``a * 1.1`` multiplied again: 66 here).  The float64 copies shared between ops (cos and sin of one tensor) are never an
+    in-place op's: ``a.cos()`` then adds its own rounding only, at most 2**-24 plus a faithful cosf's ulp."""
+    def f(pos):
+        a = pos[0].to(torch.bfloat16).float()
+        s = a.sin()
+        a.mul_(1.1)
+        return s, a.cos()
+
+    r = trace(f, inputs={"pos": torch.arange(600)[None]}, positions=["pos"])
+    mul = next(o for o in r.ops if o.op.startswith("aten.mul_"))
+    cos = next(o for o in r.ops if o.op.startswith("aten.cos"))
+    bound = 600 * abs(1.1 - float(np.float32(1.1))) + 2.0**-15
+    assert 0 < mul.added <= bound and 0 < cos.added <= 2.0**-23

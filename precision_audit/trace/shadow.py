@@ -196,7 +196,27 @@ class Kept:
     def __init__(self, budget: int = 2 << 30) -> None:
         self.outputs: dict[int, Any] = {}
         self.names: dict[int, str] = {}
+        self.locals: dict[int, tuple[str, Any]] = {}  # a rounding op's float64 output on its real inputs
         self.budget, self.size, self.usable, self.misaligned = budget, 0, True, False
+
+    def add_local(self, index: int, local: Any, name: str) -> None:
+        """Keep op ``index``'s float64 output on its real inputs: the rerun that fixes that op computes exactly
+        this (its inputs are the main run's: nothing before it changed), so it takes it instead."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        if not self.usable:
+            return
+        self.size += sum(t.numel() * t.element_size() for t in tree_flatten(local)[0] if isinstance(t, torch.Tensor))
+        if self.size > self.budget:
+            self.drop()
+            return
+        self.locals[index] = (name, local)
+
+    def local(self, index: int, name: str) -> Any:
+        """The kept float64 output of op ``index`` (None: not kept, or not the same op there)."""
+        kept = self.locals.get(index) if self.usable else None
+        return kept[1] if kept is not None and kept[0] == name else None
 
     def matches(self, index: int, name: str) -> bool:
         """Whether a rerun's op ``index`` may take the kept output: kept, and the same op as the main run's
@@ -228,6 +248,7 @@ class Kept:
 
     def drop(self) -> None:
         self.outputs.clear()
+        self.locals.clear()
         self.usable = False
 
 
@@ -270,6 +291,7 @@ def _mode_class() -> type:
             self.producer = WeakIdKeyDictionary()  # derived tensor -> index of the op that made it
             self.error = WeakIdKeyDictionary()  # derived tensor -> the error it carries (max |real - shadow|)
             self.written: dict[int, Any] = {}  # storage -> its derived base written in place (a weak reference)
+            self.upcasts: dict[tuple[int, int], tuple[Any, Any]] = {}  # (id, version) -> (tensor ref, float64 copy)
             self.n_const = 0
 
         def _operand(self, t: Any, index: int) -> str:
@@ -392,7 +414,10 @@ def _mode_class() -> type:
             float64 where a float64 input reaches it (type promotion; explicit casts still cast); any other op's
             output is the main run's (when it kept them: the same values) or computed again."""
             reached = any(t in self.changed for t in tensors)
-            if self.fix == index:
+            kept = self.keep.local(index, name) if self.fix == index and self.keep is not None else None
+            if kept is not None:
+                out = kept  # the main run's float64 output of this op on the same inputs
+            elif self.fix == index:
                 out = func(*tree_map(upcast, args), **kw64)
             elif reached and any(is_float(t) and t.dtype == torch.float64 for t in tensors):
                 out = func(*tree_map(upcast, args), **kwargs)  # promotion after the fixed op
@@ -433,17 +458,34 @@ def _mode_class() -> type:
                     return x.detach().double()
                 return x
 
+            memo = not _mutates(func)  # an op that writes into its input would write into a shared copy
+
             def upcast(x: Any) -> Any:
-                return x.detach().double() if is_float(x) else x
+                if not is_float(x):
+                    return x
+                if not memo:
+                    return x.detach().double()
+                key = (id(x), x._version)  # the last two float64 copies: cos and sin share emb, cat(f, f)
+                hit = self.upcasts.get(key)
+                if hit is not None and hit[0]() is x:
+                    return hit[1]
+                up = x.detach().double()
+                self.upcasts[key] = (weakref.ref(x), up)
+                while len(self.upcasts) > 2:
+                    self.upcasts.pop(next(iter(self.upcasts)))
+                return up
 
             if self.fix is not None:
                 return self._rerun(func, name, args, kwargs, kw64, tensors, index, factory, upcast)
+            base = name.rsplit(".", 1)[0]
+            # an op that writes into its input: its float64 copies are taken before the real op writes
+            before = None if memo or base in _EXACT_OPS else tree_map(upcast, args)
             out = func(*args, **kwargs)
             if self.keep is not None and not factory:  # a factory is cheap to make again, and a kept factory
                 self.keep.add(index, out, func, name)   # output makes torch add a detach to the trace
             shadow_args = tree_map(shadow_of, args)
-            base = name.rsplit(".", 1)[0]
-            local = None if base in _EXACT_OPS else func(*tree_map(upcast, args), **kw64)
+            local = None if base in _EXACT_OPS else func(*(before if before is not None else tree_map(upcast, args)),
+                                                         **kw64)
             if local is not None and all(self.error.get(t, 0.0) == 0.0 for t in tensors if t in self.shadow):
                 shadow_out = local  # every derived input exact so far: its shadow IS its value in float64
             else:
@@ -464,6 +506,8 @@ def _mode_class() -> type:
                                    tuple(o.shape), _where(), factory=factory, operands=sorted(set(operands)))
                     rec.error, rec.added = _errors(o, s, lo, carried)
                     rec.first_inexact = _first_inexact(o, s) if rec.error > 0 else None
+                    if rec.added > 0 and self.keep is not None and local is not None and not _mutates(func):
+                        self.keep.add_local(index, local, name)
                 self.error[o] = rec.error
             if rec is not None and _mutates(func):
                 self._write_through(outs, shadows)
