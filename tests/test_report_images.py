@@ -63,8 +63,7 @@ DIFFUSERS = "tests/data/diffusers"
 @pytest.mark.parametrize("name,args", [("flux.1-dev-transformer", ["--image", "8192x4096"]),
                                        ("hunyuanvideo-transformer", ["--video", "30@24"]),
                                        ("qwen-image-transformer", ["--image", "2048x2048", "--text", "100"]),
-                                       ("sd3.5-large-transformer", []),
-                                       ("ltx-video-transformer", [])])
+                                       ("sd3.5-large-transformer", [])])
 def test_diffusion_report_is_the_config_audit(tmp_path, name, args):
     """A diffusers config's report: the bottom line and rows are those `config FILE --json` gives for the same
     input (one audit behind both: precision_audit.config.diffusion_audit), with its figure."""
