@@ -31,12 +31,7 @@ def _load_model(model: str | None, model_type: str | None, online: bool = False)
     if not (model or model_type):
         return None
     if model:
-        from ..config import load_diffusion_config, load_model
-
-        try:
-            return load_diffusion_config(model, online=online) or load_model(model, online=online)
-        except (ValueError, ImportError) as e:  # ImportError: a package the file's format needs (gguf)
-            raise click.BadParameter(str(e), param_hint="'MODEL'") from None
+        return _read_model(model, online, "'MODEL'")
     from ..hf import default_model_config
 
     return default_model_config(str(model_type))
@@ -185,20 +180,20 @@ def report_cmd(model: str | None, old_model: str | None, model_type: str | None,
         _report_stacks(None, stacks)
     spec = _load_model(model, model_type, online)
     given = image is not None or video is not None or text_tokens
+    vision = {"image": image, "video": video, "text": text_tokens}
     if _is_diffusion(spec):
         extra = [o for o, v in (("--stack", stacks), ("--max-length", max_length), ("--weights", weights)) if v]
         if extra:
             raise click.UsageError(f"{extra[0]}: {spec.name} is a diffusion transformer ({spec.class_name}): its "
                                    "report audits one input (--image WxH, --video SECONDS@FPS) on every code path")
-        vision = {"image": image, "video": video, "text": text_tokens}
         paths = _write_report(spec, dtypes, None, out, progress, None, None, vision)
         click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
         return
     if given and (spec is None or spec.kind != "rope" or not spec.mrope):
         raise click.UsageError("--image / --video / --text: " + ("give a vision-language MODEL" if spec is None else
                                f"{spec.name} has no mrope_section (not a multimodal-RoPE model)"))
-    vision = {"image": image, "video": video, "text": text_tokens} if given else None
-    paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks), weights, vision)
+    paths = _write_report(spec, dtypes, max_length, out, progress, _report_stacks(spec, stacks), weights,
+                          vision if given else None)
     click.echo(f"wrote {len(paths)} files into {out}: " + ", ".join(p.name for p in paths))
 
 
@@ -226,14 +221,19 @@ CONFIG_VERDICT_HELP = _verdicts.rules_text()
 """The verdict key under `config`'s table (precision_audit.verdicts states the rules; this prints them)."""
 
 
-def _config_path(ctx: Any, param: Any, value: str) -> Any:
+def _read_model(value: str, online: bool, hint: str | None = None) -> Any:
+    """MODEL as `config` and `report` read it: a diffusers config, else a model description; a usage error
+    naming it when it cannot be read."""
     from ..config import load_diffusion_config, load_model
 
     try:
-        online = bool(ctx.params.get("online"))
         return load_diffusion_config(value, online=online) or load_model(value, online=online)
     except (ValueError, ImportError) as e:  # ImportError: a package the file's format needs (gguf)
-        raise click.BadParameter(str(e)) from None
+        raise click.BadParameter(str(e), param_hint=hint) from None
+
+
+def _config_path(ctx: Any, param: Any, value: str) -> Any:
+    return _read_model(value, bool(ctx.params.get("online")))
 
 
 def _check_config_lengths(model: Any, lens: tuple[int, ...], given: bool) -> None:

@@ -85,7 +85,8 @@ def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
     segs = layout(mrope, image=image, video=None if vid is None else vid[:2], text=text, frame=frame)
     vision = axis_maxima(segs, vision=True)
     rows = audit_axes(schedule, mrope, vision, names, dtypes, text=text_maximum(segs), ggml=GGML_STACKS)
-    notes = [unturned_note(mrope, schedule, max(axis_maxima(segs)), [n for n in names if n in GGML_STACKS])]
+    maxima = axis_maxima(segs)
+    notes = [unturned_note(mrope, schedule, max(maxima), [n for n in names if n in GGML_STACKS])]
     labels = path_labels("rope")
     summary = []
     for stack in names:
@@ -104,7 +105,7 @@ def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
                     mrope, open_ended, vid[1], frame, image, text, up_to=4 * vid[0]) != s
                 entry["audited"] = max(max(r.lengths) for r in rs)
             summary.append(entry)
-    return MropeAudit(mrope, image, vid, text, segs, axis_maxima(segs), vision, text_maximum(segs), rows,  # type: ignore[arg-type]
+    return MropeAudit(mrope, image, vid, text, segs, maxima, vision, text_maximum(segs), rows,  # type: ignore[arg-type]
                       summary, skipped, [n for n in notes if n])
 
 

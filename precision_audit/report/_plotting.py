@@ -38,6 +38,38 @@ _SPARE = (OKABE_ITO["green"], OKABE_ITO["sky"], OKABE_ITO["purple"], OKABE_ITO["
 PNG_METADATA: dict[str, Any] = {"Software": None}
 
 
+VERDICT_COLOR: dict[str, str] = {"safe": OKABE_ITO["blue"], "degraded": OKABE_ITO["orange"],
+                                 "broken": OKABE_ITO["vermillion"]}
+"""A verdict's colour on the figures of largest safe inputs."""
+
+
+def limit_bars(ax: Any, verdicts: Sequence[str], limits: Sequence[tuple[float | None, bool]],
+               texts: Sequence[str], mark: float, floor: float, span: float) -> None:
+    """Horizontal bars, one per row: its largest safe value (None: nothing is safe; drawn at ``floor``), coloured
+    by its verdict, hatched where the value is a lower bound, annotated with ``texts``; a dotted line at
+    ``mark`` (the input); a log x axis from ``floor`` to ``span`` times the largest value."""
+    for i, (verdict, (value, at_least), text) in enumerate(zip(verdicts, limits, texts)):
+        width = max(value or 0, floor)
+        ax.barh(i, width, left=0, color=VERDICT_COLOR.get(verdict, "0.5"), hatch="//" if at_least else None,
+                edgecolor="white" if at_least else None)
+        ax.annotate(text, (width, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.axvline(mark, color="0.3", ls=(0, (1, 2)), lw=1)
+    ax.set_xscale("log")
+    ax.set_xlim(floor, max([mark, *(v or 0 for v, _ in limits)]) * span)
+
+
+def limit_legend(fig: Any, at_least: str, the_input: str) -> None:
+    """The legend of :func:`limit_bars` under the figure: the verdict colours, ``at_least`` for the hatching,
+    ``the_input`` for the dotted line."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = [Patch(color=c, label=f"{v} at the input") for v, c in VERDICT_COLOR.items()]
+    handles += [Patch(facecolor="0.6", hatch="//", edgecolor="white", label=at_least),
+                Line2D([], [], color="0.3", ls=(0, (1, 2)), lw=1, label=the_input)]
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=3, frameon=False)
+
+
 def format_color(name: str) -> str:
     """A fixed Okabe-Ito colour per number format (formats without one share a spare, by name)."""
     if name in _FORMAT_COLOR:

@@ -17,13 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config.diffusion_audit import DiffusionAudit, diffusion_audit
-from ._plotting import OKABE_ITO, fmt, pyplot, save_figure
+from ._plotting import fmt, limit_bars, limit_legend, pyplot, save_figure
 from .writer import Bullets, Figure, Para, Report, Section, Table
 
 __all__ = ["diffusion_report", "largest_safe_side", "plot_largest_safe"]
-
-_VERDICT_COLOR = {"safe": OKABE_ITO["blue"], "degraded": OKABE_ITO["orange"], "broken": OKABE_ITO["vermillion"]}
-
 
 def largest_safe_side(entry: dict[str, Any]) -> tuple[int | None, bool]:
     """A summary entry's largest safe side in pixels (the smaller of height and width where they differ; None:
@@ -51,16 +48,9 @@ def _safe_frames(entry: dict[str, Any]) -> tuple[int | None, bool]:
 
 def _bars(ax: Any, entries: Sequence[dict[str, Any]], found: Sequence[tuple[int | None, bool]], mark: float,
           unit: str, floor: float) -> None:
-    top = max([mark, *(v or 0 for v, _ in found)])
-    for i, (e, (v, at_least)) in enumerate(zip(entries, found)):
-        width = max(v or 0, floor)
-        ax.barh(i, width, left=0, color=_VERDICT_COLOR.get(e["verdict"], "0.5"), hatch="//" if at_least else None,
-                edgecolor="white" if at_least else None)
-        ax.annotate("none" if v is None else f"{'at least ' if at_least else ''}{v} {unit}", (width, i),
-                    xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
-    ax.axvline(mark, color="0.3", ls=(0, (1, 2)), lw=1)
-    ax.set_xscale("log")
-    ax.set_xlim(floor, top * 16)
+    limit_bars(ax, [e["verdict"] for e in entries], found,
+               ["none" if v is None else f"{'at least ' if at_least else ''}{v} {unit}" for v, at_least in found],
+               mark, floor, 16)
 
 
 def plot_largest_safe(a: DiffusionAudit, side: int, path: str | Path, frames: int | None = None) -> Path:
@@ -80,14 +70,8 @@ def plot_largest_safe(a: DiffusionAudit, side: int, path: str | Path, frames: in
     ax = axes[0][0]
     ax.set_yticks(range(len(entries)), [f"{e['path']}, {e['dtype']}" for e in entries], fontsize=8)
     ax.invert_yaxis()
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    handles: list[Any] = [Patch(color=c, label=f"{v} at the input") for v, c in _VERDICT_COLOR.items()]
-    handles += [Patch(facecolor="0.6", hatch="//", edgecolor="white", label="at least (no limit below the cap)"),
-                Line2D([], [], color="0.3", ls=(0, (1, 2)), lw=1,
-                       label=f"the input: {side} px" + (f", {frames} frames" if video else ""))]
-    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=3, frameon=False)
+    limit_legend(fig, "at least (no limit below the cap)",
+                 f"the input: {side} px" + (f", {frames} frames" if video else ""))
     fig.suptitle("Largest safe input per code path and dtype", fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     return save_figure(fig, path)

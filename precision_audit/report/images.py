@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.mrope import NOT_MODELLED, MropeAudit, hours, mrope_audit, video_text
-from ._plotting import OKABE_ITO, fmt, pyplot, save_figure
+from ._plotting import fmt, limit_bars, limit_legend, pyplot, save_figure
 from .writer import Bullets, Figure, Para, Section, Table
 
 __all__ = ["DEFAULT_IMAGE", "DEFAULT_VIDEO", "images_section", "plot_safe_video"]
@@ -30,9 +30,6 @@ DEFAULT_IMAGE = (1920, 1080)
 """The report's image when none is given: a 1080p frame."""
 DEFAULT_VIDEO = (3600.0, 2.0, (640, 360))
 """The report's video when none is given: one hour at 2 fps, 640x360 frames (``config``'s default frame)."""
-
-_VERDICT_COLOR = {"safe": OKABE_ITO["blue"], "degraded": OKABE_ITO["orange"], "broken": OKABE_ITO["vermillion"]}
-
 
 def plot_safe_video(m: MropeAudit, path: str | Path) -> Path:
     """Horizontal bars: the longest safe video per stack and dtype at the input's frame rate (log scale, hatched
@@ -46,32 +43,19 @@ def plot_safe_video(m: MropeAudit, path: str | Path) -> Path:
     entries = m.summary
     fig, ax = plt.subplots(figsize=(8.0, 0.5 * len(entries) + 2.0))
     asked = m.video[0]
-    floor = 1.0
-    for i, e in enumerate(entries):
-        verdict = worst([r.verdict for r in m.rows if r.stack == e["stack"] and r.dtype == e["dtype"]])
-        s = e["safe_seconds"]
-        width = max(floor, s or 0.0)
-        ax.barh(i, width, left=0, color=_VERDICT_COLOR.get(verdict, "0.5"), hatch="//" if e["at_least"] else None,
-                edgecolor="white" if e["at_least"] else None)
-        ax.annotate(video_text(e).replace("video safe to ", "").split(" (ids")[0] if s else "none",
-                    (width, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
-    ax.axvline(asked, color="0.3", ls=(0, (1, 2)), lw=1)
+    limit_bars(ax, [worst([r.verdict for r in m.rows if r.stack == e["stack"] and r.dtype == e["dtype"]])
+                    for e in entries],
+               [(e["safe_seconds"], e["at_least"]) for e in entries],
+               [video_text(e).replace("video safe to ", "").split(" (ids")[0] if e["safe_seconds"] else "none"
+                for e in entries], asked, 1.0, 8)
     ax.set_yticks(range(len(entries)), [f"{e['label']}, {e['dtype']}" for e in entries], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xscale("log")
     top = max([asked, *(e["safe_seconds"] or 0.0 for e in entries)])
-    ax.set_xlim(floor, top * 8)
     ticks = [t for t in (1, 60, 3600, 86400, 7 * 86400) if t <= top * 8]
     ax.set_xticks(ticks, [{1: "1 s", 60: "1 min", 3600: "1 h", 86400: "1 day", 7 * 86400: "1 week"}[t]
                           for t in ticks])
     ax.set_xlabel(f"longest safe video at {m.video[1]:g} fps (log scale)")
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    handles: list[Any] = [Patch(color=c, label=f"{v} at the input") for v, c in _VERDICT_COLOR.items()]
-    handles += [Patch(facecolor="0.6", hatch="//", edgecolor="white", label="at least (ids audited to here)"),
-                Line2D([], [], color="0.3", ls=(0, (1, 2)), lw=1, label=f"the input: {hours(asked)}")]
-    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=3, frameon=False)
+    limit_legend(fig, "at least (ids audited to here)", f"the input: {hours(asked)}")
     ax.set_title("Longest safe video per stack and dtype (every axis within its safe ids)", fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     return save_figure(fig, path)
