@@ -159,6 +159,69 @@ def test_bad_arguments_name_themselves(bad: dict, match: str) -> None:
         audit_rotary_kernel(**kw)
 
 
+# --------------------------------------------------------------------------- the pass's threads
+
+
+@pytest.mark.parametrize("switch", [False, True])
+def test_threaded_pass_gives_the_same_bits_and_restores_torch_threads(monkeypatch: Any, switch: bool) -> None:
+    """Where no core is spare beside torch's threads the pass may go threaded after two chunks, torch on one
+    thread fewer (hf.modules._ThreadPlan): the rows are those of the serial pass, bit for bit (a kernel whose
+    bf16 positions collide and overflow nothing: collisions, pair errors and means all exercised), the kernel
+    ran on the lowered thread count, and torch's threads are restored after the pass, also when it raises."""
+    from precision_audit.hf import modules
+
+    n0 = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(modules, "_spare_core", lambda: False)
+        monkeypatch.setattr(modules.os, "cpu_count", lambda: 2)
+        s = RopeSchedule(head_dim=32)
+        inv = torch.tensor(s.inv_freq_in("float32"))
+        kernel, seen = _neox(inv, torch.bfloat16), []
+
+        def rope(q: Any, k: Any, p: Any) -> Any:
+            seen.append(torch.get_num_threads())
+            return kernel(q, k, p)
+
+        monkeypatch.setattr(modules._ThreadPlan, "switches", staticmethod(lambda m, r, c: False))
+        serial = audit_rotary_kernel(rope, s, [3000, 20000], chunk=1024)
+        assert set(seen) == {2}
+        seen.clear()
+        monkeypatch.setattr(modules._ThreadPlan, "switches", staticmethod(lambda m, r, c: switch))
+        rows = audit_rotary_kernel(rope, s, [3000, 20000], chunk=1024)
+        assert rows == serial and serial[-1].colliding_positions > 0
+        assert set(seen[3:]) == ({1} if switch else {2}) and torch.get_num_threads() == 2
+
+        def late(q: Any, k: Any, p: Any) -> Any:
+            if int(p.max()) > 9000:
+                raise RuntimeError("out of memory")
+            return rope(q, k, p)
+
+        with pytest.raises(ValueError, match="kernel late raised RuntimeError at positions"):
+            audit_rotary_kernel(late, s, 20000, chunk=1024)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(n0)
+
+
+def test_collisions_equal_the_definition() -> None:
+    """hf.modules._collisions (a first-column filter, then whole rows) against the definition: every element
+    equal to the row before's, nan equal to nan, -0 equal to 0; rows with few and with most collisions."""
+    from precision_audit.hf.modules import _collisions
+
+    rng = np.random.default_rng(7)
+    for share in (0.0, 0.05, 0.5, 0.95):
+        rows = rng.integers(-2, 3, size=(600, 6)).astype(np.float32)
+        keep = np.flatnonzero(rng.random(599) < share) + 1
+        rows[keep] = rows[keep - 1]
+        rows[rng.random(rows.shape) < 0.02] = np.nan
+        rows[rows == 0] *= np.where(rng.random(np.count_nonzero(rows == 0)) < 0.5, -1, 1)  # -0 and 0
+        a, b = rows[1:], rows[:-1]
+        want = int(np.count_nonzero(((a == b) | (np.isnan(a) & np.isnan(b))).all(axis=1)))
+        assert _collisions(rows) == want
+    assert _collisions(np.zeros((5, 0))) == 4 and _collisions(np.zeros((1, 3))) == 0
+
+
 # --------------------------------------------------------------------------- transformers: apply_rotary_pos_emb
 
 

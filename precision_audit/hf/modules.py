@@ -23,8 +23,10 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from concurrent.futures import ThreadPoolExecutor
 import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -177,10 +179,11 @@ class RotationErrors:
     first_nonfinite: int | None = None
 
 
-Block = Callable[[int, int], tuple[Any, Any]]
+Block = Callable[[int, int], Any]
 """``block(start, stop) -> (rows, signed)`` for positions start..stop-1: the stored rows (any width, compared
 for collisions) and the signed rotation errors ``wrap(atan2 - exact)`` (one column per pair; nan where not
-finite), or a function of no argument that computes them (then on the reductions' thread)."""
+finite), or a function of no argument that computes them (then on the reductions' thread); or a function of
+no argument that returns the pair (all the reading then on the reductions' thread)."""
 
 
 def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, *,
@@ -193,7 +196,9 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
     come in the pair pass's order (each right after its twin D earlier); each chunk's figures are kept and
     merged in position order, so the rows are those of a pass in position order, to the bit.  ``shifted(a, b)``
     (default ``block(a, b)[1]``) gives positions a..b-1 again only where holding their rows for later pairs
-    would take more than 64 MiB (:class:`~precision_audit.rope.pairs.PairPass`).  Used for live rotary modules
+    would take more than 64 MiB (:class:`~precision_audit.rope.pairs.PairPass`).  The reductions run on a second
+    thread where that pays (torch then maybe on one thread fewer until the pass ends: :class:`_ThreadPlan`);
+    the rows are the same bits either way.  Used for live rotary modules
     (:func:`audit_rope_module`) and apply kernels (:func:`precision_audit.trace.audit_rotary_kernel`).
 
     >>> def block(a, b):  # positions 0..b-1 rotated exactly, except position 5 (0.5 rad too far)
@@ -207,30 +212,41 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
     bounds = chunk_bounds(lengths, chunk) if pairs is None else pairs.chunks
     figures: dict[int, _Figures] = {}
 
-    def reduce(j: int, rows: F64, signed: Any) -> None:
+    def reduce(j: int, item: Any) -> None:
         start, stop = bounds[j]
+        rows, signed = item() if callable(item) else item
         signed = signed() if callable(signed) else signed
         figures[j] = _figures(rows, signed, start)
         if pairs is not None:
             pairs.add(signed, start, stop, shifted)
 
-    # The reductions of a chunk run on a second thread while the next chunk is made (numpy releases the GIL
-    # in its loops) when a core is free beside torch's own threads (else the two fight over the cores and
-    # both slow down: 2 cores, torch's 2 threads, 1M positions of a torch kernel: 3.3 s threaded, 2.4 s not);
-    # they run in submission order, and the code path itself (block, shifted) stays on this thread: where the
-    # pair pass re-runs earlier positions (shifted), everything runs here.
+    # The reductions of a chunk run on a second thread while the next chunk is made (numpy releases the GIL in
+    # its loops), in submission order; the code path itself (block, shifted) stays on this thread, and where
+    # the pair pass re-runs earlier positions (shifted) everything runs here.  Beside torch's own threads the
+    # two would fight over the cores (torch's idle workers spin for a while after each op, and a parallel op
+    # waits for its slowest thread: 2 cores, 1M positions of a torch kernel, 3.3 s threaded against 2.4 s),
+    # so where no core is spare the first chunks run here, timed, and the rest go threaded with one torch
+    # thread fewer (:func:`_fewer_torch_threads`) only where that wins even if the code path scaled perfectly
+    # with threads.  Either way the figures are the same bits.
     order = list(range(len(bounds)) if pairs is None else pairs.order)
-    serial = (pairs is not None and bool(pairs.rerun)) or not _spare_core()
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    forced = pairs is not None and bool(pairs.rerun)
+    plan = _ThreadPlan(serial=forced or not _spare_core(), may_switch=not forced)
+    with ThreadPoolExecutor(max_workers=1) as pool, plan:
         pending = None
         for j in order:
             start, stop = bounds[j]
-            rows, signed = block(start, stop)
+            t0 = time.perf_counter()
+            item = block(start, stop)
+            made = time.perf_counter() - t0
             if pending is not None:
                 pending.result()  # one chunk in flight: two chunks' rows alive at most
-            pending = None if serial else pool.submit(reduce, j, rows, signed)
-            if serial:
-                reduce(j, rows, signed)
+                pending = None
+            if plan.serial:
+                t0 = time.perf_counter()
+                reduce(j, item)
+                plan.timed(made, time.perf_counter() - t0)
+            else:
+                pending = pool.submit(reduce, j, item)
             if progress is not None:
                 progress(stop - start)
         if pending is not None:
@@ -252,10 +268,50 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
 
 def _spare_core() -> bool:
     """Whether this machine has a core beside the threads torch computes with (1 where torch is not imported)."""
-    import sys
-
     torch = sys.modules.get("torch")
     return (os.cpu_count() or 1) > (torch.get_num_threads() if torch is not None else 1)
+
+
+class _ThreadPlan:
+    """Whether :func:`rotation_pass` reduces its chunks on this thread (``serial``) or on the second one.
+
+    Serial from the start where no core is spare beside torch's threads; then, if ``may_switch``, the second
+    chunk's times (making it: ``made``, reducing it: ``reduced``; the first pays the warm-up) decide: with T
+    cores for torch (its threads, at most the CPU count), making a chunk on T - 1 threads takes at most
+    ``made * T / (T - 1)``, and threaded the pass takes the larger of that and ``reduced`` per chunk against
+    ``made + reduced`` serial: it switches when ``made / (T - 1) < reduced``, torch's threads lowered by one
+    until the pass ends (restored then)."""
+
+    def __init__(self, serial: bool, may_switch: bool) -> None:
+        self.serial, self.may_switch, self.seen, self.restore = serial, may_switch and serial, 0, 0
+
+    def __enter__(self) -> _ThreadPlan:
+        return self
+
+    def timed(self, made: float, reduced: float) -> None:
+        self.seen += 1
+        if not self.may_switch or self.seen < 2:
+            return
+        self.may_switch = False
+        torch = sys.modules.get("torch")
+        cores = min(os.cpu_count() or 1, torch.get_num_threads()) if torch is not None else 1
+        if self.switches(made, reduced, cores):
+            self.restore = torch.get_num_threads()
+            torch.set_num_threads(cores - 1)
+            self.serial = False
+
+    @staticmethod
+    def switches(made: float, reduced: float, cores: int) -> bool:
+        """Whether the pass goes threaded, torch on ``cores - 1`` threads.
+
+        >>> _ThreadPlan.switches(0.005, 0.007, 2), _ThreadPlan.switches(0.02, 0.007, 2), _ThreadPlan.switches(0.02, 0.007, 4)
+        (True, False, True)
+        """
+        return cores >= 2 and made / (cores - 1) < reduced
+
+    def __exit__(self, *exc: object) -> None:
+        if self.restore:
+            sys.modules["torch"].set_num_threads(self.restore)
 
 
 @dataclass(frozen=True)
@@ -276,10 +332,27 @@ def _same_row(a: F64, b: F64) -> bool:
     return bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
 
 
+def _collisions(rows: F64) -> int:
+    """Rows equal to the row before, element by element (nan equal to nan).  Only rows whose first element
+    equals the one before can be (a column, cheap to compare): the whole rows are compared for those.
+
+    >>> _collisions(np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 3.0], [np.nan, 3.0], [np.nan, 3.0]]))
+    2
+    """
+    if rows.shape[0] < 2 or not rows.shape[1]:
+        return max(rows.shape[0] - 1, 0)  # no column: every row equals the one before
+    a, b = rows[1:, 0], rows[:-1, 0]
+    maybe = np.flatnonzero((a == b) | (np.isnan(a) & np.isnan(b)))
+    if maybe.size * 4 > a.size:  # most rows may collide: compare all at once
+        a, b = rows[1:], rows[:-1]
+    else:
+        a, b = rows[maybe + 1], rows[maybe]
+    return int(np.count_nonzero(((a == b) | (np.isnan(a) & np.isnan(b))).all(axis=1)))
+
+
 def _figures(rows: F64, signed: F64, start: int) -> _Figures:
     """The figures of the chunk of positions start.. with these stored rows and signed errors."""
-    same = (rows[1:] == rows[:-1]) | (np.isnan(rows[1:]) & np.isnan(rows[:-1]))
-    collisions = int(np.count_nonzero(same.all(axis=1)))
+    collisions = _collisions(rows)
     err = np.abs(signed)
     mx, first_bad = float(err.max()), None
     if not math.isfinite(mx):

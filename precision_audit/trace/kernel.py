@@ -165,7 +165,7 @@ class _Kernel:
 
     def run(self, positions: npt.NDArray[np.int64]) -> tuple[Any, Any]:
         """The kernel's rotated q and k for these positions, as it returns them (checked: (n, head_dim) arrays or
-        tensors); k is q itself when k's rotation equals q's element by element (torch)."""
+        tensors)."""
         n = positions.size
         q, k, _ = self.inputs(n)
         if self.tensors == "torch":
@@ -187,10 +187,7 @@ class _Kernel:
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             got = type(out).__name__ + (f" of shape {tuple(out.shape)}" if hasattr(out, "shape") else "")
             raise ValueError(f"apply kernel {self.label} returned a {got}, not (q_rot, k_rot) ({where})")
-        q_rot = self._checked(out[0], "q_rot", n, where)
-        if self.tensors == "torch" and _same_tensor(out[0], out[1]):
-            return q_rot, q_rot  # k_rot equals q_rot element by element: one copy serves both
-        return q_rot, self._checked(out[1], "k_rot", n, where)
+        return self._checked(out[0], "q_rot", n, where), self._checked(out[1], "k_rot", n, where)
 
     def _checked(self, t: Any, what: str, n: int, where: str) -> Any:
         """``t`` when it is an (n, head_dim) tensor, or a numpy array of numbers (converted); else ValueError."""
@@ -230,22 +227,31 @@ class _Kernel:
             return self._buffer(f"columns {int(dims[0])}", src.shape[0], src.shape[1], torch.float64).copy_(src).numpy()
         return np.take(rows, dims, axis=1).astype(np.float64)
 
-    def pairs(self, start: int, stop: int) -> tuple[npt.NDArray[np.floating[Any]], F64, F64]:
-        """(rows, x, y) of the measured tensor for positions start..stop-1: its whole rotated rows (float32 when
-        exact, for collisions) and each pair's two components (float64); also notes whether k's rotation
-        equals q's."""
+    def call(self, start: int, stop: int) -> Callable[[], tuple[npt.NDArray[np.floating[Any]], F64, F64]]:
+        """The kernel run on positions start..stop-1 (here), and a function that reads its output
+        (:meth:`read`; :func:`~precision_audit.hf.rotation_pass` calls it on the reductions' thread)."""
         pos = np.arange(start, stop, dtype=np.int64)
         if self.top is not None:
             pos = np.concatenate([np.array([self.top - 1], dtype=np.int64), pos])
         q, k = self.run(pos)
         if self.top is not None:
             q, k = q[1:], k[1:]
+        return lambda: self.read(q, k)
+
+    def read(self, q: Any, k: Any) -> tuple[npt.NDArray[np.floating[Any]], F64, F64]:
+        """(rows, x, y) of the measured tensor: its whole rotated rows (float32 when exact, for collisions) and
+        each pair's two components (float64); also notes whether k's rotation equals q's."""
+        same = self.tensors == "torch" and _same_bits(q, k)  # k's rows are q's: one copy serves both
         qr = self._rows(q, "q")
-        kr = qr if k is q else self._rows(k, "k")
+        kr = qr if same else self._rows(k, "k")
         if self.k_same and kr is not qr and not np.array_equal(qr, kr, equal_nan=True):
             self.k_same = False
-        t, rows = (q, qr) if self.measure == "q" else (k, kr)
+        t, rows = (q, qr) if self.measure == "q" or same else (k, kr)
         return rows, self._columns(t, rows, self.x), self._columns(t, rows, self.y)
+
+    def pairs(self, start: int, stop: int) -> tuple[npt.NDArray[np.floating[Any]], F64, F64]:
+        """(rows, x, y) for positions start..stop-1 (:meth:`call`, then :meth:`read`)."""
+        return self.call(start, stop)()
 
 
 def _step(dims: npt.NDArray[np.intp]) -> int:
@@ -258,13 +264,18 @@ def _step(dims: npt.NDArray[np.intp]) -> int:
     return step if dims.size and step > 0 and np.array_equal(dims, dims[0] + step * np.arange(dims.size)) else 0
 
 
-def _same_tensor(a: Any, b: Any) -> bool:
-    """Two torch tensors of one dtype and shape, equal element by element (nan: False, then the float64 copies
-    are compared with nan equal to nan)."""
+def _same_bits(a: Any, b: Any) -> bool:
+    """Two torch tensors of one dtype and shape with the same bits (compared as integers: a few times faster
+    than ``torch.equal`` here); False where they differ, then the float rows are compared as numbers."""
     import torch
 
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-            and a.shape == b.shape and bool(torch.equal(a, b)))
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+            and a.shape == b.shape):
+        return False
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(a.element_size())
+    if ints is None or a.is_complex() or not (a.is_contiguous() and b.is_contiguous()):
+        return bool(torch.equal(a, b))
+    return bool(np.array_equal(a.view(ints).numpy(), b.view(ints).numpy()))
 
 
 def _guarded(fn: Any, args: tuple[Any, ...], label: str, where: str) -> Any:
@@ -282,9 +293,9 @@ def _signed_into(d: F64, x: F64, y: F64, start: int, oracle: ExactAngles) -> Non
     with np.errstate(invalid="ignore"):
         np.arctan2(y, x, out=d)
         d -= oracle(np.arange(start, start + x.shape[0]))
-        over = np.flatnonzero(np.abs(d) > math.pi)  # rare: a few per 10**4
-        if over.size:
-            flat = d.reshape(-1)
+        if d.size and not (np.maximum.reduce(d, axis=None) <= math.pi and np.minimum.reduce(d, axis=None) >= -math.pi):
+            flat = d.reshape(-1)  # rare (a few per 10**4), or nan somewhere
+            over = np.flatnonzero(np.abs(flat) > math.pi)
             flat[over] -= np.copysign(2 * math.pi, flat[over])
 
 
@@ -392,6 +403,11 @@ def audit_rotary_kernel(
     rotation equals q's).  ``match=True`` adds the rope preset with the closest figures (a recipe audit per
     length: slower).  ``distances``: the pair distances, as :func:`precision_audit.rope.audit` takes them.
 
+    The kernel runs on the calling thread and the reading of its output on a second one, one chunk behind
+    (:func:`precision_audit.hf.rotation_pass`); where no core is spare beside torch's threads and the first
+    chunks show it pays, torch computes on one thread fewer until the pass ends (restored then, also on an
+    error).  The rows are the same either way, bit for bit.
+
     A kernel that raises, returns the wrong shapes, returns inf or nan at positions 0..63, or rotates the other
     layout's pairs: ValueError naming it.  Beyond position 63 a non-finite output is a finding: error pi, the row
     says where it starts (``first_nonfinite``).
@@ -459,9 +475,14 @@ def _pass(kernel: _Kernel, sched: RopeSchedule, lens: Sequence[int], chunk: int,
         signed = _Signed(sched.inv_freq(key))  # used by one thread at a time: the reductions', or this one
         kernel.top = None if key is None else max(ls)
 
-        def block(start: int, stop: int, signed: _Signed = signed) -> tuple[Any, Any]:
-            rows, x, y = kernel.pairs(start, stop)  # the kernel on this thread; its errors on the reductions'
-            return rows, lambda: signed(x, y, start)
+        def block(start: int, stop: int, signed: _Signed = signed) -> Callable[[], tuple[Any, F64]]:
+            read = kernel.call(start, stop)  # the kernel on this thread; reading its output on the reductions'
+
+            def reduced() -> tuple[Any, F64]:
+                rows, x, y = read()
+                return rows, signed(x, y, start)
+
+            return reduced
 
         def shifted(start: int, stop: int, signed: _Signed = signed) -> F64:
             _, x, y = kernel.pairs(start, stop)
