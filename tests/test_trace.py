@@ -152,6 +152,62 @@ def test_reruns_reusing_the_main_runs_outputs_are_the_full_reruns():
         assert all(torch.equal(x, y) for x, y in zip(a, b)) and len(a) == len(b) == 2
 
 
+def test_reruns_taking_kept_shadows_equal_full_reruns(monkeypatch):
+    """Transformers' Llama rotary module as built (float32 inv_freq, exact positions): the rerun that fixes the
+    angle product reaches every later op in float64 with inputs equal to their shadows, so it takes the main
+    run's shadows there; its outputs equal, bit for bit, those of reruns that compute every op, and the whole
+    trace's rows equal those of a trace that keeps nothing (every rerun computed)."""
+    from precision_audit.trace import audit
+    from precision_audit.trace.shadow import Kept
+    from precision_audit.trace.target import load_target
+
+    mod = load_target("tests/data/llama-3.1-8b.json").fn
+    args = (torch.zeros(1, 3000, 1, dtype=torch.bfloat16), torch.arange(3000)[None])
+    names = dict(mod.named_buffers())
+    keep = Kept()
+    first = run_traced(mod, args, seeds=[1], names=names, keep=keep)
+    taken = []
+    real_shadow = Kept.shadow
+
+    def spy(self, index, name):
+        got = real_shadow(self, index, name)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(Kept, "shadow", spy)
+    for i in [r.index for r in first.records if r.added > 0]:
+        a = run_traced(mod, args, seeds=[1], names=names, fix=i, keep=keep).outputs
+        b = run_traced(mod, args, seeds=[1], names=names, fix=i).outputs
+        assert all(torch.equal(x, y) for x, y in zip(a, b)) and len(a) == len(b) == 2
+    assert any(taken)
+    monkeypatch.undo()
+    kept = trace(mod, 3000, rope=False)
+    monkeypatch.setattr(audit, "Kept", lambda: Kept(budget=0))
+    assert trace(mod, 3000, rope=False) == kept
+
+
+def test_a_product_by_one_carries_its_input_error(monkeypatch):
+    """``x * 1.0`` (Llama's attention_scaling at its default) adds nothing in IEEE arithmetic, so the tracer
+    neither upcasts nor compares it: its row (error carried, 0 added) equals the row measured the long way, and
+    the output errors the main run's ops measured equal max |output - shadow| computed afresh."""
+    from precision_audit.trace import shadow
+    from precision_audit.trace.shadow import error_between
+
+    def f(pos):
+        a = pos[0].to(torch.bfloat16).float() * 0.37
+        return a.cos() * 1.0, a * 1
+
+    kw = dict(inputs={"pos": torch.arange(700)[None]}, positions=["pos"])
+    fast = trace(f, **kw)
+    run = run_traced(f, (), kw["inputs"], seeds=["pos"])
+    assert run.errors == [error_between(o, s) for o, s in zip(run.outputs, run.shadows)]
+    monkeypatch.setattr(shadow, "_is_identity", lambda *a: False)
+    assert trace(f, **kw) == fast
+    ones = fast.ops[-2:]  # cos * 1.0, then a * 1 (an int scalar is no operand)
+    assert [(o.op, o.operands) for o in ones] == [("aten.mul.Tensor", ("scalar 1.0",)), ("aten.mul.Tensor", ())]
+    assert all(o.added == 0 and o.error > 0 for o in ones)
+
+
 # --------------------------------------------------------------------------- referee: mpmath
 
 

@@ -110,7 +110,8 @@ def error_between(real: Any, shadow: Any) -> float:
     return top if math.isfinite(top) else _error_slow(real, shadow)
 
 
-_BLOCK = 1 << 15  # elements per step of a comparison: its float64 scratch stays in the CPU's cache
+_BLOCK = 1 << 18  # elements per step of a comparison (2 MiB of float64 scratch): 2**15 cost torch's per-op
+# overhead on every 32K elements (128K x 128 outputs: 21 ms a comparison against 10 ms)
 
 
 def _max_abs_diffs(real: Any, others: Sequence[Any]) -> list[float]:
@@ -182,6 +183,30 @@ def _first_inexact(real: Any, shadow: Any) -> int | None:
     return None if bad.numel() == 0 else int(s[int(bad[0])])
 
 
+def _is_cast(name: str, args: tuple, kwargs: dict) -> bool:
+    """A plain cast of a float tensor to a float dtype (``x.to(torch.bfloat16)``, ``x.float()``)."""
+    import torch
+
+    return (name == "aten._to_copy.default" and len(args) == 1 and isinstance(args[0], torch.Tensor)
+            and args[0].is_floating_point() and set(kwargs) == {"dtype"} and isinstance(kwargs["dtype"], torch.dtype)
+            and kwargs["dtype"].is_floating_point)
+
+
+def _is_identity(name: str, args: tuple, kwargs: dict) -> bool:
+    """A float tensor multiplied or divided by exactly 1 (``cos * attention_scaling`` at its default 1.0): every
+    value unchanged, in its dtype (x * 1 == x in IEEE arithmetic), so the op adds no rounding."""
+    import torch
+
+    if kwargs or len(args) != 2 or name not in ("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor",
+                                                "aten.div.Scalar"):
+        return False
+    a, b = args
+    if name.startswith("aten.mul") and not isinstance(a, torch.Tensor):
+        a, b = b, a
+    return (isinstance(a, torch.Tensor) and a.is_floating_point() and not isinstance(b, (bool, torch.Tensor))
+            and isinstance(b, (int, float)) and b == 1)
+
+
 def _mutates(func: Any) -> bool:
     """Whether an op writes into one of its arguments (in place, or ``out=``); unknown: True."""
     return bool(getattr(getattr(func, "_schema", None), "is_mutable", True))
@@ -197,7 +222,40 @@ class Kept:
         self.outputs: dict[int, Any] = {}
         self.names: dict[int, str] = {}
         self.locals: dict[int, tuple[str, Any]] = {}  # a rounding op's float64 output on its real inputs
+        self.shadows: dict[int, tuple[str, Any]] = {}  # an op's shadow output (what float64 computes from exact inputs)
+        self.errors: dict[int, float] = {}  # the error each op's output carried in the main run
+        self.exact_inputs: set[int] = set()  # ops whose derived inputs all carried no error in the main run
         self.budget, self.size, self.usable, self.misaligned = budget, 0, True, False
+
+    def add_shadow(self, index: int, shadow: Any, name: str, error: float, exact_inputs: bool) -> None:
+        """Note op ``index``'s error and whether its derived inputs were exact, and keep its shadow output if the
+        budget allows (without it a rerun computes it again): a rerun that reaches the op in float64 with inputs
+        equal to their shadows computes exactly this."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        if not self.usable:
+            return
+        self.errors[index] = error
+        if exact_inputs:
+            self.exact_inputs.add(index)
+        if shadow is None:
+            return
+        mine = {id(t) for _, t in self.locals.values()}  # a shadow that is the op's kept local costs nothing more
+        size = sum(t.numel() * t.element_size() for t in tree_flatten(shadow)[0]
+                   if isinstance(t, torch.Tensor) and id(t) not in mine)
+        if self.size + size <= self.budget:
+            self.size += size
+            self.shadows[index] = (name, shadow)
+
+    def shadow(self, index: int, name: str) -> Any:
+        """The kept shadow output of op ``index`` (None: not kept, or not the same op there)."""
+        kept = self.shadows.get(index) if self.usable else None
+        return kept[1] if kept is not None and kept[0] == name else None
+
+    def error_free(self, index: int | None) -> bool:
+        """Whether the main run's op ``index`` output carried no error (None: a position input, exact)."""
+        return index is None or self.errors.get(index, math.inf) == 0.0
 
     def add_local(self, index: int, local: Any, name: str) -> None:
         """Keep op ``index``'s float64 output on its real inputs: the rerun that fixes that op computes exactly
@@ -249,6 +307,9 @@ class Kept:
     def drop(self) -> None:
         self.outputs.clear()
         self.locals.clear()
+        self.shadows.clear()
+        self.errors.clear()
+        self.exact_inputs.clear()
         self.usable = False
 
 
@@ -262,6 +323,9 @@ class Traced:
     records: list[OpRecord]
     operands: dict[str, OperandRecord]
     producers: list[int | None]  # the index of the traced op that made each output tensor (None: not traced)
+    errors: list[float | None] = field(default_factory=list)  # main run: the error each output carries, as its
+    # op measured it (None: not measured); rerun: unused
+    changed: list[bool] = field(default_factory=list)  # rerun: whether each output differs from the main run's
 
 
 def _mode_class() -> type:
@@ -279,6 +343,7 @@ def _mode_class() -> type:
             super().__init__()
             self.keep = keep  # main run: the real outputs it keeps; rerun: those it may reuse
             self.changed = WeakIdKeyDictionary()  # rerun: tensors whose values differ from the main run's
+            self.exact = WeakIdKeyDictionary()  # rerun: changed tensors equal to the main run's shadow there
             self.shadow = WeakIdKeyDictionary()  # derived tensor -> its float64 (or integer) shadow
             self.names = WeakIdKeyDictionary()  # other tensor -> (name, origin dtype)
             for t, name in names.values():
@@ -414,15 +479,24 @@ def _mode_class() -> type:
             float64 where a float64 input reaches it (type promotion; explicit casts still cast); any other op's
             output is the main run's (when it kept them: the same values) or computed again."""
             reached = any(t in self.changed for t in tensors)
-            kept = self.keep.local(index, name) if self.fix == index and self.keep is not None else None
+            keep = self.keep
+            kept = keep.local(index, name) if self.fix == index and keep is not None else None
+            exact = False  # the output equals the main run's shadow of this op (float64, bit for bit)
             if kept is not None:
                 out = kept  # the main run's float64 output of this op on the same inputs
+                exact = index in keep.exact_inputs  # its inputs were their shadows: so is it
             elif self.fix == index:
                 out = func(*tree_map(upcast, args), **kw64)
             elif reached and any(is_float(t) and t.dtype == torch.float64 for t in tensors):
-                out = func(*tree_map(upcast, args), **kwargs)  # promotion after the fixed op
-            elif not reached and self.keep is not None and self.keep.matches(index, name):
-                out = self.keep.outputs[index]
+                # promotion after the fixed op; where every derived input equals its shadow (a float64 value
+                # that is one, or an exact one not reached) and no dtype is asked, this op computes its shadow
+                exact = keep is not None and kw64 == kwargs and all(
+                    t in self.exact or (t not in self.changed and keep.error_free(self.producer.get(t)))
+                    for t in tensors if t in self.shadow)
+                shadow = keep.shadow(index, name) if exact else None
+                out = shadow if shadow is not None else func(*tree_map(upcast, args), **kwargs)
+            elif not reached and keep is not None and keep.matches(index, name):
+                out = keep.outputs[index]
             else:
                 out = func(*args, **kwargs)
             for o in tree_flatten(out)[0]:  # the reruns need which tensors are derived, not their shadows
@@ -432,6 +506,8 @@ def _mode_class() -> type:
                         self.producer[t] = index
                         if reached or self.fix == index:
                             self.changed[t] = True
+                        if exact and t is o:
+                            self.exact[t] = True
             if _mutates(func):
                 self._refresh(tree_flatten(out)[0])
             self.records.append(OpRecord(index, name, (), "", (), "", factory=factory))
@@ -475,24 +551,35 @@ def _mode_class() -> type:
                     self.upcasts.pop(next(iter(self.upcasts)))
                 return up
 
+            def owned(x: Any) -> Any:
+                """A float64 copy of ``x`` no later op shares (the memo's, taken out of it, or a new one)."""
+                hit = self.upcasts.pop((id(x), x._version), None)
+                return hit[1] if hit is not None and hit[0]() is x else x.detach().double()
+
             if self.fix is not None:
                 return self._rerun(func, name, args, kwargs, kw64, tensors, index, factory, upcast)
             base = name.rsplit(".", 1)[0]
+            same = base in _SAME_VALUES or _is_identity(name, args, kwargs)  # the output holds its input's values
             # an op that writes into its input: its float64 copies are taken before the real op writes
-            before = None if memo or base in _EXACT_OPS else tree_map(upcast, args)
+            before = None if memo or base in _EXACT_OPS or same else tree_map(upcast, args)
             out = func(*args, **kwargs)
             if self.keep is not None and not factory:  # a factory is cheap to make again, and a kept factory
                 self.keep.add(index, out, func, name)   # output makes torch add a detach to the trace
             shadow_args = tree_map(shadow_of, args)
-            local = None if base in _EXACT_OPS else func(*(before if before is not None else tree_map(upcast, args)),
-                                                         **kw64)
-            if local is not None and all(self.error.get(t, 0.0) == 0.0 for t in tensors if t in self.shadow):
+            if base in _EXACT_OPS or same:
+                local = None
+            elif before is None and _is_cast(name, args, kwargs):
+                local = owned(args[0])  # a float cast computed in float64 is its input's float64 copy
+            else:
+                local = func(*(before if before is not None else tree_map(upcast, args)), **kw64)
+            exact_in = all(self.error.get(t, 0.0) == 0.0 for t in tensors if t in self.shadow)
+            if local is not None and exact_in:
                 shadow_out = local  # every derived input exact so far: its shadow IS its value in float64
             else:
                 shadow_out = func(*shadow_args, **kw64)
             outs, _ = tree_flatten(out)
             carried = max((self.error.get(t, 0.0) for t in tensors if t in self.shadow), default=0.0) \
-                if base in _SAME_VALUES and len(outs) == 1 else None
+                if same and len(outs) == 1 else None
             shadows, _ = tree_flatten(shadow_out)
             locals_ = tree_flatten(local)[0] if local is not None else [None] * len(outs)
             rec = None
@@ -509,6 +596,11 @@ def _mode_class() -> type:
                     if rec.added > 0 and self.keep is not None and local is not None and not _mutates(func):
                         self.keep.add_local(index, local, name)
                 self.error[o] = rec.error
+            if rec is not None and self.keep is not None and not factory:
+                view = any(r.alias_info is not None for r in getattr(func, "_schema", None).returns) \
+                    if hasattr(func, "_schema") else True
+                wanted = kw64 == kwargs and not view and not _mutates(func)  # a rerun takes only these
+                self.keep.add_shadow(index, shadow_out if wanted else None, name, rec.error, exact_in)
             if rec is not None and _mutates(func):
                 self._write_through(outs, shadows)
                 self._refresh(outs)
@@ -548,4 +640,5 @@ def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
         out = fn(*args, **kwargs)
     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
     return Traced(out, outs, [mode.shadow.get(t) for t in outs], mode.records, mode.operands,
-                  [mode.producer.get(t) for t in outs])
+                  [mode.producer.get(t) for t in outs], [None if fix is not None else mode.error.get(t) for t in outs],
+                  [t in mode.changed for t in outs])
