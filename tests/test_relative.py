@@ -257,6 +257,7 @@ def test_deberta_lowp_matches_transformers_run_in_the_dtype(fmt):
     d = np.arange(N)
     ref = make(torch.arange(N).to(TORCH[fmt]), 256, 512).double().numpy()
     got = path_buckets(BucketScheme("deberta"), d, "lowp", fmt, constants="float32")
+    assert np.array_equal(got, path_buckets(BucketScheme("deberta"), d, "lowp-eager", fmt), equal_nan=True)
     ok = np.isfinite(got)
     assert ok.sum() == (65520 if fmt == "float16" else N)
     # torch: float32 log (within 1 ulp) rounded to the dtype; it may round otherwise only where the exact log lies
@@ -269,6 +270,47 @@ def test_deberta_lowp_matches_transformers_run_in_the_dtype(fmt):
         ok &= round_to(l64 - e, fmt) == round_to(l64 + e, fmt)
     assert ok.sum() >= 0.99 * (65520 if fmt == "float16" else N)  # a value repeats: many d share one x above 2048
     assert np.array_equal(got[ok], np.minimum(np.trunc(ref), 256)[ok])
+
+
+def _t5_port(rel, bidirectional: bool, nb: int = 32, md: int = 128):
+    """T5's bucket formula as transformers writes it, without the ``.float()`` before the log: a port that runs
+    it in the tensor's dtype (as mindone's MindSpore port does).  Written here, run in eager torch."""
+    buckets = 0
+    if bidirectional:
+        nb //= 2
+        buckets = (rel > 0).to(torch.long) * nb
+        rel = torch.abs(rel)
+    else:
+        rel = -torch.min(rel, torch.zeros_like(rel))
+    me = nb // 2
+    large = me + (torch.log(rel / me) / math.log(md / me) * (nb - me)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, nb - 1))
+    return buckets + torch.where(rel < me, rel.to(torch.long), large)
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_lowp_eager_matches_a_torch_port_run_in_the_dtype(fmt, bidirectional):
+    # eager torch on bf16/fp16 tensors keeps the Python constants (max_exact, log(md / me), K) in float32 opmath and
+    # rounds each op's float32 result to the dtype: the lowp-eager path.  torch's bf16/fp16 log is float32's
+    # faithful log rounded again, so distances whose exact log lies within 1 float32 ulp of a midpoint of the
+    # dtype are left out (as for DeBERTa); the divisions by a power of two are exact.
+    d = np.arange(N)
+    ref = _t5_port(-torch.arange(N).to(TORCH[fmt]), bidirectional).double().numpy()
+    got = path_buckets(BucketScheme("t5", bidirectional=bidirectional), d, "lowp-eager", fmt)
+    ok = np.isfinite(got)
+    assert ok.sum() == (65520 if fmt == "float16" else N)
+    me = 8 if bidirectional else 16
+    with np.errstate(divide="ignore", invalid="ignore"):
+        l64 = np.log(round_to(d, fmt) / me)
+        e = 2 * np.spacing(np.abs(l64).astype(np.float32)).astype(np.float64)
+        ok &= (d < me) | (round_to(l64 - e, fmt) == round_to(l64 + e, fmt))
+    assert ok.sum() >= 0.99 * (65520 if fmt == "float16" else N)
+    assert np.array_equal(got[ok], ref[ok])
+    # not the ONNX-style lowp path: bf16 constants move other distances (bf16: 16 flips here, not in lowp)
+    if fmt == "bfloat16" and bidirectional:
+        lowp = path_buckets(BucketScheme("t5"), d, "lowp", fmt)
+        assert got[16] != lowp[16] and got[16] != exact_buckets(BucketScheme("t5"), [16])[0]
 
 
 # --------------------------------------------------------------------------- the auditor

@@ -357,7 +357,7 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
               help="Code path (repeatable): RoPE presets " + ", ".join(_ROPE_PRESETS) + " (what-if paths: lowp = "
                    "positions and angles in the dtype, lowp-inv-freq = a downcast inv_freq buffer, fp32 = the fix, "
                    "fp64 = beyond it); ALiBi recipes " + ", ".join(_ALIBI_RECIPES) + "; relative buckets "
-                   "(T5, DeBERTa) transformers, lowp, cast-distance; XLNet sinusoids transformers, arange-dtype, "
+                   "(T5, DeBERTa) transformers, lowp, cast-distance, lowp-eager; XLNet sinusoids transformers, arange-dtype, "
                    "positions-dtype; learned ids arange, mask-int64, mask-cumsum, mask-scan; diffusion transformers (a "
                    "diffusers config) " + ", ".join(_AXIAL_PATHS) + "; CogVideoX, LTX-Video " + ", ".join(_VIDEO_PATHS)
                    + "; Qwen-Image " + ", ".join(_CENTRED_PATHS) + "; SD3's sincos table " + ", ".join(_GRID_PATHS)

@@ -88,7 +88,8 @@ def _check_scheme_options(ctx: click.Context, scheme: str, paths: tuple[str, ...
               help="Code path (repeatable).  t5/deberta: transformers = as transformers computes it in any model "
                    "dtype (T5's .float() before the log: float32); lowp = every operation after the int -> float "
                    "conversion in DTYPE (an ONNX float16 graph, MindSpore bf16); cast-distance = the distance cast "
-                   "to DTYPE, the rest float32.  learned: arange (int64 ids), mask-int64 (OPT's cumsum on an int "
+                   "to DTYPE, the rest float32; lowp-eager = lowp as eager torch runs it on DTYPE tensors, the "
+                   "Python constants in float32 (a torch port without T5's .float()).  learned: arange (int64 ids), mask-int64 (OPT's cumsum on an int "
                    "mask), mask-cumsum (the mask in DTYPE, torch's cumsum), mask-scan (every partial sum in DTYPE).  "
                    "xlnet: transformers (float32, table cast), arange-dtype (torch.arange(..., dtype=DTYPE)), "
                    "positions-dtype (only the distances in DTYPE).  [default: every path of the scheme]")

@@ -34,6 +34,10 @@ The code paths (:data:`PATHS`), every operation rounded as the real code rounds 
                    MindSpore's bf16 T5, mindone#670).
 ``cast-distance``  the distance cast to the dtype, the rest float32 (distances
                    built from position ids held in the model dtype).
+``lowp-eager``     every operation in the dtype as eager torch runs it: the
+                   Python constants stay float32 (its opmath for bf16/fp16
+                   tensors); a torch port without T5's ``.float()``,
+                   DeBERTa's function run on tensors of the dtype.
 
 The exact bucket is decided on integers: ``trunc(y) >= k`` iff ``d**K *
 me**k >= max_distance**k * me**K`` (DeBERTa: ``ceil(y) <= k`` iff
@@ -66,13 +70,15 @@ __all__ = ["DEFAULTS", "MAX_BUCKETS", "MAX_DISTANCE", "PATHS", "SCHEMES", "Bucke
            "path_buckets"]
 
 SCHEMES: tuple[str, ...] = ("t5", "deberta")
-PATHS: tuple[str, ...] = ("transformers", "lowp", "cast-distance")
+PATHS: tuple[str, ...] = ("transformers", "lowp", "cast-distance", "lowp-eager")
 _FLOAT32_BUCKET = "compute the bucket in float32: .float() on the distance before the log, as transformers does"
 LABELS: dict[str, tuple[str, str | None]] = {  # each path as the bottom line names it, and its fix
     "transformers": ("transformers (distances int64, the bucket log or the sinusoid in float32)", None),
     "lowp": ("every bucket operation in the dtype (lowp: an ONNX float16 export, MindSpore bfloat16)",
              _FLOAT32_BUCKET),
     "cast-distance": ("the distance cast to the dtype (cast-distance)", _FLOAT32_BUCKET),
+    "lowp-eager": ("every bucket operation in the dtype in eager torch, constants float32 (lowp-eager: a torch port "
+                   "without .float())", _FLOAT32_BUCKET),
 }
 DEFAULTS: dict[str, tuple[int, int]] = {
     "t5": (32, 128),  # relative_attention_num_buckets, relative_attention_max_distance (every T5 / Flan-T5 / UMT5)
@@ -203,7 +209,8 @@ _F32 = get_format("float32")
 
 def _formats(path: str, dtype: Format) -> tuple[Format, Format]:
     """(format of the distance after the int -> float conversion, format of every later operation)."""
-    return {"transformers": (_F32, _F32), "lowp": (dtype, dtype), "cast-distance": (dtype, _F32)}[path]
+    return {"transformers": (_F32, _F32), "lowp": (dtype, dtype), "cast-distance": (dtype, _F32),
+            "lowp-eager": (dtype, dtype)}[path]
 
 
 def _const(value: float, work: Format, constants: str) -> F64:
@@ -259,6 +266,7 @@ def path_buckets(scheme: BucketScheme, distances: npt.ArrayLike, path: str, dtyp
     the dtype, as a graph converted to float16 (ONNX) does; ``"float32"`` keeps them in float32, as torch
     does when it runs the function on tensors of the dtype (Python scalars and 0-dim float32 tensors stay
     in its float32 opmath; the tests run DeBERTa's ``make_log_bucket_position`` on bf16/fp16 tensors).
+    The path ``lowp-eager`` is ``lowp`` with ``constants="float32"`` (``constants`` is then not read).
 
     A distance that becomes inf or nan in the dtype (float16 from 65520) reaches ``.to(torch.long)``
     as a non-finite value, whose integer is undefined behaviour: nan here.
@@ -267,6 +275,12 @@ def path_buckets(scheme: BucketScheme, distances: npt.ArrayLike, path: str, dtyp
     [15.0, nan]
     >>> path_buckets(BucketScheme("deberta"), [300, 301], "lowp", "bfloat16").tolist()  # 301 -> 300 in bf16
     [207.0, 207.0]
+    >>> exact_buckets(BucketScheme("t5"), [16, 45]).tolist()
+    [10, 12]
+    >>> path_buckets(BucketScheme("t5"), [16, 45], "lowp", "bfloat16").tolist()  # constants in bf16
+    [10.0, 13.0]
+    >>> path_buckets(BucketScheme("t5"), [16, 45], "lowp-eager", "bfloat16").tolist()  # constants in float32
+    [9.0, 12.0]
     """
     check_choice(path, "path", PATHS)
     check_choice(constants, "constants", ("dtype", "float32"))
@@ -274,5 +288,7 @@ def path_buckets(scheme: BucketScheme, distances: npt.ArrayLike, path: str, dtyp
     d = np.asarray(distances, dtype=np.float64)
     if d.size and (d.min() < 0 or not np.all(d == np.floor(d))):
         raise ValueError(f"distances {describe(distances)} must be non-negative integers")
+    if path == "lowp-eager":
+        path, constants = "lowp", "float32"
     with np.errstate(invalid="ignore"):
         return _PATH_FUNCTIONS[scheme.scheme](scheme, d, path, f, constants)

@@ -19,9 +19,10 @@ __all__ = ["RELATIVE_FORMATS", "plot_relative", "relative_rows"]
 
 RELATIVE_FORMATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 _PATH_STYLE = {"lowp": dict(ls="-", lw=2.0), "cast-distance": dict(ls=(0, (4, 2)), lw=1.6),
-               "transformers": dict(ls=":", lw=1.6)}
+               "transformers": dict(ls=":", lw=1.6), "lowp-eager": dict(ls=(0, (1, 1.5, 5, 1.5)), lw=1.6)}
 _PATH_LABEL = {"lowp": "lowp (every op in dtype)", "cast-distance": "cast-distance (distance in dtype)",
-               "transformers": "transformers (.float(): float32)"}
+               "transformers": "transformers (.float(): float32)",
+               "lowp-eager": "lowp-eager (every op in dtype, constants float32: eager torch)"}
 _TITLES = {"t5": "T5 buckets (32 buckets, max_distance 128, bidirectional)",
            "deberta": "DeBERTa log buckets (256 buckets, max_position 512)"}
 
