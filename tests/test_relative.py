@@ -32,6 +32,8 @@ from _thirdparty import private
 mpmath = pytest.importorskip("mpmath")
 torch = pytest.importorskip("torch")
 
+from referees._ports import t5_bucket_port  # noqa: E402
+
 TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 ML = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn}
 N = 70000  # past float16's overflow at 65520
@@ -272,31 +274,15 @@ def test_deberta_lowp_matches_transformers_run_in_the_dtype(fmt):
     assert np.array_equal(got[ok], np.minimum(np.trunc(ref), 256)[ok])
 
 
-def _t5_port(rel, bidirectional: bool, nb: int = 32, md: int = 128):
-    """T5's bucket formula as transformers writes it, without the ``.float()`` before the log: a port that runs
-    it in the tensor's dtype (as mindone's MindSpore port does).  Written here, run in eager torch."""
-    buckets = 0
-    if bidirectional:
-        nb //= 2
-        buckets = (rel > 0).to(torch.long) * nb
-        rel = torch.abs(rel)
-    else:
-        rel = -torch.min(rel, torch.zeros_like(rel))
-    me = nb // 2
-    large = me + (torch.log(rel / me) / math.log(md / me) * (nb - me)).to(torch.long)
-    large = torch.min(large, torch.full_like(large, nb - 1))
-    return buckets + torch.where(rel < me, rel.to(torch.long), large)
-
-
 @pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_t5_lowp_eager_matches_a_torch_port_run_in_the_dtype(fmt, bidirectional):
-    # eager torch on bf16/fp16 tensors keeps the Python constants (max_exact, log(md / me), K) in float32 opmath and
+    # a torch port of T5's formula without .float() (referees._ports): eager torch on bf16/fp16 tensors keeps the Python constants (max_exact, log(md / me), K) in float32 opmath and
     # rounds each op's float32 result to the dtype: the lowp-eager path.  torch's bf16/fp16 log is float32's
     # faithful log rounded again, so distances whose exact log lies within 1 float32 ulp of a midpoint of the
     # dtype are left out (as for DeBERTa); the divisions by a power of two are exact.
     d = np.arange(N)
-    ref = _t5_port(-torch.arange(N).to(TORCH[fmt]), bidirectional).double().numpy()
+    ref = t5_bucket_port(-torch.arange(N).to(TORCH[fmt]), bidirectional).double().numpy()
     got = path_buckets(BucketScheme("t5", bidirectional=bidirectional), d, "lowp-eager", fmt)
     ok = np.isfinite(got)
     assert ok.sum() == (65520 if fmt == "float16" else N)

@@ -251,6 +251,15 @@ def test_operand_downcast_rule():
     assert operand_exact_in(np.array([0.1]), "float32") == ()
     assert operand_exact_in(np.array([0.5625, 1.0]), "float32") == ("bfloat16", "float16")
     assert operand_exact_in(np.array([1.0 + 2.0**-9]), "float32") == ("float16",)
+    # a short constant (Bloom's slope base 0.5, a float32 0-dim tensor) is exact everywhere: no downcast
+    from precision_audit.trace.report import operand_rows
+    from precision_audit.trace.shadow import OperandRecord
+
+    def flag(values):
+        (row,) = operand_rows({"c": OperandRecord("c", "float32", (len(values),), np.array(values), 0)})
+        return row.downcast
+
+    assert not flag([0.5]) and not flag([0.375, 1.5]) and flag([0.3984375]) and flag([0.5, 0.3984375])
 
 
 # --------------------------------------------------------------------------- bad input: ValueError naming it

@@ -212,7 +212,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     ``target(x, position_ids[, layer_type])`` when its forward takes ``position_ids`` second (``x``: zeros of
     shape (1, length, 1) in ``dtype``), as ``target(x)`` when it takes one argument (positions made inside:
     an ``arange`` is a position input too), or as ``target(**inputs)`` with ``positions`` naming the
-    position inputs (default: those of ``position_ids, positions, cache_position, attention_mask, mask``).
+    position inputs (default: those of ``position_ids, positions, cache_position, attention_mask, mask``;
+    ``length`` is then theirs: the result's ``length`` is their last dimension).
     ``rope`` (default: when called with the rotary protocol and a schedule is known: ``schedule``, else the
     config it was built from, else ``target.config``) adds the RoPE audit of its cos/sin and hf-scan's damage
     test.  A target that is not callable, takes no position input, never uses one, or raises: ValueError.
@@ -257,6 +258,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     keep.drop()
     ops = op_rows(first.records, first.producers, explained)
     operands = operand_rows(first.operands)
+    if inputs is not None:  # the length the code ran: its position inputs' last dimension
+        length = max((int(kwargs[s].shape[-1]) for s in seeds if getattr(kwargs[s], "ndim", 0)), default=length)
     lines = summary_lines(ops, operands, final, length, _CAST_FIX)
     extra: dict[str, Any] = {}
     if want_rope:

@@ -38,7 +38,7 @@ class TraceOp(Row):
 
     ``error``: max |real - float64 shadow| of its output (what it carries); ``added``: max |real - the same
     op in float64 on its real inputs| (what it adds itself); ``first_inexact``: for positions (integer-valued
-    shadows), the first position whose real value is not exact; ``explained``: the largest share of a returned
+    shadows), the position (or distance) nearest zero whose real value is not exact; ``explained``: the largest share of a returned
     tensor's error that goes away when this op alone runs in float64 (None: not rerun, it adds nothing); ``role``: position
     factory (arange, linspace), output cast (a cast that makes a returned tensor and loses no position: the
     expected final rounding), or op.
@@ -95,6 +95,17 @@ def operand_exact_in(values: np.ndarray, dtype: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _simple(values: np.ndarray) -> bool:
+    """Every value a multiple of a power of two by an integer below 16 (0.5, 0.375, 3.0): a constant written
+    that way is exact in every format, so its exactness in bf16 says nothing of a downcast.
+
+    >>> _simple(np.array([0.5, 0.375, -12.0])), _simple(np.array([0.5, 0.3984375]))
+    (True, False)
+    """
+    m, _ = np.frexp(values)
+    return bool(np.all(m * 16 == np.round(m * 16)))
+
+
 def operand_rows(operands: dict[str, OperandRecord]) -> list[TraceOperand]:
     """One row per operand, downcast ones first."""
     rows = []
@@ -103,7 +114,7 @@ def operand_rows(operands: dict[str, OperandRecord]) -> list[TraceOperand]:
         finite = o.values[np.isfinite(o.values)]
         fractional = bool(finite.size) and not np.array_equal(finite, np.round(finite))
         stored_wide = o.dtype in ("float32", "float64")
-        downcast = stored_wide and bool(exact) and fractional
+        downcast = stored_wide and bool(exact) and fractional and not _simple(finite)
         if downcast and o.origin_dtype:
             note = f"a {o.dtype} copy of a {o.origin_dtype} tensor: its values were rounded to {o.origin_dtype}"
         elif downcast:
@@ -148,13 +159,13 @@ def op_fix(op: TraceOp) -> str:
     narrow = op.out_dtype in ("bfloat16", "float16") or get_format_bits(op.out_dtype) < 24
     if op.role == "position factory":
         return f"build positions in int64 or float32 ({op.op.split('.')[1]} without dtype={op.out_dtype}); " \
-               "cast only the final cos/sin"
+               "cast only the final output (cos/sin, bias, bucket)"
     if op.role == "output cast":
         return f"expected: the final rounding to {op.out_dtype}"
     if op.op.startswith("aten._to_copy") and narrow:
-        return f"do not cast to {op.out_dtype} here: keep float32 until the final cos/sin"
+        return f"do not cast to {op.out_dtype} here: keep float32 until the final output (cos/sin, bias, bucket)"
     if narrow:
-        return f"run {op.op} in float32 (upcast its inputs with .float()); cast only the final cos/sin"
+        return f"run {op.op} in float32 (upcast its inputs with .float()); cast only the final output"
     return f"{op.op} in {op.out_dtype} loses this much at this length: compute it in float64 (or split the product)"
 
 

@@ -61,7 +61,7 @@ class OpRecord:
     where: str
     error: float = 0.0  # max |real - shadow| over the output (the error carried so far)
     added: float = 0.0  # max |real - op(real inputs) in float64|: the rounding this op adds itself
-    first_inexact: int | None = None  # integer-valued shadows: the first position whose real value differs
+    first_inexact: int | None = None  # integer-valued shadows: the value nearest 0 the real one misses
     factory: bool = False
     operands: list[str] = field(default_factory=list)
 
@@ -169,7 +169,9 @@ _PREFIX = 4096  # elements checked first: a shadow with a non-integer there is n
 
 
 def _first_inexact(real: Any, shadow: Any) -> int | None:
-    """For an integer-valued shadow (positions): the shadow's value at the first element the real one misses."""
+    """For an integer-valued shadow (positions, distances): the shadow's value nearest zero among the elements
+    the real one misses (an increasing ``arange``: its first inexact element; distances -(L-1)..0: the same
+    magnitude, negative)."""
     import torch
 
     if real.numel() == 0 or real.dtype == torch.bool or real.is_complex() or real.shape != shadow.shape:
@@ -179,8 +181,11 @@ def _first_inexact(real: Any, shadow: Any) -> int | None:
         head = s[:_PREFIX]
         if not bool((head == head.round()).all()) or not bool((s == s.round()).all()):
             return None
-    bad = (real.detach().reshape(-1).double() != s.double()).nonzero()
-    return None if bad.numel() == 0 else int(s[int(bad[0])])
+    bad = (real.detach().reshape(-1).double() != s.double()).nonzero().reshape(-1)
+    if bad.numel() == 0:
+        return None
+    missed = s[bad]
+    return int(missed[int(missed.abs().argmin())])
 
 
 def _is_cast(name: str, args: tuple, kwargs: dict) -> bool:
