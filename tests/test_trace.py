@@ -91,9 +91,28 @@ def test_bf16_arange_is_named_with_its_first_inexact_position():
     assert op.first_inexact == BF16_FIRST_INEXACT == 257
     # bf16 spacing at L-1 (2**11 .. 2**12: 16) halves to the worst position error, 8
     assert op.added == op.error == get_format("bfloat16").max_exact_integer * 0 + 8
+    assert op.added_half_ulps == 1.0  # one correct rounding: half the spacing 16 of [2048, 4096)
     assert op.explained > 0.9
     assert f"first inexact position {BF16_FIRST_INEXACT}" in r.lines[0] and "int64 or float32" in r.lines[0]
     assert r.verdict is None  # no config, no schedule: no RoPE audit
+
+
+def test_ops_inside_a_submodule_carry_its_path():
+    """A module whose submodule makes bf16 positions: the ops run by the submodule's forward carry its path (as
+    named_modules names it), the outer module's own ops the root's (""), and the first line says where."""
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = Bf16Positions()
+
+        def forward(self, x, position_ids):
+            return tuple(t * 2.0 for t in self.rope(x, position_ids))
+
+    r = trace(Outer(), L)
+    (op,) = r.culprits
+    assert op.module == "rope" and op.op.startswith("aten.arange") and " in rope: " in r.lines[0]
+    assert [o.module for o in r.ops[-2:]] == ["", ""] and r.ops[-1].op == "aten.mul.Tensor"
 
 
 def test_fp32_rotary_names_no_op_beyond_the_output_rounding():

@@ -32,7 +32,9 @@ class _TraceCommand(AuditCommand):
 
 _OP_COLUMNS: list[Column] = [
     ("#", "index"), ("op", "op"), ("where", "where"), ("in", lambda r: ",".join(r["in_dtypes"])),
-    ("out", "out_dtype"), ("error", "error"), ("added", "added"), ("first inexact", "first_inexact"),
+    ("out", "out_dtype"), ("error", "error"), ("added", "added"),
+    ("half-ulps", lambda r: "-" if r["added_half_ulps"] is None else f"{r['added_half_ulps']:.3g}"),
+    ("first inexact", "first_inexact"),
     ("explains", lambda r: "-" if r["explained"] is None else f"{100 * r['explained']:.1f}%"), ("role", "role"),
 ]
 _OPERAND_COLUMNS: list[Column] = [
@@ -79,7 +81,8 @@ def trace_cmd(target: str, cast_dtype: str | None, length: int, dtypes: tuple[st
         if i:
             click.echo("")
         _print(result)
-    click.echo("\nerror: max |real - float64 shadow| of the op's output; added: what the op adds on its own inputs; "
+    click.echo("\nerror: max |real - float64 shadow| of the op's output; added: what the op adds on its own inputs "
+               "(half-ulps: in half-ulps of its output format where it adds the most; 1 = one correct rounding); "
                "explains: share of a returned tensor's error gone when the op alone runs in float64.")
 
 
@@ -89,7 +92,10 @@ def _print(result: Any) -> None:
     for line in result.lines:
         click.echo(f"  {line}")
     click.echo("")
-    echo_table([o.to_dict() for o in result.ops], _OP_COLUMNS)
+    columns = list(_OP_COLUMNS)
+    if any(o.module for o in result.ops):  # ops inside submodules: say which
+        columns.insert(3, ("module", lambda r: r["module"] or "-"))
+    echo_table([o.to_dict() for o in result.ops], columns)
     if result.operands:
         click.echo("")
         echo_table([o.to_dict() for o in result.operands], _OPERAND_COLUMNS)

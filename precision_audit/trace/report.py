@@ -41,7 +41,11 @@ class TraceOp(Row):
     shadows), the position (or distance) nearest zero whose real value is not exact; ``explained``: the largest share of a returned
     tensor's error that goes away when this op alone runs in float64 (None: not rerun, it adds nothing); ``role``: position
     factory (arange, linspace), output cast (a cast that makes a returned tensor and loses no position: the
-    expected final rounding), or op.
+    expected final rounding), or op.  ``where``: the source line that ran it; ``module``: the path of the module
+    whose forward ran it, as the traced module's ``named_modules`` names it ("": the traced module itself or a
+    function; a module from outside it: its class name); ``added_half_ulps``: ``added`` in half-ulps of the
+    output's format at the exact value where it is largest (1: one correct rounding's worst; None: an integer
+    output or not measured).
     """
 
     index: int
@@ -56,6 +60,8 @@ class TraceOp(Row):
     explained: float | None
     role: str
     operands: tuple[str, ...] = ()
+    module: str = ""
+    added_half_ulps: float | None = None
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
@@ -140,7 +146,8 @@ def op_rows(records: Sequence[OpRecord], producers: Sequence[int | None],
             explained: dict[int, float]) -> list[TraceOp]:
     """The tracer's records as rows, with each rerun op's share of the final error."""
     return [TraceOp(r.index, r.op, r.where, r.in_dtypes, r.out_dtype, r.shape, r.error, r.added, r.first_inexact,
-                    explained.get(r.index), _role(r, producers), tuple(r.operands)) for r in records]
+                    explained.get(r.index), _role(r, producers), tuple(r.operands), r.module, r.added_half_ulps)
+            for r in records]
 
 
 def culprits(ops: Sequence[TraceOp]) -> list[TraceOp]:
@@ -181,6 +188,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _at(op: TraceOp) -> str:
+    return op.where + (f" in {op.module}" if op.module else "")
+
+
 def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], final_error: float, length: int,
                   cast_fix: str) -> list[str]:
     """The first lines of a trace: downcast operands, the op(s) where the loss enters, and the fixes."""
@@ -192,12 +203,14 @@ def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], fina
     found = culprits(ops)
     for op in found:
         lost = f"first inexact position {op.first_inexact}, " if op.first_inexact is not None else ""
-        lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {op.where}: {lost}adds {op.added:.3g}, "
+        h = op.added_half_ulps
+        ulps = f" ({h:.3g} half-ulp{'' if h == 1 else 's'} of {op.out_dtype})" if h is not None else ""
+        lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {_at(op)}: {lost}adds {op.added:.3g}{ulps}, "
                      f"explains {_pct(op.explained)} of the final error {final_error:.3g} at length {length}; "
                      f"fix: {op_fix(op)}")
     for op in ops:  # positions lost in an op that is not named above still deserve a line
         if op.first_inexact is not None and op not in found and op.added > 0:
-            lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {op.where}: first inexact position "
+            lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {_at(op)}: first inexact position "
                          f"{op.first_inexact}; fix: {op_fix(op)}")
     if not found:
         casts = [o for o in ops if o.role == "output cast" and o.added > 0]

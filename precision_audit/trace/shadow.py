@@ -21,17 +21,18 @@ explicit casts still cast: what the final error would be had that one op not los
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Kept", "OpRecord", "OperandRecord", "Traced", "error_between", "run_traced"]
+__all__ = ["Kept", "OpRecord", "OperandRecord", "Traced", "error_between", "half_ulps", "run_traced"]
 
 _FACTORIES = ("aten.arange", "aten.linspace", "aten.range")
 # ops that move or copy values without computing new ones: they add no rounding of their own (``added`` 0, not
@@ -64,6 +65,8 @@ class OpRecord:
     first_inexact: int | None = None  # integer-valued shadows: the value nearest 0 the real one misses
     factory: bool = False
     operands: list[str] = field(default_factory=list)
+    module: str = ""  # the module whose forward ran the op: its path in the traced module ("" the root itself)
+    added_half_ulps: float | None = None  # ``added`` in half-ulps of the output's format where it is largest
 
 
 @dataclass
@@ -106,7 +109,7 @@ def error_between(real: Any, shadow: Any) -> float:
         return float((real != shadow.to(real.dtype)).any())
     if real.shape != shadow.shape:
         return math.inf
-    (top,) = _max_abs_diffs(real, [shadow])  # NaN when any difference is NaN (inf - inf, or a NaN on one side)
+    (top,), _ = _max_abs_diffs(real, [shadow])  # NaN when any difference is NaN (inf - inf, or a NaN on one side)
     return top if math.isfinite(top) else _error_slow(real, shadow)
 
 
@@ -114,9 +117,10 @@ _BLOCK = 1 << 18  # elements per step of a comparison (2 MiB of float64 scratch)
 # overhead on every 32K elements (128K x 128 outputs: 21 ms a comparison against 10 ms)
 
 
-def _max_abs_diffs(real: Any, others: Sequence[Any]) -> list[float]:
+def _max_abs_diffs(real: Any, others: Sequence[Any], locate: bool = False) -> tuple[list[float], int | None]:
     """max |real - other| in float64 for each of ``others`` (same shape), in cache-sized blocks: each block of
-    ``real`` converted to float64 once (exact), each difference rounded once; NaN where a difference is NaN."""
+    ``real`` converted to float64 once (exact), each difference rounded once; NaN where a difference is NaN.
+    ``locate``: also the flat index of the last one's largest difference (else None)."""
     import torch
 
     r = real.detach().reshape(-1)
@@ -125,31 +129,62 @@ def _max_abs_diffs(real: Any, others: Sequence[Any]) -> list[float]:
     k = min(n, _BLOCK)
     up, diff = torch.empty(k, dtype=torch.float64), torch.empty(k, dtype=torch.float64)
     tops = [torch.zeros((), dtype=torch.float64) for _ in os_]
+    peaks = []  # locate: each block's largest difference
     for a in range(0, n, k):
         m = min(n, a + k) - a
         u, d = up[:m], diff[:m]
         u.copy_(r[a:a + m])
         for j, o in enumerate(os_):
             torch.sub(u, o[a:a + m], out=d)
-            tops[j] = torch.maximum(tops[j], d.abs_().max())
-    return [float(t) for t in tops]
+            top = d.abs_().max()
+            tops[j] = torch.maximum(tops[j], top)
+            if locate and j == len(os_) - 1:
+                peaks.append(top)
+    if not locate:
+        return [float(t) for t in tops], None
+    a = k * int(torch.argmax(torch.stack(peaks)))  # the block holding the largest (a NaN counts as the largest)
+    m = min(n, a + k) - a
+    d = diff[:m]
+    torch.sub(up[:m].copy_(r[a:a + m]), os_[-1][a:a + m], out=d)
+    return [float(t) for t in tops], a + int(torch.argmax(d.abs_()))
 
 
-def _errors(real: Any, shadow: Any, local: Any, carried: float | None) -> tuple[float, float]:
-    """(max |real - shadow|, max |real - local|) of one op's output.  An op that only moves values has no
-    ``local`` (it adds nothing) and may pass ``carried``, the largest error its inputs carry; otherwise both
-    comparisons share one float64 conversion of ``real`` per block (:func:`_max_abs_diffs`)."""
+def half_ulps(added: float, exact: float, dtype: str) -> float | None:
+    """``added`` in half-ulps of ``dtype`` at ``exact`` (the op's own float64 value where it adds the most): 1 is
+    one correct rounding's worst case; None for an integer or unknown dtype, or a non-finite value.
+
+    >>> half_ulps(8.0, 4095.0, "bfloat16"), half_ulps(2.0**-9, 0.99, "bfloat16"), half_ulps(1.0, 3.0, "int64")
+    (1.0, 1.0, None)
+    """
+    from ..formats import get_format, spacing
+
+    try:
+        fmt = get_format(dtype)
+    except ValueError:
+        return None
+    if fmt.name in ("int64", "int32", "int16", "int8", "uint8", "bool") or not (math.isfinite(added)
+                                                                              and math.isfinite(exact)):
+        return None
+    return added / (float(spacing([exact], fmt)[0]) / 2)
+
+
+def _errors(real: Any, shadow: Any, local: Any, carried: float | None) -> tuple[float, float, float | None]:
+    """(max |real - shadow|, max |real - local|, the float64 value ``local`` holds where the second is reached)
+    of one op's output.  An op that only moves values has no ``local`` (it adds nothing) and may pass
+    ``carried``, the largest error its inputs carry; otherwise both comparisons share one float64 conversion of
+    ``real`` per block (:func:`_max_abs_diffs`).  The value is None where not located."""
     import torch
 
     if local is None:
-        return (error_between(real, shadow) if carried is None else carried), 0.0
+        return (error_between(real, shadow) if carried is None else carried), 0.0, None
     plain = all(isinstance(t, torch.Tensor) and t.shape == real.shape for t in (real, shadow, local)) \
         and real.numel() > 0 and real.dtype != torch.bool and not real.is_complex()
     if not plain:
-        return error_between(real, shadow), error_between(real, local)
-    err, add = _max_abs_diffs(real, [shadow, local])
+        return error_between(real, shadow), error_between(real, local), None
+    (err, add), at = _max_abs_diffs(real, [shadow, local], locate=True)
+    value = float(local.detach().reshape(-1)[at]) if at is not None and math.isfinite(add) else None
     return (err if math.isfinite(err) else _error_slow(real, shadow),
-            add if math.isfinite(add) else _error_slow(real, local))
+            add if math.isfinite(add) else _error_slow(real, local), value)
 
 
 def _error_slow(real: Any, shadow: Any) -> float:
@@ -363,6 +398,7 @@ def _mode_class() -> type:
             self.written: dict[int, Any] = {}  # storage -> its derived base written in place (a weak reference)
             self.upcasts: dict[tuple[int, int], tuple[Any, Any]] = {}  # (id, version) -> (tensor ref, float64 copy)
             self.n_const = 0
+            self.modules: list[str] = []  # the module paths whose forward is running, innermost last
 
         def _operand(self, t: Any, index: int) -> str:
             name, origin = self.names.get(t, (None, None))
@@ -595,8 +631,11 @@ def _mode_class() -> type:
                 self.producer[o] = index
                 if rec is None:
                     rec = OpRecord(index, name, tuple(_dtype_name(t) for t in tensors), _dtype_name(o),
-                                   tuple(o.shape), _where(), factory=factory, operands=sorted(set(operands)))
-                    rec.error, rec.added = _errors(o, s, lo, carried)
+                                   tuple(o.shape), _where(), factory=factory, operands=sorted(set(operands)),
+                                   module=self.modules[-1] if self.modules else "")
+                    rec.error, rec.added, at = _errors(o, s, lo, carried)
+                    rec.added_half_ulps = (0.0 if rec.added == 0 and o.is_floating_point() else None) if at is None \
+                        else half_ulps(rec.added, at, _dtype_name(o))
                     rec.first_inexact = _first_inexact(o, s) if rec.error > 0 else None
                     if rec.added > 0 and self.keep is not None and local is not None and not _mutates(func):
                         self.keep.add_local(index, local, name)
@@ -611,11 +650,39 @@ def _mode_class() -> type:
                 self._refresh(outs)
             if rec is None:  # a scalar result (e.g. .item()): still one traced op, so indices stay aligned
                 rec = OpRecord(index, name, tuple(_dtype_name(t) for t in tensors), type(out).__name__, (), _where(),
-                               factory=factory, operands=sorted(set(operands)))
+                               factory=factory, operands=sorted(set(operands)),
+                               module=self.modules[-1] if self.modules else "")
             self.records.append(rec)
             return out
 
     return TraceMode
+
+
+@contextlib.contextmanager
+def _module_paths(fn: Any, stack: list[str] | None) -> Iterator[None]:
+    """While the call runs, ``stack`` holds the path of each module whose forward is running (as ``fn``'s
+    ``named_modules`` names it; a module outside ``fn``: its class name), innermost last (None: not kept)."""
+    import torch
+
+    if stack is None:
+        yield
+        return
+    paths = {id(m): n for n, m in fn.named_modules()} if isinstance(fn, torch.nn.Module) else {}
+
+    def enter(module: Any, args: Any) -> None:
+        stack.append(paths.get(id(module), type(module).__name__))
+
+    def leave(module: Any, args: Any, out: Any) -> None:
+        if stack:
+            stack.pop()
+
+    hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
+             torch.nn.modules.module.register_module_forward_hook(leave, always_call=True)]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
@@ -641,7 +708,7 @@ def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
             raise ValueError(f"position input {s!r} is {type(t).__name__}, not a tensor")
         seed_tensors.append(t)
     mode = _mode_class()(seed_tensors, {id(t): (t, n) for n, t in (names or {}).items()}, fix, keep)
-    with torch.no_grad(), mode:
+    with torch.no_grad(), _module_paths(fn, mode.modules if fix is None else None), mode:
         out = fn(*args, **kwargs)
     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
     return Traced(out, outs, [mode.shadow.get(t) for t in outs], mode.records, mode.operands,
