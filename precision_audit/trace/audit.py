@@ -28,7 +28,7 @@ from ..checks import ArgumentTypeError, check_flag, check_int, describe
 from ..formats import Format, get_format
 from ..rows import Row
 from .report import TraceOp, TraceOperand, culprits, op_rows, operand_rows, summary_lines
-from .shadow import Kept, Traced, error_between, run_traced
+from .shadow import Kept, Traced, count_changed, error_between, run_traced
 from .target import Target, calling_convention, check_inputs, load_target, takes_layer_type
 
 __all__ = ["MAX_TRACE_LENGTH", "TraceResult", "trace"]
@@ -45,9 +45,13 @@ class TraceResult(Row):
     """A trace: the lines to read first, every op on a position-derived tensor, the operands it met, and for
     a rotary module the RoPE rows (:class:`precision_audit.hf.ModuleRow` as dicts) with their verdict.
 
-    ``final_error``: max |real - shadow| over the returned tensors; ``damaged``: the rotary module's max
-    rotation error exceeds :func:`precision_audit.hf.damage_threshold` (``hf-scan``'s test; None without a
-    schedule); ``verdict``: the RoPE audit's verdict (safe / degraded / broken), None without one.
+    ``final_error``: max |real - shadow| over the returned tensors; ``outputs``: per returned tensor with a
+    shadow, ``{"index", "dtype", "shape", "error", "changed", "values"}``: its max |real - shadow| and how many
+    of its values differ from the shadow rounded once to its dtype (a bucket that moved, a bias or cos/sin
+    value beyond its final rounding; the shadow computes from the operands' stored values, so a downcast
+    operand changes none: its flag says it); ``damaged``: the rotary module's max rotation error exceeds
+    :func:`precision_audit.hf.damage_threshold` (``hf-scan``'s test; None without a schedule); ``verdict``: the
+    RoPE audit's verdict (safe / degraded / broken), None without one.
     """
 
     target: str
@@ -62,6 +66,7 @@ class TraceResult(Row):
     verdict: str | None = None
     damaged: bool | None = None
     threshold: float | None = None
+    outputs: tuple[dict[str, Any], ...] = ()
 
     @property
     def culprits(self) -> list[TraceOp]:
@@ -185,6 +190,24 @@ def _output_errors(run: Traced, shadows: list[Any], main: Traced | None = None,
     return out
 
 
+def _changed(run: Traced, before: list[float]) -> list[dict[str, Any]]:
+    """Each returned tensor with a shadow: its error and the values that differ from its shadow rounded once to
+    its dtype (nan equal to nan)."""
+    import torch
+
+    out, k = [], 0
+    for i, (o, s) in enumerate(zip(run.outputs, run.shadows)):
+        if s is None:
+            continue
+        err, k = before[k], k + 1
+        changed = None
+        if isinstance(s, torch.Tensor) and s.shape == o.shape and not o.is_complex() and o.dtype != torch.bool:
+            changed = count_changed(o, s)
+        out.append({"index": i, "dtype": str(o.dtype).removeprefix("torch."), "shape": tuple(o.shape),
+                    "error": err if math.isfinite(err) else math.inf, "changed": changed, "values": o.numel()})
+    return out
+
+
 def _share(before: list[float], after: list[float]) -> float:
     """The largest share of one output's error that went away (0 when none did)."""
     shares = [(b - a) / b for b, a in zip(before, after) if b > 0 and math.isfinite(b)]
@@ -260,7 +283,13 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     operands = operand_rows(first.operands)
     if inputs is not None:  # the length the code ran: its position inputs' last dimension
         length = max((int(kwargs[s].shape[-1]) for s in seeds if getattr(kwargs[s], "ndim", 0)), default=length)
+    outs = _changed(first, before)
     lines = summary_lines(ops, operands, final, length, _CAST_FIX)
+    for o in outs:
+        if o["changed"] is not None:
+            lines.append(f"output {o['index']} ({o['dtype']}, {'x'.join(map(str, o['shape'])) or 'scalar'}): "
+                         f"{o['changed']} of {o['values']} values differ from its float64 shadow rounded to "
+                         f"{o['dtype']} (max error {o['error']:.3g})")
     extra: dict[str, Any] = {}
     if want_rope:
         extra = _rope(t, length, fmt.name, layer_type, sched)
@@ -269,4 +298,4 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
                      f"({row['schedule']}); {'damaged' if extra['damaged'] else 'not damaged'} by hf-scan's test "
                      f"(limit {extra['threshold']:.3g} rad)")
     return TraceResult(t.label, length, fmt.name, tuple(lines), final if math.isfinite(final) else math.inf,
-                       tuple(ops), tuple(operands), layer_type, **extra)
+                       tuple(ops), tuple(operands), layer_type, **extra, outputs=tuple(outs))

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Kept", "OpRecord", "OperandRecord", "Traced", "error_between", "half_ulps", "run_traced"]
+__all__ = ["Kept", "OpRecord", "OperandRecord", "Traced", "count_changed", "error_between", "half_ulps", "run_traced"]
 
 _FACTORIES = ("aten.arange", "aten.linspace", "aten.range")
 # ops that move or copy values without computing new ones: they add no rounding of their own (``added`` 0, not
@@ -147,6 +147,36 @@ def _max_abs_diffs(real: Any, others: Sequence[Any], locate: bool = False) -> tu
     d = diff[:m]
     torch.sub(up[:m].copy_(r[a:a + m]), os_[-1][a:a + m], out=d)
     return [float(t) for t in tops], a + int(torch.argmax(d.abs_()))
+
+
+def count_changed(real: Any, shadow: Any) -> int:
+    """How many values of ``real`` differ from ``shadow`` rounded once to ``real``'s dtype (nan equal to nan),
+    in blocks (:data:`_BLOCK`), the rounded block in one reused buffer.
+
+    >>> import torch
+    >>> count_changed(torch.tensor([1.0, 2.0, float("nan")]), torch.tensor([1.0, 2.5, float("nan")], dtype=torch.float64))
+    1
+    """
+    import torch
+
+    r, s = real.detach().reshape(-1), shadow.detach().reshape(-1)
+    n = r.numel()
+    k = max(1, min(n, _BLOCK))
+    buf, ne = torch.empty(k, dtype=real.dtype), torch.empty(k, dtype=torch.bool)
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(real.element_size()) \
+        if real.is_floating_point() else None
+    changed = 0
+    for a in range(0, n, k):
+        m = min(n, a + k) - a
+        x, b = r[a:a + m], buf[:m].copy_(s[a:a + m])
+        if bits is None:
+            changed += int(torch.ne(x, b, out=ne[:m]).sum())
+            continue
+        torch.ne(x.view(bits), b.view(bits), out=ne[:m])  # other bits: a change, unless equal as numbers
+        if int(torch.count_nonzero(ne[:m])):  # (-0 beside 0) or both nan
+            xm, bm = x[ne[:m]], b[ne[:m]]
+            changed += int(torch.count_nonzero(~((xm == bm) | (xm.isnan() & bm.isnan()))))
+    return changed
 
 
 def half_ulps(added: float, exact: float, dtype: str) -> float | None:
