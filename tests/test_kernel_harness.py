@@ -10,6 +10,7 @@ real third-party kernels read through the referee helpers of tests/referees (``m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,36 @@ def test_threaded_pass_gives_the_same_bits_and_restores_torch_threads(monkeypatc
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(n0)
+
+
+@pytest.mark.parametrize("spare", [True, False])
+def test_a_kernel_writing_into_its_own_buffers_is_read_before_its_next_call(monkeypatch: Any, spare: bool) -> None:
+    """A kernel that returns the same output buffers every call (as a CUDA-graph-friendly kernel does): its
+    output is read before the next call overwrites it, so the rows equal those of the same kernel returning
+    fresh tensors, with the reductions threaded from the start or after the switch."""
+    from precision_audit.hf import modules
+
+    s = RopeSchedule(head_dim=32)
+    inv = torch.tensor(s.inv_freq_in("float32"))
+    fresh = _neox(inv, torch.bfloat16)
+    out: dict[int, Any] = {}
+
+    def persistent(q: Any, k: Any, p: Any) -> Any:
+        a, b = fresh(q, k, p)
+        buf = out.setdefault(q.shape[0], (torch.empty_like(a), torch.empty_like(b)))
+        return buf[0].copy_(a), buf[1].copy_(b)
+
+    monkeypatch.setattr(modules, "_spare_core", lambda: spare)
+    monkeypatch.setattr(modules._ThreadPlan, "switches", staticmethod(lambda m, r, c: True))
+    n0 = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        want = audit_rotary_kernel(fresh, s, [3000, 20000], chunk=1024)
+        got = audit_rotary_kernel(persistent, s, [3000, 20000], chunk=1024)
+    finally:
+        torch.set_num_threads(n0)
+    assert [dataclasses.replace(r, kernel="k") for r in got] == [dataclasses.replace(r, kernel="k") for r in want]
+    assert want[-1].colliding_positions > 0
 
 
 def test_collisions_equal_the_definition() -> None:

@@ -26,8 +26,8 @@ import math
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,7 +183,8 @@ Block = Callable[[int, int], Any]
 """``block(start, stop) -> (rows, signed)`` for positions start..stop-1: the stored rows (any width, compared
 for collisions) and the signed rotation errors ``wrap(atan2 - exact)`` (one column per pair; nan where not
 finite), or a function of no argument that computes them (then on the reductions' thread); or a function of
-no argument that returns the pair (all the reading then on the reductions' thread)."""
+no argument that returns the pair (all the reading then on the reductions' thread), whose ``seconds``
+attribute, if any, is the reading it did already (timed as a reduction)."""
 
 
 def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, *,
@@ -226,7 +227,7 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
     # two would fight over the cores (torch's idle workers spin for a while after each op, and a parallel op
     # waits for its slowest thread: 2 cores, 1M positions of a torch kernel, 3.3 s threaded against 2.4 s),
     # so where no core is spare the first chunks run here, timed, and the rest go threaded with one torch
-    # thread fewer (:func:`_fewer_torch_threads`) only where that wins even if the code path scaled perfectly
+    # thread fewer (:class:`_ThreadPlan`) only where that wins even if the code path scaled perfectly
     # with threads.  Either way the figures are the same bits.
     order = list(range(len(bounds)) if pairs is None else pairs.order)
     forced = pairs is not None and bool(pairs.rerun)
@@ -237,14 +238,15 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
             start, stop = bounds[j]
             t0 = time.perf_counter()
             item = block(start, stop)
-            made = time.perf_counter() - t0
+            early = getattr(item, "seconds", 0.0)  # reading the block did here already: a reduction's time
+            made = time.perf_counter() - t0 - early
             if pending is not None:
                 pending.result()  # one chunk in flight: two chunks' rows alive at most
                 pending = None
             if plan.serial:
                 t0 = time.perf_counter()
                 reduce(j, item)
-                plan.timed(made, time.perf_counter() - t0)
+                plan.timed(made, time.perf_counter() - t0 + early)
             else:
                 pending = pool.submit(reduce, j, item)
             if progress is not None:
