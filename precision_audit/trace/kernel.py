@@ -206,11 +206,21 @@ class _Kernel:
             raise ValueError(f"apply kernel {self.label} returned {what} that is no array ({where}): {e}") from None
         return a
 
-    def _rows(self, t: Any, use: str = "q") -> npt.NDArray[np.floating[Any]]:
+    def _rows(self, t: Any, use: str = "q", copy: bool = True) -> npt.NDArray[np.floating[Any]]:
         """The rows as numpy, in float32 when the output's format converts to it exactly (16-bit and 8-bit
-        floats, float32: equal rows stay equal, nan stays nan), else float64."""
+        floats, float32: equal rows stay equal, nan stays nan), else float64; with ``copy=False``, a contiguous
+        bfloat16, float16 or float32 tensor as it is (a view: the kernel's output is its own, not a buffer it
+        writes again)."""
         if hasattr(t, "detach"):
             import torch
+
+            if not copy and t.is_contiguous():
+                if t.dtype == torch.bfloat16:
+                    import ml_dtypes
+
+                    return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+                if t.dtype in (torch.float16, torch.float32):
+                    return t.numpy()
 
             narrow = t.is_floating_point() and t.element_size() <= 4
             b = self._buffer(f"rows {use}", t.shape[0], t.shape[1], torch.float32 if narrow else torch.float64)
@@ -245,7 +255,7 @@ class _Kernel:
             t0 = time.perf_counter()
             got = self.read(q, k)
             return _Read(got, time.perf_counter() - t0)
-        return lambda: self.read(q, k)
+        return lambda: self.read(q, k, copy=False)
 
     def _note_buffers(self, q: Any, k: Any) -> None:
         """On the first two calls: whether the second returned memory the first's outputs (still alive) hold:
@@ -257,12 +267,13 @@ class _Kernel:
         self.reuses = bool(mine & self._first[2])
         self._first = None
 
-    def read(self, q: Any, k: Any) -> tuple[npt.NDArray[np.floating[Any]], F64, F64]:
-        """(rows, x, y) of the measured tensor: its whole rotated rows (float32 when exact, for collisions) and
-        each pair's two components (float64); also notes whether k's rotation equals q's."""
+    def read(self, q: Any, k: Any, copy: bool = True) -> tuple[npt.NDArray[np.floating[Any]], F64, F64]:
+        """(rows, x, y) of the measured tensor: its whole rotated rows (float32 when exact, or the tensor's own
+        memory with ``copy=False``, for collisions) and each pair's two components (float64); also notes whether
+        k's rotation equals q's."""
         same = self.tensors == "torch" and _same_bits(q, k)  # k's rows are q's: one copy serves both
-        qr = self._rows(q, "q")
-        kr = qr if same else self._rows(k, "k")
+        qr = self._rows(q, "q", copy)
+        kr = qr if same else self._rows(k, "k", copy)
         if self.k_same and kr is not qr and not np.array_equal(qr, kr, equal_nan=True):
             self.k_same = False
         t, rows = (q, qr) if self.measure == "q" or same else (k, kr)
