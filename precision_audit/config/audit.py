@@ -237,7 +237,7 @@ def model_paths(model: ModelConfig) -> tuple[str, ...]:
 
     >>> from precision_audit.config import load_config_dict
     >>> model_paths(load_config_dict({"model_type": "t5"}))
-    ('transformers', 'lowp', 'cast-distance')
+    ('transformers', 'lowp', 'cast-distance', 'lowp-eager')
     """
     if model.kind == "rope":
         from ..rope import PRESETS
