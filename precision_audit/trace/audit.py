@@ -28,7 +28,8 @@ from ..checks import ArgumentTypeError, check_flag, check_int, describe
 from ..formats import Format, get_format
 from ..rows import Row
 from .report import TraceOp, TraceOperand, culprits, op_rows, operand_rows, summary_lines
-from .shadow import Kept, Traced, count_changed, error_between, run_traced
+from .compare import count_changed, error_between
+from .shadow import Kept, Traced, run_traced
 from .target import Target, calling_convention, check_inputs, load_target, takes_layer_type
 
 __all__ = ["MAX_TRACE_LENGTH", "TraceResult", "trace"]
@@ -172,18 +173,17 @@ def _run(fn: Any, args: tuple, kwargs: dict, seeds: list[Any], names: dict[str, 
         raise ValueError(f"{label} raised {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
 
 
-def _output_errors(run: Traced, shadows: list[Any], main: Traced | None = None,
-                   before: list[float] | None = None) -> list[float]:
-    """max |real - shadow| of each returned tensor that has a shadow: as the main run's ops measured it where
-    they did; for a rerun (``main``, ``before``: the main run and its errors), the main run's error where the
-    rerun returned the same values (no changed value reached that output)."""
+def _output_errors(run: Traced, shadows: list[Any], before: list[float] | None = None) -> list[float]:
+    """max |real - shadow| of each returned tensor that has a shadow: for the main run as its ops measured it
+    where they did; for a rerun (``before``: the main run's errors), the main run's error where the rerun
+    returned the same values (no changed value reached that output)."""
     out = []
     for i, (o, s) in enumerate(zip(run.outputs, shadows)):
         if s is None:
             continue
-        if main is not None and before is not None and not run.changed[i]:
+        if before is not None and not run.changed[i]:
             out.append(before[len(out)])
-        elif main is None and run.errors and run.errors[i] is not None:
+        elif before is None and run.errors and run.errors[i] is not None:
             out.append(run.errors[i])
         else:
             out.append(error_between(o, s))
@@ -277,7 +277,7 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
             if keep.misaligned:  # its ops did not line up with the first run's: compute every op from now on
                 keep.drop()
                 again = _run(fn, args, kwargs, seeds, names, t.label, fix=rec.index)
-            explained[rec.index] = _share(before, _output_errors(again, first.shadows, first, before))
+            explained[rec.index] = _share(before, _output_errors(again, first.shadows, before))
     keep.drop()
     ops = op_rows(first.records, first.producers, explained)
     operands = operand_rows(first.operands)
