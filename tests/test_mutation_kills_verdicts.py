@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from precision_audit.bottomline import Summary, bottom_line, failing, human_length
-from precision_audit.verdicts import NOTICED, PHASE_LOST, alibi_verdict, positions_verdict, rope_verdict
+from precision_audit.verdicts import (NOTICED, PHASE_LOST, RESOLVING_TURNS, alibi_verdict, positions_verdict,
+                                     resolved_error, resolving, rope_verdict)
 
 K = 1024
 up = math.nextafter
@@ -53,7 +54,31 @@ def test_rope_verdict_without_pairs_doubles_the_absolute_error(err, verdict):
 
 
 def test_rope_verdict_thresholds():
-    assert PHASE_LOST == math.pi / 2 and NOTICED == math.pi / 8
+    assert PHASE_LOST == math.pi / 2 and NOTICED == math.pi / 8 and RESOLVING_TURNS == 4
+
+
+@pytest.mark.parametrize("pairs, verdict", [
+    # (distance, max over every pair, max over the pairs that resolve the distance): broken needs the second
+    ([(4096, 3.0, up(P2, 0.0))], "degraded"),  # fast pairs lose phase, resolving ones one ulp short of pi/2
+    ([(4096, 3.0, P2)], "broken"),  # a resolving pair a quarter turn off
+    ([(4096, 3.0, 0.0)], "degraded"),  # the max alone still says degraded (>= pi/8)
+    ([(4096, up(N8, 0.0), 0.0)], "safe"),
+    ([(1, 0.0, 0.0), (4096, P2)], "broken"),  # no resolved figure: every pair counts as resolving
+    ([(16, math.nan, math.nan)], "broken"),
+    ([(16, 3.0, math.inf)], "broken"),
+])
+def test_rope_verdict_broken_only_in_resolving_pairs(pairs, verdict):
+    assert rope_verdict(3.0, 0, pair_errors=pairs) == verdict
+
+
+def test_resolving_is_at_most_four_turns():
+    # 2 pi * 4 turns exactly resolves, one ulp more does not; the sign of a rotation does not matter
+    t = 2 * math.pi * 4
+    assert resolving([t, up(t, math.inf), -t, 0.0]).tolist() == [True, False, True, True]
+    assert resolved_error([0.5, 3.0, 0.25], [t, up(t, math.inf), 1.0]) == 0.5
+    assert resolved_error([3.0], [100.0]) == 0.0  # no pair resolves: nothing judged there
+    with pytest.raises(ValueError, match="column_max has 2 pairs, rotation 1"):
+        resolved_error([0.1, 0.2], [1.0])
 
 
 # --------------------------------------------------------------------------- positions_verdict

@@ -243,7 +243,8 @@ def test_reference_figures_of_the_issue() -> None:
 
 
 def test_pair_error_record() -> None:
-    assert PairError(4, 0.1, 0.01).to_dict() == {"distance": 4, "max_rotation_error": 0.1, "mean_rotation_error": 0.01}
+    assert PairError(4, 0.1, 0.01).to_dict() == {"distance": 4, "max_rotation_error": 0.1, "mean_rotation_error": 0.01,
+                                                 "resolved_max_rotation_error": None}
     # a mean of errors that are all pi (non-finite rows) may round a few ulps above pi (deepseek-v3 in fp16 did)
     assert PairError(4, math.pi, 3.141592653590176).mean_rotation_error > math.pi
     for bad in [dict(distance=0), dict(distance=True), dict(distance=2.0), dict(max_rotation_error=4.0),
@@ -272,8 +273,9 @@ def test_cli_json_schema() -> None:
     assert [[p["distance"] for p in r["pair_errors"]] for r in rows] == [[1], [1, 1024]]
     for r in rows:
         for p in r["pair_errors"]:
-            assert set(p) == {"distance", "max_rotation_error", "mean_rotation_error"}
+            assert set(p) == {"distance", "max_rotation_error", "mean_rotation_error", "resolved_max_rotation_error"}
             assert 0 < p["mean_rotation_error"] <= p["max_rotation_error"] < 0.01
+            assert 0 < p["resolved_max_rotation_error"] <= p["max_rotation_error"]
 
 
 def test_cli_table_and_defaults() -> None:

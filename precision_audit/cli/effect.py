@@ -183,11 +183,14 @@ def _calibration(recipes: Sequence[str], dtypes: Sequence[str], lengths: Sequenc
     bad = inconsistent(rows)
     emit("effect-calibration", rows, as_json, [
         ("path", "path"), ("dtype", "dtype"), ("length", "length"), ("distance", "distance"),
-        ("pair err", "pair_max_error"), ("colliding", "colliding"), ("task", "task"),
+        ("pair err", "pair_max_error"), ("resolved", "pair_resolved_error"), ("colliding", "colliding"),
+        ("task", "task"),
         ("accuracy", lambda r: f"{100 * r['accuracy']:.1f}%"), ("exact", lambda r: f"{100 * r['exact_accuracy']:.1f}%"),
         ("verdict", "verdict")],
-        footer="pair err: max pairwise rotation error (rad) between positions `distance` apart, positions < length; "
+        footer="pair err: max pairwise rotation error (rad) between positions `distance` apart, positions < length "
+               "(resolved: in the frequency pairs that turn at most 4 times across that distance); "
                "accuracy: the probe on the task reading that distance (local order for 1, the gap task at G = "
                "distance), its sequences ending at the length; verdict: precision_audit.verdicts on that distance "
-               f"alone.  Inconsistent rows (broken while the probe loses <= 2 %, safe while it loses >= 5 %): "
+               f"alone (degraded where only fast pairs lose phase: the probe reads exact distances from every pair).  "
+               f"Inconsistent rows (broken while the probe loses <= 2 %, safe while it loses >= 5 %): "
                f"{len(bad)}.", extra={"inconsistent": [r.to_dict() for r in bad]})

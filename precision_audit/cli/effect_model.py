@@ -24,8 +24,10 @@ def _pc(key: str) -> Any:
 
 TEXT_COLUMNS: list[Column] = [
     ("path", "path"), ("dtype", "dtype"), ("cache", "cache"), ("offset", "offset"), ("tokens", "tokens"),
-    ("KL", _kl("kl")), ("KL floor", _kl("floor_kl")), ("top-1", _pc("top1")), ("top-1 floor", _pc("floor_top1")),
-    ("top-1 2nd half", _pc("top1_late")),
+    ("KL", _kl("kl")), ("KL floor", _kl("floor_kl")), ("KL 2nd half", _kl("kl_late")),
+    ("floor", _kl("floor_kl_late")), ("KL p99", _kl("kl_p99")), ("floor", _kl("floor_kl_p99")),
+    ("KL max", _kl("kl_max")), ("floor", _kl("floor_kl_max")),
+    ("top-1", _pc("top1")), ("top-1 floor", _pc("floor_top1")), ("top-1 2nd half", _pc("top1_late")),
     ("dNLL", lambda r: "inf" if r["nll_delta"] is None else f"{r['nll_delta']:+.4f}"),
     ("dNLL floor", lambda r: "inf" if r["floor_nll_delta"] is None else f"{r['floor_nll_delta']:+.4f}"),
 ]
@@ -96,7 +98,9 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
         click.echo("")
     click.echo(textwrap.fill(
         "Each row: the model with the path's stored cos/sin against its own run with exact cos/sin (float64 angles) "
-        "at the same positions (offset = the first token's position).  KL: mean KL(exact || path) per token, nats; "
+        "at the same positions (offset = the first token's position).  KL: mean KL(exact || path) per token, nats "
+        "(over the window, its second half: tokens that see half the window back, the 99th percentile and the "
+        "largest of one token); "
         "top-1: next-token argmax agrees with the exact run; dNLL: change of the text's NLL per token; passkey: keys "
         "retrieved across `gap` filler tokens.  floor: exact cos/sin merely stored in the cache format (what that "
         "format costs anyway); a path near its floor costs nothing more.", 115))
@@ -120,13 +124,17 @@ def model_calibration(model: str, recipes: Sequence[str], stacks: Sequence[str],
     bad = model_inconsistent(rows)
     emit("effect-model-calibration", rows, as_json, [
         ("path", "path"), ("dtype", "dtype"), ("length", "length"), ("distance", "distance"),
-        ("pair err", "pair_max_error"), ("colliding", "colliding"), ("measure", "measure"),
-        ("value", _pc("value")), ("exact", _pc("exact")), ("floor", _pc("floor")),
-        ("loss", lambda r: f"{100 * r['loss']:+.1f}"), ("verdict", "verdict")],
+        ("pair err", "pair_max_error"), ("resolved", "pair_resolved_error"), ("colliding", "colliding"),
+        ("measure", "measure"), ("value", _pc("value")), ("exact", _pc("exact")), ("floor", _pc("floor")),
+        ("loss", lambda r: f"{100 * r['loss']:+.1f}"),
+        ("KL 2nd half", lambda r: "-" if r["kl"] is None else f"{r['kl']:.2e}"),
+        ("floor", lambda r: "-" if r["floor_kl"] is None else f"{r['floor_kl']:.2e}"), ("verdict", "verdict")],
         footer=textwrap.fill(
             f"{rm.name}: pair err: max pairwise rotation error (rad) between positions `distance` apart, positions "
-            "< length; the model's input ends at the length: top-1 agreement with its exact-RoPE run on text "
-            "(distance 1; loss = floor - value) or pass keys retrieved `distance` tokens back (loss = exact - "
-            "value); verdict: precision_audit.verdicts on that distance alone.  Inconsistent rows (broken while the "
-            f"model loses <= 2 points, safe while it loses >= 5): {len(bad)}.", 115),
+            "< length (resolved: in the frequency pairs that turn at most 4 times across that distance); the "
+            "model's input ends at the length: top-1 agreement with its exact-RoPE run on text (distance 1; loss = "
+            "floor - value; KL: mean per token over the window's second half, beside the floor's) or pass keys "
+            "retrieved `distance` tokens back (loss = exact - value); verdict: precision_audit.verdicts on that "
+            "distance alone.  Inconsistent rows (broken while the model loses <= 2 points, safe or degraded while it "
+            f"loses >= 5): {len(bad)}.", 115),
         extra={"model": rm.name, "inconsistent": [r.to_dict() for r in bad]})

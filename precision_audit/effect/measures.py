@@ -52,6 +52,7 @@ DEFAULT_KEYS = 4
 TEXT_FILE = "effect_text.txt"
 _KEY_SEED = 2026
 _BATCH_TOKENS = 4096  # rows of one forward: at most this many tokens (4 x 1024)
+_STATS_BLOCK = 512  # tokens whose float64 log-probabilities are held at once
 _FILLER = ("The lamps along the harbour came on one by one while the boats rocked against the pier, and a cold "
            "wind carried the smell of salt across the empty square. ")
 _HEAD = "A pass key is hidden in the text below. Remember it. The pass key is {key}. Remember it: {key}.\n"
@@ -78,10 +79,13 @@ class TextEffectRow(_PathRow):
     ``kl``: mean KL(exact || path) per predicted token (nats); ``top1``:
     fraction of tokens whose most likely next token is the exact run's;
     ``nll_delta``: mean NLL of the text with the path minus with exact RoPE
-    (nats per token); ``*_late``: the same over the window's second half.
-    ``floor_*``: the same for exact cos/sin stored in the path's cache format
-    ``cache``.  ``dtype_kl`` / ``dtype_top1``: the model's exact run in
-    ``model_dtype`` against float32 (None for a float32 model).
+    (nats per token); ``*_late``: the same over the window's second half
+    (tokens that see at least half the window back); ``kl_max`` /
+    ``kl_p99``: the largest and the 99th-percentile KL of one token (gates
+    such as NeMo's use the max).  ``floor_*``: the same for exact cos/sin
+    stored in the path's cache format ``cache``.  ``dtype_kl`` /
+    ``dtype_top1``: the model's exact run in ``model_dtype`` against float32
+    (None for a float32 model).
     """
 
     tokens: int
@@ -90,9 +94,14 @@ class TextEffectRow(_PathRow):
     nll_delta: float
     kl_late: float
     top1_late: float
+    kl_max: float
+    kl_p99: float
     floor_kl: float
     floor_top1: float
     floor_nll_delta: float
+    floor_kl_late: float
+    floor_kl_max: float
+    floor_kl_p99: float
     dtype_kl: float | None
     dtype_top1: float | None
 
@@ -173,7 +182,7 @@ class _Runner:
             if key not in self.cache:
                 new[key] = (c, s)
         rows = self.ids.shape[0]
-        per = max(1, _BATCH_TOKENS // (rows * self.ids.shape[1]))
+        per = self.per_forward()
         todo = list(new.items())
         for i in range(0, len(todo), per):
             part = todo[i:i + per]
@@ -193,6 +202,17 @@ class _Runner:
             self.progress(len(wanted))
         return [self.cache[_digest(c, s)] for c, s in wanted]
 
+    def per_forward(self) -> int:
+        """How many tables one forward runs (their rows side by side, :data:`_BATCH_TOKENS` at most)."""
+        return max(1, _BATCH_TOKENS // (self.ids.shape[0] * self.ids.shape[1]))
+
+    def forget(self, tables: Sequence[tuple[np.ndarray, np.ndarray]], keep: tuple[np.ndarray, np.ndarray]) -> None:
+        """Drop the logits of these tables (all but ``keep``'s): a long window's are 1.6 GB each."""
+        kept = _digest(*keep)
+        for c, s in tables:
+            if _digest(c, s) != kept:
+                self.cache.pop(_digest(c, s), None)
+
     def compare(self, paths: Sequence[tuple[str, str]]) -> tuple[dict[str, str], Any, dict[str, Any], list[Any]]:
         """Each path's cache format, and the logits of the exact run, of each cache format's floor and of each path
         (one forward per distinct table)."""
@@ -210,24 +230,31 @@ def _log_probs(logits: Any) -> Any:
     return torch.log_softmax(logits.double(), dim=-1)
 
 
-def _text_stats(ref: Any, logits: Any, targets: Any) -> tuple[float, float, float, float, float]:
-    """KL, top-1 agreement, NLL change; KL and top-1 over the second half.
+def _text_stats(ref: Any, logits: Any, targets: Any) -> tuple[float, float, float, float, float, float, float]:
+    """KL, top-1 agreement, NLL change; KL and top-1 over the second half; the largest and the 99th-percentile KL
+    of one token (the percentile as torch.quantile interpolates it; inf where some token's KL is).
 
-    ``ref``: the exact run's float64 log-probabilities (T, V); ``logits``: the path's (T, V).  The KL is a sum
-    of float64 terms, rounded to within ~1e-16 of a value that is never negative: clamped at 0.
+    ``ref``: the exact run's logits (T, V); ``logits``: the path's (T, V).  Each is taken to float64
+    log-probabilities a block of tokens at a time (an 8K-token window of a 49K vocabulary is 3 GB in float64).
+    The KL is a sum of float64 terms, rounded to within ~1e-16 of a value that is never negative: clamped at 0.
     """
     import torch
 
-    lp = _log_probs(logits)
-    kl = (ref.exp() * (ref - lp)).sum(-1)  # NaN where the path's cos/sin were not finite: counted as inf
-    kl = torch.where(torch.isnan(kl), torch.full_like(kl, float("inf")), kl).clamp_min(0.0)
-    agree = (ref.argmax(-1) == torch.where(torch.isnan(lp), torch.full_like(lp, -float("inf")), lp).argmax(-1))
-    agree &= ~torch.isnan(lp).any(-1)
-    nll = -(lp.gather(-1, targets[:, None])[:, 0] - ref.gather(-1, targets[:, None])[:, 0])
-    nll = torch.where(torch.isnan(nll), torch.full_like(nll, float("inf")), nll)
+    kls, agrees, nlls = [], [], []
+    for a in range(0, ref.shape[0], _STATS_BLOCK):
+        r, lp = _log_probs(ref[a:a + _STATS_BLOCK]), _log_probs(logits[a:a + _STATS_BLOCK])
+        t = targets[a:a + _STATS_BLOCK, None]
+        kl = (r.exp() * (r - lp)).sum(-1)  # NaN where the path's cos/sin were not finite: counted as inf
+        kls.append(torch.where(torch.isnan(kl), torch.full_like(kl, float("inf")), kl).clamp_min(0.0))
+        agree = r.argmax(-1) == torch.where(torch.isnan(lp), torch.full_like(lp, -float("inf")), lp).argmax(-1)
+        agrees.append(agree & ~torch.isnan(lp).any(-1))
+        nll = -(lp.gather(-1, t)[:, 0] - r.gather(-1, t)[:, 0])
+        nlls.append(torch.where(torch.isnan(nll), torch.full_like(nll, float("inf")), nll))
+    kl, agree, nll = torch.cat(kls), torch.cat(agrees), torch.cat(nlls)
     h = kl.shape[0] // 2
+    p99 = float(torch.quantile(kl, 0.99)) if bool(torch.isfinite(kl).all()) else float("inf")
     return (float(kl.mean()), float(agree.double().mean()), float(nll.mean()), float(kl[h:].mean()),
-            float(agree[h:].double().mean()))
+            float(agree[h:].double().mean()), float(kl.max()), p99)
 
 
 def _check_offsets(offsets: Sequence[int], span: int) -> list[int]:
@@ -242,17 +269,29 @@ def _text_rows(rm: RealModel, ids: np.ndarray, paths: Sequence[tuple[str, str]],
                f32: dict[int, Any], progress: Callable[[int], None] | None) -> list[TextEffectRow]:
     import torch
 
-    caches, exact, floors, per_path = _Runner(rm, ids[None], offset, 0, progress).compare(paths)
-    ref = _log_probs(exact[0, :-1])
+    run = _Runner(rm, ids[None], offset, 0, progress)
+    caches = {p: cache_format(rm.schedule, p, d) for p, d in paths}
+    exact = run.tables("exact", "float64")
+    ref = run.logits([exact])[0][0, :-1]
     targets = torch.as_tensor(ids[1:])
-    dt = _text_stats(_log_probs(f32[offset]), exact[0, :-1], targets) if offset in f32 else None
-    fl = {f: _text_stats(ref, lp[0, :-1], targets) for f, lp in floors.items()}  # once per cache format
+    dt = _text_stats(f32[offset], ref, targets) if offset in f32 else None
+    # each table's statistics as soon as its forward is done, its logits then dropped: the floors (once per cache
+    # format), then the paths
+    keys = {t: run.tables(*t) for t in [("floor", f) for f in dict.fromkeys(caches.values())] + list(paths)}
+    digests = {t: _digest(*tab) for t, tab in keys.items()}
+    todo = list({digests[t]: tab for t, tab in keys.items()}.items())  # each distinct table once
+    stats = {}
+    for i in range(0, len(todo), run.per_forward()):
+        part = todo[i:i + run.per_forward()]
+        for (key, _), lp in zip(part, run.logits([tab for _, tab in part])):
+            stats[key] = _text_stats(ref, lp[0, :-1], targets)
+        run.forget([tab for _, tab in part], exact)
     out = []
-    for (p, d), lp in zip(paths, per_path):
-        st = _text_stats(ref, lp[0, :-1], targets)
-        f = fl[caches[p]]
+    for p, d in paths:
+        st = stats[digests[p, d]]
+        f = stats[digests["floor", caches[p]]]
         out.append(TextEffectRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, len(ids), *st,
-                                 f[0], f[1], f[2], dt[0] if dt else None, dt[1] if dt else None))
+                                 f[0], f[1], f[2], f[3], f[5], f[6], dt[0] if dt else None, dt[1] if dt else None))
     return out
 
 

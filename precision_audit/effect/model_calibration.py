@@ -11,8 +11,11 @@ where it reads that distance, its input ending at L:
 * D > 1: the pass key D filler tokens back; the measure is the fraction of keys retrieved, and the loss is the
   exact run's fraction minus the path's.
 
-A row is inconsistent when the verdict says broken while the model loses at most :data:`NO_LOSS`, or safe while
-it loses :data:`LOSS` or more (the probe's thresholds, :mod:`.calibration`).
+The verdict judges the pair errors at that distance as :func:`~precision_audit.verdicts.rope_verdict` does: the
+largest over every frequency pair and the largest over the pairs that resolve the distance (``resolved``).  A row
+is inconsistent when the verdict says broken while the model loses at most :data:`NO_LOSS`, or safe or degraded
+while it loses :data:`LOSS` or more (the probe's thresholds, :mod:`.calibration`): the words say that a degraded
+path costs something measurable (the text rows' KL beside its floor) and leaves the predictions.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ class ModelCalibrationRow(Row):
 
     ``measure``: ``top-1`` (D = 1: agreement with the exact run) or ``passkey`` (fraction of keys retrieved);
     ``value`` with the path, ``exact`` with exact RoPE (1 for top-1), ``floor`` with exact cos/sin stored in the
-    cache format; ``loss``: ``floor - value`` for top-1, ``exact - value`` for pass keys.
+    cache format; ``loss``: ``floor - value`` for top-1, ``exact - value`` for pass keys.  ``pair_resolved_error``:
+    the pair error in the frequency pairs that resolve the distance; ``kl`` / ``floor_kl`` (text rows, else
+    None): the mean KL per token over the window's second half with the path and at the floor.
     """
 
     model: str
@@ -51,6 +56,7 @@ class ModelCalibrationRow(Row):
     length: int
     distance: int
     pair_max_error: float
+    pair_resolved_error: float
     colliding: int
     measure: str
     value: float
@@ -58,6 +64,8 @@ class ModelCalibrationRow(Row):
     floor: float
     loss: float
     verdict: str
+    kl: float | None = None
+    floor_kl: float | None = None
 
 
 def calibrate_model(rm: RealModel, paths: Sequence[str] = ("lowp", "lowp-inv-freq", "fp32"),
@@ -76,7 +84,7 @@ def calibrate_model(rm: RealModel, paths: Sequence[str] = ("lowp", "lowp-inv-fre
     recipes = [preset(n, fmt) if n in PRESETS else stack(n, fmt, rm.schedule) for n in names]
     rows = audit(rm.schedule, recipes, lens, distances=[d for d in dists if d < lens[-1]])
     span = {d: tokens if d == 1 else passkey_prompts(rm.tokenizer, d, 1)[0].shape[1] for d in dists}
-    measured: dict[tuple[int, int], dict[str, tuple[float, float, float]]] = {}
+    measured: dict[tuple[int, int], dict[str, tuple[float, float, float, float | None, float | None]]] = {}
     for length in lens:
         for d in dists:
             if d >= length or span[d] > length:
@@ -84,29 +92,33 @@ def calibrate_model(rm: RealModel, paths: Sequence[str] = ("lowp", "lowp-inv-fre
             off = length - span[d]
             if d == 1:
                 text, _ = measure_model(rm, names, [fmt], [off], tokens=tokens, gaps=[], progress=progress)
-                measured[length, d] = {r.path: (r.top1, 1.0, r.floor_top1) for r in text}
+                measured[length, d] = {r.path: (r.top1, 1.0, r.floor_top1, r.kl_late, r.floor_kl_late) for r in text}
             else:
                 _, pk = measure_model(rm, names, [fmt], [off], tokens=0, gaps=[d], keys=keys, progress=progress)
-                measured[length, d] = {r.path: (r.correct / keys, r.exact / keys, r.floor / keys) for r in pk}
+                measured[length, d] = {r.path: (r.correct / keys, r.exact / keys, r.floor / keys, None, None)
+                                       for r in pk}
     out = []
     for r in rows:
-        pairs = {p.distance: p.max_rotation_error for p in r.pair_errors}
+        pairs = {p.distance: p for p in r.pair_errors}
         for d in dists:
             if d not in pairs or (r.length, d) not in measured:
                 continue
-            value, exact, floor = measured[r.length, d][r.recipe]
+            value, exact, floor, kl, floor_kl = measured[r.length, d][r.recipe]
             loss = (floor if d == 1 else exact) - value
-            verdict = rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=[(d, pairs[d])])
-            out.append(ModelCalibrationRow(rm.name, r.recipe, r.dtype, r.length, d, pairs[d], r.colliding_positions,
-                                           "top-1" if d == 1 else "passkey", value, exact, floor, loss, verdict))
+            p = pairs[d]
+            verdict = rope_verdict(r.max_rotation_error, r.colliding_positions, pair_errors=[p])
+            resolved = p.max_rotation_error if p.resolved_max_rotation_error is None else p.resolved_max_rotation_error
+            out.append(ModelCalibrationRow(rm.name, r.recipe, r.dtype, r.length, d, p.max_rotation_error, resolved,
+                                           r.colliding_positions, "top-1" if d == 1 else "passkey", value, exact,
+                                           floor, loss, verdict, kl, floor_kl))
     return out
 
 
 def model_inconsistent(rows: Sequence[ModelCalibrationRow]) -> list[ModelCalibrationRow]:
-    """Rows where the verdict and the real model disagree (broken, loses <= NO_LOSS; safe, loses >= LOSS).
+    """Rows where the verdict and the real model disagree (broken, loses <= NO_LOSS; safe or degraded, loses >= LOSS).
 
-    >>> r = ModelCalibrationRow("m", "p", "bfloat16", 8192, 1, 0.0, 0, "top-1", 0.5, 1.0, 0.99, 0.49, "safe")
+    >>> r = ModelCalibrationRow("m", "p", "bfloat16", 8192, 1, 0.0, 0.0, 0, "top-1", 0.5, 1.0, 0.99, 0.49, "safe")
     >>> [x.loss for x in model_inconsistent([r])]
     [0.49]
     """
-    return [r for r in rows if (r.verdict == "broken" and r.loss <= NO_LOSS) or (r.verdict == "safe" and r.loss >= LOSS)]
+    return [r for r in rows if (r.verdict == "broken" and r.loss <= NO_LOSS) or (r.verdict != "broken" and r.loss >= LOSS)]

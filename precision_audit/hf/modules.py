@@ -189,11 +189,12 @@ attribute, if any, is the reading it did already (timed as a reduction)."""
 
 def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, *,
                   shifted: Callable[[int, int], F64] | None = None, progress: Callable[[int], None] | None = None,
-                  distances: Sequence[int] | None = ()) -> list[RotationErrors]:
+                  distances: Sequence[int] | None = (), frequencies: F64 | None = None) -> list[RotationErrors]:
     """One chunked pass over positions 0..max(lengths)-1 of a code path's stored rotations, each chunk computed
     once; prefix reductions give every length (and the pair errors at ``distances``,
     :class:`~precision_audit.rope.pairs.PairPass`: () none, None the defaults).  ``width``: the columns of
-    ``signed``.  A chunk never straddles a length.  With a distance above ``chunk`` (the default L/2) the chunks
+    ``signed``; ``frequencies``: their exact rad per position (the pair errors then say what the pairs that resolve
+    each distance lose: :class:`~precision_audit.rope.pairs.PairError`).  A chunk never straddles a length.  With a distance above ``chunk`` (the default L/2) the chunks
     come in the pair pass's order (each right after its twin D earlier); each chunk's figures are kept and
     merged in position order, so the rows are those of a pass in position order, to the bit.  ``shifted(a, b)``
     (default ``block(a, b)[1]``) gives positions a..b-1 again only where holding their rows for later pairs
@@ -209,7 +210,7 @@ def rotation_pass(block: Block, width: int, lengths: Sequence[int], chunk: int, 
     [(4, 0.0, 0), (8, 0.5, 0)]
     """
     shifted = shifted if shifted is not None else (lambda a, b: block(a, b)[1])
-    pairs = None if distances == () else PairPass(lengths, distances, chunk, width)
+    pairs = None if distances == () else PairPass(lengths, distances, chunk, width, frequencies=frequencies)
     bounds = chunk_bounds(lengths, chunk) if pairs is None else pairs.chunks
     figures: dict[int, _Figures] = {}
 
@@ -418,7 +419,8 @@ def _module_pass(module: Any, schedule: RopeSchedule, lengths: Sequence[int], dt
             c, s = caller.cos_sin(start, stop)
             return np.concatenate([c, s], axis=1), caller.signed(c, s, start, stop)
 
-        out += rotation_pass(block, nf, ls, chunk, shifted=caller.shifted, progress=progress, distances=distances)
+        out += rotation_pass(block, nf, ls, chunk, shifted=caller.shifted, progress=progress, distances=distances,
+                             frequencies=schedule.inv_freq(key))
     return sorted(out, key=lambda e: e.length)
 
 

@@ -1,8 +1,8 @@
 """The report's real-model section (``report --weights PATH``): a pretrained model with each path's cos/sin.
 
 >>> from precision_audit.effect.measures import PasskeyRow, TextEffectRow
->>> t = TextEffectRow("m", "fp32", "bfloat16", "bfloat16", "float32", 0, 64, 1e-5, 0.99, 0.0, 1e-5, 0.99, 1e-5,
-...                   0.99, 0.0, None, None)
+>>> t = TextEffectRow("m", "fp32", "bfloat16", "bfloat16", "float32", 0, 64, 1e-5, 0.99, 0.0, 1e-5, 0.99, 2e-4,
+...                   5e-5, 1e-5, 0.99, 0.0, 1e-5, 2e-4, 5e-5, None, None)
 >>> k = PasskeyRow("m", "fp32", "bfloat16", "bfloat16", "float32", 0, 32, 2, 2, 2, 2, None)
 >>> [type(b).__name__ for b in real_model_blocks([t], [k])]
 ['Para', 'Table', 'Figure']

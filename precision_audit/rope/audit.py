@@ -460,6 +460,7 @@ def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
     """The row of recipe ``r`` at length ``L`` from its accumulator over positions 0..L-1 (means over the
     ``n_subset`` frequencies audited, when a subset was)."""
     nf = schedule.n_freq if n_subset is None else n_subset
+    theta = np.abs(schedule.inv_freq(schedule.frequency_key(L)))  # the reference: what the model was trained with
     row = RopeRow(
         recipe=r.name,
         dtype=stored_format(r),
@@ -483,7 +484,7 @@ def _row(r: Recipe, schedule: RopeSchedule, L: int, acc: _Acc, engine: str,
         mean_rotation_error_profile=tuple((acc.rot_sum / L).tolist()),
         error_budget=budget,
         stack=r.stack,
-        pair_errors=tuple(PairError(d, float(mx.max()), float(sm.sum() / ((L - d) * nf)))
+        pair_errors=tuple(PairError.of(d, mx, float(sm.sum() / ((L - d) * nf)), d * theta)
                           for d, (mx, sm) in sorted(acc.pair_snap.items())),
     )
     return widen(row, r, schedule, recipe_frequencies(r, schedule, L)) if r.fast_math else row

@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from ..formats import get_format
 from ..rows import Row
-from ..verdicts import rope_verdict, rope_why
+from ..verdicts import resolved_error, rope_verdict, rope_why
 from .axial import AxialPath
 from .engine import run_recipe
 from .oracle import exact_angles, wrap
@@ -249,7 +249,8 @@ def audit_ids(schedule: RopeSchedule, ids: npt.NDArray[np.int64], path: str, dty
         if not ok.any():
             continue
         x = np.abs(e[where[d:][ok]] - e[where[:-d][ok]])
-        pairs.append((d, float(np.minimum(x, _TWO_PI - x).max())))
+        x = np.minimum(x, _TWO_PI - x)
+        pairs.append((d, float(x.max()), resolved_error(x.max(axis=0), d * np.abs(schedule.inv_freq()))))
     mx = float(np.abs(e).max())
     col = int(same.sum())
     return {"max": mx, "colliding": col, "pairs": pairs, "verdict": rope_verdict(mx, col, pair_errors=pairs),

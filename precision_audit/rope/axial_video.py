@@ -424,7 +424,8 @@ def measure_axis(exact: F64, angle: F64, cache: str) -> AxisMeasure:
     pairs = []
     for d in row_distances(n) if n > 1 else ():
         e = np.abs(wrap(err[d:] - err[:-d]))
-        pairs.append(PairError(d, float(e.max()), float(e.mean())))
+        turn = np.abs(exact[d:] - exact[:-d]).max(axis=0)  # each pair's exact rotation across d tokens
+        pairs.append(PairError.of(d, e.max(axis=0), float(e.mean()), turn))
     return AxisMeasure(float(np.abs(err).max()), same, tuple(pairs))
 
 

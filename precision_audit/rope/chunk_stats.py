@@ -31,7 +31,7 @@ from . import float32_cache, narrow_cache
 from .engine import _angle_into, _cache_into, _Rows, _trig_into, _Work
 from .formulas import AngleMaker
 from .oracle import _TWO_PI, F64, _oracle_into, _wrap_into
-from .pairs import fold_pairs
+from .pairs import column_max, fold_pairs
 from .recipes import Recipe
 from . import lookup
 from .lookup import _AngleTable, has_codes, _PairTable
@@ -95,15 +95,15 @@ class _Reduction:
 
 @dataclass
 class _Total:
-    """The max and sum over every (position, frequency) of one chunk's pairs at one distance, block after block
-    (arrays of one value: a pair error is reported over all frequencies)."""
+    """Per frequency the max, and the sum over every (position, frequency), of one chunk's pairs at one distance,
+    block after block (the sum an array of one value)."""
 
-    max: F64 = field(default_factory=lambda: np.zeros(1))
+    max: F64 | None = None
     sum: F64 = field(default_factory=lambda: np.zeros(1))
 
-    def add(self, mx: float, sm: float) -> None:
-        """Fold a block of pair errors: its max and its sum."""
-        self.max[0] = max(self.max[0], mx)
+    def add(self, mx: F64, sm: float) -> None:
+        """Fold a block of pair errors: its per-frequency max and its sum."""
+        self.max = mx if self.max is None else np.maximum(self.max, mx)
         self.sum[0] += sm
 
 
@@ -448,17 +448,6 @@ def _bounded(pos: F64, job: _AngleJob) -> bool:
     return top < min(narrow_cache._MAX_ANGLE, job.angle_max) / 2  # nan fails
 
 
-def _colmax(d: F64, scratch: F64) -> F64:
-    """``d.max(axis=0)`` (nan if any nan), faster: the rows in groups of 32 side by side (one wide row each,
-    maxima over groups of long rows), then over the 32 and the rest.  ``scratch``: unused (kept for callers)."""
-    n, nf = d.shape
-    g = n // 32
-    if g < 2 or not d.flags.c_contiguous:
-        return d.max(axis=0)
-    wide = d[: 32 * g].reshape(g, 32 * nf).max(axis=0).reshape(32, nf).max(axis=0)
-    return wide if n == 32 * g else np.maximum(wide, d[32 * g :].max(axis=0))
-
-
 def _angle_errors(angle: F64, w: _Rows, job: _AngleJob) -> None:
     """Per frequency: max and sum of ``|wrap(angle - p1 - p2)|`` (non-finite: pi); in ``w.k``, scratch ``w.t``.
 
@@ -469,7 +458,7 @@ def _angle_errors(angle: F64, w: _Rows, job: _AngleJob) -> None:
     np.subtract(d, w.p2, out=d)
     if not job.wraps:
         np.abs(d, out=d)
-        dmax = _colmax(d, w.t)
+        dmax = column_max(d)
         job.wraps = not dmax.max() <= _WRAP_T  # some error needs wrapping, or is not finite
         if job.wraps:
             np.subtract(angle, w.p1, out=d)
@@ -477,10 +466,10 @@ def _angle_errors(angle: F64, w: _Rows, job: _AngleJob) -> None:
     if job.wraps:
         _wrap_into(d, w.t)
         np.abs(d, out=d)
-        dmax = _colmax(d, w.t)
+        dmax = column_max(d)
         if not np.isfinite(dmax).all():
             d[~np.isfinite(d)] = math.pi
-            dmax = _colmax(d, w.t)
+            dmax = column_max(d)
     job.ang.add(dmax, w.kz)
 
 
@@ -503,20 +492,20 @@ def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction, job: _CacheJob | None 
         np.abs(signed, out=r)
     wraps = job is None or job.wraps
     if not wraps:
-        rmax = _colmax(r, t)
+        rmax = column_max(r)
         wraps = job.wraps = not rmax.max() <= _WRAP_T  # some error needs wrapping, or is nan
     if wraps and signed is not None:  # the signed error wrapped (x -+ 2pi, exact), and its magnitude: the same bits
         _wrap_into(signed, t)
         np.abs(signed, out=r)
-        rmax = _colmax(r, t)
+        rmax = column_max(r)
     elif wraps:  # 2pi - |x| is above pi (so above |x|) for |x| <= pi = T, below |x| above: the smaller one
         np.subtract(_TWO_PI, r, out=t)  # >= 0: rot and the exact angle lie in [-pi, pi], |x| <= 2 pi
         np.minimum(r, t, out=r)  # nan stays nan
-        rmax = _colmax(r, t)
+        rmax = column_max(r)
     has_nan = not np.isfinite(rmax).all()  # a nan in cos/sin makes atan2 nan
     if has_nan:
         r[~np.isfinite(r)] = math.pi
-        rmax = _colmax(r, t)
+        rmax = column_max(r)
     acc.add(rmax, w.kz)
     return has_nan
 

@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..formats import spacing
+from ..verdicts import resolved_error
 from .schedules import RopeSchedule
 from .formulas import angle_maker, llama31_smooth, rcp_pow_inputs, theta_scale
 from .oracle import F64
@@ -204,8 +205,17 @@ def widen(row: _Row, recipe: Recipe, schedule: RopeSchedule, inv: F64) -> _Row:
                                                [p.distance for p in row.pair_errors])
     ang = np.asarray(row.angle_error_profile) + add_angle
     rot = np.minimum(np.asarray(row.rotation_error_profile) + add_rot, math.pi)
+    theta = np.abs(schedule.inv_freq(schedule.frequency_key(row.length)))
+
+    def resolved(p: PairError) -> float | None:  # the resolved error grows by the most added in those pairs
+        if p.resolved_max_rotation_error is None:
+            return None
+        add = resolved_error(add_pairs[p.distance], p.distance * theta)
+        return min(p.resolved_max_rotation_error + add, p.max_rotation_error + float(add_pairs[p.distance].max()),
+                   math.pi)
+
     pairs = tuple(PairError(p.distance, min(p.max_rotation_error + float(add_pairs[p.distance].max()), math.pi),
-                            min(p.mean_rotation_error + float(add_pairs[p.distance].mean()), math.pi))
+                            min(p.mean_rotation_error + float(add_pairs[p.distance].mean()), math.pi), resolved(p))
                   for p in row.pair_errors)
     return replace(
         row, max_angle_error=float(ang.max()), mean_angle_error=row.mean_angle_error + float(add_angle.mean()),

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..rows import Row
+from ..verdicts import resolved_error
 from .oracle import _TWO_PI, F64
 
 __all__ = ["DEFAULT_DISTANCES", "PairAcc", "PairError", "PairPass", "check_distances", "chunk_bounds", "cross_pairs",
@@ -55,10 +56,13 @@ class PairError(Row):
     ``max_rotation_error`` is the max over those positions and every frequency,
     ``mean_rotation_error`` the mean over all (m, i) pairs (``(L - D) * n_freq``
     of them; frequencies that do not rotate count with error 0, as in the
-    absolute mean).
+    absolute mean), ``resolved_max_rotation_error`` the max over the frequency
+    pairs that resolve the distance (:func:`precision_audit.verdicts.resolving`:
+    at most a few turns across it; None where not measured: the verdict then
+    counts every pair as resolving).
 
     >>> PairError(16, 0.005, 0.001).to_dict()
-    {'distance': 16, 'max_rotation_error': 0.005, 'mean_rotation_error': 0.001}
+    {'distance': 16, 'max_rotation_error': 0.005, 'mean_rotation_error': 0.001, 'resolved_max_rotation_error': None}
     >>> PairError(0, 0.0, 0.0)
     Traceback (most recent call last):
     ...
@@ -68,14 +72,31 @@ class PairError(Row):
     distance: int
     max_rotation_error: float
     mean_rotation_error: float
+    resolved_max_rotation_error: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.distance, bool) or not isinstance(self.distance, int) or self.distance < 1:
             raise ValueError(f"distance {self.distance!r} must be a positive integer")
-        for name in ("max_rotation_error", "mean_rotation_error"):
+        for name in ("max_rotation_error", "mean_rotation_error", "resolved_max_rotation_error"):
             v = getattr(self, name)
+            if v is None and name.startswith("resolved"):
+                continue
             if not (isinstance(v, float) and 0.0 <= v <= _PI_ROUNDED):
                 raise ValueError(f"{name} {v!r} must be a float in [0, pi]")
+        r = self.resolved_max_rotation_error
+        if r is not None and r > self.max_rotation_error:
+            raise ValueError(f"resolved_max_rotation_error {r!r} exceeds max_rotation_error {self.max_rotation_error!r}")
+
+    @classmethod
+    def of(cls, distance: int, column_max: F64, mean: float, rotation: F64 | None) -> "PairError":
+        """The record of one distance from its per-frequency maxima (``column_max``) and mean; ``rotation``:
+        each frequency pair's exact rotation across the distance (None: the resolved error is not measured).
+
+        >>> PairError.of(4096, np.array([2.6, 0.02]), 0.5, 4096 * np.array([1.0, 0.001])).resolved_max_rotation_error
+        0.02
+        """
+        top = float(np.max(column_max))
+        return cls(distance, top, mean, None if rotation is None else min(resolved_error(column_max, rotation), top))
 
 
 def check_distances(distances: int | Iterable[int] | None, lengths: Sequence[int]) -> tuple[int, ...] | None:
@@ -130,37 +151,52 @@ def pair_plan(rows: Mapping[int, Sequence[int]], chunk: int) -> tuple[dict[int, 
     return dict(sorted(until.items())), max((d for d in until if d <= chunk), default=0)
 
 
-def fold_pairs(x: F64, t: F64, wrap: bool = False) -> tuple[float, float, bool]:
-    """Max and sum of ``|wrap(x)|`` for ``x = cur - prev``, the differences of wrapped signed errors (in [-pi, pi]
-    as :func:`~precision_audit.rope.wrap` gives them; nan: pi), and whether the wrap was needed.  ``x`` is
-    overwritten with ``|wrap(x)|``, ``t`` (its shape) is scratch.  ``|x|`` is at most float64 2 pi, where
-    ``|wrap(x)| = min(|x|, 2 pi - |x|)``; that step is skipped while no ``|x|`` exceeds pi, and done at once
-    when ``wrap`` says an earlier block needed it (it changes no value up to pi).
+def column_max(d: F64) -> F64:
+    """``d.max(axis=0)`` (nan if any nan), faster: the rows in groups of 32 side by side (one wide row each,
+    maxima over groups of long rows), then over the 32 and the rest.
+
+    >>> column_max(np.arange(200.0).reshape(100, 2)).tolist()
+    [198.0, 199.0]
+    """
+    n, nf = d.shape
+    g = n // 32
+    if g < 2 or not d.flags.c_contiguous:
+        return d.max(axis=0)
+    wide = d[: 32 * g].reshape(g, 32 * nf).max(axis=0).reshape(32, nf).max(axis=0)
+    return wide if n == 32 * g else np.maximum(wide, d[32 * g :].max(axis=0))
+
+
+def fold_pairs(x: F64, t: F64, wrap: bool = False) -> tuple[F64, float, bool]:
+    """Per frequency (column) the max, and the sum, of ``|wrap(x)|`` for ``x = cur - prev`` (positions x
+    frequencies), the differences of wrapped signed errors (in [-pi, pi] as :func:`~precision_audit.rope.wrap`
+    gives them; nan: pi), and whether the wrap was needed.  ``x`` is overwritten with ``|wrap(x)|``, ``t`` (its
+    shape) is scratch.  ``|x|`` is at most float64 2 pi, where ``|wrap(x)| = min(|x|, 2 pi - |x|)``; that step
+    is skipped while no ``|x|`` exceeds pi, and done at once when ``wrap`` says an earlier block needed it (it
+    changes no value up to pi).
 
     >>> x = np.array([[6.0], [0.25]]); mx, sm, wrapped = fold_pairs(x, np.empty_like(x))
-    >>> round(mx, 6), round(sm, 6), wrapped  # 6 - 2 pi = -0.283185
-    (0.283185, 0.533185, True)
+    >>> mx.round(6).tolist(), round(sm, 6), wrapped  # 6 - 2 pi = -0.283185
+    ([0.283185], 0.533185, True)
     """
     np.abs(x, out=x)
     if not x.size:
-        return 0.0, 0.0, wrap
-    top = np.maximum.reduce  # x.max() and x.sum() are these reductions, less a Python layer each
+        return np.zeros(x.shape[-1]), 0.0, wrap
     if not wrap:
-        mx = float(top(x, axis=None))
-        wrap = not mx <= math.pi  # some pair needs the wrap, or is nan
+        col = column_max(x)
+        wrap = not float(col.max()) <= math.pi  # some pair needs the wrap, or is nan
     if wrap:
         np.subtract(_TWO_PI, x, out=t)  # >= 0: both errors in [-pi, pi] give |x| <= 2 pi
         np.minimum(x, t, out=x)  # nan stays nan
-        mx = float(top(x, axis=None))
-        if not math.isfinite(mx):
+        col = column_max(x)
+        if not math.isfinite(float(col.max())):
             x[~np.isfinite(x)] = math.pi
-            mx = float(top(x, axis=None))
-    return mx, float(np.add.reduce(x, axis=None)), wrap
+            col = column_max(x)
+    return col, float(np.add.reduce(x, axis=None)), wrap
 
 
 def pair_block(cur: F64, prev: F64, scratch: F64 | None = None) -> tuple[F64, F64]:
-    """Max and sum of ``|wrap(cur - prev)|`` over every element (:func:`fold_pairs`), each an array of one value.
-    ``scratch``: a float64 buffer of twice ``cur``'s size to work in (or None: a new one).
+    """Per frequency the max, and the sum, of ``|wrap(cur - prev)|`` (:func:`fold_pairs`; the sum an array of
+    one value).  ``scratch``: a float64 buffer of twice ``cur``'s size to work in (or None: a new one).
 
     >>> mx, sm = pair_block(np.array([[3.0], [0.5]]), np.array([[-3.0], [0.25]]))
     >>> round(float(mx[0]), 6), round(float(sm[0]), 6)  # 6 - 2 pi = -0.283185
@@ -171,7 +207,7 @@ def pair_block(cur: F64, prev: F64, scratch: F64 | None = None) -> tuple[F64, F6
     d, t = buf[:n].reshape(cur.shape), buf[n : 2 * n].reshape(cur.shape)
     np.subtract(cur, prev, out=d)
     mx, sm, _ = fold_pairs(d, t)
-    return np.array([mx], dtype=np.float64), np.array([sm], dtype=np.float64)
+    return mx, np.array([sm], dtype=np.float64)
 
 
 def cross_pairs(start: int, stop: int, head: F64, tail: F64, distances: Iterable[int],
@@ -205,7 +241,7 @@ class PairAcc:
     """
 
     def __init__(self, nf: int, distances: Sequence[int], carry: int) -> None:
-        self.max = {d: np.zeros(1) for d in distances}  # over every frequency: a pair error is reported so
+        self.max = {d: np.zeros(nf) for d in distances}  # per frequency (the resolved error needs them)
         self.sum = {d: np.zeros(1) for d in distances}
         self.carry = carry
         self.tail: F64 = np.zeros((0, nf))  # signed errors of the last min(carry, position) positions
@@ -381,7 +417,8 @@ class PairPass:
     rows until paired, unless the plan would hold more than 64 MiB: then they take them from ``shifted(a, b)``
     (positions a..b-1 computed again; all long distances if the twin alone would).  The figures are merged
     in position order when a row is asked for (:meth:`errors`), so they do not depend on the order: the
-    same bits as one pass in position order.
+    same bits as one pass in position order.  ``frequencies``: the exact rad per position of each column, for
+    the error in the pairs that resolve each distance (None: not measured).
 
     >>> pp = PairPass([8], [2], chunk=2, nf=1)
     >>> e = np.array([[0.0], [0.1], [0.0], [-0.1], [0.0], [0.1], [0.0], [-0.1]])
@@ -397,8 +434,9 @@ class PairPass:
     """
 
     def __init__(self, lengths: Sequence[int], distances: Sequence[int] | None, chunk: int, nf: int,
-                 held_bytes: int = _HELD_BYTES) -> None:
+                 held_bytes: int = _HELD_BYTES, frequencies: F64 | None = None) -> None:
         self.nf = nf
+        self.frequencies = None if frequencies is None else np.abs(np.asarray(frequencies, dtype=np.float64))
         self.rows = {L: row_distances(L, distances) for L in lengths}
         self.until, self.carry = pair_plan(self.rows, chunk)
         self.chunks = chunk_bounds(lengths, chunk)
@@ -494,5 +532,6 @@ class PairPass:
             self.acc.add(a, b, own, None, None, cross)
             self._merged += 1
         snap = self.acc.snapshot(self.rows[length])
-        return tuple(PairError(d, float(mx.max()), float(sm.sum() / ((length - d) * self.nf)))
+        f = self.frequencies
+        return tuple(PairError.of(d, mx, float(sm.sum() / ((length - d) * self.nf)), None if f is None else d * f)
                      for d, (mx, sm) in sorted(snap.items()))

@@ -56,7 +56,10 @@ class _Acc:
         for name in ("ang_max", "ang_sum", "rot_max", "rot_sum"):
             getattr(out, name)[active] = getattr(self, name)
         out.collisions = self.collisions
-        out.pair_snap = dict(self.pair_snap)  # over every frequency already (the inactive ones add 0)
+        for d, (mx, sm) in self.pair_snap.items():  # the sum is over every frequency already (the inactive add 0)
+            full = np.zeros(active.size)
+            full[active] = mx
+            out.pair_snap[d] = (full, sm)
         return out
 
     def snapshot(self, distances: Sequence[int] = ()) -> "_Acc":

@@ -541,5 +541,6 @@ def _pass(kernel: _Kernel, sched: RopeSchedule, lens: Sequence[int], chunk: int,
             _, x, y = kernel.pairs(start, stop)
             return signed(x, y, start)
 
-        out += rotation_pass(block, sched.n_freq, ls, chunk, shifted=shifted, progress=progress, distances=distances)
+        out += rotation_pass(block, sched.n_freq, ls, chunk, shifted=shifted, progress=progress, distances=distances,
+                             frequencies=sched.inv_freq(key))
     return sorted(out, key=lambda e: e.length)
