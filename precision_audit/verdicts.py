@@ -2,41 +2,44 @@
 
 RoPE is judged on what attention sees: the rotation *between* two positions (the pairwise errors of
 :mod:`precision_audit.rope.pairs`), not the absolute angle, which exact RoPE's shift invariance makes
-irrelevant.  The thresholds are calibrated on the project's probe model (:mod:`precision_audit.effect`,
-`precision-audit effect --calibration`; docs/effect.md shows the table):
+irrelevant.  The words say what a model loses, and two witnesses calibrate them (docs/effect.md shows both
+tables): the project's probe (:mod:`precision_audit.effect`, `precision-audit effect --calibration`), which reads
+exact distances from every frequency pair by construction, and a real pretrained model (SmolLM2-135M,
+`precision-audit effect --calibration --model smollm2`, :mod:`precision_audit.effect.model_calibration`), which
+reads mostly by content:
 
-* **broken**: neighbouring positions share a rotation (colliding cos/sin rows: local order is lost; bfloat16
-  position ids leave the probe 26-57 % of its local-order accuracy from 1K on), or two positions' relative rotation
-  is a quarter turn or more off (:data:`PHASE_LOST`, pi/2): wherever that happened the probe lost 20 % or more of
-  the accuracy at that distance (a downcast ``inv_freq``: 2.62 rad 4K apart, 53 % left);
-* **degraded**: some pairwise rotation error is :data:`NOTICED` (pi/8) or more: the smallest error at which the
-  probe lost accuracy is 1.26 rad (a downcast ``inv_freq``, 1K apart: 25 points lost); it lost nothing at 0.63 to
-  0.75 rad (512 apart) nor at 0.25 rad of float32 rounding (angles at 4M), so pi/8 keeps a margin below the first
-  loss seen, for models that resolve positions finer than the probe;
+* **broken**: a real model loses its predictions.  Neighbouring positions share a rotation (colliding cos/sin
+  rows: local order is lost; bfloat16 position ids leave the probe 26-57 % of its local-order accuracy from 1K on
+  and SmolLM2 a third or less of its next-token predictions and no pass key), or a frequency pair that *resolves*
+  a distance (turns at most :data:`RESOLVING_TURNS` times across it) is a quarter turn (:data:`PHASE_LOST`) or
+  more off there: an error as large as the rotation itself, as float16 angles or float32 angles beyond 2**24 give
+  (SmolLM2 with float32 angles at offset 16M: 36 points of top-1 agreement lost);
+* **degraded**: the cost is measurable above the noise floor and the predictions stay.  Some pairwise rotation
+  error is :data:`NOTICED` (pi/8) or more in any pair: where the probe starts to lose exact distances (1.26 rad
+  1K apart: 25 points; it lost nothing at 0.63 to 0.75 rad 512 apart nor at 0.25 rad of float32 rounding at 4M),
+  and a real model's KL rises above the floor.  A downcast ``inv_freq`` scales each frequency by ``1 + r``,
+  ``|r| <= 2**-8``: the same small relative error in every pair at every distance, so its errors of radians fall
+  only on fast pairs, hundreds of turns across the distance, which the probe reads (it loses half its accuracy
+  4K apart) and SmolLM2 does not (every pass key 4K back, its text within a point of the floor);
 * **safe** otherwise, whatever the absolute angle error (a float32 model is not "degraded" because its angle at
   position 1M is 0.06 rad from the exact one: attention never sees it).
 
-The calibration table (:func:`precision_audit.effect.calibration.calibrate`) reproduces these figures; its test
-checks that no distance is called broken where the probe loses nothing and none safe where it loses.
-
-A real pretrained model (SmolLM2-135M, `precision-audit effect --calibration --model smollm2`,
-:mod:`precision_audit.effect.model_calibration`) confirms the first kind of broken and none of the rest: with
-colliding positions it keeps a third or less of its next-token predictions and no pass key; with a downcast
-``inv_freq`` (2.6 rad 4K apart on its schedule) it keeps its text at the floor and every pass key 4K back, and it
-lost nothing at 1.4 rad 1K apart.  A pass key is found by content, and so is most of what a small model reads;
-the probe reads only exact distances.  The thresholds stay where the probe puts them (the stricter witness: a
-model that needs exact distances, as counting, copying or code at a distance do, loses there), and the rules say
-which evidence each kind of broken rests on; the bottom line says which kind a path has ("local order lost" or
-"positions D apart").
+The calibration tables (:func:`precision_audit.effect.calibration.calibrate`,
+:func:`precision_audit.effect.model_calibration.calibrate_model`) reproduce these figures; their tests check that
+no distance is called broken where the witness loses nothing and none safe where it loses (nor, on the real
+model, degraded where it loses its predictions).
 
 Without pairwise errors (a caller that skipped them) the absolute error stands in, doubled: a pair's error is
-at most the sum of its two positions' errors (the triangle inequality), so the verdict can only be stricter.
+at most the sum of its two positions' errors (the triangle inequality), so the verdict can only be stricter; a
+pair error without its resolved part counts every pair as resolving (stricter too).
 
 ALiBi, position ids, relative buckets and sinusoids keep their own rules here too.
 
 >>> rope_verdict(0.06, 0, pair_errors=[(1, 0.07), (4096, 0.07)])  # float32 angles at 1M
 'safe'
->>> rope_verdict(3.14, 0, pair_errors=[(1, 0.005), (256, 0.32), (4096, 2.62)])  # a downcast inv_freq at 32K
+>>> rope_verdict(3.14, 0, pair_errors=[(1, 0.005, 0.005), (256, 0.32, 0.06), (4096, 2.62, 0.06)])  # a downcast inv_freq
+'degraded'
+>>> rope_verdict(3.14, 0, pair_errors=[(1, 2.0, 2.0)])  # float16 angles at 8K: 2 rad between neighbours
 'broken'
 >>> rope_why(3.14, 0, pair_errors=[(1, 0.005), (256, 0.5)])
 'positions 256 apart off by up to 0.5 rad'

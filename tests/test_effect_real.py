@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -443,3 +445,28 @@ def test_missing_gguf_package_is_one_line_exit_2(tmp_path, monkeypatch):
         r = CliRunner().invoke(main, args)
         errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
         assert r.exit_code == 2 and len(errors) == 1 and "pip install gguf" in errors[0], (args, r.output)
+
+
+@real
+@pytest.mark.real_model
+def test_smollm2_calibration_has_no_inconsistent_row_and_the_bottom_line_says_the_same(smollm2):
+    # issue 50: a downcast inv_freq is a quarter turn off 4K apart only in fast pairs (hundreds of turns across 4K):
+    # degraded, and SmolLM2 keeps its pass key 4K back; bf16 positions collide: broken, and it loses its text.
+    # The bottom line of the model's config (the same rule on the same schedule) says the same words per path.
+    from precision_audit.config import audit_config, load_config
+    from precision_audit.bottomline import bottom_line
+    from precision_audit.effect.calibration import NO_LOSS
+    from precision_audit.effect.model_calibration import calibrate_model, model_inconsistent
+
+    rows = calibrate_model(smollm2, ["lowp", "lowp-inv-freq", "fp32"], [8192], [1, 4096], tokens=256, keys=1)
+    assert model_inconsistent(rows) == []
+    by = {(r.path, r.distance): r for r in rows}
+    cast = by["lowp-inv-freq", 4096]
+    assert cast.verdict == "degraded" and cast.pair_max_error >= math.pi / 2 and cast.loss <= NO_LOSS
+    assert by["lowp", 1].verdict == "broken" and by["lowp", 1].loss > 0.2
+    worst = {p: max((r.verdict for r in rows if r.path == p), key=("safe", "degraded", "broken").index)
+             for p in ("lowp", "lowp-inv-freq", "fp32")}
+    cfg = load_config(Path(__file__).parent / "data" / "smollm2-135m.json")
+    summary = {s.path: s.verdict for s in bottom_line(
+        audit_config(cfg, [8192], ["bfloat16"], stacks=["transformers", "transformers-cast"], positions=False))}
+    assert (summary["transformers-cast"], summary["transformers"]) == (worst["lowp-inv-freq"], worst["fp32"])
