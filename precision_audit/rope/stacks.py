@@ -294,8 +294,9 @@ STACKS: dict[str, Stack] = {
         Preset(_TF32, _TF32, _F32, _F32, _D, _F32, "the angle GEMM inv_freq @ positions on tensor cores: both "
                "operands rounded to TF32 (to nearest even, as cuBLAS converts), the one-term product exact in "
                "float32; cos/sin in float32, cast to the dtype"),
-        _ALL, "huggingface/transformers 5.x: models/llama/modeling_llama.py LlamaRotaryEmbedding.forward "
-              "(inv_freq_expanded.float() @ position_ids_expanded.float() under autocast(enabled=False)); under "
+        _ALL, "huggingface/transformers releases whose models/llama/modeling_llama.py LlamaRotaryEmbedding."
+              "forward computes inv_freq_expanded.float() @ position_ids_expanded.float() under autocast(enabled="
+              "False) (4.51.3 in the report; 5.24 multiplies by broadcast instead); under "
               "torch.set_float32_matmul_precision('high') cuBLAS may pick a TF32 tensor-core kernel for it: "
               "huggingface/transformers#48428 (B200, sm_100, batch > 1; not on A100). On an H200 (recorded) the "
               "K = 1 GEMM stayed exact at batch 1-16 while K >= 2 (mm) / K >= 4 (bmm) went TF32, to nearest even",
