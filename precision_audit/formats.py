@@ -4,6 +4,10 @@ Every auditor names its formats through :func:`get_format`; nothing else in the
 package hard-codes a dtype.  Rounding is round-to-nearest-even, as hardware
 does, computed on numpy float64 arrays in one rounding (checked bit for bit
 against ml_dtypes' casts in the tests); ml_dtypes supplies the format types.
+TF32, the input format of a float32 GEMM on tensor cores, has no storage type:
+``tf32`` (to nearest even, as cuBLAS converts) and ``tf32-rz`` (truncated, as
+Triton's ``tl.dot`` converts) round on float32 bit patterns, checked bit for bit
+against what an H200 returned.
 
 >>> get_format("bf16").name
 'bfloat16'
@@ -617,6 +621,11 @@ def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     np.True_
     >>> round_to([2**1100, -2**1100], "fp16").tolist(), round_to(2**1100, "fp4").tolist()
     ([inf, -inf], 6.0)
+
+    ``tf32-rz`` truncates toward zero instead (:attr:`Format.rounding`), as Triton's ``tl.dot`` converts:
+
+    >>> round_to([2049, 2051, 4099], "tf32").tolist(), round_to([2049, 2051, 4099], "tf32-rz").tolist()
+    ([2048.0, 2052.0, 4100.0], [2048.0, 2050.0, 4096.0])
     """
     f = get_format(fmt)
     a = _as_float64(x, odd=f.name != "float64")
