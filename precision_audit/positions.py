@@ -454,7 +454,8 @@ CONSTRUCTIONS: dict[str, str] = {
              "dtype=dtype) on CUDA (the same values, recorded on an H200)",
     "torch": "int64 positions .to(dtype) by this machine's torch (one rounding, through float32: to 2**24)",
     "torch-arange": "torch.arange(L, dtype=dtype) by this CPU's torch kernel (a rounded block start plus lane "
-                    "offsets: not one rounding above the exact range, e.g. bf16 4113..4127 -> 4096 on the CPUs measured)",
+                    "offsets: not one rounding above the exact range, e.g. bf16 4113..4127 -> 4096 on the CPUs "
+                    "measured)",
 }
 """What each engine's figures describe: the construction of the positions it stands for."""
 

@@ -103,7 +103,8 @@ def test_oracle_on_edges(name: str) -> None:
     round_into(x.copy(), get_format(name), out, (np.empty_like(x), np.empty_like(x)))
     assert out.view(np.uint32).tolist() == want.tolist()
     nan = np.array([0x7FC00000, 0x7FFFFFFF, 0xFFFFFFFF], dtype=np.uint32).view(np.float32)
-    assert np.isnan(round_to(nan, name)).all() and np.isnan(round_into(nan.copy(), get_format(name), np.empty(3, np.float32))).all()
+    assert np.isnan(round_to(nan, name)).all()
+    assert np.isnan(round_into(nan.copy(), get_format(name), np.empty(3, np.float32))).all()
 
 
 def test_float64_inputs_round_once() -> None:

@@ -29,7 +29,8 @@ LLAMA = DATA / "llama-3.1-8b.json"
 LLAMA31 = schedule_from_rope_parameters({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                          "original_max_position_embeddings": 8192}, head_dim=128)
-TF32_STACKS = {"transformers-tf32": ("tf32", "cublas_high_k16"), "transformers-tl-dot": ("tf32-rz", "triton_dot_default")}
+TF32_STACKS = {"transformers-tf32": ("tf32", "cublas_high_k16"),
+               "transformers-tl-dot": ("tf32-rz", "triton_dot_default")}
 
 
 def test_stacks_are_the_gemm_path() -> None:
@@ -157,3 +158,9 @@ def test_config_cli_matmul_precision_high() -> None:
     assert res.exit_code == 1
     res = CliRunner().invoke(main, ["config", str(LLAMA), "-l", "128K", "--matmul-precision", "medium"])
     assert res.exit_code == 2 and "medium" in res.output
+    # with a recipe named, the TF32 stacks run beside it (and no other stack)
+    doc = json.loads(CliRunner().invoke(main, ["config", str(LLAMA), "-l", "2K", "-r", "fp32", "--no-positions",
+                                               "--matmul-precision", "high", "--json"]).output)
+    assert {s["path"] for s in doc["summary"]} == {"fp32", *TF32_STACKS}
+    bloom = CliRunner().invoke(main, ["config", str(DATA / "bloom-7b1.json"), "--matmul-precision", "high"])
+    assert bloom.exit_code == 2 and "ALiBi" in bloom.output

@@ -316,7 +316,8 @@ def _window_note(dicts: Sequence[dict[str, Any]]) -> str:
                    "ids and collisions at every length" for t, r in reach.items())
 
 
-def _model_stacks(model: Any, stacks: Sequence[str], matmul_precision: str = "highest") -> tuple[list[str], list[str]]:
+def _model_stacks(model: Any, stacks: Sequence[str], matmul_precision: str = "highest"
+                  ) -> tuple[list[str], list[str]]:
     """:func:`precision_audit.config.model_stacks` with an unknown stack name as a usage error (a stack that
     cannot run the model is left out with its reason)."""
     from ..config import model_stacks
@@ -343,12 +344,13 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str], mat
             _rope_only(model, "--stack")
         return [], [], list(recipes) or list(_JUDGED[model.kind])
     tf32 = setting_stacks("matmul-precision-high") if matmul_precision == "high" else []
-    names, skipped = (([], []) if recipes and not stacks and not tf32
-                      else _model_stacks(model, stacks, matmul_precision) if stacks or not recipes
-                      else _model_stacks(model, tf32))
-    judged = [n for n in names if stacks or n in tf32] or ([] if recipes else
-                                                           [("llama.cpp-cpu" if model.origin == "gguf" else "transformers")])
-    return names, skipped, [*judged, *recipes]
+    if recipes and not stacks:  # recipes named: no stack but the TF32 ones asked for
+        names, skipped = _model_stacks(model, tf32) if tf32 else ([], [])
+    else:
+        names, skipped = _model_stacks(model, stacks, matmul_precision)
+    default = [] if recipes else ["llama.cpp-cpu" if model.origin == "gguf" else "transformers"]
+    judged = [n for n in names if stacks and n not in tf32] or default
+    return names, skipped, [*judged, *(n for n in names if n in tf32), *recipes]
 
 
 @click.command("config", cls=AuditCommand)
@@ -397,8 +399,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str], mat
               help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON '
                    '(with --trained-on also "trained_on": {"stack", "summary", "results"}).')
 def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
-               recipes: tuple[str, ...], engine: str, matmul_precision: str, tolerance: float, no_positions: bool, fail_on: str,
-               trained_on: str | None, weights: str | None, image: Any, video: Any, text_tokens: int,
+               recipes: tuple[str, ...], engine: str, matmul_precision: str, tolerance: float, no_positions: bool,
+               fail_on: str, trained_on: str | None, weights: str | None, image: Any, video: Any, text_tokens: int,
                distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
