@@ -168,3 +168,20 @@ def test_cli_positions_tf32_and_bad_name() -> None:
     assert got == {("tf32", 8192, 8193, 32.0), ("tf32-rz", 8192, 8192, 63.0)}
     bad = CliRunner().invoke(main, ["positions", "-d", "tf31", "-l", "8192"])
     assert bad.exit_code == 2 and "'tf31'" in bad.output
+
+
+def test_tf32_in_recipe_stages_and_rope_cli() -> None:
+    from precision_audit.rope import parse_stages, recipe_stages
+
+    r = parse_stages("positions=tf32,inv_freq=tf32-rz@exact", "bf16")
+    assert (r.positions, r.inv_freq, r.how["inv_freq"]) == ("tf32", "tf32-rz", "exact value rounded to tf32-rz")
+    st = recipe_stages(r, [1.0, 0.1], [2049, 2051, 4099])
+    assert st["positions"].tolist() == [2048.0, 2052.0, 4100.0]
+    assert st["inv_freq"][1] == round_to(0.1, "tf32-rz") < 0.1  # truncated: below the exact value
+    from precision_audit.cli import main
+
+    res = CliRunner().invoke(main, ["rope", "-l", "4096", "--stages", "positions=tf32", "--json"])
+    assert res.exit_code == 0, res.output
+    [row] = json.loads(res.output)["results"]
+    # closed form: 4096 - (2048 + 1024 + 1) positions share their rounded value with the previous one
+    assert row["stages"]["positions"] == "tf32" and row["colliding_positions"] == 4096 - 3073
