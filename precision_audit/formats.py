@@ -4,6 +4,10 @@ Every auditor names its formats through :func:`get_format`; nothing else in the
 package hard-codes a dtype.  Rounding is round-to-nearest-even, as hardware
 does, computed on numpy float64 arrays in one rounding (checked bit for bit
 against ml_dtypes' casts in the tests); ml_dtypes supplies the format types.
+TF32, the input format of a float32 GEMM on tensor cores, has no storage type:
+``tf32`` (to nearest even, as cuBLAS converts) and ``tf32-rz`` (truncated, as
+Triton's ``tl.dot`` converts) round on float32 bit patterns, checked bit for bit
+against what an H200 returned.
 
 >>> get_format("bf16").name
 'bfloat16'
@@ -41,6 +45,8 @@ __all__ = [
 
 Overflow = Literal["inf", "nan", "saturate"]
 _OVERFLOWS: tuple[str, ...] = ("inf", "nan", "saturate")
+Rounding = Literal["nearest-even", "toward-zero"]
+_ROUNDINGS: tuple[str, ...] = ("nearest-even", "toward-zero")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,14 @@ class Format:
     smallest normal number.  ``overflow`` says what a value beyond the range
     becomes on a cast: ``"inf"``, ``"nan"`` (formats without an infinity) or
     ``"saturate"`` (formats without inf or nan clamp to ``max_finite``).
+    ``rounding`` is how a value gets into the format: ``"nearest-even"``
+    (every cast hardware does into a storage format) or ``"toward-zero"``
+    (truncation: Triton's ``tl.dot`` converting float32 inputs to TF32);
+    a finite value never truncates beyond ``max_finite``, inf stays inf.
+
+    ``numpy_type`` is the type a value of the format is held in: the format
+    itself (ml_dtypes), or float32 for TF32, which has no storage type of
+    its own (a tensor core's input, read from float32 registers).
     """
 
     name: str
@@ -62,6 +76,7 @@ class Format:
     min_exponent: int
     max_finite: float
     overflow: Overflow
+    rounding: Rounding = "nearest-even"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -74,6 +89,8 @@ class Format:
             raise ValueError(f"max_finite {self.max_finite!r} must be at least 1")
         if not isinstance(self.overflow, str) or self.overflow not in _OVERFLOWS:
             raise ValueError(f"overflow {describe(self.overflow)} must be one of {', '.join(_OVERFLOWS)}")
+        if not isinstance(self.rounding, str) or self.rounding not in _ROUNDINGS:
+            raise ValueError(f"rounding {describe(self.rounding)} must be one of {', '.join(_ROUNDINGS)}")
 
     @property
     def max_exact_integer(self) -> int:
@@ -98,7 +115,16 @@ class Format:
         65520
         >>> get_format("float8_e4m3fn").overflow_integer
         465
+
+        Truncation never takes a finite value above ``max_finite``: for a
+        ``"toward-zero"`` format no integer overflows, and the answer is
+        ``2**1024``, the first integer beyond float64's range.
+
+        >>> get_format("tf32-rz").overflow_integer == 2**1024
+        True
         """
+        if self.rounding == "toward-zero":
+            return 2**1024
         mant, exp = _split(self.max_finite, self.significand_bits)
         # max_finite = mant * 2**exp, the next step up (mant + 1) * 2**exp; the
         # midpoint (2*mant + 1) * 2**(exp-1) is a tie, which goes up iff mant is odd.
@@ -145,6 +171,11 @@ FORMATS: dict[str, Format] = {
         Format("float6_e2m3fn", ml_dtypes.float6_e2m3fn, None, 4, 0, _h("0x1.ep2"), "saturate"),
         Format("float6_e3m2fn", ml_dtypes.float6_e3m2fn, None, 3, -2, _h("0x1.cp4"), "saturate"),
         Format("float4_e2m1fn", ml_dtypes.float4_e2m1fn, None, 2, 0, _h("0x1.8p2"), "saturate"),
+        # TF32 (NVIDIA TensorFloat-32): float32's exponent, 10 stored mantissa bits: integers exact to 2048.
+        # Not a storage format: what a tensor core reads of a float32 GEMM input (float32 values in float32
+        # registers).  cuBLAS converts to nearest, ties to even; Triton's tl.dot truncates (tf32-rz).
+        Format("tf32", np.float32, None, 11, -126, _h("0x1.ffcp127"), "inf"),
+        Format("tf32-rz", np.float32, None, 11, -126, _h("0x1.ffcp127"), "inf", "toward-zero"),
     )
 }
 
@@ -171,6 +202,8 @@ ALIASES: dict[str, str] = {
     "fp6_e3m2": "float6_e3m2fn",
     "fp4": "float4_e2m1fn",
     "e2m1": "float4_e2m1fn",
+    "tensorfloat32": "tf32",
+    "tf32_rz": "tf32-rz",
 }
 
 
@@ -193,7 +226,7 @@ def get_format(name: str | Format) -> Format:
     >>> get_format("fp7")
     Traceback (most recent call last):
     ...
-    ValueError: unknown dtype 'fp7'; valid names: float64, float32, float16, bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn (aliases: bf16, double, e2m1, e4m3, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, f16, f32, f64, float, fp16, fp32, fp4, fp64, fp6_e2m3, fp6_e3m2, fp8_e4m3, fp8_e5m2, half, single)
+    ValueError: unknown dtype 'fp7'; valid names: float64, float32, float16, bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn, tf32, tf32-rz (aliases: bf16, double, e2m1, e4m3, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, f16, f32, f64, float, fp16, fp32, fp4, fp64, fp6_e2m3, fp6_e3m2, fp8_e4m3, fp8_e5m2, half, single, tensorfloat32, tf32_rz)
     """
     if isinstance(name, Format):
         return name
@@ -340,9 +373,78 @@ def _round_into(
             np.copyto(t32, x, casting="same_kind")
         np.copyto(out, t32)
         return out
+    if f.name in _TF32_MASKS:
+        return _round_tf32(x, f, out, scratch)
     if f.name == "bfloat16" and x.dtype == np.float64 and x.size and _bfloat16_via_float32(x, out, scratch):
         return out
     return _round_rne(x, f, out, scratch)
+
+
+# TF32 from float32 is an operation on the bits: the low 13 of float32's 23 stored mantissa bits go.  Truncation
+# (tl.dot) clears them; round to nearest even (cuBLAS) first adds 0xFFF plus the lowest kept bit, whose carry runs
+# into the exponent (to inf past 0x1.ffep127, the tie above max_finite; a subnormal up into the normals), as the
+# bfloat16 carry does.  A nan keeps its bits (the carry could reach the sign bit).  From float64 a value that is
+# not a float32 number is rounded once from its exact value: to nearest by the one addition above, toward zero by
+# subtracting the remainder modulo the spacing (exact: np.fmod is exact and so is the difference).
+_TF32_LOW = 13
+_TF32_MASKS: dict[str, int] = {"tf32": 0xFFF, "tf32-rz": 0}  # added before the low bits are cleared
+
+
+def _round_tf32(
+    x: npt.NDArray[Any],
+    f: Format,
+    out: npt.NDArray[Any],
+    scratch: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None = None,
+) -> npt.NDArray[Any]:
+    """:func:`_round_into` for ``tf32`` / ``tf32-rz``: bits of float32 values, or one rounding of float64 ones."""
+    if x.dtype == np.float32:
+        u = x.view(np.uint32)
+        v = (np.empty(x.shape, np.uint32) if scratch is None
+             else scratch[0].reshape(-1).view(np.uint32)[: x.size].reshape(x.shape))
+        if f.rounding == "toward-zero":
+            np.copyto(v, u)
+        else:
+            np.right_shift(u, np.uint32(_TF32_LOW), out=v)
+            np.bitwise_and(v, np.uint32(1), out=v)
+            np.add(v, np.uint32(_TF32_MASKS[f.name]), out=v)
+            np.add(v, u, out=v)
+        np.bitwise_and(v, np.uint32(0xFFFFFFFF ^ ((1 << _TF32_LOW) - 1)), out=v)
+        nan = np.isnan(x)
+        if nan.any():
+            np.copyto(v, u, where=nan)
+        out[...] = v.view(np.float32)
+        return out
+    if f.rounding == "nearest-even":
+        return _round_rne(x, f, out, scratch)
+    return _truncate(x, f, out, scratch)
+
+
+def _truncate(
+    x: npt.NDArray[np.float64],
+    f: Format,
+    out: npt.NDArray[np.float64],
+    scratch: tuple[npt.NDArray[Any], npt.NDArray[Any]] | None = None,
+) -> npt.NDArray[np.float64]:
+    """``x`` (float64) rounded toward zero into ``f``: a finite value beyond ``max_finite`` gives ``max_finite``,
+    inf stays inf, nan stays nan, zero keeps its sign."""
+    q = _rne_params(f, x.dtype)
+    u, t = (np.empty_like(x), np.empty_like(x)) if scratch is None else scratch
+    ui = u.view(q.exp_bits.dtype)
+    np.bitwise_and(x.view(q.exp_bits.dtype), q.exp_bits, out=ui)
+    np.clip(ui, q.lo, q.hi, out=ui)  # the spacing of x's binade (the smallest normal's below it)
+    np.subtract(ui, np.int64((f.significand_bits - 1) << 52), out=ui)
+    with np.errstate(invalid="ignore"):
+        np.fmod(x, u, out=t)  # nan for inf and nan
+        np.subtract(x, t, out=t)
+    np.copysign(t, x, out=t)
+    big = ~(np.abs(t) <= f.max_finite)  # beyond the range, inf and nan
+    np.copyto(out, t)
+    if big.any():
+        np.copysign(f.max_finite, x, out=t)
+        fin = np.isfinite(x)
+        np.copyto(out, t, where=big & fin)
+        np.copyto(out, x, where=~fin)
+    return out
 
 
 def _round_rne(
@@ -519,6 +621,11 @@ def round_to(x: npt.ArrayLike, fmt: str | Format) -> npt.NDArray[np.float64]:
     np.True_
     >>> round_to([2**1100, -2**1100], "fp16").tolist(), round_to(2**1100, "fp4").tolist()
     ([inf, -inf], 6.0)
+
+    ``tf32-rz`` truncates toward zero instead (:attr:`Format.rounding`), as Triton's ``tl.dot`` converts:
+
+    >>> round_to([2049, 2051, 4099], "tf32").tolist(), round_to([2049, 2051, 4099], "tf32-rz").tolist()
+    ([2048.0, 2052.0, 4100.0], [2048.0, 2050.0, 4096.0])
     """
     f = get_format(fmt)
     a = _as_float64(x, odd=f.name != "float64")

@@ -33,9 +33,13 @@ from .verdicts import positions_verdict
 __all__ = [
     "BAICHUAN_DTYPES",
     "BAICHUAN_LENGTHS",
+    "CONSTRUCTIONS",
+    "CPU_ARANGE_LIMIT",
     "EMPIRICAL_LIMIT",
     "PositionRow",
     "audit_positions",
+    "construction",
+    "cpu_arange_rows",
     "measure_positions",
     "positions_to_scan",
     "predict_positions",
@@ -172,6 +176,8 @@ def predict_positions(length: int, dtype: str | Format) -> PositionRow:
     if len(lens) != 1:
         raise ValueError(f"length {describe(length)} must be one length (measure_positions takes several)")
     (L,) = lens
+    if f.rounding == "toward-zero":
+        return _predict_truncated(L, f)
     p, top = f.significand_bits, f.overflow_integer
     saturate = f.overflow == "saturate"
     n_last = min(L, top) - 1  # last position that rounds without overflow
@@ -228,6 +234,36 @@ def predict_positions(length: int, dtype: str | Format) -> PositionRow:
         overflow_position=top if non_finite else None,
         method="closed-form",
     )
+
+
+def _predict_truncated(L: int, f: Format) -> PositionRow:
+    """:func:`predict_positions` for a format that truncates (``tf32-rz``): n becomes n - n mod s(n).
+
+    Every representable integer is hit by itself and the s - 1 integers above it (s: the spacing of its
+    binade), so values are the representable integers up to L - 1, a full run is a spacing, the last run
+    ends at L - 1, and only values below 2**p stand alone.  No integer below 2**1024 truncates to inf.
+
+    >>> r = predict_positions(131072, "tf32-rz")
+    >>> r.exact_count, r.distinct_values, r.max_abs_error, r.max_run
+    (8192, 8192, 63.0, 64)
+    """
+    p = f.significand_bits
+    last = L - 1
+    v_last = last - (last % _step(last, p) if last >= 2**p else 0)
+    run_last = last - v_last + 1
+    exact = _count_representable(last, p)
+    err = 0
+    if last >= 2**p:
+        e = last.bit_length() - 1
+        s = _step(last, p)
+        err = max(min(last - 2**e, s - 1), s // 2 - 1 if e > p else 0)
+    max_run = max(run_last, _step(v_last - 1, p) if v_last > 0 else 0)
+    singles = min(v_last, 2**p) + (run_last == 1)
+    first = f.max_exact_integer + 1
+    return PositionRow(dtype=f.name, length=L, exact_count=exact, exact_fraction=exact / L, distinct_values=exact,
+                       max_run=max_run, collision_fraction=(L - singles) / L, max_abs_error=float(err),
+                       first_inexact=first if first < L else None, non_finite=0, overflow_position=None,
+                       method="closed-form")
 
 
 # --------------------------------------------------------------------------
@@ -413,6 +449,58 @@ def _torch_arange_engine(f: Format, stop: int) -> Rounder:
     return lambda a, b: full[a:b].to(torch.float64).numpy()
 
 
+CONSTRUCTIONS: dict[str, str] = {
+    "numpy": "each position rounded once to nearest even: torch.arange(L).to(dtype), and torch.arange(L, "
+             "dtype=dtype) on CUDA (the same values, recorded on an H200)",
+    "torch": "int64 positions .to(dtype) by this machine's torch (one rounding, through float32: to 2**24)",
+    "torch-arange": "torch.arange(L, dtype=dtype) by this CPU's torch kernel (a rounded block start plus lane "
+                    "offsets: not one rounding above the exact range, e.g. bf16 4113..4127 -> 4096 on the CPUs "
+                    "measured)",
+}
+"""What each engine's figures describe: the construction of the positions it stands for."""
+
+_TF32_CONSTRUCTION = ("tf32 / tf32-rz: float32 positions as a tensor-core GEMM reads them (to nearest even in "
+                      "cuBLAS, truncated in Triton's tl.dot; recorded on an H200)")
+
+
+def construction(engine: Engine, dtypes: str | Format | Iterable[str | Format] = ()) -> str:
+    """What figures measured by ``engine`` describe (:data:`CONSTRUCTIONS`), and how TF32 positions arise.
+
+    >>> construction("numpy", ["tf32"]).split("; ")[1][:24]
+    'tf32 / tf32-rz: float32 '
+    """
+    check_choice(engine, "engine", tuple(_ENGINES))
+    fmts = [get_format(d) for d in check_names(dtypes, "dtypes", "format name", Format)] if dtypes else []
+    tf32 = any(f.name.startswith("tf32") for f in fmts)
+    return CONSTRUCTIONS[engine] + (f"; {_TF32_CONSTRUCTION}" if tf32 else "")
+
+CPU_ARANGE_LIMIT = 2**22
+"""The longest length :func:`cpu_arange_rows` builds with torch (a whole ``torch.arange`` at once)."""
+
+
+def cpu_arange_rows(lengths: int | Iterable[int], dtypes: str | Format | Iterable[str | Format]) -> list[PositionRow]:
+    """The other construction: ``torch.arange(L, dtype=dtype)`` as this CPU's torch computes it, measured.
+
+    Rows for the formats torch has an arange kernel for and that round integers (narrower than float32: float32's
+    arange is exact to 2**24), at the lengths up to :data:`CPU_ARANGE_LIMIT`; the values depend on the CPU's vector
+    width and torch's thread count (see :func:`_torch_arange_engine`), so compare them with the one-rounding
+    rows rather than pin them.
+
+    >>> [(r.dtype, r.length, r.exact_count) for r in cpu_arange_rows([8192, 2**30], ["bf16", "fp32", "tf32", "e4m3"])]
+    [('bfloat16', 8192, 896)]
+    """
+    lens = [n for n in check_lengths(lengths) if n <= CPU_ARANGE_LIMIT]
+    fmts = [f for f in dict.fromkeys(get_format(d) for d in check_names(dtypes, "dtypes", "format name", Format))
+            if f.torch_dtype is not None and f.significand_bits < 24]
+    rows: list[PositionRow] = []
+    for f in fmts if lens else []:
+        try:
+            rows += audit_positions(lens, f, method="empirical", engine="torch-arange")
+        except ValueError:  # torch has the dtype but no arange kernel for it (float8)
+            continue
+    return rows
+
+
 _ENGINES: dict[str, Callable[[Format, int], Rounder]] = {
     "numpy": _numpy_engine,
     "torch": _torch_engine,
@@ -518,6 +606,11 @@ BAICHUAN_DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
 def reproduce_baichuan() -> list[PositionRow]:
     """The headline: position ids 0..L-1 in bfloat16 and float16 against the
     float32 fix, for L = 1K .. 128K (Baichuan: "about 10 %" exact in bf16 at 8K).
+
+    The figures are the one-rounding construction (:data:`CONSTRUCTIONS` ``"numpy"``): each position rounded
+    once, as ``torch.arange(L).to(dtype)`` and CUDA's ``torch.arange(L, dtype=dtype)`` make them (recorded on an
+    H200: 896 exact, 897 distinct, runs up to 33 at 8192 in bf16); :func:`cpu_arange_rows` gives torch's CPU
+    kernel's (the same counts there, longer runs: 48 on the CPUs measured).
 
     >>> rows = reproduce_baichuan()
     >>> [(r.dtype, r.exact_fraction) for r in rows if r.length == 8192]

@@ -264,7 +264,8 @@ def test_plain_table_when_stdout_is_not_a_terminal():
     rows = json.loads(run("positions", "-l", "8k", "-l", "64k", "-d", "bf16", "-d", "fp16", "--json").output)["results"]
     for wide in ([], ["--wide"]):  # --wide changes nothing off a terminal
         plain = run("positions", "-l", "8k", "-l", "64k", "-d", "bf16", "-d", "fp16", *wide).output
-        assert plain == table(rows, POSITION_COLUMNS + [("method", "method")]) + "\n"
+        # the table, then what construction the figures describe (and the other's rows)
+        assert plain.startswith(table(rows, POSITION_COLUMNS + [("method", "method")]) + "\n\nFigures: ")
     assert table(rows[:1], [("dtype", "dtype"), ("length", "length")]) == (
         "   dtype  length\n--------  ------\nbfloat16    8192")
 

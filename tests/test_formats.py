@@ -59,13 +59,24 @@ SPEC: dict[str, tuple[int, int, float, str, bool]] = {
     # OCP MX v1.0 FP4 E2M1: bias 1, values 0, .5, 1, 1.5, 2, 3, 4, 6.
     "float4_e2m1fn": (2, 0, 6.0, "saturate", True),
 }
-NARROW = list(SPEC)  # every format narrower than float64
+# TF32 (NVIDIA's TensorFloat-32, the A100 whitepaper: 8 exponent bits, 10 stored mantissa bits): the input
+# format of a float32 GEMM on tensor cores, no storage type; "tf32" rounds to nearest even (cuBLAS), "tf32-rz"
+# truncates (Triton's tl.dot).  Refereed in tests/test_tf32.py (an integer oracle and the recorded H200 outputs).
+TF32_SPEC: dict[str, tuple[int, int, float, str, str]] = {
+    "tf32": (11, -126, _h("0x1.ffcp127"), "inf", "nearest-even"),
+    "tf32-rz": (11, -126, _h("0x1.ffcp127"), "inf", "toward-zero"),
+}
+NARROW = list(SPEC)  # every storage format narrower than float64
 SMALL = [n for n in NARROW if SPEC[n][0] <= 4]  # 8 bits or fewer: enumerable cheaply
 
 
 def test_spec_table_covers_registry() -> None:
     # The registry must not contain a format the tests do not know about.
-    assert set(FORMATS) == set(SPEC) | {"float64"}
+    assert set(FORMATS) == set(SPEC) | set(TF32_SPEC) | {"float64"}
+    for name, (p, emin, mx, ovf, rounding) in TF32_SPEC.items():
+        f = FORMATS[name]
+        assert (f.significand_bits, f.min_exponent, f.max_finite, f.overflow, f.rounding) == (p, emin, mx, ovf, rounding)
+    assert {f.rounding for n, f in FORMATS.items() if n not in TF32_SPEC} == {"nearest-even"}
 
 
 # ---------------------------------------------------------------------------
@@ -787,7 +798,7 @@ def test_unknown_name_error_lists_every_canonical_name(bad: str) -> None:
         get_format(bad)
     msg = str(info.value)
     assert repr(bad) in msg
-    for name in SPEC.keys() | {"float64"}:
+    for name in SPEC.keys() | TF32_SPEC.keys() | {"float64"}:
         assert re.search(rf"\b{name}\b", msg), name
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
@@ -795,8 +806,9 @@ def test_unknown_name_error_lists_every_canonical_name(bad: str) -> None:
 def test_format_names() -> None:
     # exactly the formats of the independent SPEC table (plus float64), each once, widest storage first
     names = format_names()
-    assert len(names) == len(set(names)) and set(names) == set(SPEC) | {"float64"}
-    widths = [int(re.match(r"b?float(\d+)", n).group(1)) for n in names]
+    assert len(names) == len(set(names)) and set(names) == set(SPEC) | set(TF32_SPEC) | {"float64"}
+    assert names[-len(TF32_SPEC):] == list(TF32_SPEC)  # the GEMM input formats after the storage formats
+    widths = [int(re.match(r"b?float(\d+)", n).group(1)) for n in names[:-len(TF32_SPEC)]]
     assert widths == sorted(widths, reverse=True) and names[:4] == ["float64", "float32", "float16", "bfloat16"]
     with_aliases = format_names(with_aliases=True)
     assert {"bf16", "fp16", "half", "fp32", "e4m3", "e5m2"} <= set(with_aliases)

@@ -31,14 +31,14 @@ TORCH_FORMATS = [name for name, f in FORMATS.items() if f.torch_name and f.signi
 
 
 # ---------------------------------------------------------------- the oracle
-def oracle_round(n: int, p: int, max_finite: float, overflow: str) -> float:
-    """Round the integer n >= 0 to p significant bits, ties to even, then
-    apply the format's range: beyond max_finite -> inf / nan / max_finite."""
+def oracle_round(n: int, p: int, max_finite: float, overflow: str, toward_zero: bool = False) -> float:
+    """Round the integer n >= 0 to p significant bits, ties to even (or, ``toward_zero``, truncated: tf32-rz),
+    then apply the format's range: beyond max_finite -> inf / nan / max_finite."""
     if n.bit_length() > p:
         shift = n.bit_length() - p
         q, r = n >> shift, n & ((1 << shift) - 1)
         half = 1 << (shift - 1)
-        if r > half or (r == half and q & 1):
+        if not toward_zero and (r > half or (r == half and q & 1)):
             q += 1
         n = q << shift
     if n > max_finite:
@@ -49,7 +49,8 @@ def oracle_round(n: int, p: int, max_finite: float, overflow: str) -> float:
 def oracle_metrics(length: int, fmt: str) -> dict[str, object]:
     """Every metric by brute force over the oracle's values (small lengths only)."""
     f = get_format(fmt)
-    vals = np.array([oracle_round(n, f.significand_bits, f.max_finite, f.overflow) for n in range(length)])
+    rz = f.rounding == "toward-zero"
+    vals = np.array([oracle_round(n, f.significand_bits, f.max_finite, f.overflow, rz) for n in range(length)])
     pos = np.arange(length, dtype=np.float64)
     finite = np.isfinite(vals)
     keys = np.where(finite, vals, np.inf)  # all non-finite results are one value
@@ -240,7 +241,9 @@ def test_cli_torch_arange_reports_threads():
     table = CliRunner().invoke(main, ["positions", "-l", "1k", "--engine", "torch-arange"]).output
     assert table.splitlines()[0].split()[-1] == "threads"
     assert table.splitlines()[2].split()[-1] == str(torch.get_num_threads())
-    assert "threads" not in CliRunner().invoke(main, ["positions", "-l", "1k"]).output
+    # numpy's rows (one rounding) have no thread count; the other construction's (torch's CPU arange) below do
+    plain = CliRunner().invoke(main, ["positions", "-l", "1k"]).output.split("\n\n")
+    assert "threads" not in plain[0] and "threads" in plain[1]
 
 
 def test_torch_engine_rejects_format_without_torch_dtype():

@@ -73,7 +73,10 @@ NO_KERNEL_HERE = {"vllm": "CUDA kernels", "llama.cpp-cuda": "CUDA", "mlx": "Meta
                   "openvino-fixed": "OpenVINO GPU plugin",
                   # training stacks: modelled from source, checked against mpmath models of it
                   "transformer-engine": "CUDA (sincosf)", "flash-attn": "CUDA cos/sin, triton rotation",
-                  "maxtext": "JAX (maxtext not installed)"}
+                  "maxtext": "JAX (maxtext not installed)",
+                  # the TF32 angle GEMM (issue 53): the recorded H200 GEMMs referee them (tests/test_tf32_stacks.py)
+                  "transformers-tf32": "a cuBLAS TF32 GEMM (recorded on an H200)",
+                  "transformers-tl-dot": "a Triton tl.dot (recorded on an H200)"}
 
 LLAMA31_CFG = json.loads((DATA / "llama-3.1-8b.json").read_text())
 S_LLAMA31 = load_config(DATA / "llama-3.1-8b.json").schedule

@@ -443,12 +443,19 @@ def stacks_for(names: Sequence[str], schedules: Any) -> tuple[list[str], list[st
         raise click.BadParameter(str(e), param_hint="'--stack'") from None
 
 
+class _NameChoice(click.Choice):
+    """A choice whose error lists the names bare (the stacks are many: one short line)."""
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        return f"{value!r} is not one of {', '.join(map(str, self.choices))}."
+
+
 def stack_option(help_default: str) -> Callable[[Any], Any]:
     """``--stack NAME`` (repeatable; ``all``, ``serve``, ``train``), the same on every command that takes it."""
     from ..rope import STACKS
 
     return click.option(
-        "--stack", "stacks", type=click.Choice(["all", "serve", "train", *STACKS]), multiple=True, metavar="NAME",
+        "--stack", "stacks", type=_NameChoice(["all", "serve", "train", *STACKS]), multiple=True, metavar="NAME",
         help="Serving or training stack (repeatable): the code path a stack runs, written from its source: "
              + ", ".join(STACKS) + "; all = every stack that runs the rope type, serve / train = every serving / "
              "training stack that does.  " + help_default)

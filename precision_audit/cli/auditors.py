@@ -19,7 +19,7 @@ from ..rope import STAGES as _ROPE_STAGES
 from ..sinusoidal import RECIPES as _SIN_RECIPES
 from ..render import bound_notes, pair_table
 from ._shared import (DTYPE, DTYPE_HELP, JSON_HELP, LENGTH, AuditCommand, Column, distance_options,
-                      distances_from_options, emit, one_value, pct, progress_bar, rope_even,
+                      distances_from_options, echo_table, emit, one_value, pct, progress_bar, rope_even,
                       schedule_from_options, schedule_options, stack_option, stacks_for, wide_option)
 
 
@@ -65,7 +65,7 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
 
     Example: precision-audit positions --length 8192 --dtype bfloat16
     """
-    from ..positions import audit_positions, positions_to_scan
+    from ..positions import CONSTRUCTIONS, audit_positions, construction, positions_to_scan
 
     lengths = lengths or (8192,)
     dtypes = dtypes or ("bfloat16",)
@@ -78,12 +78,44 @@ def positions(lengths: tuple[int, ...], dtypes: tuple[str, ...], method: str, en
         rows = audit_positions(lengths, dtypes, method=method, engine=engine, progress=bar.update)  # type: ignore[arg-type]
     columns = POSITION_COLUMNS + [("method", "method")]
     if engine == "torch-arange":  # the kernel's values depend on the thread count: record it per measured row
-        import torch
-
-        threads = torch.get_num_threads()
-        rows = [{**r.to_dict(), "threads": threads if r.method == "empirical" else None} for r in rows]
+        rows = _with_threads(rows)
         columns = columns + [("threads", "threads")]
-    emit("positions", rows, as_json, columns)
+    other, other_name = _other_construction(lengths, dtypes, engine)
+    text = construction(engine, dtypes)
+    emit("positions", rows, as_json, columns,
+         extra={"construction": text, "other_construction": {"construction": CONSTRUCTIONS[other_name],
+                                                              "results": other}} if other else
+         {"construction": text})
+    if not as_json:
+        click.echo(f"\nFigures: {text}.")
+        if other:
+            click.echo(f"The other construction, {CONSTRUCTIONS[other_name]}:")
+            echo_table(other, _OTHER_COLUMNS + ([("threads", "threads")] if other_name == "torch-arange" else []))
+
+
+_OTHER_COLUMNS = [c for c in POSITION_COLUMNS if c[0] in ("dtype", "length", "exact", "distinct", "max run",
+                                                         "max |err|")]
+
+
+def _with_threads(rows: Any) -> list[dict[str, Any]]:
+    """Rows as dicts with torch's thread count on each measured one (torch's CPU arange depends on it)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    return [{**r.to_dict(), "threads": threads if r.method == "empirical" else None} for r in rows]
+
+
+def _other_construction(lengths: Any, dtypes: Any, engine: str) -> tuple[list[dict[str, Any]], str]:
+    """The rows of the construction the figures do not describe, where it can differ: this CPU's
+    torch.arange(L, dtype=...) beside one rounding (numpy), and one rounding beside torch's CPU arange."""
+    from ..positions import CPU_ARANGE_LIMIT, audit_positions, cpu_arange_rows
+
+    if engine == "numpy":
+        return _with_threads(cpu_arange_rows(lengths, dtypes)), "torch-arange"
+    if engine == "torch-arange":
+        lens = [n for n in lengths if n <= CPU_ARANGE_LIMIT]
+        return ([r.to_dict() for r in audit_positions(lens, dtypes, method="empirical")] if lens else []), "numpy"
+    return [], "numpy"
 
 
 # --- sinusoidal -------------------------------------------------------------------------------

@@ -161,6 +161,26 @@ def _baichuan_table(at: dict[tuple[str, int], Any], lengths: list[int], dtypes: 
     echo_table(wide, cols)
 
 
+def _baichuan_other(cpu: Any, by: dict[tuple[str, int], Any], at: dict[tuple[str, int], Any]) -> str:
+    """One sentence: torch's CPU arange(L, dtype=...) measured here beside the one-rounding figures."""
+    import torch
+
+    b, h = by.get(("bfloat16", 8192)), by.get(("float16", 65536))
+    if b is None or h is None:
+        return ""
+    same = all(r.max_run == at[r.dtype, r.length].max_run for r in cpu)
+    return (f"The other construction, torch.arange(L, dtype=...) by this CPU's torch {torch.__version__} "
+            f"({_threads(torch.get_num_threads())}): bfloat16 at 8192 keeps {b.exact_count} exact and "
+            f"{b.distinct_values} distinct, runs up to {b.max_run}; float16 at 65536 runs up to {h.max_run}"
+            + (" (the same here)." if same else
+               f" (one rounding: {at['bfloat16', 8192].max_run} and {at['float16', 65536].max_run}): not one rounding "
+               "above the exact range, a rounded block start plus lane offsets."))
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" + ("s" if n != 1 else "")
+
+
 def _baichuan(as_json: bool, res: Any) -> None:
     """Baichuan's finding: bf16 position ids keep ~10 % of positions at 8K.
 
@@ -169,20 +189,26 @@ def _baichuan(as_json: bool, res: Any) -> None:
     position.
     """
     from ..effect import baichuan_effect
-    from ..positions import BAICHUAN_DTYPES, reproduce_baichuan
+    from ..positions import BAICHUAN_DTYPES, CONSTRUCTIONS, cpu_arange_rows, reproduce_baichuan
 
     rows = reproduce_baichuan()
     at = {(r.dtype, r.length): r for r in rows}
     summary = _baichuan_summary(at, max(r.length for r in rows))
+    cpu = cpu_arange_rows([8192, 65536], ["bfloat16", "float16"])
+    other = _baichuan_other(cpu, {(r.dtype, r.length): r for r in cpu}, at)
     probe = baichuan_effect()
     if as_json:
-        echo_json({"auditor": "positions", "reproduction": "baichuan", "results": [r.to_dict() for r in rows],
-                   "summary": summary, "probe": [r.to_dict() for r in probe], "incident": res.to_dict()})
+        echo_json({"auditor": "positions", "reproduction": "baichuan", "construction": CONSTRUCTIONS["numpy"],
+                   "results": [r.to_dict() for r in rows], "summary": summary,
+                   "other_construction": {"construction": CONSTRUCTIONS["torch-arange"], "summary": other,
+                                          "results": [r.to_dict() for r in cpu]},
+                   "probe": [r.to_dict() for r in probe], "incident": res.to_dict()})
         return
     click.echo("Position ids 0..L-1 cast to each format (exact = positions that survive; "
                "max run = most neighbouring tokens sharing one position; inf from P: positions P and up overflowed)\n")
     _baichuan_table(at, sorted({r.length for r in rows}), BAICHUAN_DTYPES)
     click.echo("\n" + summary)
+    click.echo(f"\nThese figures: {CONSTRUCTIONS['numpy']}. {other}")
     click.echo("\nOn a model: the project's RoPE probe (precision-audit effect) at the end of an 8192-token context, "
                "its cos/sin built in bfloat16 from bfloat16 position ids (lowp) and by the float32 fix (fp32):\n")
     click.echo(table([r.to_dict() for r in probe], [

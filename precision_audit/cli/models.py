@@ -316,32 +316,41 @@ def _window_note(dicts: Sequence[dict[str, Any]]) -> str:
                    "ids and collisions at every length" for t, r in reach.items())
 
 
-def _model_stacks(model: Any, stacks: Sequence[str]) -> tuple[list[str], list[str]]:
+def _model_stacks(model: Any, stacks: Sequence[str], matmul_precision: str = "highest"
+                  ) -> tuple[list[str], list[str]]:
     """:func:`precision_audit.config.model_stacks` with an unknown stack name as a usage error (a stack that
     cannot run the model is left out with its reason)."""
     from ..config import model_stacks
 
     try:
-        return model_stacks(model, stacks or None)
+        return model_stacks(model, stacks or None, matmul_precision)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--stack'") from None
 
 
-def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str], matmul_precision: str = "highest"
+                  ) -> tuple[list[str], list[str], list[str]]:
     """The stacks to run, the reasons stacks were left out, and the code paths --fail-on and the bottom line judge.
 
     RoPE: the stacks named (``all`` = every stack that runs the model), else none when recipes are named, else
     every stack (llama.cpp's for a GGUF file); judged: the stacks named, else transformers as built (llama.cpp CPU
-    for a GGUF file), plus the recipes named.  ALiBi: the recipes named, else the fp32 recipe.
+    for a GGUF file), plus the recipes named.  ``--matmul-precision high`` adds the TF32 GEMM stacks, run and
+    judged (the user said their code runs under it).  ALiBi: the recipes named, else the fp32 recipe.
     """
+    from ..rope import setting_stacks
+
     if model.kind != "rope":
         if stacks:
             _rope_only(model, "--stack")
         return [], [], list(recipes) or list(_JUDGED[model.kind])
-    names, skipped = ([], []) if recipes and not stacks else _model_stacks(model, stacks)
-    judged = [n for n in names if stacks] or ([] if recipes else
-                                              [("llama.cpp-cpu" if model.origin == "gguf" else "transformers")])
-    return names, skipped, [*judged, *recipes]
+    tf32 = setting_stacks("matmul-precision-high") if matmul_precision == "high" else []
+    if recipes and not stacks:  # recipes named: no stack but the TF32 ones asked for
+        names, skipped = _model_stacks(model, tf32) if tf32 else ([], [])
+    else:
+        names, skipped = _model_stacks(model, stacks, matmul_precision)
+    default = [] if recipes else ["llama.cpp-cpu" if model.origin == "gguf" else "transformers"]
+    judged = [n for n in names if stacks and n not in tf32] or default
+    return names, skipped, [*judged, *(n for n in names if n in tf32), *recipes]
 
 
 @click.command("config", cls=AuditCommand)
@@ -365,6 +374,11 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
 @click.option("--engine", type=click.Choice(["numpy", "torch"]), default="numpy", show_default=True,
               help="numpy: every operation correctly rounded; torch: this machine's torch kernels (RoPE presets and "
                    "positions; stacks and ALiBi run numpy).")
+@click.option("--matmul-precision", "matmul_precision", type=click.Choice(["highest", "high"]), default="highest",
+              show_default=True,
+              help="torch.set_float32_matmul_precision your code runs under: high adds (and judges) the stacks whose "
+                   "float32 rotary GEMM runs in TF32 on tensor-core GPUs: transformers-tf32 (cuBLAS, to nearest) "
+                   "and transformers-tl-dot (a Triton tl.dot, truncated); a GPU and shape property, nothing on CPU.")
 @click.option("--tolerance", type=click.FloatRange(min=0.0, min_open=True), default=8.0, show_default=True,
               help="ALiBi: degraded when a head's bias error exceeds TOLERANCE half-ulps of its largest bias (RoPE is "
                    "judged on pairwise errors, see the verdict key).")
@@ -385,8 +399,8 @@ def _config_paths(model: Any, stacks: Sequence[str], recipes: Sequence[str]) -> 
               help='Print {"auditor": "config", "model": {...}, "summary": [...], "results": [row, ...]} as JSON '
                    '(with --trained-on also "trained_on": {"stack", "summary", "results"}).')
 def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple[str, ...], stacks: tuple[str, ...],
-               recipes: tuple[str, ...], engine: str, tolerance: float, no_positions: bool, fail_on: str,
-               trained_on: str | None, weights: str | None, image: Any, video: Any, text_tokens: int,
+               recipes: tuple[str, ...], engine: str, matmul_precision: str, tolerance: float, no_positions: bool,
+               fail_on: str, trained_on: str | None, weights: str | None, image: Any, video: Any, text_tokens: int,
                distances: tuple[int, ...], no_pairs: bool, as_json: bool) -> None:
     """Is my model safe?  Audit a model from its description: the code paths it runs on, per dtype and length.
 
@@ -420,6 +434,9 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
                           stack_notes, work_to_scan)
     from ..config.layers import temperature_lines
 
+    if matmul_precision != "highest" and (isinstance(model, DiffusionConfig) or image or video):
+        raise click.BadParameter("the TF32 GEMM paths are modelled for a text model's rotary module (not for "
+                                 "--image / --video or a diffusion transformer)", param_hint="'--matmul-precision'")
     if isinstance(model, DiffusionConfig):
         given = [o for o, v in (("--length", lengths), ("--trained-on", trained_on), ("--weights", weights),
                                 ("--stack", stacks)) if v]
@@ -434,7 +451,10 @@ def config_cmd(model: Any, online: bool, lengths: tuple[int, ...], dtypes: tuple
     asked = distances_from_options(distances, no_pairs)
     lens = tuple(lengths) or default_lengths(model)
     _check_config_lengths(model, lens, bool(lengths))
-    names, skipped, judged = _config_paths(model, stacks, recipes)
+    if matmul_precision != "highest" and model.kind != "rope":
+        raise click.BadParameter(f"the TF32 paths are RoPE angle GEMMs; {model.name} uses "
+                                 f"{_KIND_WORDS.get(model.kind, model.kind)}", param_hint="'--matmul-precision'")
+    names, skipped, judged = _config_paths(model, stacks, recipes, matmul_precision)
     rows = []
     if names or recipes or model.kind != "rope":  # else every stack named was left out (skipped says why)
         total = work_to_scan(model, lens, dts, recipes or None, names)

@@ -31,6 +31,7 @@ __all__ = [
     "default_dtype",
     "default_lengths",
     "model_paths",
+    "MATMUL_PRECISIONS",
     "model_stacks",
     "positions_verdict",
     "rope_verdict",
@@ -180,7 +181,13 @@ GGUF_STACKS: tuple[str, ...] = ("llama.cpp-cpu", "llama.cpp-cuda")
 """The stacks a GGUF file runs on (llama.cpp's): the default stacks of a model read from one."""
 
 
-def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+MATMUL_PRECISIONS: tuple[str, ...] = ("highest", "high")
+"""torch.set_float32_matmul_precision values ``config`` takes: "high" adds the stacks whose float32 angle GEMM
+runs in TF32 (:func:`precision_audit.rope.setting_stacks`)."""
+
+
+def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None,
+                 matmul_precision: str = "highest") -> tuple[list[str], list[str]]:
     """The stacks to audit a model on, and why the others were left out.
 
     ``stacks``: names of :data:`precision_audit.rope.STACKS` (``all``: every
@@ -189,7 +196,8 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
     A stack that does not run one of the model's rope types is left out with
     its reason, named or not (one stack never stops the audit of the others);
     an unknown name raises ValueError.  An ALiBi model has none (naming one
-    raises ValueError).
+    raises ValueError).  ``matmul_precision="high"`` adds the stacks that run
+    the rotary GEMM in TF32 under it (``transformers-tf32``, ``transformers-tl-dot``).
 
     >>> from precision_audit.config import load_config_dict
     >>> m = load_config_dict({"model_type": "llama", "head_dim": 64, "rope_scaling": {"rope_type": "dynamic",
@@ -197,14 +205,19 @@ def model_stacks(model: ModelConfig, stacks: Sequence[str] | None = None) -> tup
     >>> names, skipped = model_stacks(m)
     >>> names, len(skipped)
     (['transformers', 'transformers-cast', 'vllm', 'openvino', 'openvino-fixed', 'liger'], 15)
+    >>> model_stacks(m, ["transformers"], matmul_precision="high")[0]
+    ['transformers', 'transformers-tf32', 'transformers-tl-dot']
     """
-    from ..rope import select_stacks
+    from ..rope import select_stacks, setting_stacks
 
+    check_choice(matmul_precision, "matmul_precision", MATMUL_PRECISIONS)
     if model.kind != "rope":
         if stacks:
             raise ValueError(f"stacks model RoPE code paths; {model.name} uses {model.kind}")
         return [], []
     asked = list(stacks) if stacks else list(GGUF_STACKS if model.origin == "gguf" else ("all",))
+    if matmul_precision == "high":
+        asked += setting_stacks("matmul-precision-high")
     return select_stacks(asked, [s.scaling for _, s in model.rope], strict=False)
 
 

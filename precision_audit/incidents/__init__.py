@@ -11,7 +11,8 @@ meaning), a measurement that runs the same code path through the tool
 numbers), ``not recomputable`` when the report states no figure the tool can
 recompute (qualitative reports, or settings the report does not give).
 
-The entries live in one module per year (:mod:`.y2023` .. :mod:`.y2026c`, a year split in parts), the
+The entries live in one module per year (:mod:`.y2023` .. :mod:`.y2026c`, a year split in parts) or per
+subject (:mod:`.tensor_cores`: float32 GEMMs run in TF32), the
 data model and checks in :mod:`.core`, the catalog and runner in
 :mod:`.runner`; every public name is importable from here.
 

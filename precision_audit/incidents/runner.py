@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from . import y2023, y2024, y2024b, y2025, y2026, y2026b, y2026c
+from . import tensor_cores, y2023, y2024, y2024b, y2025, y2026, y2026b, y2026c
 from .core import Incident, IncidentResult, format_figure
 
 __all__ = [
@@ -22,7 +22,7 @@ __all__ = [
     "reproduce_all",
 ]
 
-CATALOG: dict[str, Incident] = {i.name: i for mod in (y2023, y2024, y2024b, y2025, y2026, y2026b, y2026c)
+CATALOG: dict[str, Incident] = {i.name: i for mod in (y2023, y2024, y2024b, y2025, y2026, y2026b, y2026c, tensor_cores)
                              for i in mod.INCIDENTS}
 
 

@@ -68,7 +68,7 @@ from .recipes import (
     preset,
     stored_inv_freq,
 )
-from .stacks import STACKS, Stack, recipe, select_stacks, stack
+from .stacks import SETTINGS, STACKS, Stack, recipe, select_stacks, setting_stacks, stack
 from .torch_engine import torch_stages
 from .overflow import AngleOverflow, angle_overflow
 from .attention import ApplyRow, AttentionRow, apply_errors, attention_errors
@@ -80,6 +80,7 @@ __all__ = [
     "DEFAULT_DISTANCES",
     "PRESETS",
     "SCALINGS",
+    "SETTINGS",
     "STACKS",
     "STAGES",
     "PairError",
@@ -103,6 +104,7 @@ __all__ = [
     "row_distances",
     "run_recipe",
     "select_stacks",
+    "setting_stacks",
     "stack",
     "stored_bound",
     "stored_format",

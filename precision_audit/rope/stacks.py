@@ -22,10 +22,17 @@ from .schedules import ROPE_TYPES, RopeSchedule, check_schedule
 from .formulas import flashinfer_mismatch, ggml_mismatch, mlx_mismatch, rounded_ramp_mismatch, vllm_mismatch, vllm_overrides
 from .recipes import DTYPE, PRESETS, Preset, Recipe, preset
 
-__all__ = ["ROLES", "STACKS", "Stack", "recipe", "recipes_for", "select_stacks", "stack"]
+__all__ = ["ROLES", "SETTINGS", "STACKS", "Stack", "recipe", "recipes_for", "select_stacks", "setting_stacks", "stack"]
 
 ROLES: tuple[str, ...] = ("train", "serve")
 """What a stack is used for: training (the schedule a model learns) or serving (the schedule it is run with)."""
+
+SETTINGS: dict[str, str] = {
+    "matmul-precision-high": "torch.set_float32_matmul_precision('high') (or allow_tf32, or Triton's tl.dot "
+                             "default): a float32 GEMM may read its inputs as TF32 on tensor-core GPUs",
+}
+"""Settings under which a stack's code runs another path: such a stack (``Stack.setting``) is audited only when
+its setting is asked for (``all``, ``train`` and ``serve`` leave it out; :func:`setting_stacks` lists it)."""
 
 _D, _F32 = DTYPE, "float32"
 
@@ -64,11 +71,14 @@ class Stack:
     mismatch_fix: str | None = None
     roles: tuple[str, ...] = ("serve",)
     overrides_for: Callable[[RopeSchedule], tuple[tuple[str, Any], ...]] | None = None
+    setting: str | None = None
 
     def __post_init__(self) -> None:
         bad = [r for r in self.roles if r not in ROLES]
         if bad or not self.roles:
             raise ValueError(f"stack {self.label!r}: roles {self.roles!r} must be some of {', '.join(ROLES)}")
+        if self.setting is not None and self.setting not in SETTINGS:
+            raise ValueError(f"stack {self.label!r}: setting {self.setting!r} must be one of {', '.join(SETTINGS)}")
 
     def runs_other_schedule(self, schedule: RopeSchedule) -> str | None:
         """How the schedule this stack runs differs from ``schedule`` (the declared one), or None."""
@@ -110,6 +120,12 @@ _MAXTEXT_REFUSED = (("llama3", "MaxText's LLaMARotaryEmbedding (hard-coded Llama
                     ("yarn", "MaxText's YarnRotaryEmbedding is not modelled yet"),
                     *((t, "MaxText has no such rope type") for t in ("dynamic", "longrope", "proportional")))
 _ALL = ROPE_TYPES
+_TF32, _TF32_RZ = "tf32", "tf32-rz"
+_TF32_FIX = ("compute the angle as a broadcast multiply, inv_freq[None, :, None] * position_ids[:, None, :].float() "
+             "(huggingface/transformers#48450), or run the rotary module under torch.set_float32_matmul_precision"
+             "('highest')")
+_TL_DOT_FIX = ("give that tl.dot input_precision='ieee' (or 'tf32x3'), or compute the angle as a broadcast "
+               "multiply (huggingface/transformers#48450)")
 _GGML = ("default", "linear", "yarn", "llama3", "longrope")
 _FP32_THEN_CAST = "fp32-then-cast"
 _FUSED = "fused"  # triton's multiply-add contraction (liger, unsloth: tests/data/cuda_kernels.npz)
@@ -272,6 +288,30 @@ STACKS: dict[str, Stack] = {
               "i32 -> f32, inserts Convert(f16 -> f32) after the Broadcast of the (f16-compressed) inv_freq, runs "
               "MatMul and Sin/Cos in f32 and converts their outputs to f16",
         fix="keep the inv_freq constant in f32 (export without compressing it to f16)"),
+    # the angle GEMM on tensor cores (issue 53): the same module, its float32 matmul read as TF32
+    "transformers-tf32": Stack(
+        "transformers, rotary GEMM in TF32 (matmul precision 'high')",
+        Preset(_TF32, _TF32, _F32, _F32, _D, _F32, "the angle GEMM inv_freq @ positions on tensor cores: both "
+               "operands rounded to TF32 (to nearest even, as cuBLAS converts), the one-term product exact in "
+               "float32; cos/sin in float32, cast to the dtype"),
+        _ALL, "huggingface/transformers releases whose models/llama/modeling_llama.py LlamaRotaryEmbedding."
+              "forward computes inv_freq_expanded.float() @ position_ids_expanded.float() under autocast(enabled="
+              "False) (4.51.3 in the report; 5.24 multiplies by broadcast instead); under "
+              "torch.set_float32_matmul_precision('high') cuBLAS may pick a TF32 tensor-core kernel for it: "
+              "huggingface/transformers#48428 (B200, sm_100, batch > 1; not on A100). On an H200 (recorded) the "
+              "K = 1 GEMM stayed exact at batch 1-16 while K >= 2 (mm) / K >= 4 (bmm) went TF32, to nearest even",
+        fix=_TF32_FIX, roles=("train", "serve"), setting="matmul-precision-high"),
+    "transformers-tl-dot": Stack(
+        "transformers, rotary GEMM in a Triton tl.dot (TF32, truncated)",
+        Preset(_TF32_RZ, _TF32_RZ, _F32, _F32, _D, _F32, "the angle GEMM in a Triton kernel's tl.dot at its "
+               "default input precision: both operands truncated to TF32, the one-term product exact in float32; "
+               "cos/sin in float32, cast to the dtype"),
+        _ALL, "triton-lang/triton: tl.dot(input_precision=None) takes TF32 for float32 inputs on tensor-core "
+              "GPUs (the default allow_tf32); a Triton mm that replaces torch's (thinking-machines-lab/"
+              "batch_invariant_ops#23) or torch.compile's max-autotune mm templates (ALLOW_TF32 under 'high') run "
+              "transformers' rotary GEMM so. Recorded on an H200: tl.dot truncates every float32 input to TF32; "
+              "input_precision='ieee' and 'tf32x3' stay exact",
+        fix=_TL_DOT_FIX, roles=("train", "serve"), setting="matmul-precision-high"),
     # training stacks (issue 29): fused rotary kernels as users train with them
     "transformer-engine": Stack(
         "TransformerEngine (fused rope)",
@@ -390,7 +430,8 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool 
     """
     out: list[str] = []
     skipped: list[str] = []
-    groups = {"all": tuple(STACKS), **{role: tuple(k for k, v in STACKS.items() if role in v.roles) for role in ROLES}}
+    plain = {k: v for k, v in STACKS.items() if v.setting is None}
+    groups = {"all": tuple(plain), **{role: tuple(k for k, v in plain.items() if role in v.roles) for role in ROLES}}
     for n in dict.fromkeys(n for name in names for n in groups.get(name, [name])):
         row = STACKS[check_choice(n, "stack", tuple(STACKS))]
         try:
@@ -403,6 +444,16 @@ def select_stacks(names: Sequence[str], rope_types: Sequence[str], strict: bool 
             continue
         out.append(n)
     return out, skipped
+
+
+def setting_stacks(setting: str) -> list[str]:
+    """The stacks that run only under ``setting`` (:data:`SETTINGS`): what ``config --matmul-precision high`` adds.
+
+    >>> setting_stacks("matmul-precision-high")
+    ['transformers-tf32', 'transformers-tl-dot']
+    """
+    check_choice(setting, "setting", tuple(SETTINGS))
+    return [k for k, v in STACKS.items() if v.setting == setting]
 
 
 def recipe(name: str, dtype: str | Format = "bfloat16", schedule: RopeSchedule | None = None) -> Recipe:

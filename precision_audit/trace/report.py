@@ -19,8 +19,8 @@ from ..formats import get_format, round_to
 from ..rows import Row
 from .shadow import OperandRecord, OpRecord
 
-__all__ = ["CULPRIT_SHARE", "NARROW", "TraceOp", "TraceOperand", "op_fix", "op_rows", "operand_exact_in",
-           "operand_rows", "summary_lines"]
+__all__ = ["CULPRIT_SHARE", "GEMM_OPS", "NARROW", "TF32_NOTE", "TraceOp", "TraceOperand", "op_fix", "op_rows",
+           "operand_exact_in", "operand_rows", "summary_lines", "tf32_gemms"]
 
 NARROW = ("bfloat16", "float16")
 """The formats an operand is checked against: every value exact in one of them while stored wider = downcast."""
@@ -30,6 +30,26 @@ CULPRIT_SHARE = 0.1
 final error (and at least half the top op's share)."""
 
 _ROLES = ("position factory", "output cast", "op")
+
+GEMM_OPS = ("mm", "bmm", "addmm", "baddbmm", "addbmm")
+"""The aten ops a float32 matmul reaches as a GEMM (``@`` / ``matmul``, a contracting ``einsum``, ``linear``): the
+ops cuBLAS or a Triton template may run on tensor cores in TF32.  (An outer product by ``einsum`` or ``outer``
+dispatches as ``aten.mul``: no GEMM, no TF32.)"""
+
+TF32_NOTE = ("runs as TF32 under set_float32_matmul_precision('high') on tensor-core GPUs: positions exact only to "
+             "2048")
+
+
+def tf32_gemms(ops: Sequence["TraceOp"]) -> list["TraceOp"]:
+    """The float32 GEMMs among the ops on position-derived tensors (:data:`GEMM_OPS`).
+
+    >>> op = TraceOp(3, "aten.bmm.default", "rope.py:12", ("float32", "float32"), "float32", (1, 64, 8), 0.0,
+    ...              0.0, None, None, "op")
+    >>> [o.index for o in tf32_gemms([op])]
+    [3]
+    """
+    return [o for o in ops if o.op.split(".")[1:2] and o.op.split(".")[1] in GEMM_OPS
+            and o.out_dtype == "float32" and "float32" in o.in_dtypes]
 
 
 @dataclass(frozen=True)
@@ -212,6 +232,10 @@ def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], fina
         if op.first_inexact is not None and op not in found and op.added > 0:
             lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {_at(op)}: first inexact position "
                          f"{op.first_inexact}; fix: {op_fix(op)}")
+    for op in tf32_gemms(ops):  # nothing differs on a CPU: the flag says what a tensor-core GPU may do
+        lines.append(f"op {op.index} {op.op} (float32) at {_at(op)}: {TF32_NOTE} (a GPU property: on this CPU it "
+                     "computes in float32); fix: a broadcast multiply for an outer product (transformers#48450), or "
+                     "set_float32_matmul_precision('highest') around it")
     if not found:
         casts = [o for o in ops if o.role == "output cast" and o.added > 0]
         tail = f" (the final rounding to {casts[0].out_dtype})" if casts else ""
