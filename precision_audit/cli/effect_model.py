@@ -54,6 +54,12 @@ def _load(model: str, recipes: Sequence[str], stacks: Sequence[str], default: Se
     return rm, [*recipes, *select_stacks(stacks, [rm.schedule.scaling])[0]]
 
 
+def _notes(rm: Any) -> None:
+    """What the tool changed to run the model here (eager attention where SDPA refuses): one line each, stderr."""
+    for note in rm.notes:
+        click.echo(f"note: {note}", err=True)
+
+
 def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str],
                      offsets: Sequence[int], gaps: Sequence[int], *, model_dtype: str | None, device: str | None,
                      device_map: str | None, tokens: int | None, text_file: str | None, keys: int | None,
@@ -76,6 +82,7 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
     with progress_bar(runs(rm, paths, dtypes, offsets, tokens, gaps), "cos/sin tables") as bar:
         text_rows, key_rows = measure_model(rm, paths, dtypes, offsets, tokens=tokens, text=text, gaps=gaps,
                                             keys=keys or DEFAULT_KEYS, progress=bar.update)
+    _notes(rm)
     if plot:
         from ..report.effect import plot_model_effect
 
@@ -117,6 +124,7 @@ def model_calibration(model: str, recipes: Sequence[str], stacks: Sequence[str],
     with progress_bar(len(lens) * len(dists) * (len(paths) + 2), "cos/sin tables") as bar:
         rows = calibrate_model(rm, paths, lens, dists, dtypes[0] if dtypes else "bfloat16",
                                tokens=512 if tokens is None else tokens, keys=keys or 2, progress=bar.update)
+    _notes(rm)
     bad = model_inconsistent(rows)
     emit("effect-model-calibration", rows, as_json, [
         ("path", "path"), ("dtype", "dtype"), ("length", "length"), ("distance", "distance"),

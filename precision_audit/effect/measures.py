@@ -183,7 +183,7 @@ class _Runner:
             pos = torch.as_tensor(self.pos, device=self.rm.device)[None].expand(ids.shape[0], -1)
             try:
                 with torch.inference_mode():
-                    logits = self.rm.model(input_ids=ids, position_ids=pos, logits_to_keep=self.keep).logits
+                    logits = self.rm.forward(input_ids=ids, position_ids=pos, logits_to_keep=self.keep).logits
             finally:
                 self.rm.set_tables(None)
             out = logits.float().cpu()

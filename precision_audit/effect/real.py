@@ -45,8 +45,8 @@ from ..config import ModelConfig, load_model
 from ..formats import get_format, round_to
 from ..rope import MAX_ROPE_LENGTH, PRESETS, STACKS, RopeSchedule, exact_angles, preset, run_recipe, stack
 
-__all__ = ["MODEL_DTYPES", "SMOLLM2", "RealModel", "attach", "cache_format", "load_real_model", "model_files",
-           "rope_tables"]
+__all__ = ["MODEL_DTYPES", "SMOLLM2", "RealModel", "attach", "cache_format", "forward_portably", "load_real_model",
+           "model_files", "rope_tables"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -208,6 +208,7 @@ class RealModel:
     layout: str
     width: int
     modules: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the tool changed to run the model here (one line each)
     _tables: tuple[Any, Any, int] | None = None
 
     @property
@@ -226,6 +227,19 @@ class RealModel:
             self._tables = None
             return
         self._tables = (self._held(t[0] for t in tables), self._held(t[1] for t in tables), offset)
+
+    def forward(self, **inputs: Any) -> Any:
+        """The model's output on ``inputs``, with eager attention where torch's SDPA refuses this forward here.
+
+        On a CPU with AVX512-BF16 and ``ATEN_CPU_CAPABILITY=default``, SDPA refuses a bfloat16 forward of 64
+        tokens or more ("pack_vnni2 is only supported when avx512 is supported"): the model is switched to
+        transformers' eager attention (the same arithmetic, written out: softmax in float32) for good, and
+        :attr:`notes` says so in one line.
+        """
+        output, note = forward_portably(self.model, **inputs)
+        if note is not None and note not in self.notes:
+            self.notes.append(note)
+        return output
 
     def _held(self, tables: Any) -> Any:
         """float64 tables as the model holds them: rounded once to its dtype (torch's float64 -> bfloat16 cast
@@ -250,6 +264,35 @@ class RealModel:
             return cos[0][idx].to(x.dtype), sin[0][idx].to(x.dtype)
         rows = torch.arange(idx.shape[0], device=cos.device)[:, None]
         return cos[rows, idx].to(x.dtype), sin[rows, idx].to(x.dtype)
+
+
+def forward_portably(model: Any, **inputs: Any) -> tuple[Any, str | None]:
+    """``model(**inputs)`` and None; where the model's SDPA attention raises a RuntimeError (torch refuses some
+    dtypes on some CPUs), the model is switched to eager attention and run again: ``(output, note)``.
+
+    Any other error, or one that eager attention raises too, propagates unchanged.
+
+    >>> import torch, transformers
+    >>> cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    ...                                num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    >>> out, note = forward_portably(transformers.LlamaForCausalLM(cfg).eval(), input_ids=torch.tensor([[1, 2]]))
+    >>> tuple(out.logits.shape), note
+    ((1, 2, 32), None)
+    """
+    try:
+        return model(**inputs), None
+    except RuntimeError as e:
+        if getattr(getattr(model, "config", None), "_attn_implementation", None) != "sdpa":
+            raise
+        refusal = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        try:
+            model.set_attn_implementation("eager")
+        except (AttributeError, ValueError, ImportError):
+            raise e from None
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        output = model(**inputs)
+    return output, (f"torch's SDPA refused a {dtype} forward on this machine ({refusal}): eager attention used "
+                    "instead")
 
 
 def _patch(rm: RealModel) -> None:
