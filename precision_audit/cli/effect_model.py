@@ -51,7 +51,7 @@ def _load(model: str, recipes: Sequence[str], stacks: Sequence[str], default: Se
         raise click.UsageError(str(e).splitlines()[0] if str(e) else f"{type(e).__name__} loading {model}") from None
     if not stacks:
         return rm, list(recipes or default)
-    return rm, [*recipes, *select_stacks(stacks, [rm.schedule.scaling])[0]]
+    return rm, [*recipes, *select_stacks(stacks, [s.scaling for s in rm.schedules])[0]]
 
 
 def _notes(rm: Any) -> None:
@@ -90,10 +90,10 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
     t = [r.to_dict() for r in text_rows]
     k = [r.to_dict() for r in key_rows]
     if as_json:
-        echo_json({"auditor": "effect-model", "model": rm.name, "schedule": rm.schedule.describe(),
+        echo_json({"auditor": "effect-model", "model": rm.name, "schedule": rm.describe(),
                    "model_dtype": rm.dtype, "text": t, "passkey": k})
         return
-    click.echo(f"{rm.name}: {rm.schedule.describe()}; trained context {rm.context}; weights in {rm.dtype}\n")
+    click.echo(f"{rm.name}: {rm.describe()}; trained context {rm.context}; weights in {rm.dtype}\n")
     if t:
         echo_table(t, TEXT_COLUMNS + (DTYPE_COLUMNS if rm.dtype != "float32" else []))
         click.echo("")

@@ -39,7 +39,7 @@ from ..checks import check_int
 from ..formats import get_format
 from ..rope import MAX_ROPE_LENGTH
 from ..rows import Row
-from .real import RealModel, cache_format, rope_tables
+from .real import RealModel, cache_format
 
 __all__ = ["DEFAULT_GAPS", "DEFAULT_KEYS", "DEFAULT_MODEL_OFFSETS", "DEFAULT_MODEL_PATHS", "DEFAULT_TOKENS",
            "PasskeyRow", "TextEffectRow", "default_text", "measure_model", "passkey_prompts", "runs"]
@@ -161,7 +161,7 @@ class _Runner:
         self.cache: dict[bytes, Any] = {}
 
     def tables(self, path: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-        return rope_tables(self.rm.schedule, path, dtype, self.pos)
+        return self.rm.tables(path, dtype, self.pos)
 
     def logits(self, wanted: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
         """The model's logits (rows, keep, vocab; float32) for each table pair, each distinct pair run once."""
