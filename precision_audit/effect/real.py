@@ -49,8 +49,8 @@ from ..config import ModelConfig, load_model
 from ..formats import get_format, round_to
 from ..rope import MAX_ROPE_LENGTH, PRESETS, STACKS, RopeSchedule, exact_angles, preset, run_recipe, stack
 
-__all__ = ["MODEL_DTYPES", "SMOLLM2", "RealModel", "RotaryPath", "attach", "cache_format", "forward_portably", "load_real_model",
-           "model_files", "rope_tables"]
+__all__ = ["MODEL_DTYPES", "SMOLLM2", "RealModel", "RotaryPath", "attach", "cache_format", "forward_portably",
+           "load_real_model", "model_files", "rope_tables"]
 
 F64 = npt.NDArray[np.float64]
 
