@@ -274,7 +274,8 @@ def layer_facts(cfg: Mapping[str, Any] | Any, source: str = "config",
     n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
     # a field left out of a config.json takes the config class's default (a config object has them all already)
     given: Callable[[str], bool] = (lambda k: k in cfg) if isinstance(cfg, Mapping) else (lambda k: True)
-    defaulted = n is None and not given("num_hidden_layers") and mt in _CLASS_DEFAULTS
+    defaulted = (n is None and not given("num_hidden_layers") and mt in _CLASS_DEFAULTS
+                 and read("layer_types") is None)  # declared layer_types count the layers themselves
     if defaulted:  # left out: the config class builds its default count of layers
         n = _CLASS_DEFAULTS[mt][0]
     flags = read("no_rope_layers")
