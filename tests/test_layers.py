@@ -196,6 +196,26 @@ def test_windowed_rows_judge_only_what_the_layer_sees():
     assert sl.verdict == rope_verdict(ref.max_rotation_error, ref.colliding_positions, pair_errors=ref.pair_errors)
 
 
+def test_gemma3_1b_sliding_layers_see_511_back():
+    """The public Gemma 3 1B config (sliding_window 512, sliding_window_pattern 6, 26 layers): Gemma3TextConfig's
+    layer_types, and the sliding rows judged on pairs up to 511 apart only."""
+    transformers = pytest.importorskip("transformers")
+    from precision_audit.config import audit_config
+
+    raw = json.loads((DATA / "gemma-3-1b-it.json").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = tuple(transformers.Gemma3TextConfig(**{k: v for k, v in raw.items() if k != "model_type"})
+                       .layer_types)
+    m = load_config(DATA / "gemma-3-1b-it.json")
+    assert m.layers.layer_types == theirs and theirs.count("sliding_attention") == 22
+    assert m.layers.describe() == "22 of 26 layers attend a sliding window (sliding_window 512: up to 511 back)"
+    rows = audit_config(m, [8192], ["bfloat16"], recipes=["lowp-inv-freq"], positions=False)
+    by = {r.layer_type: r for r in rows}
+    assert by["sliding_attention"].max_distance == 511 and by["full_attention"].max_distance is None
+    assert max(p.distance for p in by["sliding_attention"].pair_errors) == 511
+
+
 def test_window_reaching_the_length_changes_nothing():
     from precision_audit.config import audit_config
 
