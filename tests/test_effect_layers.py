@@ -10,6 +10,8 @@ type) gives the unpatched model's logits bit for bit, which holds only if every 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -190,6 +192,12 @@ def test_effect_and_config_weights_run_a_gemma3_checkpoint(gemma3_checkpoint):
     head = r.output.splitlines()[0]
     assert "model.rotary_emb[full_attention]: " in head and "rope_type=linear, factor=8" in head
     assert "model.rotary_emb[sliding_attention]: " in head and f"(its layers see up to {WINDOW - 1} back)" in head
+    r = CliRunner().invoke(main, ["effect", "--model", str(gemma3_checkpoint), "-r", "fp32", "--offset", "0",
+                                  "--tokens", "16", "--gap", "8", "--keys", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    paths = {p["layer_type"]: p for p in json.loads(r.stdout)["rotary_paths"]}
+    assert (paths["sliding_attention"]["reach"], paths["full_attention"]["reach"]) == (WINDOW - 1, None)
+    assert paths["full_attention"]["module"] == "model.rotary_emb" and paths["full_attention"]["layout"] == "half"
     r = CliRunner().invoke(main, ["config", str(gemma3_checkpoint / "config.json"), "--stack", "transformers",
                                   "-l", "2K", "--weights", str(gemma3_checkpoint)])
     assert r.exit_code == 0, r.output

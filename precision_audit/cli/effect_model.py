@@ -90,7 +90,9 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
     t = [r.to_dict() for r in text_rows]
     k = [r.to_dict() for r in key_rows]
     if as_json:
-        echo_json({"auditor": "effect-model", "model": rm.name, "schedule": rm.describe(),
+        paths = [{"module": p.module, "layer_type": p.layer_type, "schedule": p.schedule.describe(),
+                  "layout": p.layout, "reach": p.reach} for p in rm.paths]
+        echo_json({"auditor": "effect-model", "model": rm.name, "schedule": rm.describe(), "rotary_paths": paths,
                    "model_dtype": rm.dtype, "text": t, "passkey": k})
         return
     click.echo(f"{rm.name}: {rm.describe()}; trained context {rm.context}; weights in {rm.dtype}\n")
