@@ -274,9 +274,10 @@ class RealModel:
     modules: list[Any] = field(default_factory=list)
     paths: list[RotaryPath] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the tool changed to run the model here (one line each)
-    _tables: tuple[dict[tuple[int, str], tuple[Any, Any]], int] | None = None
-    _routes: dict[tuple[int, str | None], tuple[int, str]] = field(default_factory=dict)  # (module id, type) ->
-    _per_type: set[int] = field(default_factory=set)  # ids of modules called with a layer type   (block, layout)
+    _tables: tuple[dict[tuple[int, str], tuple[Any, Any]], int] | None = None  # (block, layout) -> cos, sin
+    _routes: dict[tuple[int, str | None], tuple[int, str]] = field(default_factory=dict)  # (module id, layer
+    # type) -> (the index of its schedule in `schedules`, its layout)
+    _per_type: set[int] = field(default_factory=set)  # ids of the modules called with a layer type
 
     @property
     def context(self) -> int:
@@ -332,7 +333,7 @@ class RealModel:
                 raise ValueError(f"cos/sin tables of shapes {np.shape(c)} and {np.shape(s)}: {self.name} takes "
                                  f"{bounds[-1]} columns ({' + '.join(map(str, widths))}: its schedules' "
                                  "frequencies side by side)")
-        blocks = {key for key in self._routes.values()} or {(0, self.layout)}
+        blocks = set(self._routes.values()) or {(0, self.layout)}
         held = {}
         for i, layout in blocks:
             lo, hi = int(bounds[i]), int(bounds[i + 1])
