@@ -119,6 +119,31 @@ def test_gemma3_measures_run_every_layer_type():
     assert [(k.path, k.gap) for k in keys] == [("lowp", 40), ("fp32", 40)]
 
 
+def test_gemma3_calibration_judges_each_layer_type_within_its_reach():
+    # distance 1: both layer types attend it, the row carries the worse verdict of the two schedules' audits;
+    # distance 100 (beyond the sliding window's 31): the full-attention schedule's alone.  Referee: rope.audit of
+    # each schedule on its own, and the closed-form reach of the sliding layers (window - 1)
+    from precision_audit.effect.model_calibration import calibrate_model
+    from precision_audit.rope import audit, preset
+    from precision_audit.verdicts import rope_verdict, worst
+
+    _, rm = tiny_gemma3()
+    full, sliding = rm.schedules
+    assert rm.sees(sliding, WINDOW - 1) and not rm.sees(sliding, WINDOW) and rm.sees(full, 10**6)
+    rows = calibrate_model(rm, ["lowp", "lowp-inv-freq"], [2048], [1, 100], tokens=64, keys=1)
+    assert [(r.path, r.distance) for r in rows] == [("lowp", 1), ("lowp", 100), ("lowp-inv-freq", 1),
+                                                    ("lowp-inv-freq", 100)]
+    for r in rows:
+        judged = []
+        for s in ((full, sliding) if r.distance == 1 else (full,)):
+            a = audit(s, [preset(r.path, "bfloat16")], [2048], distances=[r.distance])[0]
+            err = a.pair_errors[0].max_rotation_error
+            judged.append((rope_verdict(a.max_rotation_error, a.colliding_positions,
+                                        pair_errors=[(r.distance, err)]), err))
+        assert r.verdict == worst([v for v, _ in judged])
+        assert r.pair_max_error == max(e for v, e in judged if v == r.verdict)
+
+
 class TwoLlamas(torch.nn.Module):
     """A user's model with two rotary modules of two schedules (as Gemma 3 was built before transformers 4.52:
     ``rotary_emb`` for the full layers, ``rotary_emb_local`` for the sliding ones): two Llamas whose logits add."""

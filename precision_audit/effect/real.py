@@ -293,6 +293,20 @@ class RealModel:
         """The distinct schedules of its code paths, :attr:`schedule` first: the column blocks of :meth:`tables`."""
         return tuple(dict.fromkeys([self.schedule, *(p.schedule for p in self.paths)]))
 
+    def sees(self, schedule: RopeSchedule, distance: int) -> bool:
+        """Whether layers that rotate with ``schedule`` attend ``distance`` back (a sliding layer: up to its
+        window - 1; a schedule none of its code paths has: True).
+
+        >>> from precision_audit.rope import RopeSchedule
+        >>> s = RopeSchedule(head_dim=8)
+        >>> rm = RealModel("m", None, None, None, s, "float32", "half", 8, paths=[RotaryPath("r", "sliding_attention",
+        ...                                                                                  s, "half", 8, 31)])
+        >>> rm.sees(s, 31), rm.sees(s, 32)
+        (True, False)
+        """
+        reaches = [p.reach for p in self.paths if p.schedule == schedule]
+        return not reaches or any(r is None or distance <= r for r in reaches)
+
     def describe(self) -> str:
         """Its schedule; with several code paths of another schedule or a shorter reach, each path's.
 
