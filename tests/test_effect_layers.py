@@ -227,3 +227,27 @@ def test_effect_and_config_weights_run_a_gemma3_checkpoint(gemma3_checkpoint):
                                   "-l", "2K", "--weights", str(gemma3_checkpoint)])
     assert r.exit_code == 0, r.output
     assert "With the weights" in r.output and "passkey" in r.output
+
+
+def test_effect_says_in_one_line_when_it_runs_eager_attention(gemma3_checkpoint, monkeypatch):
+    # the SDPA refusal of a bf16 forward on an AVX512-BF16 CPU under ATEN_CPU_CAPABILITY=default, simulated on
+    # every host: the command still measures, and one stderr line says what it changed
+    from click.testing import CliRunner
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from precision_audit.cli import main
+
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def refuse(module, query, *args, **kwargs):  # as torch does: bf16 only (the float32 reference runs)
+        if query.dtype == torch.bfloat16:
+            raise RuntimeError("pack_vnni2 is only supported when avx512 is supported")
+        return sdpa(module, query, *args, **kwargs)
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "sdpa", refuse)
+    r = CliRunner().invoke(main, ["effect", "--model", str(gemma3_checkpoint), "--model-dtype", "bfloat16", "-r",
+                                  "fp32", "--offset", "0", "--tokens", "16", "--gap", "8", "--keys", "1"])
+    assert r.exit_code == 0, r.output
+    notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == ["note: torch's SDPA refused a bfloat16 forward on this machine (pack_vnni2 is only supported "
+                     "when avx512 is supported): eager attention used instead"]
