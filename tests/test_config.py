@@ -138,6 +138,12 @@ def _gemma3():
             "full_attention": dict(head_dim=t["head_dim"], base=1000000.0, scaling="linear", factor=8.0)}, 131072
 
 
+def _gemma3_1b():
+    # Gemma 3 1B: no rope_scaling, so both layer types default RoPE (1e6 full, 1e4 sliding), context 32K
+    return {"sliding_attention": dict(head_dim=256, base=10000.0, scaling="default"),
+            "full_attention": dict(head_dim=256, base=1000000.0, scaling="default")}, 32768
+
+
 def _smollm3():
     return {"all": dict(head_dim=2048 // 16, base=5000000.0, scaling="default")}, 65536
 
@@ -153,6 +159,7 @@ EXPECTED = {
     "qwen3-vl-4b-instruct.json": ("rope", _mrope(262144, base=5000000.0, head_dim=128)),
     "smollm2-135m.json": ("rope", lambda: ({"all": dict(head_dim=64, base=100000.0, scaling="default")}, 8192)),
     "gemma-3-4b-it.json": ("rope", _gemma3),
+    "gemma-3-1b-it.json": ("rope", _gemma3_1b),
     "smollm3-3b.json": ("rope", _smollm3),
     "llama-4-scout-17b-16e-instruct.json": ("rope", _llama4_scout),
     "qwen2.5-coder-32b-instruct-yarn.json": ("rope", _qwen25_yarn),
@@ -222,6 +229,7 @@ TRANSFORMERS_MODULES = {  # file -> (transformers model_type of the rotary modul
     "gemma-4-31b-it.json": ("gemma4", lambda j: j["text_config"]),
     "llama-4-scout-17b-16e-instruct.json": ("llama4", lambda j: j["text_config"]),
     "gemma-3-4b-it.json": ("gemma3", lambda j: j["text_config"]),
+    "gemma-3-1b-it.json": ("gemma3", lambda j: j),
     "smollm3-3b.json": ("smollm3", lambda j: j),
 }
 _TEXT_TYPES = {"gemma4": "gemma4_text", "llama4": "llama4_text", "gemma3": "gemma3_text"}

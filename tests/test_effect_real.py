@@ -180,6 +180,31 @@ def test_bfloat16_model_reports_what_its_dtype_costs():
     assert next(net.parameters()).dtype == torch.bfloat16  # cast back after the float32 reference
 
 
+def test_a_forward_that_sdpa_refuses_runs_with_eager_attention(monkeypatch):
+    # torch's SDPA refuses bf16 forwards of >= 64 tokens on a CPU with AVX512-BF16 under ATEN_CPU_CAPABILITY=default
+    # ("pack_vnni2 is only supported when avx512 is supported"); the refusal is simulated here on every host.
+    # Referee: transformers' own eager attention on the same weights (the model switched to eager before any run)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    eager = tiny_net()
+    eager.set_attn_implementation("eager")
+    net, rm = tiny()
+    assert net.config._attn_implementation == "sdpa"
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("pack_vnni2 is only supported when avx512 is supported")
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "sdpa", refuse)
+    with torch.inference_mode():
+        got, want = rm.forward(input_ids=IDS).logits, eager(input_ids=IDS).logits
+    assert torch.equal(got, want) and net.config._attn_implementation == "eager"
+    assert rm.notes == ["torch's SDPA refused a float32 forward on this machine (pack_vnni2 is only supported when "
+                        "avx512 is supported): eager attention used instead"]
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "eager", refuse)  # eager refuses too: the error propagates
+    with pytest.raises(RuntimeError, match="pack_vnni2"), torch.inference_mode():
+        rm.forward(input_ids=IDS)
+
+
 def test_passkey_prompts_share_one_length():
     ids, start, keys = passkey_prompts(ByteTokenizer(), 100, 3)
     assert ids.shape[0] == 3 and len(set(keys)) == 3 and all(10000 <= k < 100000 for k in keys)
@@ -406,7 +431,8 @@ def test_tables_are_rounded_once_to_the_model_dtype():
     rm.dtype = "bfloat16"
     v = 1 + 2.0**-8 + 2.0**-30
     rm.set_tables([(np.full((1, rm.width // 2), v), np.zeros((1, rm.width // 2)))], 0)
-    assert float(rm._tables[0][0, 0, 0]) == 1 + 2.0**-7
+    held, _ = rm._tables  # (schedule block, layout) -> (cos, sin) as the model holds them
+    assert float(held[0, "half"][0][0, 0, 0]) == 1 + 2.0**-7
     rm.set_tables(None)
 
 

@@ -143,6 +143,43 @@ def test_linear_and_partial_and_key_length(tmp_path: Path) -> None:
     assert (s.scaling, s.rotary) == ("linear", 32)
 
 
+def _gemma3_kv(**extra: Any) -> dict[str, Any]:
+    # Gemma 3 4B's numbers (tests/data/gemma-3-4b-it.json) as llama.cpp's converter writes them
+    return {"add_context_length": 131072, "add_embedding_length": 2560, "add_head_count": 8, "add_key_length": 256,
+            "add_block_count": 34, "add_rope_freq_base": 1e6, "add_rope_scaling_type": gguf.RopeScalingType.LINEAR,
+            "add_rope_scaling_factor": 8.0, "add_sliding_window": 1024, **extra}
+
+
+def test_gemma3_sliding_layers_as_llama_cpp_builds_them(tmp_path: Path) -> None:
+    """llama.cpp's Gemma 3 (load_hparams: set_swa_pattern(6), sliding layers at base 10000, freq_scale 1): the
+    same layers and schedules as the model's config.json (transformers' Gemma3TextConfig rule)."""
+    d = read_gguf_metadata(_write(tmp_path / "g.gguf", "gemma3", _gemma3_kv()))
+    assert (d["num_hidden_layers"], d["sliding_window"], d["rope_local_base_freq"]) == (34, 1024, 10000.0)
+    m = load_config_dict(d)
+    ref = load_config(DATA / "gemma-3-4b-it.json")
+    assert m.layers.layer_types == ref.layers.layer_types and m.layers.sliding_reach == 1023
+    for t in ("sliding_attention", "full_attention"):
+        assert m.schedule_for(t) == ref.schedule_for(t)
+    assert any("fixed base 10000" in n for n in d["gguf"]["notes"])
+
+
+def test_sliding_window_pattern_keys(tmp_path: Path) -> None:
+    """An explicit per-layer array (true: sliding) or period, and the file's own sliding base."""
+    flags = [True, True, False, True, True, False]
+    d = read_gguf_metadata(_write(tmp_path / "a.gguf", "gemma3", _gemma3_kv(
+        add_block_count=6, add_sliding_window_pattern=flags, add_rope_freq_base_swa=20000.0)))
+    assert d["layer_types"] == ["sliding_attention", "sliding_attention", "full_attention"] * 2
+    assert d["rope_local_base_freq"] == 20000.0
+    d = read_gguf_metadata(_write(tmp_path / "k.gguf", "newarch", _gemma3_kv(
+        add_block_count=8, add_sliding_window_pattern=4)))
+    assert load_config_dict(d).layers.layer_types == ("sliding_attention",) * 3 + ("full_attention",) \
+        + ("sliding_attention",) * 3 + ("full_attention",)
+    d = read_gguf_metadata(_write(tmp_path / "n.gguf", "llama", {"add_context_length": 4096,
+                                                                 "add_embedding_length": 4096, "add_head_count": 32,
+                                                                 "add_block_count": 2}))
+    assert "sliding_window" not in d and d["num_hidden_layers"] == 2
+
+
 def test_defaults_without_rope_keys(tmp_path: Path) -> None:
     """No freq_base: llama.cpp's 10000; no dimension_count: embedding_length / head_count."""
     kv = {"add_context_length": 4096, "add_embedding_length": 4096, "add_head_count": 32}

@@ -117,6 +117,23 @@ _WINDOW_FAMILIES = [
     ("qwen2", "Qwen2Config", {"num_hidden_layers": 6, "sliding_window": 4096, "use_sliding_window": False}),
     ("qwen3", "Qwen3Config", {"num_hidden_layers": 6, "sliding_window": 4096, "use_sliding_window": True,
                               "max_window_layers": 2}),
+    ("qwen2", "Qwen2Config", {"num_hidden_layers": 6, "sliding_window": 4096}),  # use_sliding_window: off
+    ("exaone4", "Exaone4Config", {"num_hidden_layers": 8, "sliding_window": 4096}),
+    ("exaone4", "Exaone4Config", {"num_hidden_layers": 8, "sliding_window": 64, "sliding_window_pattern": 3}),
+    ("gemma3n_text", "Gemma3nTextConfig", {"num_hidden_layers": 7, "sliding_window": 64}),
+    ("afmoe", "AfmoeConfig", {"num_hidden_layers": 9, "sliding_window": 64}),
+    ("afmoe", "AfmoeConfig", {"num_hidden_layers": 9, "sliding_window": 64, "global_attn_every_n_layers": 3}),
+    ("granite_swa", "GraniteSWAConfig", {"num_hidden_layers": 9, "sliding_window": 64}),
+    ("granitemoe_swa", "GraniteMoeSWAConfig", {"num_hidden_layers": 9, "sliding_window": 64}),
+    ("cwm", "CwmConfig", {"num_hidden_layers": 9, "sliding_window": 64}),
+    ("gemma4_text", "Gemma4TextConfig", {"num_hidden_layers": 8, "sliding_window": 64}),
+    # fields left out: the config class's own defaults (layer count, window)
+    ("gemma3_text", "Gemma3TextConfig", {"sliding_window_pattern": 6}),
+    ("gemma2", "Gemma2Config", {}),
+    ("cohere2", "Cohere2Config", {"sliding_window": 512}),
+    ("gpt_oss", "GptOssConfig", {"num_hidden_layers": 4}),
+    ("mistral", "MistralConfig", {}),
+    ("gemma4_text", "Gemma4TextConfig", {}),
 ]
 
 
@@ -139,7 +156,7 @@ def test_sliding_layers_are_transformers(model_type, cls, fields):
     if "sliding_attention" not in theirs:
         assert f.sliding_reach is None and f.max_distance("sliding_attention") is None
         return
-    assert f.sliding_window == fields["sliding_window"]
+    assert f.sliding_window == fields.get("sliding_window", cfg.sliding_window)  # as config.json gives it
     if fields.get("use_bidirectional_attention"):
         inner = masking.sliding_window_bidirectional_overlay(window)
     else:
@@ -179,6 +196,26 @@ def test_windowed_rows_judge_only_what_the_layer_sees():
     assert sl.verdict == rope_verdict(ref.max_rotation_error, ref.colliding_positions, pair_errors=ref.pair_errors)
 
 
+def test_gemma3_1b_sliding_layers_see_511_back():
+    """The public Gemma 3 1B config (sliding_window 512, sliding_window_pattern 6, 26 layers): Gemma3TextConfig's
+    layer_types, and the sliding rows judged on pairs up to 511 apart only."""
+    transformers = pytest.importorskip("transformers")
+    from precision_audit.config import audit_config
+
+    raw = json.loads((DATA / "gemma-3-1b-it.json").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = tuple(transformers.Gemma3TextConfig(**{k: v for k, v in raw.items() if k != "model_type"})
+                       .layer_types)
+    m = load_config(DATA / "gemma-3-1b-it.json")
+    assert m.layers.layer_types == theirs and theirs.count("sliding_attention") == 22
+    assert m.layers.describe() == "22 of 26 layers attend a sliding window (sliding_window 512: up to 511 back)"
+    rows = audit_config(m, [8192], ["bfloat16"], recipes=["lowp-inv-freq"], positions=False)
+    by = {r.layer_type: r for r in rows}
+    assert by["sliding_attention"].max_distance == 511 and by["full_attention"].max_distance is None
+    assert max(p.distance for p in by["sliding_attention"].pair_errors) == 511
+
+
 def test_window_reaching_the_length_changes_nothing():
     from precision_audit.config import audit_config
 
@@ -186,6 +223,50 @@ def test_window_reaching_the_length_changes_nothing():
     rows = audit_config(m, [1024], ["bfloat16"], recipes=["lowp-inv-freq"], positions=False)
     assert all(r.max_distance is None for r in rows)
     assert [p.distance for p in rows[0].pair_errors] == [1, 16, 256, 512, 1023]
+
+
+@pytest.mark.parametrize("cls", ["Gemma3TextConfig", "Cohere2Config", "Exaone4Config"])
+def test_any_family_with_an_integer_sliding_window_pattern_follows_the_classes_that_read_it(cls):
+    # a model_type the project does not know, with the field every transformers class that reads it (Gemma 3,
+    # Cohere 2, EXAONE 4) reads the same way: one full-attention layer at the end of every k
+    transformers = pytest.importorskip("transformers")
+    fields = {"num_hidden_layers": 10, "sliding_window": 256, "sliding_window_pattern": 3}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = tuple(getattr(transformers, cls)(**fields).layer_types)
+    f = layer_facts({"model_type": "somenewlm", **fields})
+    assert f.layer_types == theirs and f.max_distance("sliding_attention") == 255
+    assert f.describe() == "7 of 10 layers attend a sliding window (sliding_window 256: up to 255 back)"
+
+
+def test_gemma3_config_without_a_layer_count_judges_its_sliding_layers_within_the_window():
+    # the public Gemma 3 4B config as a new user might write it, without num_hidden_layers: Gemma3TextConfig
+    # builds its default 26 layers (every 6th full, sliding_window_pattern 6); the sliding layers' rows judge
+    # pairs up to 1023 apart, the full ones every default distance
+    from precision_audit.config import audit_config, load_config_dict
+
+    raw = json.loads((DATA / "gemma-3-4b-it.json").read_text())
+    del raw["text_config"]["num_hidden_layers"]
+    m = load_config_dict(raw, name="gemma-3-no-layer-count")
+    assert m.layers.layer_types == tuple("full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                                         for i in range(26))
+    assert "not modelled" not in m.layers.describe()
+    assert m.layers.describe().startswith("22 of 26 (num_hidden_layers not given: the config class's default) ")
+    rows = audit_config(m, [32768], ["bfloat16"], recipes=["lowp-inv-freq"], positions=False)
+    by = {r.layer_type: r for r in rows}
+    assert by["sliding_attention"].max_distance == 1023 and by["full_attention"].max_distance is None
+    assert max(p.distance for p in by["sliding_attention"].pair_errors) == 1023
+
+
+def test_a_config_object_keeps_its_own_fields():
+    # a live config object already holds its class's defaults: an explicit null window stays off (Mistral v0.2+)
+    transformers = pytest.importorskip("transformers")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        off, on = (transformers.MistralConfig(num_hidden_layers=2, sliding_window=w) for w in (None, 64))
+    assert layer_facts(off).sliding_reach is None and layer_facts(off).layer_types == ()
+    assert layer_facts(on).max_distance("all") == 63
+    assert layer_facts({"model_type": "mistral", "num_hidden_layers": 2, "sliding_window": None}).sliding_reach is None
 
 
 def test_unknown_family_window_is_said_not_used():

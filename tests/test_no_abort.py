@@ -30,7 +30,7 @@ def _run(*args: str) -> Any:
 # Configs whose default audit takes over 10 s here (Llama 4 Scout: 10M context x 4; Gemma 3 and 4: several layer
 # types at 128K-256K x 4; Qwen3-VL: 256K x 4): their default run is in the slow pass (CI runs it); the default
 # pass audits them at 8K.
-LONG = {"llama-4-scout-17b-16e-instruct", "gemma-3-4b-it", "gemma-4-31b-it", "qwen3-vl-4b-instruct"}
+LONG = {"llama-4-scout-17b-16e-instruct", "gemma-3-4b-it", "gemma-3-1b-it", "gemma-4-31b-it", "qwen3-vl-4b-instruct"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in LONG else p for p in CONFIGS],

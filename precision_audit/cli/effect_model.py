@@ -53,7 +53,13 @@ def _load(model: str, recipes: Sequence[str], stacks: Sequence[str], default: Se
         raise click.UsageError(str(e).splitlines()[0] if str(e) else f"{type(e).__name__} loading {model}") from None
     if not stacks:
         return rm, list(recipes or default)
-    return rm, [*recipes, *select_stacks(stacks, [rm.schedule.scaling])[0]]
+    return rm, [*recipes, *select_stacks(stacks, [s.scaling for s in rm.schedules])[0]]
+
+
+def _notes(rm: Any) -> None:
+    """What the tool changed to run the model here (eager attention where SDPA refuses): one line each, stderr."""
+    for note in rm.notes:
+        click.echo(f"note: {note}", err=True)
 
 
 def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], dtypes: Sequence[str],
@@ -78,6 +84,7 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
     with progress_bar(runs(rm, paths, dtypes, offsets, tokens, gaps), "cos/sin tables") as bar:
         text_rows, key_rows = measure_model(rm, paths, dtypes, offsets, tokens=tokens, text=text, gaps=gaps,
                                             keys=keys or DEFAULT_KEYS, progress=bar.update)
+    _notes(rm)
     if plot:
         from ..report.effect import plot_model_effect
 
@@ -85,10 +92,12 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
     t = [r.to_dict() for r in text_rows]
     k = [r.to_dict() for r in key_rows]
     if as_json:
-        echo_json({"auditor": "effect-model", "model": rm.name, "schedule": rm.schedule.describe(),
+        paths = [{"module": p.module, "layer_type": p.layer_type, "schedule": p.schedule.describe(),
+                  "layout": p.layout, "reach": p.reach} for p in rm.paths]
+        echo_json({"auditor": "effect-model", "model": rm.name, "schedule": rm.describe(), "rotary_paths": paths,
                    "model_dtype": rm.dtype, "text": t, "passkey": k})
         return
-    click.echo(f"{rm.name}: {rm.schedule.describe()}; trained context {rm.context}; weights in {rm.dtype}\n")
+    click.echo(f"{rm.name}: {rm.describe()}; trained context {rm.context}; weights in {rm.dtype}\n")
     if t:
         echo_table(t, TEXT_COLUMNS + (DTYPE_COLUMNS if rm.dtype != "float32" else []))
         click.echo("")
@@ -121,6 +130,7 @@ def model_calibration(model: str, recipes: Sequence[str], stacks: Sequence[str],
     with progress_bar(len(lens) * len(dists) * (len(paths) + 2), "cos/sin tables") as bar:
         rows = calibrate_model(rm, paths, lens, dists, dtypes[0] if dtypes else "bfloat16",
                                tokens=512 if tokens is None else tokens, keys=keys or 2, progress=bar.update)
+    _notes(rm)
     bad = model_inconsistent(rows)
     emit("effect-model-calibration", rows, as_json, [
         ("path", "path"), ("dtype", "dtype"), ("length", "length"), ("distance", "distance"),

@@ -38,8 +38,9 @@ def weights_effects(weights: str, model: Any, names: Sequence[str], dtypes: Sequ
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--weights'") from None
     declared = {s for _, s in model.rope}
-    if rm.schedule not in declared:
-        raise click.BadParameter(f"the weights' config declares {rm.schedule.describe()}, not the schedule of "
+    other = next((s for s in rm.schedules if s not in declared), None)
+    if other is not None:
+        raise click.BadParameter(f"the weights' config declares {other.describe()}, not the schedule of "
                                  f"{model.name} ({'; '.join(s.describe() for s in declared)})",
                                  param_hint="'--weights'")
     gap = min(GAP, max(1, (rm.context or length) // 2))

@@ -317,6 +317,38 @@ def _scaling(f: _Fields, stype: str, factor: float | None, orig: int | None, hf:
     return params
 
 
+# llama.cpp@0c1e57098 load_hparams: architectures whose sliding layers rotate with their own fixed base (and
+# freq_scale 1) when the file has no {arch}.rope.freq_base_swa: Gemma 3 (set_swa_pattern(6), base 10000)
+_SWA_BASE = {"gemma3": 10000.0}
+
+
+def _layers(f: _Fields, notes: list[str]) -> dict[str, Any]:
+    """Layer count and sliding window in ``config.json`` form: ``num_hidden_layers`` (``block_count``),
+    ``sliding_window``, ``sliding_window_pattern`` (an integer k: one full layer at the end of every k, as
+    llama.cpp's ``set_swa_pattern``) or ``layer_types`` (a per-layer array: true = sliding), and
+    ``rope_local_base_freq`` (``rope.freq_base_swa``, or the architecture's fixed base)."""
+    out: dict[str, Any] = {}
+    n_layer = f.get("{arch}.block_count")
+    if n_layer is not None:
+        out["num_hidden_layers"] = f.integer("{arch}.block_count", n_layer)
+    swa = f.get("{arch}.attention.sliding_window")
+    if swa is None or swa == 0:  # 0: no sliding window (llama.cpp's n_swa 0)
+        return out
+    out["sliding_window"] = f.integer("{arch}.attention.sliding_window", swa)
+    pattern = f.get("{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        out["layer_types"] = ["sliding_attention" if p else "full_attention" for p in pattern]
+    elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
+        out["sliding_window_pattern"] = pattern
+    local = f.get("{arch}.rope.freq_base_swa")
+    if local is None and f.arch in _SWA_BASE:
+        local = _SWA_BASE[f.arch]
+        notes.append(f"sliding layers: llama.cpp's fixed base {local:g} for {f.arch} (no rope.freq_base_swa)")
+    if local is not None:
+        out["rope_local_base_freq"] = float(_F32(local))
+    return out
+
+
 def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A GGUF file's RoPE facts as a ``config.json``-like dict plus a ``"gguf"`` sub-dict (see the module doc).
 
@@ -362,6 +394,7 @@ def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     if gg["freq_factors"] is not None and len(gg["freq_factors"]) < n_rot // 2:
         raise ValueError(f"{p}: rope_freqs has {len(gg['freq_factors'])} values, n_rot {n_rot} needs {n_rot // 2}")
     hf["rope_scaling"] = _scaling(f, stype or "linear", factor, orig, hf, gg, notes)
+    hf.update(_layers(f, notes))
     gg["notes"] = notes
     hf["gguf"] = gg
     return hf

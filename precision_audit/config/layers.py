@@ -118,6 +118,7 @@ class LayerFacts:
     layer_types: tuple[str, ...] = ()
     sliding_window: int | None = None
     sliding_reach: int | None = None
+    default_layers: bool = False  # num_hidden_layers left out: the config class's default count
 
     @property
     def empty(self) -> bool:
@@ -162,7 +163,9 @@ class LayerFacts:
                          "for this model_type: every distance judged")
         if self.sliding_reach is not None:
             n = self.layer_types.count("sliding_attention")
-            parts.append(f"{n} of {len(self.layer_types)} layers attend a sliding window (sliding_window "
+            count = (f"{len(self.layer_types)} (num_hidden_layers not given: the config class's default)"
+                     if self.default_layers else f"{len(self.layer_types)}")
+            parts.append(f"{n} of {count} layers attend a sliding window (sliding_window "
                          f"{self.sliding_window}: up to {self.sliding_reach} back)")
         if self.temperature is not None:
             parts.append("attention temperature " + self.temperature.describe())
@@ -177,30 +180,62 @@ def _int_list(value: Any, n: int | None, source: str) -> list[int]:
     return [int(v) for v in value]
 
 
-# How transformers' config classes (5.24) derive ``layer_types`` when a config.json has none: every k-th layer full
-# (``"sliding_attention" if (i + 1) % k else "full_attention"``; k fixed, or read from ``sliding_window_pattern``),
-# every layer sliding (the modeling code passes ``config.sliding_window`` to each layer), or Qwen's rule (layers
-# from ``max_window_layers`` on, when ``use_sliding_window``).  tests/test_layers.py holds each to the config class.
-_EVERY_KTH_FULL: dict[str, tuple[int, bool]] = {  # family: (k, read sliding_window_pattern)
-    "gemma2": (2, False), "t5gemma": (2, False), "vaultgemma": (2, False), "gpt_oss": (2, False),
-    "gemma3": (6, True), "gemma3_text": (6, True), "cohere2": (4, True), "olmo3": (4, False)}
+# How transformers' config classes (5.24) derive ``layer_types`` when a config.json has none.  Periodic families:
+# one layer in every k is full attention, the last of each period (``"sliding_attention" if (i + 1) % k else
+# "full_attention"``) or the first (``"full_attention" if i % k == 0``); k fixed, or read from a field
+# (``sliding_window_pattern``, ``global_attn_every_n_layers``); Gemma 4 then makes the last layer full.  Any other
+# model_type whose config.json gives an integer ``sliding_window_pattern`` follows the same rule (every class that
+# reads that field: Gemma 3, Cohere 2, EXAONE 4, EmbeddingGemma 2).  Other rules: every layer sliding (the modeling
+# code passes ``config.sliding_window`` to each layer), or Qwen's (layers from ``max_window_layers`` on, when
+# ``use_sliding_window``).  tests/test_layers.py holds each to the config class.
+_PERIODIC: dict[str, tuple[int, str | None, bool, bool]] = {  # family: (k, field read for k, full first, last full)
+    "gemma2": (2, None, False, False), "t5gemma": (2, None, False, False), "vaultgemma": (2, None, False, False),
+    "gpt_oss": (2, None, False, False), "gemma3": (6, "sliding_window_pattern", False, False),
+    "gemma3_text": (6, "sliding_window_pattern", False, False), "cohere2": (4, "sliding_window_pattern", False, False),
+    "olmo3": (4, None, False, False), "exaone4": (4, "sliding_window_pattern", False, False),
+    "gemma3n": (5, None, False, False), "gemma3n_text": (5, None, False, False),
+    "afmoe": (4, "global_attn_every_n_layers", False, False), "granite_swa": (4, None, True, False),
+    "granitemoe_swa": (4, None, True, False), "cwm": (4, None, True, False), "gemma4": (6, None, False, True),
+    "gemma4_text": (6, None, False, True)}
 _ALL_SLIDING = frozenset({"mistral", "mixtral", "phi3", "starcoder2", "ministral"})
 _QWEN_RULE = frozenset({"qwen2", "qwen3"})
 _HALVED_WHEN_BIDIRECTIONAL = frozenset({"gemma3", "gemma3_text"})  # the config class keeps window // 2 + 1
+# What the config class takes when config.json leaves a field out: (num_hidden_layers, sliding_window).
+_CLASS_DEFAULTS: dict[str, tuple[int, int | None]] = {
+    "gemma2": (26, 4096), "t5gemma": (26, 4096), "vaultgemma": (26, 4096), "gpt_oss": (36, 128),
+    "gemma3": (26, 4096), "gemma3_text": (26, 4096), "cohere2": (40, 4096), "olmo3": (32, 4096),
+    "exaone4": (32, 4096), "gemma3n": (35, 512), "gemma3n_text": (35, 512), "afmoe": (32, 1024),
+    "granite_swa": (24, 128), "granitemoe_swa": (32, 128), "cwm": (64, 8192), "gemma4": (30, 512), "gemma4_text": (30, 512),
+    "mistral": (32, 4096), "mixtral": (32, None), "phi3": (32, None), "starcoder2": (30, None),
+    "ministral": (32, 4096), "qwen2": (32, 4096), "qwen3": (32, 4096)}
 
 
 def _positive(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _layer_types(read: Callable[[str], Any], mt: str, n: int | None, nope: tuple[int, ...],
-                 chunk: int | None, source: str) -> tuple[tuple[str, ...], int | None, int | None]:
+def _periodic(mt: str, read: Callable[[str], Any]) -> tuple[int, bool, bool] | None:
+    """(k, full first, last layer full) of a periodic family, or of any config with an integer
+    ``sliding_window_pattern``; None otherwise."""
+    if mt in _PERIODIC:
+        k, key, first, last = _PERIODIC[mt]
+        return (_positive(read(key)) or k) if key else k, first, last
+    k = _positive(read("sliding_window_pattern"))
+    return (k, False, False) if k else None
+
+
+def _layer_types(read: Callable[[str], Any], given: Callable[[str], bool], mt: str, n: int | None,
+                 nope: tuple[int, ...], chunk: int | None,
+                 source: str) -> tuple[tuple[str, ...], int | None, int | None]:
     """(each layer's attention type, ``sliding_window`` as the config class keeps it, how far back a sliding
     layer attends); empty types when the config does not say and the family's rule is not modelled."""
     window = _positive(read("sliding_window"))
-    if read("use_sliding_window") is False:  # Qwen2 / Qwen3 / SmolLM3: the window is declared but off
-        window = None
+    if not given("sliding_window"):
+        window = _CLASS_DEFAULTS.get(mt, (0, None))[1]  # left out: the config class's default
+    if read("use_sliding_window") is False or (mt in _QWEN_RULE and read("use_sliding_window") is not True):
+        window = None  # Qwen2 / Qwen3 / SmolLM3: the window is declared but off (Qwen's default: off)
     declared = read("layer_types")
+    rule = _periodic(mt, read)
     if declared is not None:
         if (not isinstance(declared, (list, tuple)) or not all(isinstance(t, str) for t in declared)
                 or (n is not None and len(declared) != n)):
@@ -209,10 +244,10 @@ def _layer_types(read: Callable[[str], Any], mt: str, n: int | None, nope: tuple
         types = tuple(declared)
     elif n is None:
         types = ()
-    elif mt in _EVERY_KTH_FULL:
-        k, read_k = _EVERY_KTH_FULL[mt]
-        k = (_positive(read("sliding_window_pattern")) or k) if read_k else k
-        types = tuple("sliding_attention" if (i + 1) % k else "full_attention" for i in range(n))
+    elif rule is not None:
+        k, first, last = rule
+        types = tuple("full_attention" if (i % k == 0 if first else (i + 1) % k == 0) or (last and i == n - 1)
+                      else "sliding_attention" for i in range(n))
     elif mt in _ALL_SLIDING and window is not None:
         types = ("sliding_attention",) * n
     elif mt in _QWEN_RULE and window is not None:
@@ -237,6 +272,12 @@ def layer_facts(cfg: Mapping[str, Any] | Any, source: str = "config",
     mt = str(read("model_type") or "")
     n = read("num_hidden_layers")
     n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    # a field left out of a config.json takes the config class's default (a config object has them all already)
+    given: Callable[[str], bool] = (lambda k: k in cfg) if isinstance(cfg, Mapping) else (lambda k: True)
+    defaulted = (n is None and not given("num_hidden_layers") and mt in _CLASS_DEFAULTS
+                 and read("layer_types") is None)  # declared layer_types count the layers themselves
+    if defaulted:  # left out: the config class builds its default count of layers
+        n = _CLASS_DEFAULTS[mt][0]
     flags = read("no_rope_layers")
     nope: tuple[int, ...] = ()
     if flags:  # an empty list means "derive it" in transformers' configs
@@ -257,9 +298,10 @@ def layer_facts(cfg: Mapping[str, Any] | Any, source: str = "config",
         except ValueError as e:
             raise ValueError(f"{source}: {e}") from None
     chunk = _positive(chunk)
-    types, window, reach = _layer_types(read, mt, n, nope, chunk, source)
+    types, window, reach = _layer_types(read, given, mt, n, nope, chunk, source)
     return LayerFacts(num_layers=n, nope_layers=nope, interleaved=llama4, chunk_size=chunk, temperature=temp,
-                      layer_types=types, sliding_window=window, sliding_reach=reach)
+                      layer_types=types, sliding_window=window, sliding_reach=reach,
+                      default_layers=defaulted and bool(types))
 
 
 def legacy_layer_params(read: Callable[[str], Any], params: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -39,7 +39,7 @@ from ..checks import check_int
 from ..formats import get_format
 from ..rope import MAX_ROPE_LENGTH
 from ..rows import Row
-from .real import RealModel, cache_format, rope_tables
+from .real import RealModel, cache_format
 
 __all__ = ["DEFAULT_GAPS", "DEFAULT_KEYS", "DEFAULT_MODEL_OFFSETS", "DEFAULT_MODEL_PATHS", "DEFAULT_TOKENS",
            "PasskeyRow", "TextEffectRow", "default_text", "measure_model", "passkey_prompts", "runs"]
@@ -170,7 +170,7 @@ class _Runner:
         self.cache: dict[bytes, Any] = {}
 
     def tables(self, path: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-        return rope_tables(self.rm.schedule, path, dtype, self.pos)
+        return self.rm.tables(path, dtype, self.pos)
 
     def logits(self, wanted: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
         """The model's logits (rows, keep, vocab; float32) for each table pair, each distinct pair run once."""
@@ -192,7 +192,7 @@ class _Runner:
             pos = torch.as_tensor(self.pos, device=self.rm.device)[None].expand(ids.shape[0], -1)
             try:
                 with torch.inference_mode():
-                    logits = self.rm.model(input_ids=ids, position_ids=pos, logits_to_keep=self.keep).logits
+                    logits = self.rm.forward(input_ids=ids, position_ids=pos, logits_to_keep=self.keep).logits
             finally:
                 self.rm.set_tables(None)
             out = logits.float().cpu()

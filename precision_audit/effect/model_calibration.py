@@ -11,6 +11,10 @@ where it reads that distance, its input ending at L:
 * D > 1: the pass key D filler tokens back; the measure is the fraction of keys retrieved, and the loss is the
   exact run's fraction minus the path's.
 
+A model with several schedules (layer types: Gemma 3's sliding and full layers) has each judged on the distances
+its layers attend (a sliding layer: up to its window - 1, :meth:`~precision_audit.effect.real.RealModel.sees`);
+a distance's row carries the worst of their verdicts.
+
 The verdict judges the pair errors at that distance as :func:`~precision_audit.verdicts.rope_verdict` does: the
 largest over every frequency pair and the largest over the pairs that resolve the distance (``resolved``).  A row
 is inconsistent when the verdict says broken while the model loses at most :data:`NO_LOSS`, or safe or degraded
@@ -27,7 +31,7 @@ from ..checks import check_int, check_lengths
 from ..formats import get_format
 from ..rope import PRESETS, audit, preset, stack
 from ..rows import Row
-from ..verdicts import rope_verdict
+from ..verdicts import rope_verdict, worst
 from .calibration import LOSS, NO_LOSS
 from .measures import measure_model, passkey_prompts
 from .real import RealModel
@@ -81,8 +85,11 @@ def calibrate_model(rm: RealModel, paths: Sequence[str] = ("lowp", "lowp-inv-fre
         raise ValueError("distances: none given")
     fmt = get_format(dtype).name
     names = list(dict.fromkeys(paths))
-    recipes = [preset(n, fmt) if n in PRESETS else stack(n, fmt, rm.schedule) for n in names]
-    rows = audit(rm.schedule, recipes, lens, distances=[d for d in dists if d < lens[-1]])
+    rows = []  # each schedule's rows, on the distances its layers attend (a sliding layer: its window)
+    for schedule in rm.schedules:
+        seen = [d for d in dists if d < lens[-1] and rm.sees(schedule, d)]
+        recipes = [preset(n, fmt) if n in PRESETS else stack(n, fmt, schedule) for n in names]
+        rows += audit(schedule, recipes, lens, distances=seen) if seen else []
     span = {d: tokens if d == 1 else passkey_prompts(rm.tokenizer, d, 1)[0].shape[1] for d in dists}
     measured: dict[tuple[int, int], dict[str, tuple[float, float, float, float | None, float | None]]] = {}
     for length in lens:
@@ -111,7 +118,19 @@ def calibrate_model(rm: RealModel, paths: Sequence[str] = ("lowp", "lowp-inv-fre
             out.append(ModelCalibrationRow(rm.name, r.recipe, r.dtype, r.length, d, p.max_rotation_error, resolved,
                                            r.colliding_positions, "top-1" if d == 1 else "passkey", value, exact,
                                            floor, loss, verdict, kl, floor_kl))
-    return out
+    return _worst_per_distance(out)
+
+
+def _worst_per_distance(rows: Sequence[ModelCalibrationRow]) -> list[ModelCalibrationRow]:
+    """One row per (path, length, distance): with several schedules (a model's layer types), the one whose verdict
+    is the worst (then the larger pairwise error), in the order the rows first name them."""
+    best: dict[tuple[str, int, int], ModelCalibrationRow] = {}
+    for r in rows:
+        key = (r.path, r.length, r.distance)
+        if key not in best or (worst([r.verdict, best[key].verdict]) != best[key].verdict
+                               or (r.verdict == best[key].verdict and r.pair_max_error > best[key].pair_max_error)):
+            best[key] = r
+    return list(best.values())
 
 
 def model_inconsistent(rows: Sequence[ModelCalibrationRow]) -> list[ModelCalibrationRow]:

