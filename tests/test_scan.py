@@ -232,4 +232,4 @@ def test_callable_package() -> None:
     assert precision_audit.scan.scan is run.scan
     rows = precision_audit.scan("precision_audit.trace.examples", length=512, modes=["float32"])
     assert {(r.callable, r.verdict) for r in rows if r.status == "scanned" and r.callable.endswith("forward")} \
-        == {("ExampleRotary.forward", "broken"), ("ExampleRotary.forward", "safe")}
+        == {("bf16_positions().forward", "broken"), ("fp32_rotary().forward", "safe")}

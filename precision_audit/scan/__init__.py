@@ -14,8 +14,8 @@ callable (``precision_audit.scan(...)`` is :func:`scan`), so ``import precision_
 
 >>> import precision_audit
 >>> rows = precision_audit.scan("precision_audit.trace.examples", length=512, modes=["float32"])
->>> [(r.callable, r.verdict) for r in rows if r.status == "scanned"]
-[('bf16_positions', 'broken'), ('fp32_rotary', 'safe')]
+>>> [(r.callable, r.verdict) for r in rows if r.status == "scanned"]  # each factory's module, built and called
+[('bf16_positions().forward', 'broken'), ('fp32_rotary().forward', 'safe')]
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def pair_errors(err: np.ndarray, distances: tuple[int, ...] = DISTANCES) -> list
     the relative rotation error of two positions D apart (``err``: signed angle errors, one row per position).
 
     >>> pair_errors(np.array([[0.0], [0.1], [0.1], [0.4]]), (1, 2))
-    [(1, 0.3), (2, 0.4)]
+    [(1, 0.3), (2, 0.3)]
     """
     n = err.shape[0]
     ds = sorted({d for d in (*distances, n // 2) if 0 < d < n})
