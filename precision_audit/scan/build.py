@@ -9,8 +9,8 @@ where it takes vectors; :func:`call_plans` gives each such plan.
 
 >>> infer_value("head_dim", 8192), infer_value("rope_theta", 8192), infer_value("max_seq_len", 8192)
 (64, 10000.0, 8192)
->>> infer_value("feat_shape", 8192)
-(64, 128)
+>>> infer_value("feat_shape", 8192), infer_value("crops_coords", 8192)
+((64, 128), ((0, 0), (64, 128)))
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ INFERRED: dict[str, Callable[[int], Any]] = {
     r"^(max_distance|relative_attention_max_distance)$": lambda n: 128,
     r"^(bidirectional)$": lambda n: True,
     r"^(axes_dim|axes_dims|axes_dim_rope)$": lambda n: (16, 24, 24),
-    r"^(shape|feat_shape|grid_size|grid|grid_shape|hw)$": lambda n: (64, max(1, n // 64)),
+    r"^(shape|feat_shape|grid_size|grid|grid_shape|hw|spatial_size)$": lambda n: (64, max(1, n // 64)),
+    r"^(len_h|height|grid_h|h)$": lambda n: 64,
+    r"^(len_w|width|grid_w|w)$": lambda n: max(1, n // 64),
+    r"^(temporal_size|num_frames|frames)$": lambda n: 2,
+    r"^(crops_coords)$": lambda n: ((0, 0), (64, max(1, n // 64))),
     _LENGTH.pattern: lambda n: n,
 }
 """A parameter name (regular expression) -> its value for a scan at length n."""

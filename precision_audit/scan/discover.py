@@ -34,7 +34,7 @@ __all__ = ["Candidate", "Loaded", "candidates", "load_target_modules", "mentions
 
 NAME_RE = re.compile(r"rotary|rope|position|posemb|pos_emb|pos_embed|alibi|sinusoid|bucket|freqs_cis|"
                      r"relative_pos|timestep_embed", re.I)
-POSITION_PARAM = re.compile(r"^(pos|positions?|position_ids|pos_ids|input_pos|cache_position|timesteps?|"
+POSITION_PARAM = re.compile(r"^(pos|positions?|position_ids|pos_ids|input_pos|cache_position|"
                             r"relative_position|rel_pos|distances?|seq_pos|offsets?|indices|ids)$")
 _MATH_RE = re.compile(r"\b(sin|cos|pow|exp|polar|outer|einsum|log)\b|\*\*")
 _TRIG_RE = re.compile(r"\b(sin|cos|polar)\b")

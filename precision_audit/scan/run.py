@@ -30,7 +30,7 @@ from .build import DIM, HEADS, CallPlan, build_instance, call_plans, parse_arg, 
 from .discover import Candidate, candidates, load_target_modules
 from .verdict import output_verdict
 
-__all__ = ["MODES", "ScanFinding", "scan"]
+__all__ = ["MAX_VALUES", "MODES", "ScanFinding", "scan"]
 
 MODES = ("float32", "bfloat16-inputs", "float16-inputs", "cast-bfloat16")
 _DTYPES = {"float32": "float32", "bfloat16-inputs": "bfloat16", "float16-inputs": "float16",
@@ -38,6 +38,10 @@ _DTYPES = {"float32": "float32", "bfloat16-inputs": "bfloat16", "float16-inputs"
 _CAST_FIX = "keep the frequencies float32 through the cast (precision_audit.fix.keep_rotary_fp32(model) before " \
             "model.to(dtype)), cast only the final cos/sin"
 _PROBE = 16
+MAX_VALUES = 2**25
+"""The most values a call may return at the scan's length (estimated from its output at 16 positions): each has
+a float64 shadow, and a scan calls many callables."""
+_NOTHING = "nothing to judge"
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,8 @@ def _verdicts(traced: Any, ref: list[Any], n: int, x_shape: tuple[int, ...] | No
     import torch
 
     pairs = [(o, s) for o, s in zip(traced.outputs, ref) if s is not None and isinstance(s, torch.Tensor)
-             and s.shape == o.shape and o.dtype != torch.bool and n in o.shape]  # indexed by position
+             and s.shape == o.shape and o.dtype != torch.bool and any(d and d % n == 0 for d in o.shape)]
+    # only outputs indexed by position (a cos/sin table, not an inv_freq buffer)
     found, used = [], set()
     for i, (o, s) in enumerate(pairs):
         if i in used:
@@ -141,8 +146,9 @@ def _locate(fn: Any, inputs: dict[str, Any], plan: CallPlan, mode: str, traced: 
         if r.culprits:
             c = r.culprits[0]
             return c.op, c.where, op_fix(c)
-        if r.downcast:
-            o = r.downcast[0]
+        narrow = [o for o in r.operands if o.downcast or (mode == "cast-bfloat16" and o.dtype == "bfloat16")]
+        if narrow:  # a buffer the cast rounded, met as it is or copied back to float32
+            o = narrow[0]
             first = ops.get(o.first_op)
             return f"operand {o.name} ({o.note})", first.where if first else "?", _CAST_FIX
     except ValueError:
@@ -170,9 +176,17 @@ def _x_shapes(owner: Any, n: int) -> list[tuple[int, ...]]:
     return [(1, n, HEADS, dim), (1, n, dim), (1, HEADS, n, dim), (n, dim)]
 
 
-def _probe(fn: Any, plan: CallPlan, owner: Any) -> tuple[int | None, dict[str, tuple[int, ...]]]:
+def _numel(out: Any) -> int:
+    from torch.utils._pytree import tree_flatten
+
+    return sum(t.numel() for t in tree_flatten(out)[0] if hasattr(t, "numel") and callable(t.numel))
+
+
+def _probe(fn: Any, plan: CallPlan, owner: Any, small: CallPlan | None = None
+           ) -> tuple[int | None, dict[str, tuple[int, ...]], int]:
     """The vector layout (an index into :func:`_x_shapes`) and the position shapes the callable accepts (tried
-    at :data:`_PROBE` positions); ValueError with the last error when none works."""
+    at :data:`_PROBE` positions), and how many values it returned there; ValueError with the last error when
+    none works."""
     import itertools
 
     import torch
@@ -186,8 +200,8 @@ def _probe(fn: Any, plan: CallPlan, owner: Any) -> tuple[int | None, dict[str, t
             try:
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    fn(**plan.inputs(torch.float32, _PROBE, x or (1,), shapes))
-                return (i if x is not None else None), {p: s for p, s in combo}
+                    out = fn(**(small or plan).inputs(torch.float32, _PROBE, x or (1,), shapes))
+                return (i if x is not None else None), {p: s for p, s in combo}, _numel(out)
             except Exception as e:  # the callable's own error: try the next layout
                 last = e
     raise ValueError(f"every call layout raised; last: {type(last).__name__}: {' '.join(str(last).split())[:200]}")
@@ -290,17 +304,24 @@ class _Scanner:
             self.skip(c, name, "no way to call it with positions (no position argument, and it needs one)")
             return
         modes = tuple(m for m in self.modes if owner is not None or m != "cast-bfloat16")
-        self.run_plans(c, name, get, plans, owner, modes)
+        small = call_plans(fn, _PROBE, self.overrides, name.rsplit(".", 1)[-1])  # the same plans at 16 positions
+        self.run_plans(c, name, get, plans, owner, modes, small if len(small) == len(plans) else None)
 
     def run_plans(self, c: Candidate, name: str, get: Callable[[str], tuple[Any, Any]], plans: list[CallPlan],
-                  owner: Any, modes: tuple[str, ...]) -> None:
-        for plan in plans:
+                  owner: Any, modes: tuple[str, ...], small: list[CallPlan] | None = None) -> None:
+        for k, plan in enumerate(plans):
             fn0, own0 = get("float32")
             try:
-                x_shape, pos_shapes = _probe(fn0, plan, own0 if own0 is not None else owner) \
-                    if (plan.vectors or plan.positions) else (None, {})
+                x_shape, pos_shapes, size = _probe(fn0, plan, own0 if own0 is not None else owner,
+                                                   small[k] if small else None) \
+                    if (plan.vectors or plan.positions or small) else (None, {}, 0)
             except ValueError as e:
                 self.skip(c, name, f"cannot call: {e}", plan.label)
+                continue
+            if size * self.length > MAX_VALUES * _PROBE:  # it grows with the positions: estimated at length
+                self.skip(c, name, f"returns {size} values at {_PROBE} positions, about {size * self.length // _PROBE}"
+                          f" at {self.length}: more than {MAX_VALUES} to shadow in float64 (give a smaller "
+                          "--length)", plan.label)
                 continue
             x_shape = None if x_shape is None else _x_shapes(own0 if own0 is not None else owner, self.length)[x_shape]
             pos = {p: tuple(self.length if d == max(s) else d for d in s) for p, s in pos_shapes.items()}
@@ -308,7 +329,12 @@ class _Scanner:
             for mode in modes:
                 if mode.endswith("-inputs") and not plan.vectors:
                     continue  # no vectors to give in another dtype: the float32 run already is this one
+                before = len(self.rows)
                 ref = self.one(c, name, plan, mode, get, x_shape, pos, ref)
+                if mode == "float32" and self.rows[before].reason.startswith(_NOTHING):
+                    if name.endswith(".__init__"):  # a constructor that builds nothing by position: no row
+                        del self.rows[before:]
+                    break  # no position op or output: the other modes would say the same
 
     def one(self, c: Candidate, name: str, plan: CallPlan, mode: str, get: Callable[[str], tuple[Any, Any]],
             x_shape: tuple[int, ...] | None, pos: dict[str, tuple[int, ...]], ref: list[Any] | None
@@ -332,8 +358,8 @@ class _Scanner:
                                          f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"))
             return ref
         if not traced.records:
-            self.rows.append(ScanFinding(**base, mode=mode, status="skipped", reason="no op used a position input "
-                                         "or made positions (arange): nothing to judge"))
+            self.rows.append(ScanFinding(**base, mode=mode, status="skipped", reason=f"{_NOTHING}: no op used a "
+                                         "position input or made positions (arange)"))
             return ref
         shadows = traced.shadows
         if ref is not None and len(ref) == len(shadows) and all(
@@ -342,9 +368,9 @@ class _Scanner:
         n = self.length
         v = _verdicts(traced, shadows, n, x_shape, name)
         if not v:
-            self.rows.append(ScanFinding(**base, mode=mode, status="skipped", reason="no returned tensor (or built "
-                                         "buffer) derives from the positions along a position axis: nothing to "
-                                         "judge"))
+            self.rows.append(ScanFinding(**base, mode=mode, status="skipped", reason=f"{_NOTHING}: no returned "
+                                         "tensor (or built buffer) derives from the positions along a position "
+                                         "axis"))
             return ref if ref is not None else traced.shadows
         op = where = fix = None
         if v["verdict"] != "safe" and self.locate:

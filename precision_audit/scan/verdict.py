@@ -55,9 +55,13 @@ def _rows(a: np.ndarray, axis: int) -> np.ndarray:
 
 
 def _axis(shape: tuple[int, ...], n: int) -> int:
-    """The position axis: the first of size ``n`` (the positions given), else the longest."""
+    """The position axis: the first of size ``n`` (the positions given), else of a multiple of it (a grid's
+    frames), else the longest."""
     for i, s in enumerate(shape):
         if s == n:
+            return i
+    for i, s in enumerate(shape):
+        if s and s % n == 0:
             return i
     return int(np.argmax(shape)) if shape else 0
 
