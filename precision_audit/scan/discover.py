@@ -16,6 +16,7 @@ rotary / rope / position / alibi / sinusoid / bucket.  Nothing is called here: i
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -102,10 +103,29 @@ def _import(name: str) -> Loaded:
         return Loaded(name, None, f"import failed: {_one_line(e)}")
 
 
+@contextlib.contextmanager
+def _on_path(folder: str) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` while a file of it is imported (its own imports resolve, as ``python -m``
+    from there finds them), removed after: a scan leaves no folder on the path to shadow other packages."""
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
 def _import_file(path: str, name: str) -> Loaded:
+    label, old = name, sys.modules.get(name)
+    if old is not None and os.path.abspath(getattr(old, "__file__", "") or "") != os.path.abspath(path):
+        name = f"_scanned_{abs(hash(os.path.abspath(path)))}_{name}"  # a module of that name is another file
+    elif old is not None:
+        return Loaded(label, old)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        return Loaded(name, None, f"cannot import {path}")
+        return Loaded(label, None, f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -116,8 +136,8 @@ def _import_file(path: str, name: str) -> Loaded:
         if isinstance(e, KeyboardInterrupt):
             raise
         sys.modules.pop(name, None)
-        return Loaded(name, None, f"import failed: {_one_line(e)}")
-    return Loaded(name, module)
+        return Loaded(label, None, f"import failed: {_one_line(e)}")
+    return Loaded(label, module)
 
 
 def _check_syntax(path: str) -> None:
@@ -143,8 +163,6 @@ def _walk_package(pkg: ModuleType) -> Iterator[Loaded]:
 
 def _folder(path: str) -> Iterator[Loaded]:
     root = os.path.abspath(path)
-    if root not in sys.path:
-        sys.path.insert(0, root)  # the folder's own imports resolve, as `python -m` from there does
     files = []
     for d, subdirs, names in os.walk(root):
         subdirs[:] = sorted(s for s in subdirs if not s.startswith((".", "__pycache__")))
@@ -153,7 +171,9 @@ def _folder(path: str) -> Iterator[Loaded]:
         if not mentions_positions(f):
             continue
         rel = os.path.relpath(f, root)[:-3].replace(os.sep, ".")
-        yield _import_file(f, rel.removesuffix(".__init__") or os.path.basename(root))
+        with _on_path(root):
+            loaded = _import_file(f, rel.removesuffix(".__init__") or os.path.basename(root))
+        yield loaded
 
 
 def load_target_modules(target: str) -> Iterator[Loaded]:
@@ -167,11 +187,9 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
         if not os.path.isfile(target):
             raise ValueError(f"TARGET {target}: no such file")
         _check_syntax(target)
-        folder = os.path.dirname(os.path.abspath(target))
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
         name = os.path.basename(target)[:-3] if target.endswith(".py") else os.path.basename(target)
-        loaded = _import_file(target, name)
+        with _on_path(os.path.dirname(os.path.abspath(target))):
+            loaded = _import_file(target, name)
         if loaded.module is None:
             raise ValueError(f"TARGET {target}: {loaded.error}")
         yield loaded
@@ -181,9 +199,8 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
         return
     if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", target):
         raise ValueError(f"TARGET {target!r} is neither a .py file, a folder nor a module name")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # a module of the current folder, as python -m finds it
-    loaded = _import(target)
+    with _on_path(os.getcwd()):  # a module of the current folder, as python -m finds it
+        loaded = _import(target)
     if loaded.module is None:
         raise ValueError(f"TARGET {target}: {loaded.error.replace('import failed', 'does not import')}")
     if hasattr(loaded.module, "__path__"):

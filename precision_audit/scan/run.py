@@ -440,6 +440,7 @@ def scan(targets: str | Iterable[str], *, length: int = 8192, modes: Iterable[st
             if progress is not None and cands:
                 progress(f"scan: {loaded.name}: {len(cands)} position callable{'s' * (len(cands) != 1)}")
             for c in cands:
+                c.module = loaded.name  # a file's module as its file names it
                 s.candidate(c)
         if not found:
             raise ValueError(f"TARGET {target}: no position code found (no class or function that builds or takes "
