@@ -30,7 +30,7 @@ DIM = 64
 HEADS = 2
 _LENGTH = re.compile(r"^(seq_len|seqlen|seq_length|length|max_seq_len|max_seq_length|max_len|max_length|"
                      r"num_positions|n_positions|max_position_embeddings|max_positions|num_tokens|n_ctx|"
-                     r"context_length|block_size|end|seq|n|cache_len|max_seqlen)$")
+                     r"context_length|block_size|end|seq|n|cache_len|max_seqlen|max_pos)$")
 INFERRED: dict[str, Callable[[int], Any]] = {
     r"^(dim|head_dim|d_model|embed_dim|embedding_dim|rotary_dim|n_elem|d|channels|hidden_size|num_channels|"
     r"d_head|dim_head|feature_dim|emb_dim|rope_dim|out_dim|attention_head_dim|hidden_dim)$": lambda n: DIM,
@@ -39,7 +39,8 @@ INFERRED: dict[str, Callable[[int], Any]] = {
     r"^(num_buckets|relative_attention_num_buckets)$": lambda n: 32,
     r"^(max_distance|relative_attention_max_distance)$": lambda n: 128,
     r"^(bidirectional)$": lambda n: True,
-    r"^(axes_dim|axes_dims|axes_dim_rope)$": lambda n: (16, 24, 24),
+    r"^(axes_dim|axes_dims|axes_dim_rope|rope_axes_dim|axes_dims_rope)$": lambda n: (16, 24, 24),
+    r"^(patch_size|patch_size_t|compressed_patch_size)$": lambda n: 1,
     r"^(shape|feat_shape|grid_size|grid|grid_shape|hw|spatial_size)$": lambda n: (64, max(1, n // 64)),
     r"^(len_h|height|grid_h|h)$": lambda n: 64,
     r"^(len_w|width|grid_w|w)$": lambda n: max(1, n // 64),
@@ -70,11 +71,21 @@ def parse_arg(text: str) -> tuple[str, Any]:
         return name.strip(), value.strip()
 
 
-def infer_value(name: str, length: int) -> Any:
-    """The value a scan gives a parameter by its name (KeyError: none)."""
+def infer_value(name: str, length: int, annotation: Any = None) -> Any:
+    """The value a scan gives a parameter by its name (KeyError: none); a sequence annotation (``List[int]``,
+    ``tuple[int, int, int]``) makes a dimension per-axis ``(16, 24, 24)`` and a patch size ``(1, 1, 1)``.
+
+    >>> infer_value("rope_dim", 8192, "list[int]"), infer_value("patch_size", 8192, "Tuple[int, int, int]")
+    ((16, 24, 24), (1, 1, 1))
+    """
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation or ""))
     for pattern, make in INFERRED.items():
         if re.match(pattern, name):
-            return make(length)
+            value = make(length)
+            if isinstance(value, int) and not isinstance(value, bool) and re.search(r"(?i)list|tuple|sequence",
+                                                                                      text):
+                return (16, 24, 24) if value == DIM else (value,) * 3
+            return value
     raise KeyError(name)
 
 
@@ -99,7 +110,7 @@ def _fill(sig: inspect.Signature, length: int, overrides: dict[str, Any], skip: 
             out[name] = length
         elif p.default is p.empty:
             try:
-                out[name] = infer_value(name, length)
+                out[name] = infer_value(name, length, p.annotation)
             except KeyError:
                 missing.append(name)
     if missing:
