@@ -82,3 +82,22 @@ def test_diffusers_get_1d_rotary_pos_embed() -> None:
             if r.callable == "get_1d_rotary_pos_embed"]
     assert [(r.status, r.kind, r.verdict) for r in rows] == [("scanned", "rotation", "safe")]
     assert os.path.basename(rows[0].defined).startswith("embeddings.py:")
+
+
+def test_transformers_llama_as_hf_scan() -> None:
+    """``scan`` of transformers' Llama modelling file gives ``hf-scan``'s verdict for its rotary class (built the
+    same way, from the default config): hf-scan says damaged by the cast (the bf16 ``inv_freq``); scan finds the
+    as-built modes safe and the cast mode broken, at the line of the forward that multiplies ``inv_freq``."""
+    from _thirdparty import private
+    from precision_audit.hf import scan as hf_scan
+    from precision_audit.scan import scan
+
+    private("transformers.models.llama.modeling_llama", "LlamaRotaryEmbedding")
+    (hf,) = [r for r in hf_scan(length=L, families=["llama"]) if r.module_class == "LlamaRotaryEmbedding"]
+    rows = {r.mode: r for r in scan("transformers.models.llama.modeling_llama", length=L)
+            if r.callable == "LlamaRotaryEmbedding.forward"}
+    as_built = {rows[m].verdict for m in ("float32", "bfloat16-inputs", "float16-inputs")}
+    cast = rows["cast-bfloat16"]
+    assert hf.verdict == "damaged by the cast"
+    assert as_built == {"safe"} and cast.verdict == "broken"
+    assert cast.op.startswith("operand inv_freq") and cast.where.startswith("modeling_llama.py:")

@@ -119,9 +119,26 @@ def _fill(sig: inspect.Signature, length: int, overrides: dict[str, Any], skip: 
     return out
 
 
+def _transformers_class(cls: type, sig: inspect.Signature) -> bool:
+    """A transformers module class built from a ``config`` (its rotary classes): built as ``hf-scan`` builds it."""
+    p = sig.parameters.get("config")
+    return p is not None and p.default is p.empty and getattr(cls, "__module__", "").startswith("transformers.")
+
+
 def build_instance(cls: type, length: int, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """``(cls(**kwargs), kwargs)`` with inferred and overridden arguments; ValueError saying why not."""
-    kwargs = _fill(_signature(cls), length, overrides)
+    """``(cls(**kwargs), kwargs)`` with inferred and overridden arguments; ValueError saying why not.  A
+    transformers class that takes a ``config`` is built from its model's default config
+    (:func:`precision_audit.hf.build_rotary_module`, as ``hf-scan`` builds it; kwargs ``{"config": cfg}``)."""
+    sig = _signature(cls)
+    if _transformers_class(cls, sig) and "config" not in overrides:
+        from ..hf import build_rotary_module
+
+        try:
+            module, cfg = build_rotary_module(cls)
+        except Exception as e:
+            raise ValueError(f"{cls.__name__} from its default config: {' '.join(str(e).split())[:200]}") from None
+        return module, {"config": cfg}
+    kwargs = _fill(sig, length, overrides)
     try:
         return cls(**kwargs), kwargs
     except Exception as e:
