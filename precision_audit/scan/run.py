@@ -157,7 +157,8 @@ def _locate(fn: Any, inputs: dict[str, Any], plan: CallPlan, mode: str, traced: 
     if lost:
         return lost[0].op, lost[0].where, "build positions in int64 or float32; cast only the final output"
     if mode == "cast-bfloat16":
-        return "module.to(bfloat16)", "?", _CAST_FIX
+        return "module.to(bfloat16) rounds a buffer built from positions", "?", \
+            "keep that buffer float32 through the cast (or build it from int64 positions in forward)"
     top = max(traced.records, key=lambda rec: rec.added)
     return top.op, top.where, f"run {top.op} in float32 and cast only the final output"
 
@@ -375,6 +376,8 @@ class _Scanner:
         op = where = fix = None
         if v["verdict"] != "safe" and self.locate:
             op, where, fix = _locate(bound, inputs, plan, mode, traced)
+            if where == "?":  # the cast itself rounded a buffer made at construction: the class that makes it
+                where = c.where
         err = v["error"]
         self.rows.append(ScanFinding(**base, mode=mode, status="scanned", verdict=v["verdict"], kind=v["kind"],
                                      why=v["why"], op=op, where=where, fix=fix,
