@@ -233,3 +233,55 @@ def test_callable_package() -> None:
     rows = precision_audit.scan("precision_audit.trace.examples", length=512, modes=["float32"])
     assert {(r.callable, r.verdict) for r in rows if r.status == "scanned" and r.callable.endswith("forward")} \
         == {("bf16_positions().forward", "broken"), ("fp32_rotary().forward", "safe")}
+
+
+ALIBI = """\
+import torch
+
+
+def alibi_bias(seq_len, num_heads=8, dtype=torch.float32):
+    slopes = 2.0 ** (-8.0 * torch.arange(1, num_heads + 1) / num_heads)
+    pos = torch.arange(seq_len, dtype=dtype)  # BUG
+    return (slopes[:, None] * (pos[None, :] - (seq_len - 1))).float()
+"""
+
+
+@pytest.mark.parametrize("dtype, verdict", [("torch.float32", "safe"), ("torch.bfloat16", "broken")])
+def test_alibi_bias_from_bf16_positions(tmp_path: Path, dtype: str, verdict: str) -> None:
+    """A bias from distances: with positions in bfloat16, keys above 256 share their neighbour's position, so
+    neighbouring keys share a bias (broken: the ALiBi rule); in float32 every distance to 1023 is exact and the
+    bias is off by float32 rounding only (safe)."""
+    path, line = _write(tmp_path, f"alibi_{dtype[6:]}", ALIBI.replace("dtype=torch.float32", f"dtype={dtype}"))
+    from precision_audit.scan import scan
+
+    (row,) = [r for r in scan(str(path), length=1024) if r.callable == "alibi_bias"]
+    assert (row.kind, row.verdict) == ("biases", verdict)
+    if verdict == "broken":
+        assert "neighbouring keys share a bias" in row.why
+        assert (row.op, row.where) == ("aten.arange.default", f"{path.name}:{line}")
+
+
+def test_constructor_that_raises_is_listed(tmp_path: Path) -> None:
+    path, _ = _write(tmp_path, "raises", "import torch\n\n\nclass RotaryEmbedding(torch.nn.Module):\n"
+                                         "    def __init__(self, dim):\n        raise RuntimeError('no GPU here')\n\n"
+                                         "    def forward(self, x, position_ids):\n        return x\n")
+    from precision_audit.scan import scan
+
+    (row,) = scan(str(path))
+    assert row.status == "skipped" and row.callable == "RotaryEmbedding"
+    assert row.reason == "cannot build: RotaryEmbedding(dim=64) raised RuntimeError: no GPU here"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"targets": 3}, "targets 3 must be a string or an iterable of strings"),
+    ({"targets": ["ok", 3]}, r"targets\[1\] 3 must be a string"),
+    ({"targets": "x", "progress": 1}, "progress 1 must be callable"),
+    ({"targets": "x", "locate": "yes"}, "locate 'yes' must be True or False"),
+    ({"targets": "x", "args": {"1x": 2}}, "args key '1x' must be a parameter name"),
+    ({"targets": "x", "args": ["dim"]}, "must be NAME=VALUE"),
+])
+def test_api_bad_arguments_raise_value_error(kwargs: dict, message: str) -> None:
+    from precision_audit.scan import scan
+
+    with pytest.raises(ValueError, match=message):
+        scan(**kwargs)

@@ -128,7 +128,13 @@ def _transformers_class(cls: type, sig: inspect.Signature) -> bool:
 def build_instance(cls: type, length: int, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """``(cls(**kwargs), kwargs)`` with inferred and overridden arguments; ValueError saying why not.  A
     transformers class that takes a ``config`` is built from its model's default config
-    (:func:`precision_audit.hf.build_rotary_module`, as ``hf-scan`` builds it; kwargs ``{"config": cfg}``)."""
+    (:func:`precision_audit.hf.build_rotary_module`, as ``hf-scan`` builds it; kwargs ``{"config": cfg}``).
+
+    >>> class Rotary:
+    ...     def __init__(self, head_dim, base=500000.0, max_seq_len=4096): pass
+    >>> build_instance(Rotary, 8192, {})[1]  # the length too: a 4096 cache would refuse 8192 positions
+    {'head_dim': 64, 'max_seq_len': 8192}
+    """
     sig = _signature(cls)
     if _transformers_class(cls, sig) and "config" not in overrides:
         from ..hf import build_rotary_module
@@ -152,7 +158,16 @@ def _show(kwargs: dict[str, Any]) -> str:
 
 def position_methods(cls: type) -> list[str]:
     """``forward`` and the public methods the class itself defines whose name says rotate / apply / embed /
-    freq / cos / sin / cache / pos / bias / bucket / angle (the ones a scan calls)."""
+    freq / cos / sin / cache / pos / bias / bucket / angle (the ones a scan calls).
+
+    >>> import torch
+    >>> class R(torch.nn.Module):
+    ...     def forward(self, x): return x
+    ...     def build_rope_cache(self, n): pass
+    ...     def reset(self): pass
+    >>> position_methods(R)
+    ['forward', 'build_rope_cache']
+    """
     names = ["forward"] if "forward" in vars(cls) or hasattr(cls, "forward") else []
     for name, f in vars(cls).items():
         if inspect.isfunction(f) and not name.startswith("_") and name != "forward" and _METHOD.search(name):
@@ -197,7 +212,12 @@ def _pos_shapes(name: str, length: int) -> list[tuple[int, ...]]:
 def call_plans(fn: Any, length: int, overrides: dict[str, Any], name: str) -> list[CallPlan]:
     """The plans for ``fn`` (a bound forward or method, or a function): with positions passed (where it takes
     a position argument) and with positions made inside (where those are optional or absent).  ValueError
-    when an argument cannot be inferred."""
+    when an argument cannot be inferred.
+
+    >>> def forward(x, input_pos=None): pass
+    >>> [(p.label, p.positions, p.vectors) for p in call_plans(forward, 8192, {}, "forward")]
+    [('forward(x, input_pos)', ('input_pos',), ('x',)), ('forward(x)', (), ('x',))]
+    """
     sig = _signature(fn)
     params = {n: p for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL,
                                                                                          p.VAR_KEYWORD)}

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import check_int
+from ..checks import ArgumentTypeError, check_callable, check_flag, check_int, describe
 from ..rows import Row
 from ..trace import MAX_TRACE_LENGTH, run_traced
 from ..trace import trace as trace_code
@@ -392,6 +392,19 @@ def _signature(fn: Any) -> inspect.Signature | None:
         return None
 
 
+def _strings(value: Any, name: str) -> list[str]:
+    """One string or an iterable of strings; else ArgumentTypeError naming ``name``."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (bytes, dict)) or not isinstance(value, Iterable):
+        raise ArgumentTypeError(f"{name} {describe(value)} must be a string or an iterable of strings")
+    out = list(value)
+    for i, v in enumerate(out):
+        if not isinstance(v, str):
+            raise ArgumentTypeError(f"{name}[{i}] {describe(v)} must be a string")
+    return out
+
+
 def _overrides(args: Any) -> dict[str, Any]:
     if args is None:
         return {}
@@ -400,9 +413,7 @@ def _overrides(args: Any) -> dict[str, Any]:
         if bad:
             raise ValueError(f"args key {bad[0]!r} must be a parameter name")
         return dict(args)
-    if isinstance(args, str):
-        args = [args]
-    return dict(parse_arg(a) for a in args)
+    return dict(parse_arg(a) for a in _strings(args, "args"))
 
 
 def scan(targets: str | Iterable[str], *, length: int = 8192, modes: Iterable[str] | None = None,
@@ -421,11 +432,13 @@ def scan(targets: str | Iterable[str], *, length: int = 8192, modes: Iterable[st
     [('bf16_positions().forward', 'broken', 'aten.arange.default'), ('fp32_rotary().forward', 'safe', None)]
     """
     length = check_int(length, "length", minimum=2, maximum=MAX_TRACE_LENGTH)
-    chosen = tuple(MODES if modes is None else ([modes] if isinstance(modes, str) else list(modes)))
+    progress = check_callable(progress, "progress")
+    locate = check_flag(locate, "locate")
+    chosen = tuple(MODES if modes is None else _strings(modes, "modes"))
     for m in chosen:
         if m not in MODES:
             raise ValueError(f"unknown mode {m!r}; valid: {', '.join(MODES)}")
-    names = [targets] if isinstance(targets, str) else list(targets)
+    names = _strings(targets, "targets")
     if not names:
         raise ValueError("targets: give at least one package, module, .py file or folder")
     import torch  # noqa: F401 - the candidates' classes are torch modules
