@@ -84,20 +84,34 @@ def test_diffusers_get_1d_rotary_pos_embed() -> None:
     assert os.path.basename(rows[0].defined).startswith("embeddings.py:")
 
 
-def test_transformers_llama_as_hf_scan() -> None:
-    """``scan`` of transformers' Llama modelling file gives ``hf-scan``'s verdict for its rotary class (built the
-    same way, from the default config): hf-scan says damaged by the cast (the bf16 ``inv_freq``); scan finds the
-    as-built modes safe and the cast mode broken, at the line of the forward that multiplies ``inv_freq``."""
+def _as_hf_scan(rows: list) -> str:
+    """hf-scan's question asked of scan's rows: damaged as built (a float32 / vector mode not safe), damaged by
+    the cast (only the cast mode not safe), or safe."""
+    modes = {r.mode: r.verdict for r in rows}
+    if any(modes[m] != "safe" for m in ("float32", "bfloat16-inputs", "float16-inputs")):
+        return "damaged as built"
+    return "damaged by the cast" if modes["cast-bfloat16"] != "safe" else "safe"
+
+
+@pytest.mark.parametrize("family, cls", [("llama", "LlamaRotaryEmbedding"), ("gemma3", "Gemma3RotaryEmbedding")])
+def test_transformers_class_as_hf_scan(family: str, cls: str) -> None:
+    """``scan`` of a transformers modelling file gives ``hf-scan``'s verdict for its rotary class, per layer type
+    (built the same way, from the default config): damaged by the cast (the bf16 ``inv_freq``) = the as-built
+    modes safe and the cast mode broken, at the line of the forward that multiplies the frequencies."""
     from _thirdparty import private
     from precision_audit.hf import scan as hf_scan
     from precision_audit.scan import scan
 
-    private("transformers.models.llama.modeling_llama", "LlamaRotaryEmbedding")
-    (hf,) = [r for r in hf_scan(length=L, families=["llama"]) if r.module_class == "LlamaRotaryEmbedding"]
-    rows = {r.mode: r for r in scan("transformers.models.llama.modeling_llama", length=L)
-            if r.callable == "LlamaRotaryEmbedding.forward"}
-    as_built = {rows[m].verdict for m in ("float32", "bfloat16-inputs", "float16-inputs")}
-    cast = rows["cast-bfloat16"]
-    assert hf.verdict == "damaged by the cast"
-    assert as_built == {"safe"} and cast.verdict == "broken"
-    assert cast.op.startswith("operand inv_freq") and cast.where.startswith("modeling_llama.py:")
+    private(f"transformers.models.{family}.modeling_{family}", cls)
+    hf = {r.layer_type: r.verdict for r in hf_scan(length=L, families=[family]) if r.module_class == cls}
+    rows = [r for r in scan(f"transformers.models.{family}.modeling_{family}", length=L)
+            if r.callable == f"{cls}.forward"]
+    by_type: dict = {}
+    for r in rows:
+        lt = r.call.split("layer_type=")[1].strip("')") if "layer_type=" in r.call else None
+        by_type.setdefault(lt, []).append(r)
+    assert {lt: _as_hf_scan(rs) for lt, rs in by_type.items()} == hf
+    assert set(hf.values()) == {"damaged by the cast"}
+    for rs in by_type.values():
+        (cast,) = [r for r in rs if r.mode == "cast-bfloat16"]
+        assert cast.verdict == "broken" and "inv_freq" in cast.op and cast.where.startswith(f"modeling_{family}.py:")

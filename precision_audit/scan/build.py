@@ -221,6 +221,15 @@ def call_plans(fn: Any, length: int, overrides: dict[str, Any], name: str) -> li
     sig = _signature(fn)
     params = {n: p for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL,
                                                                                          p.VAR_KEYWORD)}
+    types = getattr(getattr(fn, "__self__", None), "layer_types", None)
+    if "layer_type" in params and "layer_type" not in overrides and isinstance(types, (list, tuple)) and types \
+            and all(isinstance(t, str) for t in types):  # one plan per layer type the module holds (Gemma 3)
+        plans = []
+        for t in dict.fromkeys(types):
+            for plan in call_plans(fn, length, {**overrides, "layer_type": t}, name):
+                plan.label = plan.label.replace("layer_type", f"layer_type={t!r}")
+                plans.append(plan)
+        return plans
     pos = [n for n in params if POSITION_PARAM.match(n) and n not in overrides]
     vec = [n for n, p in params.items() if _X.match(n) and n not in overrides
            and (p.default is p.empty or not pos)]
