@@ -285,3 +285,17 @@ def test_api_bad_arguments_raise_value_error(kwargs: dict, message: str) -> None
 
     with pytest.raises(ValueError, match=message):
         scan(**kwargs)
+
+
+def test_package_folder_with_relative_imports(tmp_path: Path) -> None:
+    """A folder that is a package is imported as one: its modules' relative imports resolve."""
+    pkg = tmp_path / "scanme_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "consts.py").write_text("BASE = 10000.0\n")
+    (pkg / "rope.py").write_text(HEAD.replace("import torch\n", "import torch\n\nfrom .consts import BASE\n", 1)
+                                 .replace("base=10000.0", "base=BASE") + BUGS["bf16_arange"])
+    from precision_audit.scan import scan
+
+    rows = [r for r in scan(str(pkg), length=1024, modes=["bfloat16-inputs"]) if r.callable == "Rotary.forward"]
+    assert [(r.module, r.verdict, r.op) for r in rows] == [("scanme_pkg.rope", "broken", "aten.arange.default")]

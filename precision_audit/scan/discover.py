@@ -198,6 +198,17 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
             raise ValueError(f"TARGET {target}: {loaded.error}")
         yield loaded
         return
+    if os.path.isdir(target) and os.path.isfile(os.path.join(target, "__init__.py")):
+        root = os.path.abspath(target)
+        name = os.path.basename(root)
+        with _on_path(os.path.dirname(root)):  # a package folder: imported as a package (relative imports work)
+            loaded = _import(name)
+            if loaded.module is None or os.path.dirname(os.path.abspath(loaded.module.__file__ or "")) != root:
+                raise ValueError(f"TARGET {target}: " + (loaded.error.replace("import failed", "does not import")
+                                                         if loaded.error else f"another package {name} is "
+                                                         "imported first: scan it by name"))
+            yield from _walk_package(loaded.module)
+        return
     if os.path.isdir(target):
         yield from _folder(target)
         return
