@@ -299,3 +299,57 @@ def test_package_folder_with_relative_imports(tmp_path: Path) -> None:
 
     rows = [r for r in scan(str(pkg), length=1024, modes=["bfloat16-inputs"]) if r.callable == "Rotary.forward"]
     assert [(r.module, r.verdict, r.op) for r in rows] == [("scanme_pkg.rope", "broken", "aten.arange.default")]
+
+
+# --------------------------------------------------------------------------- the verdict per output kind
+
+
+def test_output_verdict_positions_count_collisions() -> None:
+    """Positions 0..8191 rounded to bfloat16 by ml_dtypes: 8192 - 897 collide with their neighbour; the nearest
+    inexact to zero is 257 (bfloat16 keeps 8 significant bits)."""
+    import ml_dtypes
+    import numpy as np
+
+    from precision_audit.scan import output_verdict
+
+    exact = np.arange(8192, dtype=np.float64)
+    low = exact.astype(ml_dtypes.bfloat16).astype(np.float64)
+    v = output_verdict(low, exact, 8192)
+    assert (v["kind"], v["verdict"], v["colliding"], v["first_inexact"]) == ("positions", "broken", 8192 - 897, 257)
+    assert output_verdict(exact.astype(np.float32), exact, 8192)["verdict"] == "safe"
+
+
+@pytest.mark.parametrize("shift, verdict", [(0, "safe"), (1, "degraded"), (2, "broken")])
+def test_output_verdict_buckets(shift: int, verdict: str) -> None:
+    """The relative auditor's rule: a bucket moved to its neighbour is degraded, further is broken."""
+    import numpy as np
+
+    from precision_audit.scan import output_verdict
+
+    exact = np.arange(32)
+    real = exact.copy()
+    real[20] += shift
+    assert output_verdict(real, exact.astype(np.float64), 32, hint="bucket")["verdict"] == verdict
+
+
+def test_output_verdict_cos_sin_pairs_against_the_rope_rule() -> None:
+    """cos/sin of angles m * theta with a relative frequency error r: the pair error at distance D is D * theta
+    * r (closed form, wrapped); the verdict is rope_verdict's on those pairs (pi/8 degraded, pi/2 broken)."""
+    import numpy as np
+
+    from precision_audit.scan import output_verdict
+    from precision_audit.verdicts import rope_verdict
+
+    m = np.arange(8192.0)[:, None]
+    theta = np.array([1.0, 0.1, 0.01])
+    seen = set()
+    for r in (1e-6, 1e-4, 5e-4):  # 4096 apart: 0.004, 0.41, 2.05 rad
+        exact, real = m * theta, m * theta * (1 + r)
+        v = output_verdict(np.cos(real), np.cos(exact), 8192, partner=(np.sin(real), np.sin(exact)))
+        pairs = [(d, min(np.pi, d * 1.0 * r)) for d in (1, 16, 256, 4096)]
+        assert v["verdict"] == rope_verdict(float(np.abs(np.angle(np.exp(1j * (real - exact)))).max()), 0,
+                                            pair_errors=pairs)
+        for (d, e), (d2, e2) in zip(pairs, v["pairs"]):
+            assert d == d2 and e2 == pytest.approx(e, rel=1e-6, abs=1e-9)
+        seen.add(v["verdict"])
+    assert seen == {"safe", "degraded", "broken"}
