@@ -24,10 +24,12 @@ from typing import Any
 
 from .discover import POSITION_PARAM
 
-__all__ = ["INFERRED", "CallPlan", "build_instance", "call_plans", "infer_value", "parse_arg", "position_methods"]
+__all__ = ["DIM", "HEADS", "INFERRED", "CallPlan", "build_instance", "call_plans", "infer_value", "parse_arg", "position_methods"]
 
 DIM = 64
+"""The dimension a scan gives a module that names none (a head dim, an embedding dim)."""
 HEADS = 2
+"""Heads of the vectors a scan rotates (few: every value has a float64 shadow)."""
 _LENGTH = re.compile(r"^(seq_len|seqlen|seq_length|length|max_seq_len|max_seq_length|max_len|max_length|"
                      r"num_positions|n_positions|max_position_embeddings|max_positions|num_tokens|n_ctx|"
                      r"context_length|block_size|end|seq|n|cache_len|max_seqlen|max_pos)$")

@@ -26,7 +26,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -69,7 +69,6 @@ class Candidate:
     where: str
     evidence: tuple[str, ...]
     layers: bool = False
-    hints: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def label(self) -> str:

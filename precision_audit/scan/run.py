@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
-import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -197,7 +195,7 @@ def _probe(fn: Any, plan: CallPlan, owner: Any, small: CallPlan | None = None
     last: Exception | None = None
     for i, x in enumerate(xs):
         for combo in itertools.product(*options) if options else [()]:
-            shapes = {p: tuple(_PROBE if d == plan_len(plan, s) else d for d in s) for p, s in combo}
+            shapes = {p: tuple(_PROBE if d == max(s) else d for d in s) for p, s in combo}  # at 16 positions
             try:
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -206,11 +204,6 @@ def _probe(fn: Any, plan: CallPlan, owner: Any, small: CallPlan | None = None
             except Exception as e:  # the callable's own error: try the next layout
                 last = e
     raise ValueError(f"every call layout raised; last: {type(last).__name__}: {' '.join(str(last).split())[:200]}")
-
-
-def plan_len(plan: CallPlan, shape: tuple[int, ...]) -> int:
-    """The length a position shape was laid out for (its longest side)."""
-    return max(shape)
 
 
 class _Scanner:
