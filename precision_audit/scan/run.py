@@ -443,6 +443,8 @@ def scan(targets: str | Iterable[str], *, length: int = 8192, modes: Iterable[st
             if loaded.module is None:
                 s.rows.append(ScanFinding(loaded.name, loaded.name, "-", "-", "skipped", length,
                                           reason=loaded.error or "import failed"))
+                if progress is not None:
+                    progress(f"scan: {loaded.name}: {loaded.error or 'import failed'}")
                 continue
             cands = candidates(loaded.module)
             found += len(cands)
