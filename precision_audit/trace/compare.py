@@ -113,7 +113,7 @@ def half_ulps(added: float, exact: float, dtype: str) -> float | None:
         return None
     if not (math.isfinite(added) and math.isfinite(exact)):
         return None
-    return added / (float(spacing([exact], fmt)[0]) / 2)
+    return 2 * added / float(spacing([exact], fmt)[0])  # not added / (ulp / 2): half of float64's 5e-324 is 0
 
 
 def _errors(real: Any, shadow: Any, local: Any, carried: float | None) -> tuple[float, float, float | None]:

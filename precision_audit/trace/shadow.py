@@ -91,7 +91,7 @@ def _where() -> str:
     """file:line of the innermost frame outside torch and precision_audit (the user's code that ran the op)."""
     import torch
 
-    skip = os.path.dirname(torch.__file__)
+    skip = os.path.dirname(torch.__file__) + os.sep  # torch's own files, not torchtune's or torchvision's
     f = sys._getframe(1)
     while f is not None:
         path = f.f_code.co_filename

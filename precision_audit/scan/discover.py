@@ -1,0 +1,307 @@
+"""Find the position code in a package, a module, a ``.py`` file or a folder: which modules to import, and which
+``nn.Module`` classes and functions in them build or take positions.
+
+A file is imported only when its text shows position code (:func:`mentions_positions`); a callable is a
+candidate when its own source does (:func:`position_evidence`): an ``arange`` feeding sin/cos/pow/exp, a
+parameter named like a position, sin/cos of a product, a bucket or a bias from distances, or a name such as
+rotary / rope / position / alibi / sinusoid / bucket.  Nothing is called here: importing is all that runs.
+
+>>> position_evidence("def f(seq_len, dim):\\n    t = torch.arange(seq_len)\\n    return torch.outer(t, w).cos()",
+...                   "f", ("seq_len", "dim"))
+('arange into sin/cos/pow/exp',)
+>>> position_evidence("def g(x):\\n    return x + 1", "g", ("x",))
+()
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import os
+import pkgutil
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+__all__ = ["Candidate", "Loaded", "candidates", "load_target_modules", "mentions_positions", "position_evidence",
+           "POSITION_PARAM"]
+
+NAME_RE = re.compile(r"rotary|rope|position|posemb|pos_emb|pos_embed|alibi|sinusoid|bucket|freqs_cis|"
+                     r"relative_pos|timestep_embed", re.I)
+POSITION_PARAM = re.compile(r"^(pos|positions?|position_ids|pos_ids|input_pos|cache_position|"
+                            r"relative_position|rel_pos|distances?|seq_pos|offsets?|indices|ids)$")
+_MATH_RE = re.compile(r"\b(sin|cos|pow|exp|polar|outer|einsum|log)\b|\*\*")
+_TRIG_RE = re.compile(r"\b(sin|cos|polar)\b")
+_BUCKET_RE = re.compile(r"bucket|relative_position|distance", re.I)
+_LAYER_RE = re.compile(r"\bnn\.(Linear|Conv[123]d|ModuleList|Sequential|LayerNorm|MultiheadAttention)\(|"
+                       r"\b(Linear|Conv2d|ModuleList|Attention|Block|Transformer\w*)\(")
+_TEXT_RE = re.compile(r"rotary|rope|position|alibi|sinusoid|bucket|freqs_cis", re.I)
+
+
+@dataclass
+class Loaded:
+    """An imported module (``module``), or the one that failed (``module`` None, ``error`` why)."""
+
+    name: str
+    module: ModuleType | None
+    error: str | None = None
+
+
+@dataclass
+class Candidate:
+    """A class or function with position evidence: where it is, and why it was picked.
+
+    ``kind``: ``class`` (an ``nn.Module`` subclass) or ``function``; ``where``: ``file:line`` of its definition;
+    ``evidence``: the signs found; ``layers``: a class that holds layers (Linear, Conv, attention blocks): a model
+    or a layer, not position code by itself (listed, not built)."""
+
+    module: str
+    name: str
+    obj: Any
+    kind: str
+    where: str
+    evidence: tuple[str, ...]
+    layers: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(f"{type(e).__name__}: {e}".split())
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def mentions_positions(path: str) -> bool:
+    """Whether a source file's text could hold position code (a position-like name, or an ``arange`` beside
+    sin / cos / bucket): the files a scan imports."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return False
+    return bool(_TEXT_RE.search(text)) or ("arange" in text and bool(_TRIG_RE.search(text)))
+
+
+def _import(name: str) -> Loaded:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return Loaded(name, importlib.import_module(name))
+    except BaseException as e:  # noqa: BLE001 - SystemExit / KeyboardInterrupt-free: a module's import failing
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return Loaded(name, None, f"import failed: {_one_line(e)}")
+
+
+@contextlib.contextmanager
+def _on_path(folder: str) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` while a file of it is imported (its own imports resolve, as ``python -m``
+    from there finds them), removed after: a scan leaves no folder on the path to shadow other packages."""
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
+def _import_file(path: str, name: str) -> Loaded:
+    label, old = name, sys.modules.get(name)
+    if old is not None and os.path.abspath(getattr(old, "__file__", "") or "") != os.path.abspath(path):
+        name = f"_scanned_{abs(hash(os.path.abspath(path)))}_{name}"  # a module of that name is another file
+    elif old is not None:
+        return Loaded(label, old)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        return Loaded(label, None, f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            spec.loader.exec_module(module)
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        sys.modules.pop(name, None)
+        return Loaded(label, None, f"import failed: {_one_line(e)}")
+    return Loaded(label, module)
+
+
+def _check_syntax(path: str) -> None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            ast.parse(fh.read(), filename=path)
+    except SyntaxError as e:
+        raise ValueError(f"TARGET {path}: syntax error at line {e.lineno}: {e.msg}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"TARGET {path}: cannot read it ({type(e).__name__}: {e})") from None
+
+
+def _walk_package(pkg: ModuleType) -> Iterator[Loaded]:
+    yield Loaded(pkg.__name__, pkg)
+    for info in sorted(pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."), key=lambda i: i.name):
+        if info.ispkg:
+            continue
+        path = os.path.join(getattr(info.module_finder, "path", ""), info.name.rsplit(".", 1)[1] + ".py")
+        if os.path.isfile(path) and not mentions_positions(path):
+            continue
+        yield _import(info.name)
+
+
+def _folder(path: str) -> Iterator[Loaded]:
+    root = os.path.abspath(path)
+    files = []
+    for d, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(s for s in subdirs if not s.startswith((".", "__pycache__")))
+        files += [os.path.join(d, n) for n in sorted(names) if n.endswith(".py")]
+    for f in files:
+        if not mentions_positions(f):
+            continue
+        rel = os.path.relpath(f, root)[:-3].replace(os.sep, ".")
+        with _on_path(root):
+            loaded = _import_file(f, rel.removesuffix(".__init__") or os.path.basename(root))
+        yield loaded
+
+
+def load_target_modules(target: str) -> Iterator[Loaded]:
+    """The modules a scan of ``target`` imports: a ``.py`` file, a folder of ``.py`` files (each file whose
+    text mentions positions), or an importable module or package (each submodule whose text does).  A target
+    that does not exist, does not parse or does not import raises ValueError naming it; a submodule that does
+    not import is yielded with its error (and listed by the scan).
+
+    >>> [(m.name, m.error) for m in load_target_modules("precision_audit.trace.examples")]
+    [('precision_audit.trace.examples', None)]
+    """
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError(f"TARGET {target!r} must be a package or module name, a .py file or a folder")
+    if target.endswith(".py") or os.path.isfile(target):
+        if not os.path.isfile(target):
+            raise ValueError(f"TARGET {target}: no such file")
+        _check_syntax(target)
+        name = os.path.basename(target)[:-3] if target.endswith(".py") else os.path.basename(target)
+        with _on_path(os.path.dirname(os.path.abspath(target))):
+            loaded = _import_file(target, name)
+        if loaded.module is None:
+            raise ValueError(f"TARGET {target}: {loaded.error}")
+        yield loaded
+        return
+    if os.path.isdir(target) and os.path.isfile(os.path.join(target, "__init__.py")):
+        root = os.path.abspath(target)
+        name = os.path.basename(root)
+        with _on_path(os.path.dirname(root)):  # a package folder: imported as a package (relative imports work)
+            loaded = _import(name)
+            if loaded.module is None or os.path.dirname(os.path.abspath(loaded.module.__file__ or "")) != root:
+                raise ValueError(f"TARGET {target}: " + (loaded.error.replace("import failed", "does not import")
+                                                         if loaded.error else f"another package {name} is "
+                                                         "imported first: scan it by name"))
+            yield from _walk_package(loaded.module)
+        return
+    if os.path.isdir(target):
+        yield from _folder(target)
+        return
+    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", target):
+        raise ValueError(f"TARGET {target!r} is neither a .py file, a folder nor a module name")
+    with _on_path(os.getcwd()):  # a module of the current folder, as python -m finds it
+        loaded = _import(target)
+    if loaded.module is None:
+        raise ValueError(f"TARGET {target}: {loaded.error.replace('import failed', 'does not import')}")
+    if hasattr(loaded.module, "__path__"):
+        yield from _walk_package(loaded.module)
+    else:
+        yield loaded
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def _params(fn: Any) -> tuple[str, ...]:
+    try:
+        return tuple(p for p in inspect.signature(fn).parameters if p != "self")
+    except (TypeError, ValueError):
+        return ()
+
+
+def position_evidence(source: str, name: str, params: tuple[str, ...]) -> tuple[str, ...]:
+    """The signs of position code in a callable's source, its name and its parameter names (empty: none)."""
+    found = []
+    if NAME_RE.search(name):
+        found.append(f"name {name}")
+    pos = [p for p in params if POSITION_PARAM.match(p)]
+    if pos:
+        found.append(f"position argument {pos[0]}")
+    if "arange" in source and _MATH_RE.search(source):
+        found.append("arange into sin/cos/pow/exp")
+    elif "arange" in source:
+        found.append("arange")
+    if _TRIG_RE.search(source) and ("*" in source or "outer" in source or "einsum" in source) \
+            and not any(f.startswith("arange") for f in found):
+        found.append("sin/cos of a product")
+    if _BUCKET_RE.search(source) and ("arange" in source or pos):
+        found.append("bucket or bias from distances")
+    strong = [f for f in found if not f.startswith(("position argument", "arange")) or f.startswith("arange into")]
+    return tuple(found) if strong or (pos and "arange" in source) else ()
+
+
+def _where(obj: Any) -> str:
+    try:
+        return f"{os.path.basename(inspect.getsourcefile(obj) or '?')}:{inspect.getsourcelines(obj)[1]}"
+    except (OSError, TypeError):
+        return "?"
+
+
+def _is_module_class(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and inspect.isclass(obj) and issubclass(obj, torch.nn.Module)
+
+
+def candidates(module: ModuleType, keep: Callable[[str], bool] | None = None) -> list[Candidate]:
+    """The classes and functions defined in ``module`` (not imported into it) with position evidence, in
+    definition order; ``keep``: only these names.
+
+    >>> import precision_audit.trace.examples as ex
+    >>> [(c.name, c.kind) for c in candidates(ex)]
+    [('bf16_positions', 'function'), ('fp32_rotary', 'function')]
+    """
+    out = []
+    for name, obj in list(vars(module).items()):
+        if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if keep is not None and not keep(name):
+            continue
+        if _is_module_class(obj):
+            src = _source(obj)
+            methods = [f for f in vars(obj).values() if inspect.isfunction(f)]
+            params = tuple(p for f in methods if f.__name__ == "forward" for p in _params(f))
+            ev = position_evidence(src, name, params)
+            if ev:
+                init = _source(vars(obj)["__init__"]) if "__init__" in vars(obj) else ""
+                out.append(Candidate(module.__name__, name, obj, "class", _where(obj), ev,
+                                     layers=bool(_LAYER_RE.search(init))))
+        elif inspect.isfunction(obj):
+            ev = position_evidence(_source(obj), name, _params(obj))
+            if ev:
+                out.append(Candidate(module.__name__, name, obj, "function", _where(obj), ev))
+    return sorted(out, key=lambda c: _line(c.where))
+
+
+def _line(where: str) -> int:
+    try:
+        return int(where.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0

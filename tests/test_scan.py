@@ -1,0 +1,355 @@
+"""``scan``: each bug kind the tool knows, written here as a small module, is found with its op and line; the
+float32 fix is safe; bad targets exit 2 with one line (API: ValueError).
+
+Expected values: the line of each bug is the line this file writes it on (closed form); bfloat16 holds every
+integer to 256 and not 257 (the first inexact position, ARCHITECTURE.md); the verdicts are
+:mod:`precision_audit.verdicts`' rules, checked on the rows' own figures where a figure is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from precision_audit.cli import main
+
+torch = pytest.importorskip("torch")
+
+HEAD = """\
+import torch
+
+
+class Rotary(torch.nn.Module):
+    def __init__(self, dim=64, base=10000.0):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, dim, 2).float() / dim), persistent=False)
+
+"""
+# the forward of each bug kind; the marked line (# BUG) is where the loss enters
+BUGS = {
+    "bf16_arange": """\
+    def forward(self, x):
+        pos = torch.arange(x.shape[1], dtype=x.dtype)  # BUG
+        freqs = pos.float()[:, None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+""",
+    "cast_to_buffer": """\
+    def forward(self, x, position_ids):
+        pos = position_ids.to(self.inv_freq.dtype)  # BUG
+        freqs = pos[..., None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+""",
+    "fp16_angles": """\
+    def forward(self, x, position_ids):
+        freqs = (position_ids[..., None].float() * self.inv_freq).to(x.dtype)  # BUG
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+""",
+    "downcast_inv_freq": """\
+    def forward(self, x, position_ids):
+        inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        freqs = (inv @ position_ids[:, None, :].float()).transpose(1, 2)  # BUG
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+""",
+    "fp32_fixed": """\
+    def forward(self, x, position_ids):  # the frequencies made here in float32: no cast reaches them
+        inv_freq = 1.0 / 10000.0 ** (torch.arange(0, 64, 2, dtype=torch.float32) / 64)
+        freqs = position_ids[..., None].float() * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+""",
+}
+BUCKET = """\
+import math
+
+import torch
+
+
+def relative_bucket(seq_len, num_buckets=32, max_distance=128, dtype=torch.bfloat16):
+    ctx = torch.arange(seq_len, dtype=dtype)  # BUG
+    rel = (ctx[None, :] - ctx[:, None]).abs()
+    exact = num_buckets // 2
+    large = exact + (torch.log(rel.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+                     * (num_buckets - exact)).to(torch.long)
+    large = large.clamp(max=num_buckets - 1)
+    return torch.where(rel < exact, rel.to(torch.long), large)
+"""
+
+
+def _write(tmp_path: Path, name: str, text: str) -> tuple[Path, int]:
+    path = tmp_path / f"scanme_{name}.py"
+    path.write_text(text)
+    line = next((i for i, s in enumerate(text.splitlines(), 1) if "# BUG" in s), 0)
+    return path, line
+
+
+def _rotary(tmp_path: Path, kind: str) -> tuple[Path, int]:
+    return _write(tmp_path, kind, HEAD + BUGS[kind])
+
+
+def _rows(path: Path, modes: list[str], length: int = 8192) -> dict[str, dict]:
+    from precision_audit.scan import scan
+
+    rows = scan(str(path), length=length, modes=modes)
+    return {r.mode: r for r in rows if r.callable.endswith("forward") or r.callable == "relative_bucket"}
+
+
+@pytest.mark.parametrize("kind, mode, op", [
+    ("bf16_arange", "bfloat16-inputs", "aten.arange.default"),
+    ("cast_to_buffer", "cast-bfloat16", "aten._to_copy.default"),
+    ("fp16_angles", "float16-inputs", "aten._to_copy.default"),
+])
+def test_bug_found_with_op_and_line(tmp_path: Path, kind: str, mode: str, op: str) -> None:
+    """Each bug is broken in the mode that makes it (and safe in float32), at the op and line written above."""
+    path, line = _rotary(tmp_path, kind)
+    rows = _rows(path, ["float32", mode])
+    assert rows["float32"].verdict == "safe", rows["float32"]
+    bad = rows[mode]
+    assert bad.verdict == "broken", bad
+    assert (bad.op, bad.where) == (op, f"{path.name}:{line}")
+    assert bad.fix
+
+
+def test_bf16_arange_first_collision(tmp_path: Path) -> None:
+    """bf16 positions: 257 rounds to 256, so the rows collide (local order lost); 0..8191 rounded to bfloat16 (by
+    ml_dtypes, independently of torch) take 897 distinct values (issue 51's count), so 8192 - 897 = 7295
+    positions share their neighbour's rotation."""
+    import ml_dtypes
+    import numpy as np
+
+    distinct = np.unique(np.arange(8192).astype(ml_dtypes.bfloat16)).size
+    assert distinct == 897
+    path, _ = _rotary(tmp_path, "bf16_arange")
+    bad = _rows(path, ["bfloat16-inputs"])["bfloat16-inputs"]
+    assert bad.kind == "cos/sin"
+    assert bad.why == f"local order lost: {8192 - distinct} positions share the previous one's rotation"
+
+
+def test_downcast_inv_freq_after_cast(tmp_path: Path) -> None:
+    """model.to(bfloat16) rounds inv_freq: broken at 8K (a quarter turn lost between far positions), and the
+    operand is named at the line that multiplies it."""
+    path, line = _rotary(tmp_path, "downcast_inv_freq")
+    rows = _rows(path, ["float32", "cast-bfloat16"])
+    assert rows["float32"].verdict == "safe"
+    bad = rows["cast-bfloat16"]
+    assert bad.verdict == "broken" and "phase lost" in bad.why
+    assert bad.op.startswith("operand inv_freq") and bad.where == f"{path.name}:{line}"
+    assert "keep_rotary_fp32" in bad.fix
+
+
+def test_fp32_fix_is_safe_in_every_mode(tmp_path: Path) -> None:
+    path, _ = _rotary(tmp_path, "fp32_fixed")
+    rows = _rows(path, ["float32", "bfloat16-inputs", "float16-inputs", "cast-bfloat16"])
+    assert {m: r.verdict for m, r in rows.items()} == dict.fromkeys(
+        ["float32", "bfloat16-inputs", "float16-inputs", "cast-bfloat16"], "safe")
+    assert all(r.op is None for r in rows.values())
+
+
+def test_bf16_distances_into_buckets(tmp_path: Path) -> None:
+    """Distances from bfloat16 positions move buckets (T5-style log buckets over 0..1023)."""
+    path, line = _write(tmp_path, "bucket", BUCKET)
+    row = _rows(path, ["float32"], length=1024)["float32"]
+    assert row.kind == "buckets" and row.verdict in ("degraded", "broken")
+    assert (row.op, row.where) == ("aten.arange.default", f"{path.name}:{line}")
+
+
+def test_cli_json_and_fail_on(tmp_path: Path) -> None:
+    path, line = _rotary(tmp_path, "bf16_arange")
+    res = CliRunner().invoke(main, ["scan", str(path), "--mode", "bfloat16-inputs", "--json", "--fail-on",
+                                    "broken"])
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.stdout)
+    assert data["auditor"] == "scan"
+    (row,) = [r for r in data["results"] if r["callable"] == "Rotary.forward"]
+    assert (row["verdict"], row["op"], row["where"]) == ("broken", "aten.arange.default", f"{path.name}:{line}")
+    assert "scan: scanme_bf16_arange: 1 position callable" in res.stderr
+
+
+def test_cli_table_safe_exits_0(tmp_path: Path) -> None:
+    path, _ = _rotary(tmp_path, "fp32_fixed")
+    res = CliRunner().invoke(main, ["scan", str(path), "--mode", "float32", "--fail-on", "degraded", "-l", "1K"])
+    assert res.exit_code == 0, res.output
+    assert "Rotary.forward" in res.stdout and "safe" in res.stdout
+
+
+def test_unbuildable_is_listed_with_why(tmp_path: Path) -> None:
+    path, _ = _write(tmp_path, "needs", "import torch\n\n\ndef rotary_angles(positions, weird):\n"
+                                         "    return positions[:, None] * torch.ones(4)\n")
+    from precision_audit.scan import scan
+
+    (row,) = scan(str(path), length=64)
+    assert row.status == "skipped" and "cannot infer argument weird" in row.reason
+    rows = scan(str(path), length=64, args={"weird": 1})
+    assert {r.status for r in rows} == {"scanned"}
+
+
+@pytest.mark.parametrize("target, text, message", [
+    ("no_such_pkg_xyz", None, "TARGET no_such_pkg_xyz: does not import: ModuleNotFoundError"),
+    ("broken.py", "def f(:\n", "syntax error at line 1"),
+    ("plain", "", "no position code found"),
+])
+def test_bad_target_exits_2_with_one_line(tmp_path: Path, target: str, text: str | None, message: str) -> None:
+    from precision_audit.scan import scan
+
+    arg = target
+    if text is not None and target.endswith(".py"):
+        (tmp_path / target).write_text(text)
+        arg = str(tmp_path / target)
+    elif text is not None:
+        (tmp_path / target).mkdir()
+        (tmp_path / target / "util.py").write_text("def add(a, b):\n    return a + b\n")
+        arg = str(tmp_path / target)
+    res = CliRunner().invoke(main, ["scan", arg])
+    assert res.exit_code == 2, res.output
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    with pytest.raises(ValueError, match=message):
+        scan(arg)
+
+
+def test_bad_arg_and_mode() -> None:
+    from precision_audit.scan import scan
+
+    res = CliRunner().invoke(main, ["scan", "x", "--arg", "nonsense"])
+    assert res.exit_code == 2 and "NAME=VALUE" in res.output
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        scan("precision_audit.trace.examples", modes=["fast"])
+    with pytest.raises(ValueError, match="length 1 must be at least 2"):
+        scan("precision_audit.trace.examples", length=1)
+
+
+def test_callable_package() -> None:
+    """precision_audit.scan is the package and, called, the scan (whatever was imported first)."""
+    import precision_audit
+    import precision_audit.scan.run as run
+
+    assert precision_audit.scan.scan is run.scan
+    rows = precision_audit.scan("precision_audit.trace.examples", length=512, modes=["float32"])
+    assert {(r.callable, r.verdict) for r in rows if r.status == "scanned" and r.callable.endswith("forward")} \
+        == {("bf16_positions().forward", "broken"), ("fp32_rotary().forward", "safe")}
+
+
+ALIBI = """\
+import torch
+
+
+def alibi_bias(seq_len, num_heads=8, dtype=torch.float32):
+    slopes = 2.0 ** (-8.0 * torch.arange(1, num_heads + 1) / num_heads)
+    pos = torch.arange(seq_len, dtype=dtype)  # BUG
+    return (slopes[:, None] * (pos[None, :] - (seq_len - 1))).float()
+"""
+
+
+@pytest.mark.parametrize("dtype, verdict", [("torch.float32", "safe"), ("torch.bfloat16", "broken")])
+def test_alibi_bias_from_bf16_positions(tmp_path: Path, dtype: str, verdict: str) -> None:
+    """A bias from distances: with positions in bfloat16, keys above 256 share their neighbour's position, so
+    neighbouring keys share a bias (broken: the ALiBi rule); in float32 every distance to 1023 is exact and the
+    bias is off by float32 rounding only (safe)."""
+    path, line = _write(tmp_path, f"alibi_{dtype[6:]}", ALIBI.replace("dtype=torch.float32", f"dtype={dtype}"))
+    from precision_audit.scan import scan
+
+    (row,) = [r for r in scan(str(path), length=1024) if r.callable == "alibi_bias"]
+    assert (row.kind, row.verdict) == ("biases", verdict)
+    if verdict == "broken":
+        assert "neighbouring keys share a bias" in row.why
+        assert (row.op, row.where) == ("aten.arange.default", f"{path.name}:{line}")
+
+
+def test_constructor_that_raises_is_listed(tmp_path: Path) -> None:
+    path, _ = _write(tmp_path, "raises", "import torch\n\n\nclass RotaryEmbedding(torch.nn.Module):\n"
+                                         "    def __init__(self, dim):\n        raise RuntimeError('no GPU here')\n\n"
+                                         "    def forward(self, x, position_ids):\n        return x\n")
+    from precision_audit.scan import scan
+
+    (row,) = scan(str(path))
+    assert row.status == "skipped" and row.callable == "RotaryEmbedding"
+    assert row.reason == "cannot build: RotaryEmbedding(dim=64) raised RuntimeError: no GPU here"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"targets": 3}, "targets 3 must be a string or an iterable of strings"),
+    ({"targets": ["ok", 3]}, r"targets\[1\] 3 must be a string"),
+    ({"targets": "x", "progress": 1}, "progress 1 must be callable"),
+    ({"targets": "x", "locate": "yes"}, "locate 'yes' must be True or False"),
+    ({"targets": "x", "args": {"1x": 2}}, "args key '1x' must be a parameter name"),
+    ({"targets": "x", "args": ["dim"]}, "must be NAME=VALUE"),
+])
+def test_api_bad_arguments_raise_value_error(kwargs: dict, message: str) -> None:
+    from precision_audit.scan import scan
+
+    with pytest.raises(ValueError, match=message):
+        scan(**kwargs)
+
+
+def test_package_folder_with_relative_imports(tmp_path: Path) -> None:
+    """A folder that is a package is imported as one: its modules' relative imports resolve."""
+    pkg = tmp_path / "scanme_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "consts.py").write_text("BASE = 10000.0\n")
+    (pkg / "rope.py").write_text(HEAD.replace("import torch\n", "import torch\n\nfrom .consts import BASE\n", 1)
+                                 .replace("base=10000.0", "base=BASE") + BUGS["bf16_arange"])
+    from precision_audit.scan import scan
+
+    rows = [r for r in scan(str(pkg), length=1024, modes=["bfloat16-inputs"]) if r.callable == "Rotary.forward"]
+    assert [(r.module, r.verdict, r.op) for r in rows] == [("scanme_pkg.rope", "broken", "aten.arange.default")]
+
+
+# --------------------------------------------------------------------------- the verdict per output kind
+
+
+def test_output_verdict_positions_count_collisions() -> None:
+    """Positions 0..8191 rounded to bfloat16 by ml_dtypes: 8192 - 897 collide with their neighbour; the nearest
+    inexact to zero is 257 (bfloat16 keeps 8 significant bits)."""
+    import ml_dtypes
+    import numpy as np
+
+    from precision_audit.scan import output_verdict
+
+    exact = np.arange(8192, dtype=np.float64)
+    low = exact.astype(ml_dtypes.bfloat16).astype(np.float64)
+    v = output_verdict(low, exact, 8192)
+    assert (v["kind"], v["verdict"], v["colliding"], v["first_inexact"]) == ("positions", "broken", 8192 - 897, 257)
+    assert output_verdict(exact.astype(np.float32), exact, 8192)["verdict"] == "safe"
+
+
+@pytest.mark.parametrize("shift, verdict", [(0, "safe"), (1, "degraded"), (2, "broken")])
+def test_output_verdict_buckets(shift: int, verdict: str) -> None:
+    """The relative auditor's rule: a bucket moved to its neighbour is degraded, further is broken."""
+    import numpy as np
+
+    from precision_audit.scan import output_verdict
+
+    exact = np.arange(32)
+    real = exact.copy()
+    real[20] += shift
+    assert output_verdict(real, exact.astype(np.float64), 32, hint="bucket")["verdict"] == verdict
+
+
+def test_output_verdict_cos_sin_pairs_against_the_rope_rule() -> None:
+    """cos/sin of angles m * theta with a relative frequency error r: the pair error at distance D is D * theta
+    * r (closed form, wrapped); the verdict is rope_verdict's on those pairs (pi/8 degraded, pi/2 broken)."""
+    import numpy as np
+
+    from precision_audit.scan import output_verdict
+    from precision_audit.verdicts import rope_verdict
+
+    m = np.arange(8192.0)[:, None]
+    theta = np.array([1.0, 0.1, 0.01])
+    seen = set()
+    for r in (1e-6, 1e-4, 5e-4):  # 4096 apart: 0.004, 0.41, 2.05 rad
+        exact, real = m * theta, m * theta * (1 + r)
+        v = output_verdict(np.cos(real), np.cos(exact), 8192, partner=(np.sin(real), np.sin(exact)))
+        pairs = [(d, min(np.pi, d * 1.0 * r)) for d in (1, 16, 256, 4096)]
+        assert v["verdict"] == rope_verdict(float(np.abs(np.angle(np.exp(1j * (real - exact)))).max()), 0,
+                                            pair_errors=pairs)
+        for (d, e), (d2, e2) in zip(pairs, v["pairs"]):
+            assert d == d2 and e2 == pytest.approx(e, rel=1e-6, abs=1e-9)
+        seen.add(v["verdict"])
+    assert seen == {"safe", "degraded", "broken"}
