@@ -159,7 +159,8 @@ def test_audit_ids_matches_the_rope_audit():
         row = audit(s, [centred_recipe(path, "bfloat16")], [1000])[0]
         mine = audit_ids(s, np.arange(1000), path, "bfloat16")
         assert mine["max"] == row.max_rotation_error and mine["colliding"] == row.colliding_positions
-        assert mine["pairs"] == [(p.distance, p.max_rotation_error) for p in row.pair_errors]
+        assert mine["pairs"] == [(p.distance, p.max_rotation_error, p.resolved_max_rotation_error)
+                                 for p in row.pair_errors]
 
 
 # --------------------------------------------------------------------------- Qwen-Image: the table's limits

@@ -75,7 +75,9 @@ def test_llama_module_matches_the_rope_auditor_as_built_and_after_cast():
         assert got.max_rotation_error == pytest.approx(want.max_rotation_error, abs=2 * b), recipe
         assert got.mean_rotation_error == pytest.approx(want.mean_rotation_error, abs=1e-4), recipe
         assert got.colliding_positions == want.colliding_positions == 0
-    assert got.verdict == "broken"
+        assert got.verdict == want.verdict, recipe
+    # after the cast: fast pairs radians off 4K apart, those that resolve the distance within 2**-8 * 8 pi
+    assert got.verdict == "degraded"
 
 
 def test_longrope_module_above_its_pretraining_context():
@@ -257,7 +259,7 @@ def test_readme_guard_example_runs(monkeypatch):
     assert msg[0] == ("rotary module LlamaRotaryEmbedding fails at length 32768 in bfloat16 (limit: verdict safe: "
                       "no colliding positions, pairwise rotation errors < pi/8 = 0.3927 rad)")
     assert "E   AssertionError: " + msg[0] in readme and "E   " + msg[2] in readme
-    assert msg[4].split()[:2] == ["bfloat16", "32768"] and msg[4].split()[-2:] == ["0", "broken"]
+    assert msg[4].split()[:2] == ["bfloat16", "32768"] and msg[4].split()[-2:] == ["0", "degraded"]
     assert math.pi / 8 == pytest.approx(0.3927, abs=5e-5)  # the limit the message states
 
 

@@ -357,7 +357,8 @@ def test_cli_config_cast_names_inv_freq_first():
     lines = res.output.splitlines()
     assert lines[0].startswith("trace of LlamaRotaryEmbedding from llama-3.1-8b.json .to(bfloat16)")
     assert lines[1].strip().startswith("operand inv_freq") and "keep_rotary_fp32" in lines[1]
-    assert any("RoPE audit: broken" in line and "damaged by hf-scan's test" in line for line in lines)
+    # degraded by the verdict (fast pairs radians off, resolving ones not), damaged by hf-scan's test
+    assert any("RoPE audit: degraded" in line and "damaged by hf-scan's test" in line for line in lines)
 
 
 def test_cli_factory_json(factories):

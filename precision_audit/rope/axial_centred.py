@@ -311,6 +311,6 @@ def audit_centred(rope: CentredRope, grid: tuple[int, int], text: int | None = N
                     axis=axis, stack=p, dtype=d, smallest_id=int(ids[k][0]), largest_id=int(ids[k][-1]),
                     ids=int(ids[k].size), frequencies=rope.axes_dim[k] // 2, verdict=st["verdict"],
                     max_rotation_error=st["max"], colliding_positions=st["colliding"],
-                    worst_pair_error=max((e for _, e in st["pairs"]), default=None), why=st["why"],
+                    worst_pair_error=max((p[1] for p in st["pairs"]), default=None), why=st["why"],
                     safe_to=safe_cache[key]))
     return rows
