@@ -209,7 +209,7 @@ def test_a_product_by_one_carries_its_input_error(monkeypatch):
     """``x * 1.0`` (Llama's attention_scaling at its default) adds nothing in IEEE arithmetic, so the tracer
     neither upcasts nor compares it: its row (error carried, 0 added) equals the row measured the long way, and
     the output errors the main run's ops measured equal max |output - shadow| computed afresh."""
-    from precision_audit.trace import shadow
+    from precision_audit.trace import mode
     from precision_audit.trace.shadow import error_between
 
     def f(pos):
@@ -220,7 +220,7 @@ def test_a_product_by_one_carries_its_input_error(monkeypatch):
     fast = trace(f, **kw)
     run = run_traced(f, (), kw["inputs"], seeds=["pos"])
     assert run.errors == [error_between(o, s) for o, s in zip(run.outputs, run.shadows)]
-    monkeypatch.setattr(shadow, "_is_identity", lambda *a: False)
+    monkeypatch.setattr(mode, "_is_identity", lambda *a: False)
     assert trace(f, **kw) == fast
     ones = fast.ops[-2:]  # cos * 1.0, then a * 1 (an int scalar is no operand)
     assert [(o.op, o.operands) for o in ones] == [("aten.mul.Tensor", ("scalar 1.0",)), ("aten.mul.Tensor", ())]
