@@ -52,7 +52,8 @@ class TraceResult(Row):
     value beyond its final rounding; the shadow computes from the operands' stored values, so a downcast
     operand changes none: its flag says it); ``damaged``: the rotary module's max rotation error exceeds
     :func:`precision_audit.hf.damage_threshold` (``hf-scan``'s test; None without a schedule); ``verdict``: the
-    RoPE audit's verdict (safe / degraded / broken), None without one.
+    RoPE audit's verdict (safe / degraded / broken), None without one; ``inputs``: with ``inputs=``, each tensor
+    input ``{"name", "shape", "dtype", "position"}`` (``position``: followed as a position input).
     """
 
     target: str
@@ -68,6 +69,7 @@ class TraceResult(Row):
     damaged: bool | None = None
     threshold: float | None = None
     outputs: tuple[dict[str, Any], ...] = ()
+    inputs: tuple[dict[str, Any], ...] = ()
 
     @property
     def culprits(self) -> list[TraceOp]:
@@ -80,19 +82,81 @@ class TraceResult(Row):
         return [o for o in self.operands if o.downcast]
 
 
+def _make_inputs(inputs: dict[str, Any], fmt: Format) -> dict[str, Any]:
+    """``inputs`` with each ``"SHAPE[:DTYPE]"`` string made a tensor (:func:`~.build.make_input`; no DTYPE: int64
+    for a position name, else the trace's dtype)."""
+    from .build import is_position_name, make_input, parse_input
+
+    out = {}
+    for k, v in inputs.items():
+        if isinstance(v, str):
+            name, shape, dt = parse_input(f"{k}={v}")
+            v = make_input(name, shape, dt or ("int64" if is_position_name(name) else fmt.name))
+        out[k] = v
+    return out
+
+
+def _completed(t: Target, length: int, given: dict[str, Any]) -> dict[str, Any]:
+    """The arguments ``t.fn`` needs besides ``given``: its ``--arg`` values and each required one inferred by name
+    (:func:`~.build.infer_arguments`)."""
+    from .build import infer_arguments
+
+    fn = getattr(t.fn, "forward", t.fn)
+    if not t.args and not _required_missing(fn, given):
+        return {}
+    every = infer_arguments(fn, length, t.args, skip=tuple(given))
+    need = set(t.args) | set(_required_missing(fn, given))
+    return {k: v for k, v in every.items() if k in need}
+
+
+def _required_missing(fn: Any, given: dict[str, Any]) -> list[str]:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is p.empty and p.name not in given
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _is_seed(name: str, value: Any) -> bool:
+    """A position input by default: a position name (:data:`~.build.POSITION_NAMES`) or an integer tensor."""
+    import torch
+
+    from .build import is_position_name
+
+    return isinstance(value, torch.Tensor) and (
+        is_position_name(name) or not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool))
+
+
 def _call(t: Target, length: int, tdt: Any, layer_type: str | None, inputs: dict[str, Any] | None,
           positions: tuple[str, ...] | None) -> tuple[Any, tuple, dict, list[Any], str]:
     """(fn, args, kwargs, seeds, convention) for one run."""
     import torch
 
     if inputs is not None:
-        check_inputs(t.fn, inputs)
-        seeds = list(positions if positions is not None else [k for k in inputs if k in _POSITION_NAMES])
+        try:
+            kwargs = {**_completed(t, length, inputs), **inputs}
+        except ValueError:
+            check_inputs(t.fn, inputs)  # an input that does not fit says so first
+            raise
+        check_inputs(t.fn, kwargs)
+        seeds = list(positions if positions is not None else [k for k, v in inputs.items() if _is_seed(k, v)])
         missing = [s for s in seeds if s not in inputs]
         if missing:
             raise ValueError(f"positions {missing} are not keys of inputs ({', '.join(inputs)})")
-        return t.fn, (), dict(inputs), seeds, "inputs"
-    conv = calling_convention(t.fn)
+        return t.fn, (), kwargs, seeds, "inputs"
+    try:
+        conv = calling_convention(t.fn)
+    except ValueError:
+        try:  # a function of scalars (a length, a dim): every argument inferred, the positions made inside
+            kwargs = _completed(t, length, {})
+        except ValueError:
+            kwargs = {}
+        if not kwargs:
+            raise
+        return t.fn, (), kwargs, [], "inferred"
     x = torch.zeros(1, length, 1, dtype=tdt)
     if conv == "x":
         return t.fn, (x,), {}, [], conv
@@ -226,7 +290,8 @@ def _rope(t: Target, length: int, dtype: str, layer_type: str | None, sched: Any
 
 def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any = None,
           layer_type: str | None = None, schedule: Any = None, inputs: dict[str, Any] | None = None,
-          positions: tuple[str, ...] | list[str] | None = None, rope: bool | None = None) -> TraceResult:
+          positions: tuple[str, ...] | list[str] | None = None, rope: bool | None = None,
+          call: str | None = None, args: dict[str, Any] | None = None) -> TraceResult:
     """Trace ``target`` on positions ``0..length-1``: which op loses what, which operand was downcast, the fix.
 
     ``target``: a module or callable, a ``config.json`` path (transformers' rotary module for its model type,
@@ -240,7 +305,18 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     ``rope`` (default: when called with the rotary protocol and a schedule is known: ``schedule``, else the
     config it was built from, else ``target.config``) adds the RoPE audit of its cos/sin and hf-scan's damage
     test.  A target that is not callable, takes no position input, never uses one, or raises: ValueError.
+
+    The user's own code: ``"FILE.py:NAME"`` or ``"package.module:NAME"`` (the current folder importable) where
+    NAME is a factory, a class (built with its defaults; a required dim, base or length argument gets 64, 10000
+    or ``length``; ``args`` gives any by name) or a function (traced itself: called with ``inputs`` and its other
+    arguments inferred the same way, e.g. ``build_rope_cache(seq_len, n_elem)``); ``call``: trace that method
+    instead of ``forward``.  An ``inputs`` value may be ``"SHAPE[:DTYPE]"`` (``"1x8192x8x64:bfloat16"``): an
+    integer dtype or a position name is filled with positions ``0..n-1`` along its last dimension (a position
+    input), anything else with ones; without DTYPE, int64 for a position name, else ``dtype``.  The position
+    inputs by default: the inputs with a position name and the integer ones.
     """
+    import torch
+
     length = check_int(length, "length", minimum=1, maximum=MAX_TRACE_LENGTH)
     fmt = _torch_format(dtype, "dtype")
     cast_name = None if cast is None else _torch_format(cast, "cast").name
@@ -249,11 +325,18 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
         raise ArgumentTypeError(f"inputs {describe(inputs)} must be a dict of keyword arguments, not "
                                 f"{type(inputs).__name__}")
     names_in = _check_positions(positions, inputs)
-    t = load_target(target, cast_name)
+    if call is not None and not isinstance(call, str):
+        raise ArgumentTypeError(f"call {describe(call)} must be a method name (a string) or None")
+    if args is not None and not isinstance(args, dict):
+        raise ArgumentTypeError(f"args {describe(args)} must be a dict of arguments by name, not "
+                                f"{type(args).__name__}")
+    t = load_target(target, cast_name, call=call, length=length, args=args)
     _check_layer_type(t, layer_type, inputs)
     if layer_type is None and t.layer_types != (None,):
         layer_type = t.layer_types[0]
-    fn, args, kwargs, seeds, conv = _call(t, length, fmt.torch_dtype, layer_type, inputs, names_in)
+    if inputs is not None:
+        inputs = _make_inputs(inputs, fmt)
+    fn, args_, kwargs, seeds, conv = _call(t, length, fmt.torch_dtype, layer_type, inputs, names_in)
     want_rope = want if want is not None else (
         conv == "rotary" and (schedule is not None or t.config is not None or hasattr(fn, "config")))
     sched = None
@@ -261,11 +344,14 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
         if conv != "rotary":
             raise ValueError(f"rope=True needs the rotary protocol forward(x, position_ids); {t.label} is not")
         sched = _schedule(t, layer_type, schedule)
-    names = dict(fn.named_buffers()) if hasattr(fn, "named_buffers") else {}
-    if hasattr(fn, "named_parameters"):
-        names.update(dict(fn.named_parameters()))
+    owner = getattr(fn, "__self__", fn)  # --call: the method's module names its buffers
+    names = dict(owner.named_buffers()) if hasattr(owner, "named_buffers") else {}
+    if hasattr(owner, "named_parameters"):
+        names.update(dict(owner.named_parameters()))
+    if inputs is not None:  # an input that meets the positions is named after its argument
+        names.update({k: v for k, v in kwargs.items() if k not in seeds and isinstance(v, torch.Tensor)})
     keep = Kept()
-    first = _run(fn, args, kwargs, seeds, names, t.label, keep=keep)
+    first = _run(fn, args_, kwargs, seeds, names, t.label, keep=keep)
     if not first.records:
         raise ValueError(f"{t.label}: no op used a position input or made positions (arange): nothing to trace")
     before = _output_errors(first, first.shadows)
@@ -273,16 +359,19 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     explained: dict[int, float] = {}
     for rec in first.records:
         if rec.added > 0 and final > 0:
-            again = _run(fn, args, kwargs, seeds, names, t.label, fix=rec.index, keep=keep)
+            again = _run(fn, args_, kwargs, seeds, names, t.label, fix=rec.index, keep=keep)
             if keep.misaligned:  # its ops did not line up with the first run's: compute every op from now on
                 keep.drop()
-                again = _run(fn, args, kwargs, seeds, names, t.label, fix=rec.index)
+                again = _run(fn, args_, kwargs, seeds, names, t.label, fix=rec.index)
             explained[rec.index] = _share(before, _output_errors(again, first.shadows, before))
     keep.drop()
     ops = op_rows(first.records, first.producers, explained)
     operands = operand_rows(first.operands)
-    if inputs is not None:  # the length the code ran: its position inputs' last dimension
-        length = max((int(kwargs[s].shape[-1]) for s in seeds if getattr(kwargs[s], "ndim", 0)), default=length)
+    if inputs is not None or conv == "inferred":  # the length the code ran: its position inputs' last dimension,
+        # else the longest position factory's (positions made inside)
+        made = [r.shape[-1] for r in first.records if r.factory and r.shape]
+        length = max((int(kwargs[s].shape[-1]) for s in seeds if getattr(kwargs[s], "ndim", 0)),
+                     default=max(made, default=length))
     outs = _changed(first, before)
     lines = summary_lines(ops, operands, final, length, _CAST_FIX)
     for o in outs:
@@ -297,5 +386,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
         lines.append(f"RoPE audit: {extra['verdict']}, max rotation error {row['max_rotation_error']:.3g} rad "
                      f"({row['schedule']}); {'damaged' if extra['damaged'] else 'not damaged'} by hf-scan's test "
                      f"(limit {extra['threshold']:.3g} rad)")
+    shown = tuple({"name": k, "shape": tuple(v.shape), "dtype": str(v.dtype).removeprefix("torch."),
+                   "position": k in seeds} for k, v in kwargs.items() if isinstance(v, torch.Tensor)) \
+        if conv == "inputs" else ()
     return TraceResult(t.label, length, fmt.name, tuple(lines), final if math.isfinite(final) else math.inf,
-                       tuple(ops), tuple(operands), layer_type, **extra, outputs=tuple(outs))
+                       tuple(ops), tuple(operands), layer_type, **extra, outputs=tuple(outs), inputs=shown)

@@ -83,7 +83,7 @@ def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
     from .mode import TraceMode
 
     mode = TraceMode(seed_tensors, {id(t): (t, n) for n, t in (names or {}).items()}, fix, keep)
-    with torch.no_grad(), _module_paths(fn, mode.modules if fix is None else None), mode:
+    with torch.no_grad(), _module_paths(getattr(fn, "__self__", fn), mode.modules if fix is None else None), mode:
         out = fn(*args, **kwargs)
     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
     return Traced(out, outs, [mode.shadow.get(t) for t in outs], mode.records, mode.operands,
