@@ -35,7 +35,9 @@ _OP_COLUMNS: list[Column] = [
     ("out", "out_dtype"), ("error", "error"), ("added", "added"),
     ("half-ulps", lambda r: "-" if r["added_half_ulps"] is None else f"{r['added_half_ulps']:.3g}"),
     ("first inexact", "first_inexact"),
-    ("explains", lambda r: "-" if r["explained"] is None else f"{100 * r['explained']:.1f}%"), ("role", "role"),
+    ("explains", lambda r: "-" if r["explained"] is None else f"{100 * r['explained']:.1f}%"),
+    ("in float64", lambda r: "-" if r["explained_float64"] is None else f"{100 * r['explained_float64']:.1f}%"),
+    ("role", lambda r: r["role"] + (" *" if r["culprit"] else "")),
 ]
 _OPERAND_COLUMNS: list[Column] = [
     ("operand", "name"), ("dtype", "dtype"), ("shape", lambda r: "x".join(map(str, r["shape"])) or "-"),
@@ -90,6 +92,7 @@ def trace_cmd(target: str, cast_dtype: str | None, length: int, dtypes: tuple[st
     Example: precision-audit trace mymod.py:make --input x=1x8192x8x64:bfloat16 --input position_ids=1x8192:int64
     """
     from ..trace import trace
+    from ..trace.judge import BEYOND_ROUNDING
 
     inputs = _inputs(input_specs)
     args = _args(arg_specs)
@@ -104,7 +107,12 @@ def trace_cmd(target: str, cast_dtype: str | None, length: int, dtypes: tuple[st
         _print(result)
     click.echo("\nerror: max |real - float64 shadow| of the op's output; added: what the op adds on its own inputs "
                "(half-ulps: in half-ulps of its output format where it adds the most; 1 = one correct rounding); "
-               "explains: share of a returned tensor's error gone when the op alone runs in float64.")
+               "explains: share of a returned tensor's error gone when the op's exact result is rounded once to its "
+               "own dtype, every other op unchanged (a correctly rounded op); in float64: gone when it alone runs in "
+               "float64 (measured where an output is degraded or broken); *: named where the loss enters, only "
+               "where an output's verdict is degraded or broken or its error is more than "
+               f"{BEYOND_ROUNDING:g} half-ulps of its format.  Each output's verdict follows its kind's rule "
+               "(positions, buckets, rotation: cos/sin or rotated pairs, values: biases), precision_audit.verdicts.")
 
 
 def _inputs(specs: tuple[str, ...]) -> dict[str, str] | None:
@@ -136,7 +144,9 @@ def _args(specs: tuple[str, ...]) -> dict[str, Any] | None:
 def _print(result: Any) -> None:
     given = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))} {i['dtype']}" for i in result.inputs)
     click.echo(f"trace of {result.target} on positions 0..{result.length - 1}, "
-               + (f"inputs {given}" if result.inputs else f"x in {result.dtype}")
+               + (f"inputs {given}" if result.inputs else "positions made inside" if result.convention == "inferred"
+                  else f"x in {result.dtype}")
+               + (f", output verdict {result.output_verdict}" if result.output_verdict else "")
                + (f", layer type {result.layer_type}" if result.layer_type else ""))
     for line in result.lines:
         click.echo(f"  {line}")

@@ -27,7 +27,9 @@ from typing import Any
 from ..checks import ArgumentTypeError, check_flag, check_int, describe
 from ..formats import Format, get_format
 from ..rows import Row
-from .report import TraceOp, TraceOperand, culprits, op_rows, operand_rows, summary_lines
+from ..verdicts import worst
+from .judge import BEYOND_ROUNDING, judge_outputs
+from .report import TraceOp, TraceOperand, culprits, mark_culprits, op_rows, operand_rows, summary_lines
 from .compare import count_changed, error_between
 from .shadow import Kept, Traced, run_traced
 from .target import Target, calling_convention, check_inputs, load_target, takes_layer_type
@@ -53,7 +55,11 @@ class TraceResult(Row):
     operand changes none: its flag says it); ``damaged``: the rotary module's max rotation error exceeds
     :func:`precision_audit.hf.damage_threshold` (``hf-scan``'s test; None without a schedule); ``verdict``: the
     RoPE audit's verdict (safe / degraded / broken), None without one; ``inputs``: with ``inputs=``, each tensor
-    input ``{"name", "shape", "dtype", "position"}`` (``position``: followed as a position input).
+    input ``{"name", "shape", "dtype", "position"}`` (``position``: followed as a position input);
+    ``outputs`` also carry each one's judgement (:func:`~.judge.judge`: ``kind``, ``verdict``, ``why``,
+    ``half_ulps``) and ``output_verdict`` is the worst of them (and of the RoPE audit's, when one ran);
+    ``convention``: how the target was called (``rotary``: ``(x, position_ids)``; ``x``; ``inputs``;
+    ``inferred``: every argument inferred, positions made inside).
     """
 
     target: str
@@ -70,6 +76,8 @@ class TraceResult(Row):
     threshold: float | None = None
     outputs: tuple[dict[str, Any], ...] = ()
     inputs: tuple[dict[str, Any], ...] = ()
+    output_verdict: str | None = None
+    convention: str = ""
 
     @property
     def culprits(self) -> list[TraceOp]:
@@ -147,6 +155,7 @@ def _call(t: Target, length: int, tdt: Any, layer_type: str | None, inputs: dict
         if missing:
             raise ValueError(f"positions {missing} are not keys of inputs ({', '.join(inputs)})")
         return t.fn, (), kwargs, seeds, "inputs"
+    _check_args(t)
     try:
         conv = calling_convention(t.fn)
     except ValueError:
@@ -159,11 +168,29 @@ def _call(t: Target, length: int, tdt: Any, layer_type: str | None, inputs: dict
         return t.fn, (), kwargs, [], "inferred"
     x = torch.zeros(1, length, 1, dtype=tdt)
     if conv == "x":
-        return t.fn, (x,), {}, [], conv
+        return t.fn, (x,), dict(t.args), [], conv
     args: tuple = (x, torch.arange(length)[None])
     if layer_type is not None:
         args += (layer_type,)
-    return t.fn, args, {}, [1], conv
+    return t.fn, args, dict(t.args), [1], conv
+
+
+def _check_args(t: Target) -> None:
+    """ValueError naming an ``args`` name that the traced callable does not take (nor its constructor)."""
+    import inspect
+
+    fn = getattr(t.fn, "forward", t.fn)
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    for k in t.args:
+        if k not in params:
+            shown = f"{getattr(fn, '__qualname__', describe(fn))}({', '.join(params)})"
+            raise ValueError(f"--arg {k}: {shown} takes no argument {k!r}" + (
+                " (nor does its class's constructor)" if hasattr(fn, "__self__") else ""))
 
 
 def _torch_format(value: Any, name: str) -> Format:
@@ -226,9 +253,9 @@ def _schedule(t: Target, layer_type: str | None, schedule: Any) -> Any:
 
 
 def _run(fn: Any, args: tuple, kwargs: dict, seeds: list[Any], names: dict[str, Any], label: str,
-         fix: int | None = None, keep: Kept | None = None) -> Traced:
+         fix: int | None = None, keep: Kept | None = None, rounded: bool = False) -> Traced:
     try:
-        return run_traced(fn, args, kwargs, seeds=seeds, names=names, fix=fix, keep=keep)
+        return run_traced(fn, args, kwargs, seeds=seeds, names=names, fix=fix, keep=keep, rounded=rounded)
     except ValueError as e:
         if "position input" in str(e):
             raise
@@ -254,9 +281,9 @@ def _output_errors(run: Traced, shadows: list[Any], before: list[float] | None =
     return out
 
 
-def _changed(run: Traced, before: list[float]) -> list[dict[str, Any]]:
-    """Each returned tensor with a shadow: its error and the values that differ from its shadow rounded once to
-    its dtype (nan equal to nan)."""
+def _changed(run: Traced, before: list[float], judged: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """Each returned tensor with a shadow: its error, the values that differ from its shadow rounded once to
+    its dtype (nan equal to nan) and its judgement (:func:`~.judge.judge`: kind, verdict, why, half-ulps)."""
     import torch
 
     out, k = [], 0
@@ -267,8 +294,11 @@ def _changed(run: Traced, before: list[float]) -> list[dict[str, Any]]:
         changed = None
         if isinstance(s, torch.Tensor) and s.shape == o.shape and not o.is_complex() and o.dtype != torch.bool:
             changed = count_changed(o, s)
+        j = judged[i] or {}
         out.append({"index": i, "dtype": str(o.dtype).removeprefix("torch."), "shape": tuple(o.shape),
-                    "error": err if math.isfinite(err) else math.inf, "changed": changed, "values": o.numel()})
+                    "error": err if math.isfinite(err) else math.inf, "changed": changed, "values": o.numel(),
+                    "kind": j.get("kind"), "verdict": j.get("verdict"), "why": j.get("why"),
+                    "half_ulps": j.get("half_ulps")})
     return out
 
 
@@ -277,6 +307,34 @@ def _share(before: list[float], after: list[float]) -> float:
     shares = [(b - a) / b for b, a in zip(before, after) if b > 0 and math.isfinite(b)]
     shares += [1.0 for b, a in zip(before, after) if not math.isfinite(b) and math.isfinite(a)]
     return max(0.0, *shares)
+
+
+def _explain(first: Traced, before: list[float], final: float, significant: bool, rerun: Any,
+             keep: Kept) -> tuple[dict[int, float], dict[int, float]]:
+    """Each rounding op's share of the final error: rerun with its exact result rounded once to its own dtype
+    (``rounded``; 0 without a rerun where the op already returned that everywhere), and, where an output's
+    verdict is degraded or broken, rerun in float64 (``wide``: what computing it wider removes)."""
+    rounded: dict[int, float] = {}
+    wide: dict[int, float] = {}
+    if not final > 0:
+        keep.drop()
+        return rounded, wide
+    for rec in first.records:
+        if rec.added <= 0:
+            continue
+        for how, store in ((True, rounded), (False, wide)):
+            if how and rec.not_rounded == 0:
+                store[rec.index] = 0.0  # it returned its correctly rounded result everywhere: nothing to gain
+                continue
+            if not how and not significant:
+                continue
+            again = rerun(fix=rec.index, keep=keep, rounded=how)
+            if keep.misaligned:  # its ops did not line up with the first run's: compute every op from now on
+                keep.drop()
+                again = rerun(fix=rec.index, rounded=how)
+            store[rec.index] = _share(before, _output_errors(again, first.shadows, before))
+    keep.drop()
+    return rounded, wide
 
 
 def _rope(t: Target, length: int, dtype: str, layer_type: str | None, sched: Any) -> dict[str, Any]:
@@ -354,40 +412,43 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     first = _run(fn, args_, kwargs, seeds, names, t.label, keep=keep)
     if not first.records:
         raise ValueError(f"{t.label}: no op used a position input or made positions (arange): nothing to trace")
-    before = _output_errors(first, first.shadows)
-    final = max(before, default=0.0)
-    explained: dict[int, float] = {}
-    for rec in first.records:
-        if rec.added > 0 and final > 0:
-            again = _run(fn, args_, kwargs, seeds, names, t.label, fix=rec.index, keep=keep)
-            if keep.misaligned:  # its ops did not line up with the first run's: compute every op from now on
-                keep.drop()
-                again = _run(fn, args_, kwargs, seeds, names, t.label, fix=rec.index)
-            explained[rec.index] = _share(before, _output_errors(again, first.shadows, before))
-    keep.drop()
-    ops = op_rows(first.records, first.producers, explained)
-    operands = operand_rows(first.operands)
     if inputs is not None or conv == "inferred":  # the length the code ran: its position inputs' last dimension,
         # else the longest position factory's (positions made inside)
         made = [r.shape[-1] for r in first.records if r.factory and r.shape]
         length = max((int(kwargs[s].shape[-1]) for s in seeds if getattr(kwargs[s], "ndim", 0)),
                      default=max(made, default=length))
-    outs = _changed(first, before)
-    lines = summary_lines(ops, operands, final, length, _CAST_FIX)
+    before = _output_errors(first, first.shadows)
+    final = max(before, default=0.0)
+    judged = judge_outputs(first.outputs, first.shadows, length)
+    extra: dict[str, Any] = _rope(t, length, fmt.name, layer_type, sched) if want_rope else {}
+    verdicts = [j["verdict"] for j in judged if j is not None] + ([extra["verdict"]] if extra else [])
+    significant = any(v != "safe" for v in verdicts)
+    beyond = any(j is not None and j["half_ulps"] is not None and j["half_ulps"] > BEYOND_ROUNDING for j in judged)
+    rounded, wide = _explain(first, before, final, significant, lambda **kw: _run(
+        fn, args_, kwargs, seeds, names, t.label, **kw), keep)
+    ops = mark_culprits(op_rows(first.records, first.producers, rounded, wide), significant, beyond)
+    operands = operand_rows(first.operands)
+    outs = _changed(first, before, judged)
+    lines = summary_lines(ops, operands, final, length, _CAST_FIX, worst(verdicts) if verdicts else None)
     for o in outs:
         if o["changed"] is not None:
-            lines.append(f"output {o['index']} ({o['dtype']}, {'x'.join(map(str, o['shape'])) or 'scalar'}): "
-                         f"{o['changed']} of {o['values']} values differ from its float64 shadow rounded to "
-                         f"{o['dtype']} (max error {o['error']:.3g})")
-    extra: dict[str, Any] = {}
+            lines.append(f"output {o['index']} ({o['dtype']}, {'x'.join(map(str, o['shape'])) or 'scalar'}"
+                         + (f"; {o['kind']}: {o['verdict']}" + (f", {o['why']}" if o["why"] else "")
+                            if o.get("verdict") else "")
+                         + f"): {o['changed']} of {o['values']} values differ from its float64 shadow rounded to "
+                         f"{o['dtype']} (max error {o['error']:.3g}"
+                         + (f", {o['half_ulps']:.3g} half-ulps" if o.get("half_ulps") is not None else "") + ")")
     if want_rope:
-        extra = _rope(t, length, fmt.name, layer_type, sched)
         row = extra["rope"][0]
         lines.append(f"RoPE audit: {extra['verdict']}, max rotation error {row['max_rotation_error']:.3g} rad "
                      f"({row['schedule']}); {'damaged' if extra['damaged'] else 'not damaged'} by hf-scan's test "
                      f"(limit {extra['threshold']:.3g} rad)")
+    if verdicts:
+        extra["output_verdict"] = worst(verdicts)
     shown = tuple({"name": k, "shape": tuple(v.shape), "dtype": str(v.dtype).removeprefix("torch."),
                    "position": k in seeds} for k, v in kwargs.items() if isinstance(v, torch.Tensor)) \
         if conv == "inputs" else ()
-    return TraceResult(t.label, length, fmt.name, tuple(lines), final if math.isfinite(final) else math.inf,
-                       tuple(ops), tuple(operands), layer_type, **extra, outputs=tuple(outs), inputs=shown)
+    label = t.label + (f"({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})" if conv == "inferred" else "")
+    return TraceResult(label, length, fmt.name, tuple(lines), final if math.isfinite(final) else math.inf,
+                       tuple(ops), tuple(operands), layer_type, **extra, outputs=tuple(outs), inputs=shown,
+                       convention=conv)

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .compare import _errors, _first_inexact, error_between, half_ulps
+from .compare import _errors, _first_inexact, count_changed, error_between, half_ulps
 from .records import Kept, OperandRecord, OpRecord, _dtype_name, _mutates, _returns_view
 
 __all__ = ["TraceMode"]
@@ -88,8 +88,9 @@ class TraceMode(TorchDispatchMode):  # type: ignore[misc]
     """A torch dispatch mode that shadows position-derived tensors in float64 (see the module docstring)."""
 
     def __init__(self, seeds: Sequence[Any], names: dict[int, tuple[Any, str]], fix: int | None,
-                 keep: "Kept | None" = None) -> None:
+                 keep: "Kept | None" = None, rounded: bool = False) -> None:
         super().__init__()
+        self.rounded = rounded  # rerun: the fixed op's float64 result rounded once to its own output dtype
         self.keep = keep  # main run: the real outputs it keeps; rerun: those it may reuse
         self.changed = WeakIdKeyDictionary()  # rerun: tensors whose values differ from the main run's
         self.exact = WeakIdKeyDictionary()  # rerun: changed tensors equal to the main run's shadow there
@@ -234,7 +235,7 @@ class TraceMode(TorchDispatchMode):  # type: ignore[misc]
         exact = False  # the output equals the main run's shadow of this op (float64, bit for bit)
         if kept is not None:
             out = kept  # the main run's float64 output of this op on the same inputs
-            exact = index in keep.exact_inputs  # its inputs were their shadows: so is it
+            exact = index in keep.exact_inputs and not self.rounded  # its inputs were their shadows: so is it
         elif self.fix == index:
             out = func(*tree_map(upcast, args), **kw64)
         elif reached and any(is_float(t) and t.dtype == torch.float64 for t in tensors):
@@ -249,6 +250,11 @@ class TraceMode(TorchDispatchMode):  # type: ignore[misc]
             out = keep.outputs[index]
         else:
             out = func(*args, **kwargs)
+        if self.fix == index and self.rounded:  # what a correctly rounded op in its own dtype returns
+            real, spec = tree_flatten(func(*args, **kwargs))
+            wide = tree_flatten(out)[0]
+            out = tree_unflatten([w.to(r.dtype) if is_float(r) and isinstance(w, torch.Tensor) else r
+                                  for w, r in zip(wide, real)], spec)
         for o in tree_flatten(out)[0]:  # the reruns need which tensors are derived, not their shadows
             if isinstance(o, torch.Tensor):
                 for t in ((o, o._base) if _mutates(func) and o._base is not None else (o,)):
@@ -347,6 +353,8 @@ class TraceMode(TorchDispatchMode):  # type: ignore[misc]
                 rec.added_half_ulps = (0.0 if rec.added == 0 and o.is_floating_point() else None) if at is None \
                     else half_ulps(rec.added, at, _dtype_name(o))
                 rec.first_inexact = _first_inexact(o, s) if rec.error > 0 else None
+                if rec.added > 0 and isinstance(lo, torch.Tensor) and lo.shape == o.shape and is_float(o):
+                    rec.not_rounded = count_changed(o, lo)  # values a correctly rounded op would differ in
                 if rec.added > 0 and self.keep is not None and local is not None and not _mutates(func):
                     self.keep.add_local(index, local, name)
             self.error[o] = rec.error

@@ -33,6 +33,8 @@ class OpRecord:
     operands: list[str] = field(default_factory=list)
     module: str = ""  # the module whose forward ran the op: its path in the traced module ("" the root itself)
     added_half_ulps: float | None = None  # ``added`` in half-ulps of the output's format where it is largest
+    not_rounded: int | None = None  # how many values differ from the op's float64 result on its real inputs
+    # rounded once to its output dtype (0: correctly rounded everywhere; None: not measured, it adds nothing)
 
 
 @dataclass

@@ -60,7 +60,7 @@ def _module_paths(fn: Any, stack: list[str] | None) -> Iterator[None]:
 
 def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
                seeds: Sequence[int | str] = (), names: dict[str, Any] | None = None, fix: int | None = None,
-               keep: Kept | None = None) -> Traced:
+               keep: Kept | None = None, rounded: bool = False) -> Traced:
     """Call ``fn(*args, **kwargs)`` under the trace mode.
 
     ``seeds``: which arguments are position inputs (an index into ``args`` or a key of ``kwargs``);
@@ -68,7 +68,9 @@ def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
     ``fix``: the index of the traced op to compute in float64 (see the module's docstring); with ``fix``
     the records carry no errors.  ``keep`` (:class:`Kept`): the main run (no ``fix``) keeps its ops' real
     outputs there, and a rerun given the same object reuses them for the ops the fixed op does not reach
-    (the same values, not computed again).
+    (the same values, not computed again).  ``rounded``: the fixed op's float64 result is rounded once to its
+    own output dtype and every other op runs as it did (no float64 reaches them): what a correctly rounded op
+    in the same dtype would give.
     """
     import torch
     from torch.utils._pytree import tree_flatten
@@ -82,7 +84,7 @@ def run_traced(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
         seed_tensors.append(t)
     from .mode import TraceMode
 
-    mode = TraceMode(seed_tensors, {id(t): (t, n) for n, t in (names or {}).items()}, fix, keep)
+    mode = TraceMode(seed_tensors, {id(t): (t, n) for n, t in (names or {}).items()}, fix, keep, rounded)
     with torch.no_grad(), _module_paths(getattr(fn, "__self__", fn), mode.modules if fix is None else None), mode:
         out = fn(*args, **kwargs)
     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]

@@ -162,6 +162,17 @@ def _build_class(cls: Any, spec: str, length: int, args: dict[str, Any]) -> Any:
                          f"{' '.join(str(e).split())[:300]}") from None
 
 
+def _takes(cls: Any, args: dict[str, Any]) -> set[str]:
+    """The names in ``args`` that ``cls``'s constructor takes (every one, with ``**kwargs``)."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return set(args)
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return set(args)
+    return {k for k in args if k in {p.name for p in params}}
+
+
 def _required(fn: Any) -> list[str]:
     """The parameters ``fn`` cannot be called without (none when it has no signature to read)."""
     try:
@@ -181,7 +192,12 @@ def _from_factory(spec: str, length: int = 8192, args: dict[str, Any] | None = N
     args = dict(args or {})
     obj, _ = import_attribute(spec)
     if inspect.isclass(obj):
-        made = _build_class(obj, spec, length, args)
+        mine = _takes(obj, args)  # the others are the traced method's (--call) or forward's
+        made = _build_class(obj, spec, length, {k: v for k, v in args.items() if k in mine})
+        if not callable(made):
+            raise ValueError(f"TARGET {spec}: {obj.__name__}() is not callable; name a method with --call")
+        return Target(made, spec, getattr(made, "config", None), args={k: v for k, v in args.items()
+                                                                        if k not in mine})
     elif _required(obj) or args:
         return Target(obj, spec, getattr(obj, "config", None), args=args)
     else:
