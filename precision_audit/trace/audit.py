@@ -313,7 +313,8 @@ def _explain(first: Traced, before: list[float], final: float, significant: bool
              keep: Kept) -> tuple[dict[int, float], dict[int, float]]:
     """Each rounding op's share of the final error: rerun with its exact result rounded once to its own dtype
     (``rounded``; 0 without a rerun where the op already returned that everywhere), and, where an output's
-    verdict is degraded or broken, rerun in float64 (``wide``: what computing it wider removes)."""
+    verdict is degraded or broken, rerun in float64 (``wide``: what computing it wider removes).  ``final`` 0:
+    nothing to explain (no error, or no output where an op could be named): no rerun."""
     rounded: dict[int, float] = {}
     wide: dict[int, float] = {}
     if not final > 0:
@@ -322,6 +323,8 @@ def _explain(first: Traced, before: list[float], final: float, significant: bool
     for rec in first.records:
         if rec.added <= 0:
             continue
+        if rec.not_rounded is None:
+            rec.not_rounded = keep.not_rounded(rec.index, rec.op)
         for how, store in ((True, rounded), (False, wide)):
             if how and rec.not_rounded == 0:
                 store[rec.index] = 0.0  # it returned its correctly rounded result everywhere: nothing to gain
@@ -424,8 +427,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     verdicts = [j["verdict"] for j in judged if j is not None] + ([extra["verdict"]] if extra else [])
     significant = any(v != "safe" for v in verdicts)
     beyond = any(j is not None and j["half_ulps"] is not None and j["half_ulps"] > BEYOND_ROUNDING for j in judged)
-    rounded, wide = _explain(first, before, final, significant, lambda **kw: _run(
-        fn, args_, kwargs, seeds, names, t.label, **kw), keep)
+    rounded, wide = _explain(first, before, final if significant or beyond else 0.0, significant,
+                             lambda **kw: _run(fn, args_, kwargs, seeds, names, t.label, **kw), keep)
     ops = mark_culprits(op_rows(first.records, first.producers, rounded, wide), significant, beyond)
     operands = operand_rows(first.operands)
     outs = _changed(first, before, judged)

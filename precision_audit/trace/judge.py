@@ -12,7 +12,8 @@ The kind is read from the float64 shadow (the exact result), never from names:
   one output whose pairs (its last axis' halves, or its even and odd elements) have a constant norm: rotated
   vectors, a sinusoid table.  Rule: the RoPE rules (:func:`~precision_audit.verdicts.rope_verdict`) on the
   rotation angle's error: colliding positions (a row equal to the previous one's while the exact rows differ)
-  and pairwise errors at distances 1, 2, 4, ... along the position axis (the axis as long as the positions).
+  and pairwise errors at the RoPE audits' distances (1, 16, 256, 4096 and L/2:
+  :func:`precision_audit.rope.pairs.row_distances`) along the position axis (the axis as long as the positions).
 * ``cos/sin``: one of cos or sin without its partner (every exact value in [-1, 1]).  Rule: the RoPE rules on
   the value errors, which stand for the angle's (a lower bound: |d cos| <= |d angle|).
 * ``values``: anything else (biases, angles returned as such, a scaled table).  Rule: ALiBi's
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..rope.pairs import row_distances
 from ..verdicts import DEFAULT_TOLERANCE, positions_verdict, rope_verdict, rope_why
 
 __all__ = ["BEYOND_ROUNDING", "judge", "judge_outputs"]
@@ -46,27 +48,31 @@ BEYOND_ROUNDING = 4.0
 """An output is "well beyond its format's own rounding of the exact result" when its error is more than this many
 half-ulps of its format (1 is one correct rounding; faithful kernels and an op or two of float32 stay within)."""
 _NORM_TOL = 1e-6  # relative spread of a pair's exact norm that still counts as constant
+_SAMPLE = 1 << 20  # values a kind's test looks at, at most
 
 
 def _np(t: Any) -> np.ndarray:
     return t.detach().double().cpu().numpy() if hasattr(t, "detach") else np.asarray(t, dtype=np.float64)
 
 
-def _half_ulps(real: np.ndarray, exact: np.ndarray, dtype: str) -> float | None:
-    """The largest |real - exact| in half-ulps of ``dtype`` at the exact value where it is largest."""
+def _half_ulps(real: Any, exact: Any, dtype: str) -> float | None:
+    """The largest |real - exact| in half-ulps of ``dtype`` at the exact value where it is largest (tensors,
+    compared in blocks: :func:`~.compare._max_abs_diffs`)."""
+    import torch
+
     from ..formats import get_format, spacing
+    from .compare import _max_abs_diffs
 
     try:
         get_format(dtype)
     except ValueError:
         return None
-    d = np.abs(real - exact)
-    finite = np.isfinite(d)
-    if not finite.any():
+    r, x = torch.as_tensor(real), torch.as_tensor(exact)
+    (top,), at = _max_abs_diffs(r, [x], locate=True)
+    if not math.isfinite(top) or at is None:
         return None
-    i = int(np.argmax(np.where(finite, d, -1.0)))
-    top = float(d.reshape(-1)[i])
-    return 0.0 if top == 0 else top / (float(spacing([exact.reshape(-1)[i]], dtype)[0]) / 2)
+    value = float(x.reshape(-1)[at])
+    return 0.0 if top == 0 else top / (float(spacing([value], dtype)[0]) / 2) if math.isfinite(value) else None
 
 
 def _position_axis(shape: tuple[int, ...], length: int, skip_last: bool) -> int | None:
@@ -76,7 +82,11 @@ def _position_axis(shape: tuple[int, ...], length: int, skip_last: bool) -> int 
 
 
 def _wrap(x: np.ndarray) -> np.ndarray:
-    return (x + np.pi) % (2 * np.pi) - np.pi
+    """``x`` wrapped to [-pi, pi] (in place; only the values outside are touched: most errors are small)."""
+    out = np.abs(x) > np.pi
+    if out.any():
+        x[out] -= 2 * np.pi * np.round(x[out] / (2 * np.pi))
+    return x
 
 
 def _rope_rule(err: np.ndarray, real_rows: list[np.ndarray], exact_rows: list[np.ndarray], axis: int | None,
@@ -88,23 +98,42 @@ def _rope_rule(err: np.ndarray, real_rows: list[np.ndarray], exact_rows: list[np
     colliding, pairs = 0, []
     if axis is not None:
         e = np.moveaxis(err, axis, 0).reshape(err.shape[axis], -1)
-        same = np.ones(e.shape[0] - 1, dtype=bool)
-        moved = np.zeros(e.shape[0] - 1, dtype=bool)
-        for r, x in zip(real_rows, exact_rows):
-            r2 = np.moveaxis(r, axis, 0).reshape(r.shape[axis], -1)
-            x2 = np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
-            same &= (r2[1:] == r2[:-1]).all(axis=1)
-            moved |= (x2[1:] != x2[:-1]).any(axis=1)
-        colliding = int((same & moved).sum())
-        d = 1
-        while d < e.shape[0]:
-            diff = e[d:] - e[:-d]
-            diff = _wrap(diff) if angles else diff
-            pairs.append((d, float(np.nanmax(np.abs(diff))) if np.isfinite(diff).all() else math.inf))
-            d *= 2
+
+        def rows(a: np.ndarray) -> np.ndarray:
+            return np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1)
+
+        same = (lambda r: (r[1:] == r[:-1]).all(axis=1))(rows(real_rows[0]))  # most often none: stop here
+        if same.any():
+            for r in real_rows[1:]:
+                same &= (lambda r2: (r2[1:] == r2[:-1]).all(axis=1))(rows(r))
+            moved = np.zeros_like(same)
+            for x in exact_rows:
+                moved |= (lambda x2: (x2[1:] != x2[:-1]).any(axis=1))(rows(x))
+            colliding = int((same & moved).sum())
+        while e.shape[1] % 2 == 0 and e.shape[1] > 1 and np.array_equal(e[:, : e.shape[1] // 2],
+                                                                          e[:, e.shape[1] // 2:]):
+            e = e[:, : e.shape[1] // 2]  # cat(freqs, freqs): the same errors twice, the pairs once
+        buf = np.empty_like(e)
+        for d in row_distances(e.shape[0]):
+            diff = np.subtract(e[d:], e[:-d], out=buf[: e.shape[0] - d])
+            hi, lo = float(diff.max()), float(diff.min())
+            if angles and not (-np.pi <= lo and hi <= np.pi) and math.isfinite(hi) and math.isfinite(lo):
+                diff = _wrap(diff)
+                hi, lo = float(diff.max()), float(diff.min())
+            top_d = max(hi, -lo)
+            pairs.append((d, top_d if math.isfinite(top_d) else math.inf))
     verdict = rope_verdict(top, colliding, pair_errors=pairs)
     return verdict, rope_why(top, colliding, pairs), {"max_rotation_error": top, "colliding": colliding,
                                                       "pair_errors": pairs}
+
+
+def _constant_norm(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a**2 + b**2`` is one positive constant (checked on at most about :data:`_SAMPLE` values, whole
+    rows of the last axis evenly spread: a kind is told, not measured)."""
+    rows_a, rows_b = a.reshape(-1, a.shape[-1] if a.ndim else 1), b.reshape(-1, b.shape[-1] if b.ndim else 1)
+    step = max(1, rows_a.shape[0] * rows_a.shape[1] // _SAMPLE)
+    n = rows_a[::step] ** 2 + rows_b[::step] ** 2
+    return bool(n.size) and bool(np.isfinite(n).all()) and n.max() > 0 and n.max() - n.min() <= _NORM_TOL * n.max()
 
 
 def _pairs_of(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -114,8 +143,7 @@ def _pairs_of(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     h = x.shape[-1] // 2
     for a, b in ((slice(0, h), slice(h, None)), (slice(0, None, 2), slice(1, None, 2))):
-        n = x[..., a] ** 2 + x[..., b] ** 2
-        if np.isfinite(n).all() and n.max() > 0 and n.max() - n.min() <= _NORM_TOL * n.max():
+        if _constant_norm(x[..., a], x[..., b]):
             return a, b
     return None
 
@@ -128,7 +156,10 @@ def _rotation(real: list[np.ndarray], exact: list[np.ndarray], length: int, sing
         rc, rs, xc, xs = r[..., a], r[..., b], x[..., a], x[..., b]
     else:
         (rc, rs), (xc, xs) = real, exact
-    err = _wrap(np.arctan2(rs, rc) - np.arctan2(xs, xc))
+    while rc.ndim and rc.shape[-1] % 2 == 0 and rc.shape[-1] > 1 and all(
+            np.array_equal(t[..., : t.shape[-1] // 2], t[..., t.shape[-1] // 2:]) for t in (xc, xs, rc, rs)):
+        rc, rs, xc, xs = (t[..., : t.shape[-1] // 2] for t in (rc, rs, xc, xs))  # cat(f, f): each pair once
+    err = np.arctan2(rs * xc - rc * xs, rc * xc + rs * xs)  # the angle from the exact pair to the real one
     axis = _position_axis(err.shape, length, skip_last=False)
     verdict, why, extra = _rope_rule(err, [rc, rs], [xc, xs], axis, angles=True)
     return {"kind": "rotation", "verdict": verdict, "why": why, **extra}
@@ -215,7 +246,7 @@ def judge(real: Any, exact: Any, length: int) -> dict[str, Any]:
         out = {"kind": "cos/sin", "verdict": verdict, "why": why, **extra}
     else:
         out = _values(r, x, dtype)
-    out["half_ulps"] = _half_ulps(r, x, dtype)
+    out["half_ulps"] = _half_ulps(real, exact, dtype)
     return out
 
 
@@ -227,12 +258,10 @@ def _partners(reals: list[Any], exacts: list[np.ndarray]) -> dict[int, int]:
     while i + 1 < len(exacts):
         a, b = exacts[i], exacts[i + 1]
         if a.shape == b.shape and a.size and getattr(reals[i], "is_floating_point", lambda: False)() \
-                and getattr(reals[i + 1], "is_floating_point", lambda: False)():
-            n = a**2 + b**2
-            if np.isfinite(n).all() and n.max() > 0 and n.max() - n.min() <= _NORM_TOL * n.max():
-                out[i] = i + 1
-                i += 2
-                continue
+                and getattr(reals[i + 1], "is_floating_point", lambda: False)() and _constant_norm(a, b):
+            out[i] = i + 1
+            i += 2
+            continue
         i += 1
     return out
 
@@ -249,7 +278,7 @@ def judge_outputs(reals: list[Any], exacts: list[Any], length: int) -> list[dict
         rot = _rotation([_np(reals[i]), _np(reals[j])], [xs[i], xs[j]], length, single=False)
         for k in (i, j):
             dtype = str(reals[k].dtype).removeprefix("torch.")
-            out[k] = {**rot, "half_ulps": _half_ulps(_np(reals[k]), xs[k], dtype)}
+            out[k] = {**rot, "half_ulps": _half_ulps(reals[k], exacts[k], dtype)}
     for i, k in enumerate(ok):
         if k and out[i] is None:
             out[i] = judge(reals[i], exacts[i], length)

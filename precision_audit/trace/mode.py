@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .compare import _errors, _first_inexact, count_changed, error_between, half_ulps
+from .compare import _errors, _first_inexact, error_between, half_ulps
 from .records import Kept, OperandRecord, OpRecord, _dtype_name, _mutates, _returns_view
 
 __all__ = ["TraceMode"]
@@ -353,8 +353,9 @@ class TraceMode(TorchDispatchMode):  # type: ignore[misc]
                 rec.added_half_ulps = (0.0 if rec.added == 0 and o.is_floating_point() else None) if at is None \
                     else half_ulps(rec.added, at, _dtype_name(o))
                 rec.first_inexact = _first_inexact(o, s) if rec.error > 0 else None
-                if rec.added > 0 and isinstance(lo, torch.Tensor) and lo.shape == o.shape and is_float(o):
-                    rec.not_rounded = count_changed(o, lo)  # values a correctly rounded op would differ in
+                if rec.added > 0 and _is_cast(name, args, kwargs):
+                    rec.not_rounded = 0  # a float cast is one correct rounding of its input (others: measured
+                    # when an op may be named, from the kept outputs: Kept.not_rounded)
                 if rec.added > 0 and self.keep is not None and local is not None and not _mutates(func):
                     self.keep.add_local(index, local, name)
             self.error[o] = rec.error

@@ -129,6 +129,19 @@ class Kept:
         kept = self.locals.get(index) if self.usable else None
         return kept[1] if kept is not None and kept[0] == name else None
 
+    def not_rounded(self, index: int, name: str) -> int | None:
+        """How many values of op ``index``'s real output differ from its kept float64 result on the same inputs
+        rounded once to its dtype (0: it rounds correctly everywhere); None when either is not kept."""
+        import torch
+
+        from .compare import count_changed
+
+        local, out = self.local(index, name), self.outputs.get(index) if self.names.get(index) == name else None
+        if not (isinstance(local, torch.Tensor) and isinstance(out, torch.Tensor) and out.is_floating_point()
+                and local.shape == out.shape):
+            return None
+        return count_changed(out, local)
+
     def matches(self, index: int, name: str) -> bool:
         """Whether a rerun's op ``index`` may take the kept output: kept, and the same op as the main run's
         there (a rerun whose ops do not line up with the main run's sets ``misaligned`` and computes)."""
