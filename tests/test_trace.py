@@ -123,10 +123,11 @@ def test_fp32_rotary_names_no_op_beyond_the_output_rounding():
     assert r.culprits == [] and r.downcast == []
     assert r.lines[0].startswith("no op before the output") and "bfloat16" in r.lines[0]
     casts = [o for o in r.ops if o.role == "output cast"]
-    # a cast rounds once (closed form): its correctly rounded rerun is itself, and the outputs are safe, so no
-    # float64 rerun is asked
-    assert len(casts) == 2 and all(o.not_rounded == 0 and o.explained == 0.0 for o in casts)
-    assert r.output_verdict == "safe" and all(o.explained_float64 is None for o in r.ops)
+    # a cast rounds once (closed form); the outputs are safe and within a few half-ulps of bf16, so no op could
+    # be named and nothing is rerun
+    assert len(casts) == 2 and all(o.not_rounded == 0 for o in casts)
+    assert r.output_verdict == "safe" and all(o["half_ulps"] <= 4 for o in r.outputs)
+    assert all(o.explained is None and o.explained_float64 is None for o in r.ops)
     # the bf16 output rounding is at most half a bf16 ulp of 1 (2**-9), plus the float32 angle's error
     assert r.final_error <= 2.0**-9 + L * 2.0**-24
 

@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .compare import _errors, _first_inexact, error_between, half_ulps
+from .compare import _errors, _first_inexact, count_changed, error_between, half_ulps
 from .records import Kept, OperandRecord, OpRecord, _dtype_name, _mutates, _returns_view
 
 __all__ = ["TraceMode"]
@@ -356,6 +356,8 @@ class TraceMode(TorchDispatchMode):  # type: ignore[misc]
                 if rec.added > 0 and _is_cast(name, args, kwargs):
                     rec.not_rounded = 0  # a float cast is one correct rounding of its input (others: measured
                     # when an op may be named, from the kept outputs: Kept.not_rounded)
+                elif rec.added > 0 and factory and isinstance(lo, torch.Tensor) and lo.shape == o.shape:
+                    rec.not_rounded = count_changed(o, lo)  # a factory is not kept: counted now (one row)
                 if rec.added > 0 and self.keep is not None and local is not None and not _mutates(func):
                     self.keep.add_local(index, local, name)
             self.error[o] = rec.error
