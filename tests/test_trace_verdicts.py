@@ -248,3 +248,35 @@ def _op(index, explained, wide=None, role="op"):
 ])
 def test_mark_culprits_rule(name, ops, significant, beyond, named):
     assert [o.index for o in culprits(mark_culprits(ops, significant, beyond))] == named, name
+
+
+def test_fp16_angles_returned_as_such_are_judged_by_the_rope_rules():
+    """Angles m * theta returned in float16 (kind: angles, found by their form: 0 at position 0, linear along
+    the position axis).  Oracle: each product of the stored fp16 operands rounded once to fp16
+    (numpy float16; the fp16 product of two fp16 values is exact in float32 before that rounding), against the
+    product of the same stored values (the shadow takes the stored theta); the pairwise errors at the RoPE audits'
+    distances (precision_audit.rope.pairs.row_distances) match, and so does the verdict."""
+    from precision_audit.rope.pairs import row_distances
+    from precision_audit.verdicts import rope_verdict
+
+    n = 2048
+    inv = 1.0 / 10000 ** (torch.arange(0, 64, 2).float() / 64)
+
+    def angles(position_ids):
+        return position_ids[0].half()[:, None] * inv.half()
+
+    r = trace(angles, inputs={"position_ids": torch.arange(n)[None]})
+    (out,) = r.outputs
+    theta = inv.half().double().numpy()
+    exact = np.outer(np.arange(n), theta)
+    real = exact.astype(np.float16).astype(np.float64)
+    err = real - exact
+    pairs = [(d, float(np.abs(err[d:] - err[:-d]).max())) for d in row_distances(n)]
+    j = judge(torch.tensor(real).half(), torch.tensor(exact), n)
+    assert j["kind"] == "angles" and [(d, pytest.approx(e, abs=1e-12)) for d, e in pairs] == j["pair_errors"]
+    assert out["kind"] == "angles" and out["verdict"] == j["verdict"] == rope_verdict(float(np.abs(err).max()), 0,
+                                                                                       pair_errors=pairs)
+    assert out["verdict"] == "degraded" and [o.op for o in r.culprits] == ["aten.mul.Tensor"]
+    ok = trace(lambda position_ids: position_ids[0].float()[:, None] * inv,
+               inputs={"position_ids": torch.arange(n)[None]})
+    assert ok.outputs[0]["kind"] == "angles" and ok.output_verdict == "safe" and ok.culprits == []

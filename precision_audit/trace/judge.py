@@ -14,9 +14,11 @@ The kind is read from the float64 shadow (the exact result), never from names:
   rotation angle's error: colliding positions (a row equal to the previous one's while the exact rows differ)
   and pairwise errors at the RoPE audits' distances (1, 16, 256, 4096 and L/2:
   :func:`precision_audit.rope.pairs.row_distances`) along the position axis (the axis as long as the positions).
+* ``angles``: ``m * theta`` returned as such (every exact value its position times the value at position 1,
+  along an axis as long as the positions that is not the last).  Rule: the RoPE rules on the angle's error.
 * ``cos/sin``: one of cos or sin without its partner (every exact value in [-1, 1]).  Rule: the RoPE rules on
   the value errors, which stand for the angle's (a lower bound: |d cos| <= |d angle|).
-* ``values``: anything else (biases, angles returned as such, a scaled table).  Rule: ALiBi's
+* ``values``: anything else (biases, a scaled table).  Rule: ALiBi's
   (:func:`~precision_audit.verdicts.alibi_verdict`) per row of the last axis: ``broken`` where a value is not
   finite, or a row whose exact values are monotone has neighbours that share a value or swap order;
   ``degraded`` where a row's error is above :data:`~precision_audit.verdicts.DEFAULT_TOLERANCE` half-ulps of
@@ -165,6 +167,23 @@ def _rotation(real: list[np.ndarray], exact: list[np.ndarray], length: int, sing
     return {"kind": "rotation", "verdict": verdict, "why": why, **extra}
 
 
+def _angles_axis(x: np.ndarray, length: int) -> int | None:
+    """The position axis of angles ``m * theta``: an axis as long as the positions, not the last one (the last
+    holds frequencies; a bias row runs along it), along which every exact value is its position times the value
+    at position 1, 0 at position 0 (checked on a sample of columns); None: not angles."""
+    if x.ndim < 2 or length < 3:
+        return None
+    axis = _position_axis(x.shape, length, skip_last=True)
+    if axis is None:
+        return None
+    e = np.moveaxis(x, axis, 0).reshape(length, -1)
+    e = e[:, :: max(1, e.shape[1] * length // _SAMPLE)]
+    m = np.arange(length, dtype=np.float64)[:, None]
+    if not np.isfinite(e).all() or not (e[0] == 0).all() or not (e[1] != 0).any():
+        return None
+    return axis if bool(np.all(np.abs(e - m * e[1]) <= 1e-9 * np.abs(m * e[1]).max())) else None
+
+
 def _integer_valued(x: np.ndarray) -> bool:
     f = x[np.isfinite(x)]
     return bool(f.size) and bool(np.array_equal(f, np.round(f)))
@@ -185,7 +204,10 @@ def _positions(r: np.ndarray, x: np.ndarray) -> dict[str, Any]:
         why = f"{colliding} positions share the previous one's value (first {int(first)})"
     elif non_finite:
         why = f"{non_finite} positions are not finite"
-    return {"kind": "positions", "verdict": verdict, "why": why, "colliding": colliding, "non_finite": non_finite}
+    bad = sx[sr != sx]
+    first_inexact = int(bad[np.argmin(np.abs(bad))]) if bad.size else None
+    return {"kind": "positions", "verdict": verdict, "why": why, "colliding": colliding, "non_finite": non_finite,
+            "first_inexact": first_inexact}
 
 
 def _buckets(r: np.ndarray, x: np.ndarray) -> dict[str, Any]:
@@ -240,6 +262,10 @@ def judge(real: Any, exact: Any, length: int) -> dict[str, Any]:
         out = _positions(r, x) if distinct else _buckets(r, x)
     elif _pairs_of(x) is not None:
         out = _rotation([r], [x], length, single=True)
+    elif _angles_axis(x, length) is not None:
+        axis = _angles_axis(x, length)
+        verdict, why, extra = _rope_rule(_wrap(r - x), [r], [x], axis, angles=True)
+        out = {"kind": "angles", "verdict": verdict, "why": why, **extra}
     elif np.isfinite(x).all() and np.abs(x).max(initial=0.0) <= 1.0:
         axis = _position_axis(x.shape, length, skip_last=False)
         verdict, why, extra = _rope_rule(r - x, [r], [x], axis, angles=False)
