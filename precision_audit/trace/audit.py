@@ -302,6 +302,15 @@ def _changed(run: Traced, before: list[float], judged: list[dict[str, Any] | Non
     return out
 
 
+def _output_line(o: dict[str, Any]) -> str:
+    """A returned tensor's line: its kind and verdict, and how far it is from its shadow rounded to its dtype."""
+    judged = f"; {o['kind']}: {o['verdict']}" + (f", {o['why']}" if o["why"] else "") if o.get("verdict") else ""
+    ulps = f", {o['half_ulps']:.3g} half-ulps" if o.get("half_ulps") is not None else ""
+    return (f"output {o['index']} ({o['dtype']}, {'x'.join(map(str, o['shape'])) or 'scalar'}{judged}): "
+            f"{o['changed']} of {o['values']} values differ from its float64 shadow rounded to {o['dtype']} "
+            f"(max error {o['error']:.3g}{ulps})")
+
+
 def _share(before: list[float], after: list[float]) -> float:
     """The largest share of one output's error that went away (0 when none did)."""
     shares = [(b - a) / b for b, a in zip(before, after) if b > 0 and math.isfinite(b)]
@@ -433,14 +442,7 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     operands = operand_rows(first.operands)
     outs = _changed(first, before, judged)
     lines = summary_lines(ops, operands, final, length, _CAST_FIX, worst(verdicts) if verdicts else None)
-    for o in outs:
-        if o["changed"] is not None:
-            lines.append(f"output {o['index']} ({o['dtype']}, {'x'.join(map(str, o['shape'])) or 'scalar'}"
-                         + (f"; {o['kind']}: {o['verdict']}" + (f", {o['why']}" if o["why"] else "")
-                            if o.get("verdict") else "")
-                         + f"): {o['changed']} of {o['values']} values differ from its float64 shadow rounded to "
-                         f"{o['dtype']} (max error {o['error']:.3g}"
-                         + (f", {o['half_ulps']:.3g} half-ulps" if o.get("half_ulps") is not None else "") + ")")
+    lines += [_output_line(o) for o in outs if o["changed"] is not None]
     if want_rope:
         row = extra["rope"][0]
         lines.append(f"RoPE audit: {extra['verdict']}, max rotation error {row['max_rotation_error']:.3g} rad "

@@ -1,5 +1,6 @@
 """The tracer's dispatch mode (:class:`TraceMode`): it follows every tensor derived from the position inputs, shadows
-each in float64 and records every op on one; a rerun (``fix=i``) computes op ``i`` alone without its own rounding.
+each in float64 and records every op on one; a rerun (``fix=i``) computes op ``i`` alone in float64, or
+(``rounded``) correctly rounded to its own dtype.
 
 torch is imported here at module level: :mod:`.shadow` imports this module when a trace runs, as it imports
 torch, so ``import precision_audit.trace`` stays light.
@@ -45,7 +46,7 @@ _SAME_VALUES = frozenset(f"aten.{n}" for n in (
     "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "permute", "transpose", "t", "clone",
     "alias", "contiguous", "flatten", "unflatten", "repeat", "detach", "flip", "roll", "lift_fresh", "cat", "stack"))
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SKIP_FILES = {os.path.join(_HERE, f) for f in ("mode.py", "shadow.py", "audit.py", "call.py")}  # the tracer's frames are not "where"
+_SKIP_FILES = {os.path.join(_HERE, f) for f in ("mode.py", "shadow.py", "audit.py")}  # the tracer's frames are not "where"
 
 
 def _where() -> str:

@@ -1,15 +1,18 @@
 """The tracer: a torch dispatch mode that follows position-derived tensors and shadows each in float64.
 
-:func:`run_traced` calls a function under :class:`~.mode.TraceMode` (its own module, imported when a trace runs).  A tensor is *derived* when it is a position
-input (``seeds``), the output of a factory that makes positions (``arange``, ``linspace``) or the output of an
-op with a derived input.  Every op with a derived input is recorded (:class:`OpRecord`) and rerun on float64
-inputs: the derived tensors' shadows and the stored values of every other operand (buffers such as
-``inv_freq``, constants, Python scalars), with any floating ``dtype=`` argument made float64.  Integer-valued
-shadows stay integers, so indexing ops run on them as the real code does.
+:func:`run_traced` calls a function under :class:`~.mode.TraceMode` (its own module, imported when a trace
+runs, as torch is).  A tensor is *derived* when it is a position input (``seeds``), the output of a factory that
+makes positions (``arange``, ``linspace``) or the output of an op with a derived input.  Every op with a derived
+input is recorded (:class:`OpRecord`) and rerun on float64 inputs: the derived tensors' shadows and the stored
+values of every other operand (buffers such as ``inv_freq``, constants, Python scalars), with any floating
+``dtype=`` argument made float64.  Integer-valued shadows stay integers, so indexing ops run on them as the real
+code does.
 
 ``fix=i`` reruns the function with traced op ``i`` alone computed in float64 on its real inputs; the ops after
 it then run in float64 wherever a float64 value reaches them (as type promotion does, matmul included), and
-explicit casts still cast: what the final error would be had that one op not lost precision.
+explicit casts still cast: what the final error would be had that one op not lost precision.  With
+``rounded=True`` the op's float64 result is rounded once to its own output dtype and every later op runs in its
+own dtype: what a correctly rounded op would give, so a first op does not own all later rounding.
 
 >>> import torch
 >>> def f(pos):
