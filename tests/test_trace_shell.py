@@ -198,6 +198,9 @@ def test_inputs_are_filled_deterministically():
                                              "does its class's constructor)"),
     (["{m}.py:Needs"], "cannot infer the required argument 'window'"),
     (["{m}.py:make", "--input", "position_ids=1x300:int8"], "positions 0..299 do not fit int8"),
+    (["{m}.py:make", "--input", "q=100000x100000"], "10000000000 values is more than a trace holds (2**26"),
+    (["{m}.py:make", "--call", "rotate", "--input", "q=1x8x1x64", "--input", "position_ids=1x2000000"],
+     "2000000 positions; a trace builds at most 1048576"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(folder, args, words):
     res = _run(*[a.format(m=folder) for a in args], "-l", "64")
@@ -210,7 +213,7 @@ def test_bad_input_exits_2_with_one_line_naming_it(folder, args, words):
     (dict(target="broken_syntax.py:make"), "SyntaxError"),
     (dict(target="{m}.py:boom"), "factory raised RuntimeError"),
     (dict(target="{m}.py:make", inputs={"q": "1x0"}), "SHAPE"),
-    (dict(target="{m}.py:make", inputs={"q": "1x8:int3"}), "unknown dtype 'int3'"),
+    (dict(target="{m}.py:make", inputs={"q": "1x8:int3"}), r"inputs\['q'\] '1x8:int3': unknown dtype 'int3'"),
     (dict(target="{m}.py:make", call="nope"), "no method 'nope'"),
     (dict(target="{m}.py:make", call=3), "call 3 must be a method name"),
     (dict(target="{m}.py:Rotary", args=[("dim", 4)]), "args .* must be a dict"),

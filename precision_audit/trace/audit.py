@@ -93,13 +93,20 @@ class TraceResult(Row):
 def _make_inputs(inputs: dict[str, Any], fmt: Format) -> dict[str, Any]:
     """``inputs`` with each ``"SHAPE[:DTYPE]"`` string made a tensor (:func:`~.build.make_input`; no DTYPE: int64
     for a position name, else the trace's dtype)."""
-    from .build import is_position_name, make_input, parse_input
+    from .build import INT_DTYPES, is_position_name, make_input, parse_input
 
     out = {}
     for k, v in inputs.items():
         if isinstance(v, str):
-            name, shape, dt = parse_input(f"{k}={v}")
-            v = make_input(name, shape, dt or ("int64" if is_position_name(name) else fmt.name))
+            try:
+                name, shape, dt = parse_input(f"{k}={v}")
+            except ValueError as e:  # said as the API names it
+                raise ValueError(str(e).replace(f"--input {f'{k}={v}'!r}", f"inputs[{k!r}] {v!r}", 1)) from None
+            dt = dt or ("int64" if is_position_name(name) else fmt.name)
+            if (dt in INT_DTYPES or is_position_name(name)) and "mask" not in name and shape[-1] > MAX_TRACE_LENGTH:
+                raise ValueError(f"inputs[{k!r}] {v!r}: {shape[-1]} positions; a trace builds at most "
+                                 f"{MAX_TRACE_LENGTH} (every derived tensor has a float64 shadow)")
+            v = make_input(name, shape, dt)
         out[k] = v
     return out
 

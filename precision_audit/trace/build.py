@@ -31,7 +31,7 @@ from typing import Any
 
 from ..checks import describe
 
-__all__ = ["DIM", "INT_DTYPES", "POSITION_NAMES", "import_attribute", "infer_arguments", "is_position_name",
+__all__ = ["DIM", "INT_DTYPES", "MAX_INPUT_VALUES", "POSITION_NAMES", "import_attribute", "infer_arguments", "is_position_name",
            "make_input", "parse_arg", "parse_input"]
 
 DIM = 64
@@ -48,6 +48,9 @@ POSITION_NAMES = ("position_ids", "positions", "position", "pos", "cache_positio
                   "seq_idx", "t")
 """Input names read as position inputs (a trace follows them): ids, a cache position, a mask whose cumsum gives
 positions; an integer input is one whatever its name."""
+MAX_INPUT_VALUES = 2**26
+"""The most values one ``--input`` may hold (a query 1 x 131072 x 4 x 128; its derived tensors' float64 shadows
+take 8 bytes a value each)."""
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 """The integer dtypes an ``--input`` may have."""
 _SHAPE_RE = re.compile(r"^\s*[0-9]+(\s*[xX*,]\s*[0-9]+)*\s*$")
@@ -89,8 +92,8 @@ def parse_input(text: str) -> tuple[str, tuple[int, ...], str | None]:
     n = 1
     for d in shape:
         n *= d
-    if n > 2**28:
-        raise ValueError(f"--input {text!r}: {n} values is more than a trace holds (2**28; every derived tensor "
+    if n > MAX_INPUT_VALUES:
+        raise ValueError(f"--input {text!r}: {n} values is more than a trace holds (2**26; every derived tensor "
                          "also has a float64 shadow)")
     return name, shape, _dtype_name(dtype.strip(), text) if dtype.strip() else None
 
