@@ -280,3 +280,24 @@ def test_fp16_angles_returned_as_such_are_judged_by_the_rope_rules():
     ok = trace(lambda position_ids: position_ids[0].float()[:, None] * inv,
                inputs={"position_ids": torch.arange(n)[None]})
     assert ok.outputs[0]["kind"] == "angles" and ok.output_verdict == "safe" and ok.culprits == []
+
+
+def test_rounded_reruns_reusing_the_main_runs_outputs_are_the_full_reruns():
+    """The correctly rounded reruns that reuse the main run's outputs (and its kept float64 results) give the same
+    outputs, bit for bit, as rounded reruns that compute every op (transformers' Llama rotary module)."""
+    pytest.importorskip("transformers")
+    from precision_audit.trace.shadow import Kept
+    from precision_audit.trace.target import load_target
+
+    mod = load_target("tests/data/llama-3.1-8b.json").fn
+    args = (torch.zeros(1, 3000, 1, dtype=torch.bfloat16), torch.arange(3000)[None])
+    names = dict(mod.named_buffers())
+    keep = Kept()
+    first = run_traced(mod, args, seeds=[1], names=names, keep=keep)
+    fixed = [r.index for r in first.records if r.added > 0]
+    assert fixed and keep.usable
+    for i in fixed:
+        a = run_traced(mod, args, seeds=[1], names=names, fix=i, keep=keep, rounded=True).outputs
+        b = run_traced(mod, args, seeds=[1], names=names, fix=i, rounded=True).outputs
+        assert len(a) == len(b) == 2 and all(torch.equal(x, y) for x, y in zip(a, b))
+        assert all(x.dtype == torch.bfloat16 for x in a)  # no float64 reached the outputs
