@@ -294,7 +294,14 @@ def _partners(reals: list[Any], exacts: list[np.ndarray]) -> dict[int, int]:
 
 def judge_outputs(reals: list[Any], exacts: list[Any], length: int) -> list[dict[str, Any] | None]:
     """Each output's judgement (:func:`judge`; None for an output with no shadow or of another shape, a bool or
-    complex one); cos and sin returned side by side are judged together as one rotation (both get it)."""
+    complex one); cos and sin returned side by side are judged together as one rotation (both get it).
+
+    >>> import torch
+    >>> ang = torch.arange(512, dtype=torch.float64)[:, None] * torch.tensor([1.0, 0.01], dtype=torch.float64)
+    >>> real = ang.to(torch.bfloat16).double()  # angles rounded to bf16: neighbouring rows collide from 257 on
+    >>> [(j["kind"], j["verdict"]) for j in judge_outputs([real.cos(), real.sin()], [ang.cos(), ang.sin()], 512)]
+    [('rotation', 'broken'), ('rotation', 'broken')]
+    """
     ok = [e is not None and hasattr(r, "shape") and tuple(r.shape) == tuple(getattr(e, "shape", ()))
           and r.numel() > 0 and not r.is_complex() and str(r.dtype) != "torch.bool" for r, e in zip(reals, exacts)]
     xs = [_np(e) if k else np.zeros(0) for e, k in zip(exacts, ok)]

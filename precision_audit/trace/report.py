@@ -178,7 +178,12 @@ def mark_culprits(ops: Sequence[TraceOp], significant: bool, beyond: bool) -> li
     counts, as computing it wider is the fix), or some output's error is well beyond its format's own rounding
     of the exact result (``beyond``: more than :data:`~.judge.BEYOND_ROUNDING` half-ulps; then only an op that
     does worse than a correctly rounded op in its own dtype counts).  Named: a share of at least
-    :data:`CULPRIT_SHARE` and at least half the top op's, output casts aside."""
+    :data:`CULPRIT_SHARE` and at least half the top op's, output casts aside.
+
+    >>> op = TraceOp(0, "aten.pow.Scalar", "f.py:3", ("float32",), "float32", (32,), 2e-4, 2e-4, None, 0.02, "op")
+    >>> [o.culprit for o in mark_culprits([op], significant=False, beyond=True)]  # as correctly rounded: no
+    [False]
+    """
     ranked = [(o, _score(o, significant, beyond)) for o in ops if o.role != "output cast"]
     top = max((s for _, s in ranked), default=0.0)
     named = {o.index for o, s in ranked if s > 0 and s >= max(CULPRIT_SHARE, top / 2)}
