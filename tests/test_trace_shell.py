@@ -9,6 +9,7 @@ arguments against the values the docs state (dim 64, base 10000, a length -> --l
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -227,3 +228,29 @@ def test_api_raises_value_error_naming_the_bad_value(folder, kwargs, match):
 def test_help_states_what_running_a_target_executes():
     out = CliRunner().invoke(main, ["trace", "--help"]).output
     assert "--input" in out and "--call" in out and "--arg" in out and "runs its module's code" in out
+
+
+def _taking(name):
+    """A function whose only (required) parameter is called ``name``."""
+    def fn(*args, **kwargs):
+        return None
+
+    fn.__signature__ = inspect.Signature([inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)])
+    return fn
+
+
+@pytest.mark.parametrize("name, want", [
+    ("dim", 64), ("head_dim", 64), ("rotary_dim", 64), ("n_elem", 64), ("d_model", 64), ("dim_head", 64),
+    ("hidden_size", 64), ("base", 10000.0), ("theta", 10000.0), ("rope_theta", 10000.0), ("seq_len", 4096),
+    ("max_seq_len", 4096), ("max_position_embeddings", 4096), ("context_length", 4096), ("max_len", 4096),
+    ("n_ctx", 4096), ("block_size", 4096),
+])
+def test_required_arguments_inferred_by_name(name, want):
+    """The values the docs state: a dim 64, a base or theta 10000, a length the trace's."""
+    assert infer_arguments(_taking(name), 4096) == {name: want}
+
+
+@pytest.mark.parametrize("name", ["num_heads", "window", "x", "scale"])
+def test_other_required_arguments_are_not_guessed(name):
+    with pytest.raises(ValueError, match=f"cannot infer the required argument '{name}'.*--arg {name}=VALUE"):
+        infer_arguments(_taking(name), 4096)
