@@ -113,7 +113,7 @@ def trace_cmd(target: str, cast_dtype: str | None, length: int, dtypes: tuple[st
                "float64 (measured where an output is degraded or broken); *: named where the loss enters, only "
                "where an output's verdict is degraded or broken or its error is more than "
                f"{BEYOND_ROUNDING:g} half-ulps of its format.  Each output's verdict follows its kind's rule "
-               "(positions, buckets, rotation: cos/sin or rotated pairs, values: biases), precision_audit.verdicts.")
+               "(positions, buckets, rotation: cos/sin or rotated pairs, angles, values: biases), precision_audit.verdicts.")
 
 
 def _inputs(specs: tuple[str, ...]) -> dict[str, str] | None:
