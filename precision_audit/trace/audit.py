@@ -440,7 +440,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     final = max(before, default=0.0)
     judged = judge_outputs(first.outputs, first.shadows, length)
     extra: dict[str, Any] = _rope(t, length, fmt.name, layer_type, sched) if want_rope else {}
-    verdicts = [j["verdict"] for j in judged if j is not None] + ([extra["verdict"]] if extra else [])
+    verdicts = [j["verdict"] for j in judged if j is not None]  # the outputs against their shadows: what an op
+    # of this code can be blamed for (the RoPE audit compares with the schedule: a downcast operand, a formula)
     significant = any(v != "safe" for v in verdicts)
     beyond = any(j is not None and j["half_ulps"] is not None and j["half_ulps"] > BEYOND_ROUNDING for j in judged)
     rounded, wide = _explain(first, before, final if significant or beyond else 0.0, significant,
@@ -455,8 +456,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
         lines.append(f"RoPE audit: {extra['verdict']}, max rotation error {row['max_rotation_error']:.3g} rad "
                      f"({row['schedule']}); {'damaged' if extra['damaged'] else 'not damaged'} by hf-scan's test "
                      f"(limit {extra['threshold']:.3g} rad)")
-    if verdicts:
-        extra["output_verdict"] = worst(verdicts)
+    if verdicts or extra:
+        extra["output_verdict"] = worst(verdicts + ([extra["verdict"]] if extra else []))
     shown = tuple({"name": k, "shape": tuple(v.shape), "dtype": str(v.dtype).removeprefix("torch."),
                    "position": k in seeds} for k, v in kwargs.items() if isinstance(v, torch.Tensor)) \
         if conv == "inputs" else ()
