@@ -245,8 +245,9 @@ def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], fina
                  (op.explained or 0.0) else f"explains {_pct(op.explained)} (rounded once to {op.out_dtype})")
         lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {_at(op)}: {lost}adds {op.added:.3g}{ulps}, "
                      f"{share} of the final error {final_error:.3g} at length {length}; fix: {op_fix(op)}")
-    for op in ops:  # positions lost in an op that is not named above still deserve a line
-        if op.first_inexact is not None and op not in found and op.added > 0:
+    for op in ops:  # positions lost in an op that is not named above still deserve a line, unless every output
+        # is safe (its positions stay apart: inexact, not lost)
+        if op.first_inexact is not None and op not in found and op.added > 0 and verdict != "safe":
             lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {_at(op)}: first inexact position "
                          f"{op.first_inexact}; fix: {op_fix(op)}")
     if not found:
