@@ -313,3 +313,18 @@ def test_a_broken_rope_audit_is_not_blamed_on_the_output_rounding():
     assert [o["verdict"] for o in r.outputs] == ["safe", "safe"] and r.verdict == r.output_verdict == "broken"
     assert r.culprits == [] and r.lines[0].startswith("operand inv_freq")
     assert not any("by that rounding itself" in line for line in r.lines)
+
+
+def test_an_overflowed_fp16_output_is_judged_broken_without_a_warning():
+    """Positions times 40 in float16: from 65520 / 40 = 1638 on they overflow to inf (closed form: float16's
+    largest finite 65504, and values from 65520 round to inf); the output is positions (integer-valued), broken by
+    its non-finite values; the suite turns warnings into errors, so judging inf and NaN warns about nothing."""
+    def scaled(position_ids):
+        return position_ids.half() * 40.0
+
+    r = trace(scaled, inputs={"position_ids": torch.arange(4096)[None]})
+    (out,) = r.outputs
+    assert out["kind"] == "positions" and out["verdict"] == "broken"  # (its why: the collisions, first 2049 * 40)
+    j = judge(run_traced(scaled, (), {"position_ids": torch.arange(4096)[None]}, seeds=["position_ids"]).outputs[0],
+              torch.arange(4096, dtype=torch.float64)[None] * 40, 4096)
+    assert j["non_finite"] == 4096 - math.ceil(65520 / 40) and j["verdict"] == "broken"

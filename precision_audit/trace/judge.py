@@ -252,7 +252,13 @@ def _values(r: np.ndarray, x: np.ndarray, dtype: str) -> dict[str, Any]:
 
 def judge(real: Any, exact: Any, length: int) -> dict[str, Any]:
     """One output's judgement (``kind``, ``verdict``, ``why``, ``half_ulps`` and the rule's figures) from its real
-    values and its float64 shadow; ``length``: how many positions the trace ran (the position axis' size)."""
+    values and its float64 shadow; ``length``: how many positions the trace ran (the position axis' size).
+    Infinities and NaN (an overflowed float16 output) are judged, never warned about."""
+    with np.errstate(all="ignore"):
+        return _judge(real, exact, length)
+
+
+def _judge(real: Any, exact: Any, length: int) -> dict[str, Any]:
     dtype = str(getattr(real, "dtype", "float64")).removeprefix("torch.")
     r, x = _np(real), _np(exact)
     out: dict[str, Any]
@@ -306,9 +312,11 @@ def judge_outputs(reals: list[Any], exacts: list[Any], length: int) -> list[dict
           and r.numel() > 0 and not r.is_complex() and str(r.dtype) != "torch.bool" for r, e in zip(reals, exacts)]
     xs = [_np(e) if k else np.zeros(0) for e, k in zip(exacts, ok)]
     out: list[dict[str, Any] | None] = [None] * len(reals)
-    pairs = _partners([r if k else None for r, k in zip(reals, ok)], xs)
+    with np.errstate(all="ignore"):
+        pairs = _partners([r if k else None for r, k in zip(reals, ok)], xs)
     for i, j in pairs.items():
-        rot = _rotation([_np(reals[i]), _np(reals[j])], [xs[i], xs[j]], length, single=False)
+        with np.errstate(all="ignore"):
+            rot = _rotation([_np(reals[i]), _np(reals[j])], [xs[i], xs[j]], length, single=False)
         for k in (i, j):
             dtype = str(reals[k].dtype).removeprefix("torch.")
             out[k] = {**rot, "half_ulps": _half_ulps(reals[k], exacts[k], dtype)}
