@@ -109,7 +109,7 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
                                                  key="path", kind="rope", notes=None)),
     "trace_code": (pa.trace_code, lambda: dict(target=Rotary(), length=64, dtype="bf16", cast=None, layer_type=None,
                                                schedule=RopeSchedule(head_dim=8), inputs=None, positions=None,
-                                               rope=None)),
+                                               rope=None, call=None, args=None)),
     "TraceResult": (pa.TraceResult, lambda: dict(target="t", length=64, dtype="bfloat16", lines=(), final_error=0.0,
                                                  ops=(), operands=())),
     "audit_rotary_kernel": (pa.audit_rotary_kernel, lambda: dict(

@@ -18,10 +18,12 @@ torch = pytest.importorskip("torch")
 
 from referees._ports import sinusoid_port, t5_bucket_port  # noqa: E402
 
+from precision_audit.alibi import audit_alibi  # noqa: E402
 from precision_audit.formats import get_format  # noqa: E402
 from precision_audit.relative import BucketScheme, audit_relative, exact_buckets, path_buckets  # noqa: E402
 from precision_audit.sinusoidal import audit_sinusoidal  # noqa: E402
 from precision_audit.trace import run_traced, trace  # noqa: E402
+from precision_audit.verdicts import alibi_verdict  # noqa: E402
 
 L = 4096
 FIRST = get_format("bfloat16").max_exact_integer + 1  # 257
@@ -105,9 +107,16 @@ def test_bloom_build_alibi_tensor_in_bf16():
 
     r = trace(alibi, inputs={"attention_mask": mask})
     assert all(o.first_inexact is None for o in r.ops) and r.culprits == [] and r.downcast == []
+    # ALiBi's rule on the bias rows (the ALiBi auditor's verdict for this path, cast-output): neighbouring keys
+    # share a bias; how many: the closed form below, each product rounded once to bf16 by ml_dtypes
+    s = 2.0 ** -np.arange(1, 9)
+    stored = (s[:, None] * np.arange(L)).astype(ml_dtypes.bfloat16).astype(np.float64)
+    shared = int((stored[:, 1:] == stored[:, :-1]).sum())
+    assert r.output_verdict == alibi_verdict(audit_alibi(8, "cast-output", L, "bfloat16")[0]) == "broken"
     assert r.lines == ("no op before the output loses a significant share of the final error 4 (the final rounding "
-                       "to bfloat16)", f"output 0 (bfloat16, 8x1x{L}): 0 of {8 * L} values differ from its float64 "
-                       "shadow rounded to bfloat16 (max error 4)")
+                       "to bfloat16); the output is broken by that rounding itself: keep it wider",
+                       f"output 0 (bfloat16, 8x1x{L}; values: broken, {shared} neighbours share a value): 0 of "
+                       f"{8 * L} values differ from its float64 shadow rounded to bfloat16 (max error 4, 1 half-ulps)")
     # closed form: 8 heads have slopes 2**-1 .. 2**-8 (exact in float32, so is each product with a position
     # below 2**24); the error is the bf16 rounding alone, largest for 0.5 * k on [1024, 2048): half of 8
     s = 2.0 ** -np.arange(1, 9)

@@ -40,7 +40,8 @@ def vision_options(f: Callable[..., Any]) -> Callable[..., Any]:
                           "diffusers config): the generated image, or a video's frame size."),
         click.option("--video", default=None, metavar="SECONDS@FPS[:WxH]", callback=_video,
                      help="Vision-language models (M-RoPE): a video of SECONDS sampled at FPS (frames WxH, "
-                          "default 640x360); the bottom line gives the longest safe video at that FPS.  Video "
+                          "default 640x360; units may be written: 3600s@2fps, 1h@2fps); the bottom line gives the longest "
+                          "safe video at that FPS.  Video "
                           "diffusion transformers: SECONDS x FPS frames (of --image pixels)."),
         click.option("--text", "text_tokens", type=click.IntRange(0, 2**24), default=0, show_default=True,
                      help="Text tokens after the image and video (with --image / --video); diffusion transformers "

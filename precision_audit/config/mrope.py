@@ -73,12 +73,7 @@ def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
         raise ValueError(f"{model.name} has no mrope_section (not a multimodal-RoPE model)")
     schedule = model.schedule
     mrope = MRope.from_config(dict(model.mrope), schedule.n_freq, model.source or model.name)
-    runs = model_stacks(model, None)[0]
-    asked = list(stacks) if stacks else list(MROPE_STACKS)
-    names = [n for n in asked if n in MROPE_STACKS and n in runs]
-    skipped = [f"{n} (its M-RoPE is not modelled, or it does not run the model)" for n in asked if n not in names]
-    if not names:
-        raise ValueError(f"no stack named has modelled M-RoPE; modelled: {', '.join(MROPE_STACKS)}")
+    names, skipped = _mrope_stacks(model, stacks)
     vid = None if video is None else (float(video[0]), float(video[1]),
                                        tuple(video[2]) if len(video) > 2 else DEFAULT_FRAME)  # type: ignore[misc]
     frame = DEFAULT_FRAME if vid is None else vid[2]
@@ -107,6 +102,20 @@ def mrope_audit(model: ModelConfig, image: tuple[int, int] | None = None,
             summary.append(entry)
     return MropeAudit(mrope, image, vid, text, segs, maxima, vision, text_maximum(segs), rows,  # type: ignore[arg-type]
                       summary, skipped, [n for n in notes if n])
+
+
+def _mrope_stacks(model: ModelConfig, stacks: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """The stacks to audit (modelled M-RoPE and running the model) among ``stacks`` (a group such as ``serve``,
+    ``train`` or ``all`` stands for its members, as for 1-D RoPE), and each other member with why; ValueError
+    when none is left."""
+    asked = list(stacks) if stacks else list(MROPE_STACKS)
+    runs, why = model_stacks(model, asked)
+    names = [n for n in runs if n in MROPE_STACKS]
+    skipped = [f"{n}: its M-RoPE path is not modelled" for n in runs if n not in MROPE_STACKS] + list(why)
+    if not names:
+        raise ValueError(f"no stack named ({', '.join(asked)}) has modelled M-RoPE; modelled: "
+                         f"{', '.join(MROPE_STACKS)}")
+    return names, skipped
 
 
 def unturned_note(mrope: MRope, schedule: Any, largest: int, stacks: Sequence[str]) -> str:

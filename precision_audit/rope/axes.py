@@ -327,24 +327,45 @@ def parse_image(text: str) -> tuple[int, int]:
     return w, h
 
 
+_SECONDS = {"": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0, "m": 60.0, "min": 60.0,
+            "mins": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0,
+            "hours": 3600.0}
+"""The units a video's duration may carry (a bare number is seconds), in seconds."""
+_RATE = ("", "fps", "/s", "hz")
+"""The units a frame rate may carry (a bare number is frames per second)."""
+
+
+def _number_unit(text: str) -> tuple[float, str]:
+    """``"3600s"`` -> (3600.0, "s"): the leading number and the unit after it (lower case, spaces dropped)."""
+    t = text.strip().lower().replace(" ", "")
+    i = len(t)
+    while i and not (t[i - 1].isdigit() or t[i - 1] == "."):
+        i -= 1
+    return float(t[:i]), t[i:]
+
+
 def parse_video(text: str) -> tuple[float, float, tuple[int, int]]:
     """``SECONDS@FPS`` or ``SECONDS@FPS:WxH`` (a frame size; default :data:`DEFAULT_FRAME`) -> (seconds, fps,
-    frame).
+    frame); units as people write them are accepted: a duration in s, min or h, a rate in fps (or /s, Hz).
 
-    >>> parse_video("3600@2")
-    (3600.0, 2.0, (640, 360))
+    >>> parse_video("3600@2"), parse_video("3600s@2fps"), parse_video("1.5h@0.5fps:1280x720")
+    ((3600.0, 2.0, (640, 360)), (3600.0, 2.0, (640, 360)), (5400.0, 0.5, (1280, 720)))
     >>> parse_video("-5@2")
     Traceback (most recent call last):
     ...
-    ValueError: video '-5@2' must be SECONDS@FPS[:WxH] with SECONDS > 0 and FPS > 0 (e.g. 3600@2)
+    ValueError: video '-5@2' must be SECONDS@FPS[:WxH] with SECONDS > 0 and FPS > 0 (e.g. 3600@2, 3600s@2fps, 1h@2fps)
     """
     body, _, size = str(text).partition(":")
     sec, at, fps = body.partition("@")
-    bad = ValueError(f"video {text!r} must be SECONDS@FPS[:WxH] with SECONDS > 0 and FPS > 0 (e.g. 3600@2)")
+    bad = ValueError(f"video {text!r} must be SECONDS@FPS[:WxH] with SECONDS > 0 and FPS > 0 (e.g. 3600@2, "
+                     "3600s@2fps, 1h@2fps)")
     try:
-        s, f = float(sec), float(fps)
+        (s, s_unit), (f, f_unit) = _number_unit(sec), _number_unit(fps)
     except ValueError:
         raise bad from None
+    if s_unit not in _SECONDS or f_unit not in _RATE:
+        raise bad
+    s *= _SECONDS[s_unit]
     if not at or not (math.isfinite(s) and math.isfinite(f) and s > 0 and f > 0) or s * f > 2**24:
         raise bad
     return s, f, parse_image(size) if size else DEFAULT_FRAME

@@ -11,7 +11,7 @@ against the narrower formats; :func:`summary_lines` writes the first lines a rea
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,15 +19,16 @@ from ..formats import get_format, round_to
 from ..rows import Row
 from .shadow import OperandRecord, OpRecord
 
-__all__ = ["CULPRIT_SHARE", "GEMM_OPS", "NARROW", "TF32_NOTE", "TraceOp", "TraceOperand", "op_fix", "op_rows",
-           "operand_exact_in", "operand_rows", "summary_lines", "tf32_gemms"]
+__all__ = ["CULPRIT_SHARE", "GEMM_OPS", "NARROW", "TF32_NOTE", "TraceOp", "TraceOperand", "culprits", "mark_culprits",
+           "op_fix", "op_rows", "operand_exact_in", "operand_rows", "summary_lines", "tf32_gemms"]
 
 NARROW = ("bfloat16", "float16")
 """The formats an operand is checked against: every value exact in one of them while stored wider = downcast."""
 
 CULPRIT_SHARE = 0.1
-"""An op is named where the loss enters when rerunning it alone in float64 removes at least this share of the
-final error (and at least half the top op's share)."""
+"""An op is named where the loss enters when its rerun removes at least this share of the final error (and at
+least half the top op's share): rerun correctly rounded in its own dtype, or, where an output's verdict is
+degraded or broken, rerun in float64 (:func:`mark_culprits`)."""
 
 _ROLES = ("position factory", "output cast", "op")
 
@@ -58,8 +59,14 @@ class TraceOp(Row):
 
     ``error``: max |real - float64 shadow| of its output (what it carries); ``added``: max |real - the same
     op in float64 on its real inputs| (what it adds itself); ``first_inexact``: for positions (integer-valued
-    shadows), the position (or distance) nearest zero whose real value is not exact; ``explained``: the largest share of a returned
-    tensor's error that goes away when this op alone runs in float64 (None: not rerun, it adds nothing); ``role``: position
+    shadows), the position (or distance) nearest zero whose real value is not exact; ``explained``: the largest
+    share of a returned tensor's error that goes away when this op's exact result (on its real inputs) is rounded
+    once to its own output dtype, every other op unchanged: what a correctly rounded op in the same dtype would
+    give (0 without a rerun where it already returns that everywhere; None: it adds nothing);
+    ``explained_float64``: the share that goes away when it alone runs in float64, later ops in float64 where
+    type promotion carries it (measured only where an output's verdict is degraded or broken: what computing it
+    wider would fix); ``not_rounded``: how many of its values differ from its correctly rounded result;
+    ``culprit``: named where the loss enters (:func:`mark_culprits`); ``role``: position
     factory (arange, linspace), output cast (a cast that makes a returned tensor and loses no position: the
     expected final rounding), or op.  ``where``: the source line that ran it; ``module``: the path of the module
     whose forward ran it, as the traced module's ``named_modules`` names it ("": the traced module itself or a
@@ -82,6 +89,9 @@ class TraceOp(Row):
     operands: tuple[str, ...] = ()
     module: str = ""
     added_half_ulps: float | None = None
+    explained_float64: float | None = None
+    not_rounded: int | None = None
+    culprit: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
@@ -162,23 +172,48 @@ def _role(rec: OpRecord, producers: Sequence[int | None]) -> str:
     return "op"
 
 
-def op_rows(records: Sequence[OpRecord], producers: Sequence[int | None],
-            explained: dict[int, float]) -> list[TraceOp]:
-    """The tracer's records as rows, with each rerun op's share of the final error."""
+def op_rows(records: Sequence[OpRecord], producers: Sequence[int | None], explained: dict[int, float],
+            explained_float64: dict[int, float] | None = None) -> list[TraceOp]:
+    """The tracer's records as rows, with each rerun op's shares of the final error (correctly rounded in its
+    own dtype; in float64)."""
+    wide = explained_float64 or {}
     return [TraceOp(r.index, r.op, r.where, r.in_dtypes, r.out_dtype, r.shape, r.error, r.added, r.first_inexact,
-                    explained.get(r.index), _role(r, producers), tuple(r.operands), r.module, r.added_half_ulps)
+                    explained.get(r.index), _role(r, producers), tuple(r.operands), r.module, r.added_half_ulps,
+                    wide.get(r.index), r.not_rounded)
             for r in records]
 
 
+def _score(op: TraceOp, significant: bool, beyond: bool) -> float:
+    """The share an op is ranked by: its correctly rounded rerun's where an output is degraded, broken or well
+    beyond its format's rounding; its float64 rerun's too where an output is degraded or broken."""
+    shares = [op.explained or 0.0] if significant or beyond else []
+    if significant:
+        shares.append(op.explained_float64 or 0.0)
+    return max(shares, default=0.0)
+
+
+def mark_culprits(ops: Sequence[TraceOp], significant: bool, beyond: bool) -> list[TraceOp]:
+    """``ops`` with ``culprit`` set on the ops where the loss enters.  An op is named only where it matters:
+    some output's verdict is degraded or broken (``significant``: then an op whose float64 rerun removes a share
+    counts, as computing it wider is the fix), or some output's error is well beyond its format's own rounding
+    of the exact result (``beyond``: more than :data:`~.judge.BEYOND_ROUNDING` half-ulps; then only an op that
+    does worse than a correctly rounded op in its own dtype counts).  Named: a share of at least
+    :data:`CULPRIT_SHARE` and at least half the top op's, output casts aside.
+
+    >>> op = TraceOp(0, "aten.pow.Scalar", "f.py:3", ("float32",), "float32", (32,), 2e-4, 2e-4, None, 0.02, "op")
+    >>> [o.culprit for o in mark_culprits([op], significant=False, beyond=True)]  # as correctly rounded: no
+    [False]
+    """
+    ranked = [(o, _score(o, significant, beyond)) for o in ops if o.role != "output cast"]
+    top = max((s for _, s in ranked), default=0.0)
+    named = {o.index for o, s in ranked if s > 0 and s >= max(CULPRIT_SHARE, top / 2)}
+    return [replace(o, culprit=o.index in named) for o in ops]
+
+
 def culprits(ops: Sequence[TraceOp]) -> list[TraceOp]:
-    """The ops where the loss enters: share >= :data:`CULPRIT_SHARE` and >= half the top share, output casts
-    aside, largest share first."""
-    ranked = sorted((o for o in ops if o.explained is not None and o.role != "output cast"),
-                    key=lambda o: -(o.explained or 0.0))
-    if not ranked:
-        return []
-    top = ranked[0].explained or 0.0
-    return [o for o in ranked if (o.explained or 0.0) >= max(CULPRIT_SHARE, top / 2)]
+    """The ops where the loss enters (:func:`mark_culprits`), largest share first."""
+    return sorted((o for o in ops if o.culprit),
+                  key=lambda o: -max(o.explained or 0.0, o.explained_float64 or 0.0))
 
 
 def op_fix(op: TraceOp) -> str:
@@ -213,8 +248,9 @@ def _at(op: TraceOp) -> str:
 
 
 def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], final_error: float, length: int,
-                  cast_fix: str) -> list[str]:
-    """The first lines of a trace: downcast operands, the op(s) where the loss enters, and the fixes."""
+                  cast_fix: str, verdict: str | None = None) -> list[str]:
+    """The first lines of a trace: downcast operands, the op(s) where the loss enters, and the fixes;
+    ``verdict``: the outputs' worst, said where no op is named and the final rounding alone makes it."""
     lines = []
     for o in operands:
         if o.downcast:
@@ -225,11 +261,13 @@ def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], fina
         lost = f"first inexact position {op.first_inexact}, " if op.first_inexact is not None else ""
         h = op.added_half_ulps
         ulps = f" ({h:.3g} half-ulp{'' if h == 1 else 's'} of {op.out_dtype})" if h is not None else ""
+        share = (f"in float64 removes {_pct(op.explained_float64)}" if (op.explained_float64 or 0.0) >
+                 (op.explained or 0.0) else f"explains {_pct(op.explained)} (rounded once to {op.out_dtype})")
         lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {_at(op)}: {lost}adds {op.added:.3g}{ulps}, "
-                     f"explains {_pct(op.explained)} of the final error {final_error:.3g} at length {length}; "
-                     f"fix: {op_fix(op)}")
-    for op in ops:  # positions lost in an op that is not named above still deserve a line
-        if op.first_inexact is not None and op not in found and op.added > 0:
+                     f"{share} of the final error {final_error:.3g} at length {length}; fix: {op_fix(op)}")
+    for op in ops:  # positions lost in an op that is not named above still deserve a line, unless every output
+        # is safe (its positions stay apart: inexact, not lost)
+        if op.first_inexact is not None and op not in found and op.added > 0 and verdict != "safe":
             lines.append(f"op {op.index} {op.op} -> {op.out_dtype} at {_at(op)}: first inexact position "
                          f"{op.first_inexact}; fix: {op_fix(op)}")
     for op in tf32_gemms(ops):  # nothing differs on a CPU: the flag says what a tensor-core GPU may do
@@ -239,6 +277,8 @@ def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], fina
     if not found:
         casts = [o for o in ops if o.role == "output cast" and o.added > 0]
         tail = f" (the final rounding to {casts[0].out_dtype})" if casts else ""
+        worse = f"; the output is {verdict} by that rounding itself: keep it wider" \
+            if casts and verdict in ("degraded", "broken") else ""
         lines.append(f"no op before the output loses a significant share of the final error {final_error:.3g}"
-                     f"{tail}")
+                     f"{tail}{worse}")
     return lines

@@ -1,5 +1,6 @@
-"""What ``trace`` runs: a config.json (the transformers rotary module built from it), ``package.module:factory``,
-or a module / callable given directly; and how it is called (the rotary protocol, or ``x`` alone).
+"""What ``trace`` runs: a config.json (the transformers rotary module built from it), ``FILE.py:NAME`` or
+``package.module:NAME`` (a factory, a class built with inferred arguments, a function), or a module / callable
+given directly, optionally one of its methods; and how it is called (the rotary protocol, or ``x`` alone).
 
 >>> calling_convention(lambda x, position_ids: None)
 'rotary'
@@ -9,11 +10,10 @@ or a module / callable given directly; and how it is called (the rotary protocol
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..checks import ArgumentTypeError, describe
@@ -24,12 +24,14 @@ __all__ = ["Target", "calling_convention", "check_inputs", "load_target", "takes
 @dataclass
 class Target:
     """A callable to trace: ``fn``, its label, the config it was built from (None: use ``fn.config`` if any),
-    the layer types its forward takes (``[None]``: none)."""
+    the layer types its forward takes (``[None]``: none), and ``args``: arguments by name for a function traced
+    itself (the rest inferred when it is called)."""
 
     fn: Any
     label: str
     config: Any = None
     layer_types: tuple[str | None, ...] = (None,)
+    args: dict[str, Any] = field(default_factory=dict)  # a traced function's arguments by name (--arg)
 
 
 def calling_convention(fn: Any, name: str = "target") -> str:
@@ -111,7 +113,19 @@ def check_inputs(fn: Any, inputs: dict[str, Any]) -> None:
     if unknown or missing:
         why = [f"no parameter {', '.join(map(repr, unknown))}"] if unknown else []
         why += [f"{', '.join(missing)} missing"] if missing else []
-        raise ValueError(f"inputs {describe(inputs)} do not fit {_shown(fn)}({', '.join(params)}): {'; '.join(why)}")
+        raise ValueError(f"inputs {_inputs_text(inputs)} do not fit {_shown(fn)}({', '.join(params)}): "
+                         f"{'; '.join(why)}")
+
+
+def _inputs_text(inputs: dict[str, Any]) -> str:
+    """``inputs`` in a message: a tensor as its shape and dtype, anything else as :func:`describe` shows it."""
+    def one(v: Any) -> str:
+        shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
+        if shape is not None and dtype is not None and hasattr(v, "numel"):
+            return f"<tensor {'x'.join(map(str, shape)) or 'scalar'} {str(dtype).removeprefix('torch.')}>"
+        return describe(v)
+
+    return "{" + ", ".join(f"{k!r}: {one(v)}" for k, v in inputs.items()) + "}"
 
 
 def _name(fn: Any) -> str:
@@ -135,34 +149,104 @@ def _from_config(path: str, cast: str | None) -> Target:
     return Target(module, f"{type(module).__name__} from {os.path.basename(path)}", cfg, tuple(lts))
 
 
-def _from_factory(spec: str) -> Target:
-    mod_name, _, attr = spec.partition(":")
-    if not mod_name or not attr:
-        raise ValueError(f"TARGET {spec!r} is neither a config.json nor package.module:factory")
+def _build_class(cls: Any, spec: str, length: int, args: dict[str, Any]) -> Any:
+    """An instance of ``cls`` with its constructor's arguments inferred (:func:`~.build.infer_arguments`)."""
+    from .build import infer_arguments
+
+    kwargs = infer_arguments(cls, length, args)
     try:
-        mod = importlib.import_module(mod_name)
+        return cls(**kwargs)
     except Exception as e:
-        raise ValueError(f"TARGET {spec}: cannot import {mod_name} ({type(e).__name__}: {e})") from None
-    factory = getattr(mod, attr, None)
-    if not callable(factory):
-        raise ValueError(f"TARGET {spec}: {mod_name} has no callable {attr!r}")
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise ValueError(f"TARGET {spec}: {cls.__name__}({shown}) raised {type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:300]}") from None
+
+
+def _takes(cls: Any, args: dict[str, Any]) -> set[str]:
+    """The names in ``args`` that ``cls``'s constructor takes (every one, with ``**kwargs``)."""
     try:
-        made = factory()
-    except Exception as e:
-        raise ValueError(f"TARGET {spec}: the factory raised {type(e).__name__}: {e}") from None
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return set(args)
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return set(args)
+    return {k for k in args if k in {p.name for p in params}}
+
+
+def _required(fn: Any) -> list[str]:
+    """The parameters ``fn`` cannot be called without (none when it has no signature to read)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in sig.parameters.values()
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _from_factory(spec: str, length: int = 8192, args: dict[str, Any] | None = None) -> Target:
+    """``FILE.py:NAME`` or ``package.module:NAME``: a class (built with inferred arguments), a factory (a function
+    called with no argument that returns a module or callable), or a function traced itself (it needs arguments:
+    the call infers them, or ``inputs=`` gives them)."""
+    from .build import import_attribute
+
+    args = dict(args or {})
+    obj, _ = import_attribute(spec)
+    if inspect.isclass(obj):
+        mine = _takes(obj, args)  # the others are the traced method's (--call) or forward's
+        made = _build_class(obj, spec, length, {k: v for k, v in args.items() if k in mine})
+        if not callable(made):
+            raise ValueError(f"TARGET {spec}: {obj.__name__}() is not callable; name a method with --call")
+        return Target(made, spec, getattr(made, "config", None), args={k: v for k, v in args.items()
+                                                                        if k not in mine})
+    elif _required(obj) or args:
+        return Target(obj, spec, getattr(obj, "config", None), args=args)
+    else:
+        try:
+            made = obj()
+        except Exception as e:
+            raise ValueError(f"TARGET {spec}: the factory raised {type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]}") from None
     if not callable(made):
         raise ValueError(f"TARGET {spec}: the factory returned {describe(made)}, not a module or callable")
     return Target(made, spec, getattr(made, "config", None))
 
 
-def load_target(target: Any, cast: str | None = None) -> Target:
-    """A :class:`Target` from a config.json path, ``package.module:factory`` or a module / callable;
-    ``cast``: a torch dtype name applied with ``.to(dtype)`` (as ``model.to(dtype)`` does)."""
+def _bind(t: Target, call: str) -> None:
+    """``t.fn`` becomes its method ``call`` (``--call``); ValueError naming it when there is none."""
+    if not isinstance(call, str) or not call.isidentifier():
+        raise ValueError(f"--call {call!r} must be a method name (e.g. get_embed)")
+    if inspect.isfunction(t.fn) or inspect.ismethod(t.fn) or inspect.isbuiltin(t.fn):
+        raise ValueError(f"--call {call}: {t.label} is a function, not an object with methods")
+    method = getattr(t.fn, call, None)
+    if not callable(method) or call.startswith("__"):
+        public = sorted(n for n in dir(type(t.fn)) if not n.startswith("_") and callable(getattr(t.fn, n, None)))
+        own = [n for n in public if n in vars(type(t.fn)) or n == "forward"]
+        raise ValueError(f"--call {call}: {type(t.fn).__name__} has no method {call!r} (its own: "
+                         f"{', '.join(own) or 'none'})")
+    t.fn = method
+    t.label += f".{call}"
+
+
+def load_target(target: Any, cast: str | None = None, *, call: str | None = None, length: int = 8192,
+                args: dict[str, Any] | None = None) -> Target:
+    """A :class:`Target` from a config.json path, ``FILE.py:NAME`` / ``package.module:NAME`` (a factory, a class
+    built with inferred arguments, or a function) or a module / callable; ``cast``: a torch dtype name applied
+    with ``.to(dtype)`` (as ``model.to(dtype)`` does); ``call``: trace this method instead of ``forward``;
+    ``length``: the value a length-style constructor argument gets; ``args``: constructor (or function)
+    arguments by name, over the inferred ones."""
     if isinstance(target, (str, os.PathLike)):
         text = os.fspath(target)
-        t = _from_config(text, cast) if text.endswith(".json") or os.path.isfile(text) else _from_factory(text)
+        if text.endswith(".json") or os.path.isfile(text):
+            if text.endswith(".py"):
+                raise ValueError(f"TARGET {text}: name what to trace in it: {text}:FACTORY, {text}:CLASS or "
+                                 f"{text}:FUNCTION")
+            if args:
+                raise ValueError(f"--arg {', '.join(args)}: a config.json target is built from the config")
+            t = _from_config(text, cast)
+        else:
+            t = _from_factory(text, length, args)
     elif callable(target):
-        t = Target(target, _name(target), getattr(target, "config", None))
+        t = Target(target, _name(target), getattr(target, "config", None), args=dict(args or {}))
     else:
         raise ValueError(f"target {describe(target)} is not a config.json path, package.module:factory, "
                          "module or callable")
@@ -173,4 +257,6 @@ def load_target(target: Any, cast: str | None = None) -> Target:
 
         t.fn = t.fn.to(get_format(cast).torch_dtype)
         t.label += f" .to({get_format(cast).name})"
+    if call is not None and call != "forward":
+        _bind(t, call)
     return t
