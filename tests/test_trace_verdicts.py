@@ -306,11 +306,11 @@ def test_rounded_reruns_reusing_the_main_runs_outputs_are_the_full_reruns():
 def test_a_broken_rope_audit_is_not_blamed_on_the_output_rounding():
     """Llama 3.1's rotary module after .to(bfloat16): its outputs match their shadows (computed from the downcast
     inv_freq) to one bf16 rounding, so they are safe against them and no op is named; the RoPE audit against the
-    schedule is broken, so the result's verdict is broken, and the first lines say the operand, never that the
-    final rounding broke it."""
+    schedule is degraded (fast pairs radians off 4K apart, those that resolve the distance not), so the result's
+    verdict is degraded, and the first lines say the operand, never that the final rounding did it."""
     pytest.importorskip("transformers")
     r = trace("tests/data/llama-3.1-8b.json", 4096, cast="bfloat16")
-    assert [o["verdict"] for o in r.outputs] == ["safe", "safe"] and r.verdict == r.output_verdict == "broken"
+    assert [o["verdict"] for o in r.outputs] == ["safe", "safe"] and r.verdict == r.output_verdict == "degraded"
     assert r.culprits == [] and r.lines[0].startswith("operand inv_freq")
     assert not any("by that rounding itself" in line for line in r.lines)
 

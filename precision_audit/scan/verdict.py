@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import spacing
-from ..verdicts import DEFAULT_TOLERANCE, positions_verdict, rope_verdict, rope_why
+from ..verdicts import DEFAULT_TOLERANCE, positions_verdict, resolved_error, rope_verdict, rope_why
 
 __all__ = ["DISTANCES", "KINDS", "output_verdict", "pair_errors"]
 
@@ -75,21 +75,38 @@ def _colliding(real: np.ndarray, shadow: np.ndarray) -> int:
     return int(np.count_nonzero(same & apart))
 
 
-def pair_errors(err: np.ndarray, distances: tuple[int, ...] = DISTANCES) -> list[tuple[int, float]]:
+def pair_errors(err: np.ndarray, distances: tuple[int, ...] = DISTANCES,
+                step: np.ndarray | None = None) -> list[tuple[int, float] | tuple[int, float, float]]:
     """(D, max over rows m of the wrapped |err[m] - err[m - D]|) for each D shorter than the rows, and L/2:
     the relative rotation error of two positions D apart (``err``: signed angle errors, one row per position).
+    ``step``: each column's exact rotation from one row to the next (rad); then each entry also gives the max
+    over the columns that resolve D (:func:`~precision_audit.verdicts.resolved_error`).
 
     >>> pair_errors(np.array([[0.0], [0.1], [0.1], [0.4]]), (1, 2))
     [(1, 0.3), (2, 0.3)]
+    >>> pair_errors(np.array([[0.0, 0.0], [0.0, 0.1], [0.0, 0.1], [0.0, 0.4]]), (1,), step=np.array([100.0, 1.0]))
+    [(1, 0.3, 0.3), (2, 0.3, 0.3)]
     """
     n = err.shape[0]
     ds = sorted({d for d in (*distances, n // 2) if 0 < d < n})
-    return [(d, round(float(_wrap(err[d:] - err[:-d]).max()), 12)) for d in ds]
+    out: list[tuple[int, float] | tuple[int, float, float]] = []
+    for d in ds:
+        col = _wrap(err[d:] - err[:-d]).max(axis=0)
+        top = round(float(col.max()), 12)
+        out.append((d, top) if step is None else (d, top, min(top, round(resolved_error(col, d * step), 12))))
+    return out
 
 
-def _rope(err: np.ndarray, real: np.ndarray, shadow: np.ndarray, kind: str) -> dict[str, Any]:
+def _step(angle: np.ndarray) -> np.ndarray | None:
+    """Each column's exact rotation between consecutive rows (``angle``: the shadow's angles, one row per
+    position), or None where fewer than two rows."""
+    return np.abs(_signed_wrap(angle[1] - angle[0])) if angle.shape[0] > 1 else None
+
+
+def _rope(err: np.ndarray, real: np.ndarray, shadow: np.ndarray, kind: str,
+          step: np.ndarray | None = None) -> dict[str, Any]:
     err = np.where(np.isfinite(err), err, np.pi)
-    pairs = pair_errors(err)
+    pairs = pair_errors(err, step=step)
     top = float(np.abs(err).max()) if err.size else 0.0
     col = _colliding(real, shadow)
     return {"kind": kind, "verdict": rope_verdict(top, col, pair_errors=pairs), "error": top,
@@ -167,8 +184,10 @@ def output_verdict(real: Any, shadow: Any, n_positions: int, *, dtype: str = "fl
     if finite.size and np.abs(finite).max() <= 1.0 + 1e-9:
         if partner is not None:
             pr, ps = (np.asarray(p).astype(np.float64) for p in partner)
-            err = _signed_wrap(np.arctan2(pr, r) - np.arctan2(ps, s))
+            exact = np.arctan2(ps, s)
+            err = _signed_wrap(np.arctan2(pr, r) - exact)
             both = np.concatenate([_rows(r, ax), _rows(pr, ax)], axis=1)
-            return _rope(_rows(err, ax), both, np.concatenate([_rows(s, ax), _rows(ps, ax)], axis=1), "cos/sin")
+            return _rope(_rows(err, ax), both, np.concatenate([_rows(s, ax), _rows(ps, ax)], axis=1), "cos/sin",
+                         _step(_rows(exact, ax)))
         return _rope(_rows(r - s, ax), _rows(r, ax), _rows(s, ax), "cos/sin")
-    return _rope(_rows(_signed_wrap(r - s), ax), _rows(r, ax), _rows(s, ax), "angles")
+    return _rope(_rows(_signed_wrap(r - s), ax), _rows(r, ax), _rows(s, ax), "angles", _step(_rows(s, ax)))

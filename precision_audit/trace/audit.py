@@ -92,12 +92,13 @@ class TraceResult(Row):
 
 def _make_inputs(inputs: dict[str, Any], fmt: Format) -> dict[str, Any]:
     """``inputs`` with each ``"SHAPE[:DTYPE]"`` string made a tensor (:func:`~.build.make_input`; no DTYPE: int64
-    for a position name, else the trace's dtype)."""
+    for a position name, else the trace's dtype).  A string that does not start with a digit is an argument of
+    its own (a ``layer_type``), passed as it is."""
     from .build import INT_DTYPES, is_position_name, make_input, parse_input
 
     out = {}
     for k, v in inputs.items():
-        if isinstance(v, str):
+        if isinstance(v, str) and v[:1].isdigit():
             try:
                 name, shape, dt = parse_input(f"{k}={v}")
             except ValueError as e:  # said as the API names it
@@ -387,7 +388,8 @@ def trace(target: Any, length: int = 8192, *, dtype: Any = "bfloat16", cast: Any
     NAME is a factory, a class (built with its defaults; a required dim, base or length argument gets 64, 10000
     or ``length``; ``args`` gives any by name) or a function (traced itself: called with ``inputs`` and its other
     arguments inferred the same way, e.g. ``build_rope_cache(seq_len, n_elem)``); ``call``: trace that method
-    instead of ``forward``.  An ``inputs`` value may be ``"SHAPE[:DTYPE]"`` (``"1x8192x8x64:bfloat16"``): an
+    instead of ``forward``.  An ``inputs`` value may be ``"SHAPE[:DTYPE]"`` (``"1x8192x8x64:bfloat16"``; a string
+    that does not start with a digit is passed as it is, a ``layer_type`` say): an
     integer dtype or a position name is filled with positions ``0..n-1`` along its last dimension (a position
     input), anything else with ones; without DTYPE, int64 for a position name, else ``dtype``.  The position
     inputs by default: the inputs with a position name and the integer ones.
