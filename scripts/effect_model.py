@@ -28,7 +28,7 @@ RUNS = (
 )
 OUT = ROOT / "figures" / "effect_smollm2.txt"
 CALIBRATION = ("precision-audit effect --calibration --model smollm2 --offset 8K --offset 1M --gap 256 --gap 1024 "
-               "--gap 4096 --tokens 8192",)
+               "--gap 4096",)
 CALIBRATION_OUT = ROOT / "figures" / "effect_smollm2_calibration.txt"
 
 
