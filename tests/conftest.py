@@ -11,9 +11,44 @@ reproduces a failure).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
+from typing import Any
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("random", derandomize=False, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def incident_results() -> dict[str, Any]:
+    """Every catalog entry reproduced once per session, by name (``reproduce``; about 12 s of CPU for the catalog).
+
+    Tests that run the whole catalog through the CLI (``reproduce --list``, ``--all``) or the headline report feed
+    these rows to ``precision_audit.incidents.reproduce_all`` (:func:`shared_reproduce_all`) instead of measuring
+    the catalog again; a test in the slow pass runs each of those commands on the real ``reproduce_all``."""
+    from precision_audit.incidents import incident_names, reproduce
+
+    return {n: reproduce(n) for n in incident_names()}
+
+
+@pytest.fixture(scope="session")
+def shared_reproduce_all(incident_results: dict[str, Any]) -> Callable[..., list[Any]]:
+    """A stand-in for ``reproduce_all`` that returns the session's rows (in catalog order, or of ``names``)."""
+
+    def reproduce_all(names: Iterable[str] | None = None) -> list[Any]:
+        return [incident_results[n] for n in (incident_results if names is None else names)]
+
+    return reproduce_all
+
+
+@pytest.fixture(scope="session")
+def shared_reproduce(incident_results: dict[str, Any]) -> Callable[[str], Any]:
+    """A stand-in for ``reproduce`` (as ``reproduce --list`` calls it for each verdict): the session's row."""
+
+    def reproduce(name: str) -> Any:
+        return incident_results[name]
+
+    return reproduce

@@ -13,6 +13,8 @@ torch's linspace (vectorised lanes), pow, cos and sin differ by CPU: compared wi
 
 from __future__ import annotations
 
+import functools
+
 import json
 import math
 from fractions import Fraction
@@ -363,21 +365,29 @@ def _run(*args: str) -> Any:
     return CliRunner().invoke(main, ["config", *args])
 
 
+@functools.lru_cache(maxsize=None)
+def _default_json(path: Path) -> dict[str, Any]:
+    """`config PATH --json` with the default input, run once per config for this module's tests."""
+    r = _run(str(path), "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
 @pytest.mark.parametrize("path", [COG_CFG, COG15_CFG, LTX_CFG], ids=lambda p: p.stem)
 def test_cli_default_input_has_a_bottom_line(path):
     r = _run(str(path))
     assert r.exit_code == 0, r.output
     assert "(the default input)" in r.output and "Bottom line" in r.output
-    out = json.loads(_run(str(path), "--json").output)
+    out = _default_json(path)
     assert out["default_input"] and {s["path"] for s in out["summary"]} == {"fp32", "positions-dtype",
                                                                              "cos-sin-dtype"}
 
 
 def test_cli_default_inputs_are_the_pipelines():
-    out = json.loads(_run(str(COG_CFG), "--json").output)
+    out = _default_json(COG_CFG)
     assert out["input"] == {"image": [720, 480], "video": {"seconds": 49 / 8, "fps": 8.0}}
     assert out["largest_ids"] == {"frame": 12, "height": 29, "width": 44}
-    out = json.loads(_run(str(LTX_CFG), "--json").output)
+    out = _default_json(LTX_CFG)
     assert out["input"] == {"image": [704, 512], "video": {"seconds": 161 / 25, "fps": 25.0}}
     assert out["largest_ids"] == {"frame": 20, "height": 15, "width": 21}
 

@@ -436,7 +436,27 @@ def test_tables_are_rounded_once_to_the_model_dtype():
     rm.set_tables(None)
 
 
+@pytest.mark.slow
 def test_report_weights_adds_the_real_model_section(checkpoint, tmp_path):
+    _report_weights(checkpoint, tmp_path)
+
+
+def test_report_weights_adds_the_real_model_section_short_inputs(checkpoint, tmp_path, monkeypatch):
+    """The same report with the real model measured on shorter inputs (128 text tokens, one pass key at gap 64,
+    where the report uses 512 tokens and two keys at gap 1024: 17 of its 35 s here); the report as it runs is in
+    the slow pass (test_report_weights_adds_the_real_model_section)."""
+    import precision_audit.effect.measures as measures
+
+    real = measures.measure_model
+
+    def shorter(rm, paths, dtypes, offsets, *, tokens, gaps, keys, **kw):
+        return real(rm, paths, dtypes, offsets, tokens=min(tokens, 128), gaps=[64], keys=1, **kw)
+
+    monkeypatch.setattr(measures, "measure_model", shorter)
+    _report_weights(checkpoint, tmp_path)
+
+
+def _report_weights(checkpoint, tmp_path):
     # report MODEL --weights PATH: the model report gains the real model's section, its table and its figure
     out = tmp_path / "rep"
     r = CliRunner().invoke(main, ["report", "tests/data/smollm2-135m.json", "-o", str(out), "--max-length", "8K",

@@ -70,8 +70,9 @@ def wrapped_error(angle: np.ndarray, m: np.ndarray, th: np.ndarray) -> np.ndarra
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, IncidentResult]:
-    return {n: reproduce(n) for n in incident_names()}
+def results(incident_results) -> dict[str, IncidentResult]:
+    """Every entry reproduced (once per session: conftest's ``incident_results``)."""
+    return incident_results
 
 
 def test_catalog_has_the_reports_with_references(results):
@@ -331,7 +332,12 @@ def run(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
-def test_cli_list_and_errors(results):
+def test_cli_list_and_errors(results, shared_reproduce, monkeypatch):
+    # --list reproduces each entry for its verdict: fed the fixture's results here (the same rows, measured once;
+    # test_cli_list_runs_the_catalog, in the slow pass, lists the real run's)
+    import precision_audit.incidents as incidents
+
+    monkeypatch.setattr(incidents, "reproduce", shared_reproduce)
     res = run("reproduce", "--list")
     assert res.exit_code == 0
     lines = res.output.splitlines()[2:]
@@ -356,6 +362,19 @@ def test_cli_list_and_errors(results):
     assert run("reproduce", "--all", "--list").exit_code == 2
 
 
+@pytest.mark.slow
+def test_cli_list_runs_the_catalog(results):
+    """`reproduce --list` on the real reproduce (two more runs of the catalog): each entry's verdict is the
+    fixture's, in text and JSON."""
+    lines = run("reproduce", "--list").output.splitlines()[2:]
+    assert len(lines) == len(CATALOG)
+    for name in CATALOG:
+        (line,) = [x for x in lines if f" {name} " in f" {x} "]
+        assert f" {results[name].verdict} " in f" {line} "
+    listed = json.loads(run("reproduce", "--list", "--json").output)["results"]
+    assert {r["name"]: r["verdict"] for r in listed} == {n: r.verdict for n, r in results.items()}
+
+
 def test_cli_reproduce_json_and_text():
     doc = json.loads(run("reproduce", "gpt-neox-1003", "--json").output)
     (row,) = doc["results"]
@@ -375,11 +394,11 @@ def test_cli_attention_apply():
     assert run("attention", "--apply", "bf17").exit_code == 2
 
 
-def test_cli_all_json_and_text(results, monkeypatch):
+def test_cli_all_json_and_text(results, shared_reproduce_all, monkeypatch):
     # --all runs reproduce_all(): fed the fixture's results here (the same rows, measured once)
     import precision_audit.incidents as incidents
 
-    monkeypatch.setattr(incidents, "reproduce_all", lambda names=None: list(results.values()))
+    monkeypatch.setattr(incidents, "reproduce_all", shared_reproduce_all)
     doc = json.loads(run("reproduce", "--all", "--json").output)
     assert doc["auditor"] == "reproduce" and [r["name"] for r in doc["results"]] == list(results)
     assert {r["name"]: r["verdict"] for r in doc["results"]} == {n: r.verdict for n, r in results.items()}

@@ -28,9 +28,13 @@ def _run(*args: str) -> Any:
 
 
 # Configs whose default audit takes over 10 s here (Llama 4 Scout: 10M context x 4; Gemma 3 and 4: several layer
-# types at 128K-256K x 4; Qwen3-VL: 256K x 4): their default run is in the slow pass (CI runs it); the default
-# pass audits them at 8K.
-LONG = {"llama-4-scout-17b-16e-instruct", "gemma-3-4b-it", "gemma-3-1b-it", "gemma-4-31b-it", "qwen3-vl-4b-instruct"}
+# types at 128K-256K x 4; Qwen3-VL: 256K x 4) or over about 3 s of CPU (issue 52: the 128K-class contexts of
+# Llama 3.1, Qwen2 and Qwen2.5-VL, SmolLM3, gpt-oss, Phi-3.5, DeepSeek-V3, Qwen2-VL and Qwen2.5-Coder's YaRN took
+# 11-63 s of the default run on a loaded 2-core machine): their default run is in the slow pass (CI runs it); the
+# default pass audits them at 8K.  The others keep their default run here.
+LONG = {"llama-4-scout-17b-16e-instruct", "gemma-3-4b-it", "gemma-3-1b-it", "gemma-4-31b-it", "qwen3-vl-4b-instruct",
+        "qwen2.5-vl-7b-instruct", "qwen2-7b", "llama-3.1-8b", "smollm3-3b", "gpt-oss-20b", "phi-3.5-mini-instruct",
+        "deepseek-v3", "qwen2-vl-7b-instruct", "qwen2.5-coder-32b-instruct-yarn"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in LONG else p for p in CONFIGS],
@@ -172,7 +176,8 @@ def test_trained_on_compares_serving_stacks_with_the_training_one() -> None:
     assert t["stack"] == "torchtune" and set(by) == {"vllm", "openvino"}
     assert by["vllm"]["verdict"] == "safe" and by["openvino"]["verdict"] == "broken"
     assert all(row["reference"] == "torchtune" for row in t["results"])
-    bad = _run("config", str(DATA / "gpt-oss-20b.json"), "--trained-on", "torchtune")
+    # at 4K: the refusal does not depend on the length (the default length audits 128K first, 10 s of CPU)
+    bad = _run("config", str(DATA / "gpt-oss-20b.json"), "-l", "4K", "--trained-on", "torchtune")
     assert bad.exit_code == 2 and "does not run rope type 'yarn'" in bad.output
     text = _run("config", path, "-l", "4K", "--stack", "vllm", "--stack", "torchtune").output
     assert " serving stacks:" in text and " training stacks:" in text

@@ -56,9 +56,16 @@ def plain(rows):
 
 
 @pytest.fixture(scope="module")
-def headline(tmp_path_factory) -> Path:
+def headline(tmp_path_factory, shared_reproduce_all) -> Path:
+    """The headline report at 1K, its incident section from the session's catalog run (conftest: the rows
+    ``reproduce_all`` gives, measured once; test_headline_rerun_is_byte_identical_on_the_real_catalog, in the slow
+    pass, reruns it on the real one)."""
+    import precision_audit.incidents as incidents
+
     out = tmp_path_factory.mktemp("h") / "report"
-    res = run("report", "--max-length", SMALL, "--out", str(out))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(incidents, "reproduce_all", shared_reproduce_all)
+        res = run("report", "--max-length", SMALL, "--out", str(out))
     assert res.exit_code == 0, res.output
     return out
 
@@ -122,7 +129,20 @@ def test_headline_results_are_the_auditors(headline: Path) -> None:
 
 
 @pytest.mark.slow  # draws all eight figures again; the model report's rerun below runs by default
-def test_headline_rerun_is_byte_identical(headline: Path, tmp_path: Path) -> None:
+def test_headline_rerun_is_byte_identical(headline: Path, tmp_path: Path, shared_reproduce_all, monkeypatch) -> None:
+    import precision_audit.incidents as incidents
+
+    monkeypatch.setattr(incidents, "reproduce_all", shared_reproduce_all)  # the catalog: the session's run
+    res = run("report", "--max-length", SMALL, "--out", str(tmp_path / "again"), "--quiet")
+    assert res.exit_code == 0, res.output
+    for f in sorted(headline.iterdir()):
+        assert f.read_bytes() == (tmp_path / "again" / f.name).read_bytes(), f.name
+
+
+@pytest.mark.slow
+def test_headline_rerun_is_byte_identical_on_the_real_catalog(headline: Path, tmp_path: Path) -> None:
+    """The rerun with the real reproduce_all (one more run of the catalog): the same bytes as the headline
+    fixture, whose catalog rows were the session's."""
     res = run("report", "--max-length", SMALL, "--out", str(tmp_path / "again"), "--quiet")
     assert res.exit_code == 0, res.output
     for f in sorted(headline.iterdir()):

@@ -26,11 +26,15 @@ from precision_audit.trace import run_traced, trace  # noqa: E402
 from precision_audit.verdicts import alibi_verdict  # noqa: E402
 
 L = 4096
+# The T5 traces build the (L, L) distance matrix (and its float64 shadow, once per rerun): at 1024 they keep every
+# check at 4096 (first inexact distance 257; lowp-eager flips the same 3 distances at both lengths) in a
+# sixteenth of the work (issue 52: 65 s of a loaded default run at 4096)
+LT5 = 1024
 FIRST = get_format("bfloat16").max_exact_integer + 1  # 257
 
 
 def _distances(dtype):
-    """The relative positions (memory - query) of the last query over keys 0..L-1, made in ``dtype``."""
+    """The relative positions (memory - query) of the last query over keys 0..LT5-1, made in ``dtype``."""
 
     def rel(pos):
         return (pos[None, :] - pos[:, None])[-1].to(dtype)
@@ -52,13 +56,13 @@ def test_t5_transformers_decoder_on_bf16_distances():
     def buckets(pos):
         return T5Attention._relative_position_bucket(rel(pos), bidirectional=False)
 
-    r = trace(buckets, inputs={"pos": torch.arange(L)}, positions=["pos"])
-    (row,) = audit_relative(BucketScheme("t5", bidirectional=False), "cast-distance", L, "bfloat16")
+    r = trace(buckets, inputs={"pos": torch.arange(LT5)}, positions=["pos"])
+    (row,) = audit_relative(BucketScheme("t5", bidirectional=False), "cast-distance", LT5, "bfloat16")
     assert r.final_error == row.max_shift == row.flipped == 0 and r.culprits == []
     cast = next(o for o in r.ops if o.op == "aten._to_copy.default" and o.out_dtype == "bfloat16")
-    assert cast.first_inexact == -FIRST and r.length == L
-    run = run_traced(buckets, (), {"pos": torch.arange(L)}, seeds=["pos"])
-    d = np.arange(L)[::-1]  # the last query: distances L-1 .. 0
+    assert cast.first_inexact == -FIRST and r.length == LT5
+    run = run_traced(buckets, (), {"pos": torch.arange(LT5)}, seeds=["pos"])
+    d = np.arange(LT5)[::-1]  # the last query: distances LT5-1 .. 0
     assert np.array_equal(run.shadows[0].numpy(), exact_buckets(BucketScheme("t5", bidirectional=False), d))
     # its buckets come back in bf16 (0 + where(small, the bf16 distance, int64 bucket)): values, compared as such
     assert np.array_equal(run.outputs[0].double().numpy(), path_buckets(BucketScheme("t5", bidirectional=False), d,
@@ -76,19 +80,19 @@ def test_t5_port_in_bf16_flips_what_lowp_eager_flips():
     def buckets(pos):
         return t5_bucket_port(rel(pos), bidirectional)
 
-    r = trace(buckets, inputs={"pos": torch.arange(L)}, positions=["pos"])
-    (row,) = audit_relative(s, "lowp-eager", L, "bfloat16")
+    r = trace(buckets, inputs={"pos": torch.arange(LT5)}, positions=["pos"])
+    (row,) = audit_relative(s, "lowp-eager", LT5, "bfloat16")
     assert row.flipped > 0 and r.final_error == row.max_shift == 1
     named = {o.op for o in r.culprits}
     assert named == {"aten._to_copy.default", "aten.log.default"}
-    run = run_traced(buckets, (), {"pos": torch.arange(L)}, seeds=["pos"])
-    d = np.arange(L)[::-1]
+    run = run_traced(buckets, (), {"pos": torch.arange(LT5)}, seeds=["pos"])
+    d = np.arange(LT5)[::-1]
     exact = exact_buckets(s, d)
     assert np.array_equal(run.shadows[0].numpy(), exact)
     flipped = np.flatnonzero(run.outputs[0].numpy() != exact)
     want = np.flatnonzero(path_buckets(s, d, "lowp-eager", "bfloat16") != exact)
     assert np.array_equal(flipped, want) and flipped.size == row.flipped
-    assert [(o["dtype"], o["changed"], o["values"]) for o in r.outputs] == [("int64", row.flipped, L)]
+    assert [(o["dtype"], o["changed"], o["values"]) for o in r.outputs] == [("int64", row.flipped, LT5)]
 
 
 # --------------------------------------------------------------------------- Bloom's ALiBi
