@@ -16,7 +16,6 @@ rotary / rope / position / alibi / sinusoid / bucket.  Nothing is called here: i
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -29,6 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+
+from ..trace.build import importable
 
 __all__ = ["Candidate", "Loaded", "candidates", "load_target_modules", "mentions_positions", "position_evidence",
            "POSITION_PARAM"]
@@ -102,20 +103,6 @@ def _import(name: str) -> Loaded:
         return Loaded(name, None, f"import failed: {_one_line(e)}")
 
 
-@contextlib.contextmanager
-def _on_path(folder: str) -> Iterator[None]:
-    """``folder`` first on ``sys.path`` while a file of it is imported (its own imports resolve, as ``python -m``
-    from there finds them), removed after: a scan leaves no folder on the path to shadow other packages."""
-    added = folder not in sys.path
-    if added:
-        sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        if added and folder in sys.path:
-            sys.path.remove(folder)
-
-
 def _import_file(path: str, name: str) -> Loaded:
     label, old = name, sys.modules.get(name)
     if old is not None and os.path.abspath(getattr(old, "__file__", "") or "") != os.path.abspath(path):
@@ -170,7 +157,7 @@ def _folder(path: str) -> Iterator[Loaded]:
         if not mentions_positions(f):
             continue
         rel = os.path.relpath(f, root)[:-3].replace(os.sep, ".")
-        with _on_path(root):
+        with importable(root):
             loaded = _import_file(f, rel.removesuffix(".__init__") or os.path.basename(root))
         yield loaded
 
@@ -191,7 +178,7 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
             raise ValueError(f"TARGET {target}: no such file")
         _check_syntax(target)
         name = os.path.basename(target)[:-3] if target.endswith(".py") else os.path.basename(target)
-        with _on_path(os.path.dirname(os.path.abspath(target))):
+        with importable(os.path.dirname(os.path.abspath(target))):
             loaded = _import_file(target, name)
         if loaded.module is None:
             raise ValueError(f"TARGET {target}: {loaded.error}")
@@ -200,7 +187,7 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
     if os.path.isdir(target) and os.path.isfile(os.path.join(target, "__init__.py")):
         root = os.path.abspath(target)
         name = os.path.basename(root)
-        with _on_path(os.path.dirname(root)):  # a package folder: imported as a package (relative imports work)
+        with importable(os.path.dirname(root)):  # a package folder: imported as a package (relative imports work)
             loaded = _import(name)
             if loaded.module is None or os.path.dirname(os.path.abspath(loaded.module.__file__ or "")) != root:
                 raise ValueError(f"TARGET {target}: " + (loaded.error.replace("import failed", "does not import")
@@ -213,7 +200,7 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
         return
     if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", target):
         raise ValueError(f"TARGET {target!r} is neither a .py file, a folder nor a module name")
-    with _on_path(os.getcwd()):  # a module of the current folder, as python -m finds it
+    with importable(os.getcwd()):  # a module of the current folder, as python -m finds it
         loaded = _import(target)
     if loaded.module is None:
         raise ValueError(f"TARGET {target}: {loaded.error.replace('import failed', 'does not import')}")

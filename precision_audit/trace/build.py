@@ -32,7 +32,7 @@ from typing import Any
 from ..checks import describe
 
 __all__ = ["DIM", "INT_DTYPES", "MAX_INPUT_VALUES", "POSITION_NAMES", "import_attribute", "infer_arguments", "is_position_name",
-           "make_input", "parse_arg", "parse_input"]
+           "importable", "make_input", "parse_arg", "parse_input"]
 
 DIM = 64
 """The value a required dim-style argument gets (even and a multiple of 4: 1-D and 2-D RoPE both split it)."""
@@ -222,8 +222,9 @@ def infer_arguments(obj: Any, length: int, given: Mapping[str, Any] | None = Non
 
 
 @contextlib.contextmanager
-def _importable(folder: str) -> Iterator[None]:
-    """``folder`` first on ``sys.path`` while the block runs (the user's own modules import from it)."""
+def importable(folder: str) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` while the block runs (the user's own modules import from it, as ``python
+    -m`` from there finds them), removed after: nothing is left on the path to shadow other packages."""
     added = folder not in sys.path
     if added:
         sys.path.insert(0, folder)
@@ -246,7 +247,7 @@ def _module_from_file(path: str, spec: str) -> Any:
         root = os.path.dirname(root)
     if len(parts) > 1 and stem.isidentifier():
         try:
-            with _importable(root):
+            with importable(root):
                 return importlib.import_module(".".join(parts))
         except Exception as e:
             raise ValueError(f"TARGET {spec}: cannot import {path} as {'.'.join(parts)} ({_why(e)})") from None
@@ -260,7 +261,7 @@ def _module_from_file(path: str, spec: str) -> Any:
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[name] = module
     try:
-        with _importable(os.path.dirname(full)):
+        with importable(os.path.dirname(full)):
             loader_spec.loader.exec_module(module)
     except BaseException as e:
         sys.modules.pop(name, None)
@@ -295,7 +296,7 @@ def import_attribute(spec: str) -> tuple[Any, str]:
         module = _module_from_file(where, spec)
     else:
         try:
-            with _importable(os.getcwd()):
+            with importable(os.getcwd()):
                 module = importlib.import_module(where)
         except Exception as e:
             raise ValueError(f"TARGET {spec}: cannot import {where} ({_why(e)})") from None
