@@ -13,7 +13,7 @@ into the bottom line per stack and dtype (:func:`bottom_line`).
 >>> for s in pa.bottom_line(rows, key="recipe"):
 ...     print(s.path, s.verdict, s.safe_to, s.degraded_from, s.broken_from)
 transformers safe 4096 None None
-transformers-cast broken None 1024 4096
+transformers-cast degraded None 1024 None
 >>> print(pa.bottom_line(rows, key="recipe")[1].fix)
 call precision_audit.fix.keep_rotary_fp32(model) before model.to(dtype)
 

@@ -146,6 +146,11 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]] = {
                                                               dtype="float32", restored=False, rotary_protocol=True,
                                                               shape=(4,), where="buffer")),
     "fix.ProtectionReport": (fix.ProtectionReport, lambda: dict(buffers=())),
+    # scan: the docs' example file (a float32 rotary module), one mode, nothing located: a fast valid call
+    "scan": (pa.scan, lambda: dict(targets=str(Path(__file__).parent.parent / "docs" / "examples" / "user_rope.py"),
+                                   length=64, modes=["float32"], args=None, progress=None, locate=False)),
+    "ScanFinding": (pa.ScanFinding, lambda: dict(module="m", callable="f", call="f(positions)", mode="float32",
+                                                 status="scanned", length=64)),
 }
 
 # other words a message may use for an argument: a config dict's own errors speak of the config

@@ -26,7 +26,7 @@ CLI = "import sys; from precision_audit.cli import main; sys.exit(main(prog_name
 CTX = click.Context(main)
 COMMANDS = {name: main.get_command(CTX, name) for name in main.list_commands(CTX)}
 # the --help examples that need an optional package, and the slowest one (every llama rotary class, live)
-NEEDS = {"hf-rope": "transformers", "hf-scan": "transformers", "hf-alibi": "transformers"}
+NEEDS = {"hf-rope": "transformers", "hf-scan": "transformers", "hf-alibi": "transformers", "scan": "transformers"}
 
 
 def _shell(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

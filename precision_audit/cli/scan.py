@@ -86,7 +86,7 @@ def scan_cmd(targets: tuple[str, ...], length: int, modes: tuple[str, ...], args
     forward, their position methods, functions), nothing else of the package.  Progress: one line per module
     on stderr.
 
-    Example: precision-audit scan mypkg.rotary --length 8K --fail-on broken
+    Example: precision-audit scan transformers.models.llama.modeling_llama --length 4K --fail-on broken
     """
     from ..scan import scan
 

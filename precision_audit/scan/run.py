@@ -71,9 +71,9 @@ class ScanFinding(Row):
     evidence: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.status not in ("scanned", "skipped"):
+        if not isinstance(self.status, str) or self.status not in ("scanned", "skipped"):
             raise ValueError(f"status {self.status!r} must be scanned or skipped")
-        if self.verdict is not None and self.verdict not in VERDICTS:
+        if self.verdict is not None and (not isinstance(self.verdict, str) or self.verdict not in VERDICTS):
             raise ValueError(f"verdict {self.verdict!r} must be one of {', '.join(VERDICTS)}")
 
 
