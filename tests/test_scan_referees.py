@@ -43,7 +43,8 @@ def _line(path: Path, text: str) -> int:
     return n
 
 
-@pytest.mark.parametrize("which, cls", [("rope", "RotaryPositionalEmbeddings"), ("llama3_1", "Llama3ScaledRoPE")])
+@pytest.mark.parametrize("which, cls", [("rope", "RotaryPositionalEmbeddings"),
+                                        pytest.param("llama3_1", "Llama3ScaledRoPE", marks=pytest.mark.slow)])
 def test_torchtune_rotary_files(which: str, cls: str) -> None:
     from precision_audit.scan import scan
 
@@ -93,7 +94,9 @@ def _as_hf_scan(rows: list) -> str:
     return "damaged by the cast" if modes["cast-bfloat16"] != "safe" else "safe"
 
 
-@pytest.mark.parametrize("family, cls", [("llama", "LlamaRotaryEmbedding"), ("gemma3", "Gemma3RotaryEmbedding")])
+@pytest.mark.parametrize("family, cls", [("llama", "LlamaRotaryEmbedding"),
+                                         # two layer types, each a scan of four modes: 15 s; in the slow pass
+                                         pytest.param("gemma3", "Gemma3RotaryEmbedding", marks=pytest.mark.slow)])
 def test_transformers_class_as_hf_scan(family: str, cls: str) -> None:
     """``scan`` of a transformers modelling file gives ``hf-scan``'s verdict for its rotary class, per layer type
     (built the same way, from the default config): damaged by the cast (the bf16 ``inv_freq``) = the as-built
