@@ -514,5 +514,6 @@ def test_smollm2_calibration_has_no_inconsistent_row_and_the_bottom_line_says_th
              for p in ("lowp", "lowp-inv-freq", "fp32")}
     cfg = load_config(Path(__file__).parent / "data" / "smollm2-135m.json")
     summary = {s.path: s.verdict for s in bottom_line(
-        audit_config(cfg, [8192], ["bfloat16"], stacks=["transformers", "transformers-cast"], positions=False))}
+        audit_config(cfg, [8192], ["bfloat16"], stacks=["transformers", "transformers-cast"], positions=False),
+        key="recipe")}
     assert (summary["transformers-cast"], summary["transformers"]) == (worst["lowp-inv-freq"], worst["fp32"])
