@@ -44,7 +44,8 @@ presets), :mod:`.formulas` (the formulas stacks evaluate: inverse frequencies, a
 code paths), :mod:`.oracle` (exact angles), :mod:`.engine` (the numpy engine),
 :mod:`.lookup` (lookup tables for 16-bit formats), :mod:`.narrow_cache` and :mod:`.float32_cache` (stored cos/sin without a libm call per element), :mod:`.chunk_stats` (one chunk's reductions, shared stages once), :mod:`.torch_engine`,
 :mod:`.pairs` (pairwise errors at distances D), :mod:`.audit` (the chunked
-driver and its rows), :mod:`.schedules` (the rope types' frequencies), :mod:`.attention` (errors of
+driver and its rows), :mod:`.schedules` (the rope types' frequencies: :mod:`.rope_types` their formulas,
+:mod:`.arithmetic` the two arithmetics that evaluate them), :mod:`.attention` (errors of
 the attention logits and of the rotated vectors) and :mod:`.overflow` (angles that overflow).  Every public name is
 importable from ``precision_audit.rope``.
 """

@@ -2,7 +2,9 @@
 
 A :class:`RopeSchedule` holds a model's rotary settings (``rope_theta``, head
 and rotary dims, and the ``rope_type`` with its parameters) and computes the
-inverse frequencies ``theta_i`` three ways, from ONE written formula per type:
+inverse frequencies ``theta_i`` three ways, from ONE written formula per type
+(:mod:`.rope_types`, which credits the published formulas and the operation
+order it follows):
 
 * :meth:`RopeSchedule.inv_freq`: the reference, every operation correctly
   rounded in float64 (pow through mpmath), so it is the same on every machine;
@@ -10,35 +12,11 @@ inverse frequencies ``theta_i`` three ways, from ONE written formula per type:
   format, every operation (exponent, power, reciprocal, scaling factors)
   correctly rounded to it, as real float32 code computes it (``engine="numpy"``),
   or with this machine's real torch kernels (``engine="torch"``), which are
-  faithful, not correctly rounded.
+  faithful, not correctly rounded (the two arithmetics: :mod:`.arithmetic`).
 
-The formulas are the published ones: RoPE (Su et al. 2021,
-``theta_i = base ** (-2i/d)``); position interpolation (Chen et al. 2023,
-``linear``); dynamic NTK (bloc97/emozilla 2023: the base grows to
-``base * (s L / L0 - (s - 1)) ** (d / (d - 2))``); YaRN (Peng et al. 2023:
-per-frequency ramp between interpolation and extrapolation by the number of
-rotations over the pretraining context, attention factor ``0.1 ln s + 1``);
-Llama 3 (Meta 2024: wavelength bands); LongRoPE (Ding et al. 2024:
-per-frequency rescale factors, short and long sets, attention factor
-``sqrt(1 + ln s / ln L0)``); proportional partial rotary (Gemma: the rotated
-frequencies keep the full head_dim's exponents, the rest do not rotate).
-Their parameter names are those of transformers' ``rope_parameters``; tests
-compare every type with transformers' ``ROPE_INIT_FUNCTIONS``.
-
-Operation order.  A formula does not fix the order of its floating-point
-operations, and a float32 result is bit-exact only in the order the real code
-uses.  ``_llama3``, ``_yarn`` and ``yarn_bounds`` therefore take theirs from
-transformers' ``src/transformers/modeling_rope_utils.py``
-(``_compute_llama3_parameters``; ``_compute_yarn_parameters`` with its
-``find_correction_range`` and ``linear_ramp_factor``; read at transformers
-5.23): Llama 3's wavelength ``2 pi / theta`` and blend
-``(1 - w) * scaled / factor + w * scaled``; YaRN's correction dims
-``d ln(L0 / (2 pi r)) / (2 ln base)``, the ``+ 0.001`` that widens a
-zero-width ramp, and the ramp complemented twice (the extrapolation weight
-``1 - ramp``, the blend ``interpolated * (1 - weight) + extrapolated *
-weight``).  No code is copied; the order of operations is credited to that
-file: Copyright 2024 The HuggingFace Team, licensed under the Apache License,
-Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0).
+:func:`schedule_from_rope_parameters` reads a config's ``rope_parameters``
+(transformers' parameter names); :func:`check_schedule` checks an auditor's
+argument; :func:`ulp_distance` compares two evaluations.
 
 >>> RopeSchedule(head_dim=8, base=10000.0).inv_freq().tolist()
 [1.0, 0.1, 0.01, 0.001]
@@ -52,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +38,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..checks import check_above, check_instance, describe
-from ..formats import Format, get_format, round_to, spacing
+from ..formats import Format, get_format, spacing
+from .arithmetic import F64, _Rounded, _Torch, round_mp
+from .rope_types import _FORMULAS, _TYPE_ALIASES, ROPE_TYPES, yarn_bounds
 
 __all__ = [
     "ROPE_TYPES",
@@ -71,295 +51,10 @@ __all__ = [
     "ulp_distance",
     "yarn_bounds",
 ]
+# round_mp (.arithmetic), ROPE_TYPES and yarn_bounds (.rope_types) are importable from here, as before the split
 
-F64 = npt.NDArray[np.float64]
 MAX_HEAD_DIM = 8192
 
-# --------------------------------------------------------------------------- arithmetic contexts
-#
-# A schedule formula is written once against these operations.  Operands are
-# arrays (values of the context's format) or Python numbers (the scalars of the
-# real code: torch turns a Python float operand of a float32/bfloat16/float16
-# op into the op's math type, float32, so they are rounded to float32 there).
-
-
-def round_mp(v: Any, fmt: Format) -> float:
-    """An mpmath value correctly rounded to ``fmt`` (a :class:`~precision_audit.formats.Format`).
-
-    float(v) rounds to nearest float64; if inexact it is turned into the
-    round-to-odd float64 value (step toward v when its last bit is even), which
-    :func:`round_to` rounds correctly to any narrower format.
-    """
-    import mpmath
-
-    x = float(v)
-    if fmt.name == "float64" or not math.isfinite(x) or mpmath.mpf(x) == v:
-        return x if fmt.name == "float64" else float(round_to(x, fmt)[()])
-    if int(np.float64(x).view(np.uint64)) & 1 == 0:
-        x = float(np.nextafter(x, math.inf if v > x else -math.inf))
-    return float(round_to(x, fmt)[()])
-
-
-class _Rounded:
-    """Every operation exact, then correctly rounded to ``fmt`` (round to nearest even).
-
-    + - * / are done in float64 and rounded once more: double rounding through
-    53 bits is innocuous for these operations when the target has <= 25 bits
-    (Figueroa 1995), and float64 itself is the exact result's nearest value.
-    pow goes through mpmath.  Python scalars are rounded to the op's math type:
-    float64 for a float64 context, float32 otherwise (as torch does).
-    """
-
-    def __init__(self, fmt: str | Format) -> None:
-        self.fmt = get_format(fmt)
-        self.scalar_fmt = self.fmt if self.fmt.name == "float64" else get_format("float32")
-
-    def _arr(self, a: Any) -> F64:
-        if isinstance(a, np.ndarray):
-            return a
-        return round_to(np.float64(a), self.scalar_fmt)
-
-    def _r(self, x: F64) -> F64:
-        return round_to(x, self.fmt)
-
-    def arange(self, start: int, stop: int, step: int = 1) -> F64:
-        return self._r(np.arange(start, stop, step, dtype=np.float64))  # int64 .to(fmt)
-
-    def array(self, values: Sequence[float]) -> F64:
-        return self._r(round_to(np.asarray(values, dtype=np.float64), self.scalar_fmt))
-
-    def integer(self, n: int) -> F64:
-        return self._r(np.float64(n))  # an int64 tensor entering a float op
-
-    def zeros(self, n: int) -> F64:
-        return np.zeros(n)
-
-    def add(self, a: Any, b: Any) -> F64:
-        return self._r(self._arr(a) + self._arr(b))
-
-    def sub(self, a: Any, b: Any) -> F64:
-        return self._r(self._arr(a) - self._arr(b))
-
-    def mul(self, a: Any, b: Any) -> F64:
-        return self._r(self._arr(a) * self._arr(b))
-
-    def div(self, a: Any, b: Any) -> F64:
-        with np.errstate(divide="ignore"):
-            return self._r(self._arr(a) / self._arr(b))
-
-    def pow(self, a: Any, b: Any) -> F64:
-        import mpmath
-
-        x, y = np.broadcast_arrays(self._arr(a), self._arr(b))
-        with mpmath.workprec(160):
-            out = [round_mp(mpmath.power(mpmath.mpf(float(p)), mpmath.mpf(float(q))), self.fmt)
-                   for p, q in zip(x.ravel(), y.ravel())]
-        return np.array(out, dtype=np.float64).reshape(x.shape)
-
-    def where(self, cond: Any, a: Any, b: Any) -> F64:
-        return np.where(cond, self._arr(a), self._arr(b))
-
-    def gt(self, a: Any, b: Any) -> Any:
-        return self._arr(a) > self._arr(b)
-
-    def lt(self, a: Any, b: Any) -> Any:
-        return self._arr(a) < self._arr(b)
-
-    def clamp(self, a: Any, lo: float, hi: float) -> F64:
-        return np.clip(self._arr(a), lo, hi)
-
-    def cat(self, a: Any, b: Any) -> F64:
-        return np.concatenate([a, b])
-
-    def result(self, a: Any) -> F64:
-        return np.asarray(self._arr(a), dtype=np.float64)
-
-
-class _Torch:
-    """The same operations with real torch tensors in ``fmt`` (this machine's kernels)."""
-
-    def __init__(self, fmt: str | Format) -> None:
-        import torch
-
-        self.torch = torch
-        f = get_format(fmt)
-        if f.torch_dtype is None:
-            raise ValueError(f"format {f.name!r} has no torch dtype; the torch engine cannot run it")
-        self.dtype = f.torch_dtype
-
-    def arange(self, start: int, stop: int, step: int = 1) -> Any:
-        return self.torch.arange(start, stop, step, dtype=self.torch.int64).to(self.dtype)
-
-    def array(self, values: Sequence[float]) -> Any:
-        return self.torch.tensor(list(values), dtype=self.torch.float32).to(self.dtype)
-
-    def integer(self, n: int) -> Any:
-        return self.torch.tensor(n, dtype=self.torch.int64).to(self.dtype)
-
-    def zeros(self, n: int) -> Any:
-        return self.torch.zeros(n, dtype=self.dtype)
-
-    def add(self, a: Any, b: Any) -> Any:
-        return a + b
-
-    def sub(self, a: Any, b: Any) -> Any:
-        return a - b
-
-    def mul(self, a: Any, b: Any) -> Any:
-        return a * b
-
-    def div(self, a: Any, b: Any) -> Any:
-        return a / b
-
-    def pow(self, a: Any, b: Any) -> Any:
-        return a**b
-
-    def where(self, cond: Any, a: Any, b: Any) -> Any:
-        return self.torch.where(cond, a, b)
-
-    def gt(self, a: Any, b: Any) -> Any:
-        return a > b
-
-    def lt(self, a: Any, b: Any) -> Any:
-        return a < b
-
-    def clamp(self, a: Any, lo: float, hi: float) -> Any:
-        return self.torch.clamp(a, lo, hi)
-
-    def cat(self, a: Any, b: Any) -> Any:
-        return self.torch.cat([a, b])
-
-    def result(self, a: Any) -> F64:
-        t = a if isinstance(a, self.torch.Tensor) else self.torch.tensor(a, dtype=self.dtype)
-        return t.to(self.torch.float64).numpy()
-
-
-# --------------------------------------------------------------------------- the formulas
-
-
-def _default(s: "RopeSchedule", o: Any, seq_len: int | None, base: Any = None) -> Any:
-    """theta_i = 1 / base ** (2i / d) over the rotated dims (Su et al.)."""
-    d = s.rotary
-    return o.div(1.0, o.pow(s.base if base is None else base, o.div(o.arange(0, d, 2), d)))
-
-
-def _linear(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
-    """Position interpolation: every frequency divided by the factor."""
-    return o.div(_default(s, o, seq_len), s.factor)
-
-
-def _dynamic(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
-    """Dynamic NTK: above the pretraining context L0 the base grows with the length L.
-
-    base' = base * (s L / L0 - (s - 1)) ** (d / (d - 2)).  At or below L0 the
-    module keeps the plain frequencies; above it, it recomputes them with L
-    taken from the position ids (a tensor), so base' is itself float32 math.
-    """
-    L0, d = s.original_max_position_embeddings, s.rotary
-    if seq_len is None or seq_len <= L0:
-        return _default(s, o, seq_len)
-    ratio = o.div(o.mul(s.factor, o.integer(seq_len)), L0)
-    grown = o.mul(s.base, o.pow(o.sub(ratio, s.factor - 1), d / (d - 2)))
-    return _default(s, o, seq_len, base=grown)
-
-
-def yarn_bounds(s: "RopeSchedule") -> tuple[float, float]:
-    """YaRN's ramp ends (in float64): the dims whose wavelength fits beta_fast / beta_slow rotations in L0,
-    rounded to whole dims (floor / ceil) when the schedule says ``truncate``.
-
-    Operation order (and the ``+ 0.001``) from transformers' ``find_correction_range`` /
-    ``linear_ramp_factor`` (Apache-2.0; see the module docstring).
-
-    >>> gpt_oss = dict(head_dim=64, base=150000.0, scaling="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0,
-    ...                original_max_position_embeddings=4096)
-    >>> [round(b, 4) for b in yarn_bounds(RopeSchedule(**gpt_oss, truncate=False))]
-    [8.0928, 17.398]
-    >>> yarn_bounds(RopeSchedule(**gpt_oss, truncate=True))
-    (8, 18)
-    """
-    d, L0 = s.rotary, s.original_max_position_embeddings
-
-    def dim_for(rotations: float) -> float:  # d ln(L0 / (2 pi r)) / (2 ln base)
-        return d * math.log(L0 / (rotations * 2 * math.pi)) / (2 * math.log(s.base))
-
-    low, high = dim_for(s.beta_fast), dim_for(s.beta_slow)
-    if s.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d - 1)
-    if low == high:
-        high += 0.001  # a zero-width ramp would divide by zero
-    return low, high
-
-
-def _yarn(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
-    """YaRN: interpolate (theta / s) below the ramp, extrapolate (theta) above it, blend between.
-
-    Operation order (the ramp complemented twice) from transformers' ``_compute_yarn_parameters``
-    (Apache-2.0; see the module docstring): bit-exact in float32 only in that order.
-    """
-    d = s.rotary
-    powers = o.pow(s.base, o.div(o.arange(0, d, 2), d))
-    extrapolated = o.div(1.0, powers)
-    interpolated = o.div(1.0, o.mul(s.factor, powers))
-    low, high = yarn_bounds(s)
-    ramp = o.clamp(o.div(o.sub(o.arange(0, d // 2), low), high - low), 0.0, 1.0)
-    keep = o.sub(1, ramp)  # weight of the extrapolated frequency
-    return o.add(o.mul(interpolated, o.sub(1, keep)), o.mul(extrapolated, keep))
-
-
-def _longrope(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
-    """LongRoPE: theta_i / lambda_i with the short factors up to L0, the long ones beyond."""
-    d = s.rotary
-    long = seq_len is not None and seq_len > s.original_max_position_embeddings
-    lam = o.array(s.long_factor if long else s.short_factor)  # type: ignore[arg-type]
-    return o.div(1.0, o.mul(lam, o.pow(s.base, o.div(o.arange(0, d, 2), d))))
-
-
-def _llama3(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
-    """Llama 3: keep short wavelengths, divide long ones by the factor, blend the band between.
-
-    Bands by wavelength w = 2 pi / theta against L0 / high_freq_factor and
-    L0 / low_freq_factor; in the band the weight is
-    (L0 / w - low_freq_factor) / (high_freq_factor - low_freq_factor).
-    Operation order from transformers' ``_compute_llama3_parameters`` (Apache-2.0; see the module
-    docstring): bit-exact in float32 only in that order.  Equal band factors (Llama 4 Scout: both 1) leave
-    the band empty: the weight divides by zero (inf, or NaN where the wavelength is exactly L0 / low), and
-    the blend is used only for a wavelength exactly on the edge, as in transformers' code.
-    """
-    L0 = s.original_max_position_embeddings
-    theta = _default(s, o, seq_len)
-    wavelength = o.div(2 * math.pi, theta)
-    short_edge, long_edge = L0 / s.high_freq_factor, L0 / s.low_freq_factor
-    scaled = o.where(o.gt(wavelength, long_edge), o.div(theta, s.factor), theta)
-    w = o.div(o.sub(o.div(L0, wavelength), s.low_freq_factor), s.high_freq_factor - s.low_freq_factor)
-    blended = o.add(o.div(o.mul(o.sub(1, w), scaled), s.factor), o.mul(w, scaled))
-    band = ~o.lt(wavelength, short_edge) & ~o.gt(wavelength, long_edge)
-    return o.where(band, blended, scaled)
-
-
-def _proportional(s: "RopeSchedule", o: Any, seq_len: int | None) -> Any:
-    """Proportional partial rotary: the rotated pairs keep head_dim's exponents 2i / head_dim,
-    the other pairs get frequency 0 (no rotation); all divided by the factor."""
-    d, rotated = s.head_dim, s.rotary // 2
-    theta = o.div(1.0, o.pow(s.base, o.div(o.arange(0, 2 * rotated, 2), d)))
-    if d // 2 > rotated:
-        theta = o.cat(theta, o.zeros(d // 2 - rotated))
-    return o.div(theta, s.factor)
-
-
-_FORMULAS: dict[str, Callable[["RopeSchedule", Any, int | None], Any]] = {
-    "default": lambda s, o, n: _default(s, o, n),
-    "linear": _linear,
-    "dynamic": _dynamic,
-    "yarn": _yarn,
-    "longrope": _longrope,
-    "llama3": _llama3,
-    "proportional": _proportional,
-}
-ROPE_TYPES: tuple[str, ...] = tuple(_FORMULAS)
-# "su": LongRoPE's name in early Phi-3 configs; "mrope": Qwen2-VL / Qwen2.5-VL (transformers' Qwen2VLConfig maps it
-# to "default": the sections only choose which of the (temporal, height, width) ids feeds each frequency)
-_TYPE_ALIASES = {"none": "default", "su": "longrope", "mrope": "default"}
 
 
 # --------------------------------------------------------------------------- the schedule
