@@ -177,6 +177,32 @@ def test_cli_table_safe_exits_0(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["scan", str(path), "--mode", "float32", "--fail-on", "degraded", "-l", "1K"])
     assert res.exit_code == 0, res.output
     assert "Rotary.forward" in res.stdout and "safe" in res.stdout
+    assert "TF32" not in res.stdout  # a broadcast multiply: no GEMM, no TF32 note
+
+
+def test_float32_gemm_on_positions_carries_the_tf32_flag(tmp_path: Path) -> None:
+    """The angle as a float32 matmul (``inv_freq[None, :, None] @ positions``, K = 1: an aten.bmm) is flagged as
+    ``trace`` flags it (tensor cores may run it in TF32: positions exact only to 2048), in the row, in --json and
+    in the text; the broadcast multiply of the fix is not a GEMM and is not flagged.  On this CPU the GEMM is
+    float32, so the verdict stays safe."""
+    from precision_audit.trace.report import TF32_NOTE
+
+    path, line = _rotary(tmp_path, "downcast_inv_freq")
+    gemm = f"aten.bmm.default at {path.name}:{line}"
+    row = _rows(path, ["float32"], length=1024)["float32"]
+    assert (row.verdict, row.tf32_gemms) == ("safe", (gemm,))
+    fixed, _ = _rotary(tmp_path, "fp32_fixed")
+    assert _rows(fixed, ["float32"], length=1024)["float32"].tf32_gemms == ()
+
+    args = ["scan", str(path), "--mode", "float32", "-l", "1K"]
+    res = CliRunner().invoke(main, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    (data,) = [r for r in json.loads(res.stdout)["results"] if r["callable"] == "Rotary.forward"]
+    assert data["tf32_gemms"] == [gemm]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    (note,) = [ln for ln in res.stdout.splitlines() if TF32_NOTE in ln]
+    assert note.startswith(f"tf32: float32 {gemm} {TF32_NOTE}") and "48450" in note
 
 
 def test_unbuildable_is_listed_with_why(tmp_path: Path) -> None:

@@ -100,6 +100,13 @@ def scan_cmd(targets: tuple[str, ...], length: int, modes: tuple[str, ...], args
         fixes = {(r["op"], r["where"], r["fix"]) for r in dicts if r["fix"]}
         for op, where, fix in sorted(fixes, key=str):
             click.echo(f"fix for {op} at {where}: {fix}")
+        gemms = {g: None for r in dicts for g in r["tf32_gemms"]}
+        if gemms:
+            from ..trace.report import TF32_FIX, TF32_NOTE
+
+            for g in gemms:  # nothing differs on a CPU: the flag says what a tensor-core GPU may do
+                click.echo(f"tf32: float32 {g} {TF32_NOTE} (a GPU property: on this CPU it computes in float32); "
+                           f"fix: {TF32_FIX}")
     if fail_on != "never":
         order = ("safe", "degraded", "broken")
         bad = [r for r in dicts if r["verdict"] and order.index(r["verdict"]) >= order.index(fail_on)]

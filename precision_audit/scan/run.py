@@ -22,7 +22,7 @@ from ..checks import ArgumentTypeError, check_callable, check_flag, check_int, d
 from ..rows import Row
 from ..trace import MAX_TRACE_LENGTH, run_traced
 from ..trace import trace as trace_code
-from ..trace.report import op_fix
+from ..trace.report import op_fix, tf32_gemms
 from ..verdicts import VERDICTS, worst
 from .build import DIM, HEADS, CallPlan, build_instance, call_plans, parse_arg, position_methods
 from .discover import Candidate, candidates, load_target_modules
@@ -50,7 +50,11 @@ class ScanFinding(Row):
     ``verdict``: the worst of its outputs' verdicts (:mod:`precision_audit.scan.verdict`), ``kind`` and ``why``
     that output's; ``op`` and ``where`` (``file:line``): where the loss enters (degraded / broken only), ``fix``
     the fix; ``error``: that output's largest error (radians for angles, cos/sin and rotations; the value's
-    otherwise); ``defined``: ``file:line`` of the callable's definition; ``evidence``: why it was picked.
+    otherwise); ``defined``: ``file:line`` of the callable's definition; ``evidence``: why it was picked;
+    ``tf32_gemms``: each float32 GEMM on a position-derived tensor (``op at file:line``), which tensor-core GPUs
+    run in TF32 under ``set_float32_matmul_precision('high')`` (positions exact only to 2048): the flag ``trace``
+    gives (:func:`precision_audit.trace.report.tf32_gemms`); on a CPU it computes in float32, so the verdict does
+    not show it.
     """
 
     module: str
@@ -69,6 +73,7 @@ class ScanFinding(Row):
     reason: str = ""
     defined: str = ""
     evidence: tuple[str, ...] = ()
+    tf32_gemms: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, str) or self.status not in ("scanned", "skipped"):
@@ -372,9 +377,10 @@ class _Scanner:
             if where == "?":  # the cast itself rounded a buffer made at construction: the class that makes it
                 where = c.where
         err = v["error"]
+        gemms = tuple(dict.fromkeys(f"{rec.op} at {rec.where}" for rec in tf32_gemms(traced.records)))
         self.rows.append(ScanFinding(**base, mode=mode, status="scanned", verdict=v["verdict"], kind=v["kind"],
                                      why=v["why"], op=op, where=where, fix=fix,
-                                     error=err if math.isfinite(err) else math.inf))
+                                     error=err if math.isfinite(err) else math.inf, tf32_gemms=gemms))
         return ref if ref is not None else traced.shadows
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -19,8 +20,8 @@ from ..formats import get_format, round_to
 from ..rows import Row
 from .shadow import OperandRecord, OpRecord
 
-__all__ = ["CULPRIT_SHARE", "GEMM_OPS", "NARROW", "TF32_NOTE", "TraceOp", "TraceOperand", "culprits", "mark_culprits",
-           "op_fix", "op_rows", "operand_exact_in", "operand_rows", "summary_lines", "tf32_gemms"]
+__all__ = ["CULPRIT_SHARE", "GEMM_OPS", "NARROW", "TF32_FIX", "TF32_NOTE", "TraceOp", "TraceOperand", "culprits",
+           "mark_culprits", "op_fix", "op_rows", "operand_exact_in", "operand_rows", "summary_lines", "tf32_gemms"]
 
 NARROW = ("bfloat16", "float16")
 """The formats an operand is checked against: every value exact in one of them while stored wider = downcast."""
@@ -39,10 +40,16 @@ dispatches as ``aten.mul``: no GEMM, no TF32.)"""
 
 TF32_NOTE = ("runs as TF32 under set_float32_matmul_precision('high') on tensor-core GPUs: positions exact only to "
              "2048")
+TF32_FIX = ("a broadcast multiply for an outer product (transformers#48450), or set_float32_matmul_precision('highest') "
+            "around it")
+"""The fix said beside :data:`TF32_NOTE` (by ``trace`` and ``scan``)."""
+
+_Op = TypeVar("_Op", "TraceOp", OpRecord)
 
 
-def tf32_gemms(ops: Sequence["TraceOp"]) -> list["TraceOp"]:
-    """The float32 GEMMs among the ops on position-derived tensors (:data:`GEMM_OPS`).
+def tf32_gemms(ops: Sequence[_Op]) -> list[_Op]:
+    """The float32 GEMMs among the ops on position-derived tensors (:data:`GEMM_OPS`): trace's rows, or the
+    tracer's records (:class:`~precision_audit.trace.shadow.OpRecord`, as ``scan`` has them).
 
     >>> op = TraceOp(3, "aten.bmm.default", "rope.py:12", ("float32", "float32"), "float32", (1, 64, 8), 0.0,
     ...              0.0, None, None, "op")
@@ -272,8 +279,7 @@ def summary_lines(ops: Sequence[TraceOp], operands: Sequence[TraceOperand], fina
                          f"{op.first_inexact}; fix: {op_fix(op)}")
     for op in tf32_gemms(ops):  # nothing differs on a CPU: the flag says what a tensor-core GPU may do
         lines.append(f"op {op.index} {op.op} (float32) at {_at(op)}: {TF32_NOTE} (a GPU property: on this CPU it "
-                     "computes in float32); fix: a broadcast multiply for an outer product (transformers#48450), or "
-                     "set_float32_matmul_precision('highest') around it")
+                     f"computes in float32); fix: {TF32_FIX}")
     if not found:
         casts = [o for o in ops if o.role == "output cast" and o.added > 0]
         tail = f" (the final rounding to {casts[0].out_dtype})" if casts else ""
