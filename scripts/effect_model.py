@@ -21,10 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = (
     "precision-audit effect --model smollm2",
-    "precision-audit effect --model smollm2 --offset 0 --offset 8K --offset 64K --offset 1M --offset 16M --tokens 512 "
+    "precision-audit effect --model smollm2 --offset 0 --offset 8K --offset 64K --offset 1M --offset 16M --tokens 1536 "
     "--keys 2 --plot figures/effect_smollm2.png",
-    "precision-audit effect --model smollm2 --stack serve --offset 1M --tokens 512 --keys 2",
-    "precision-audit effect --model smollm2 --model-dtype bfloat16 -r fp32 -r lowp-inv-freq --offset 0 --offset 1M",
+    "precision-audit effect --model smollm2 --stack serve --offset 1M --tokens 1536 --keys 2",
+    "precision-audit effect --model smollm2 --model-dtype bfloat16 -r fp32 -r lowp-inv-freq --offset 0 --offset 1M "
+    "--tokens 2048",
 )
 OUT = ROOT / "figures" / "effect_smollm2.txt"
 CALIBRATION = ("precision-audit effect --calibration --model smollm2 --offset 8K --offset 1M --gap 256 --gap 1024 "

@@ -112,7 +112,7 @@ def test_gemma3_measures_run_every_layer_type():
     # exact angles in float32 cos/sin (the fp32 preset at offset 0) cost the tiny model little; bf16 position ids
     # at offset 64K (runs of 512 positions share one) change its outputs far beyond the floor
     _, rm = tiny_gemma3()
-    text, keys = measure_model(rm, ["lowp", "fp32"], ["bfloat16"], [2**16], tokens=120,
+    text, keys = measure_model(rm, ["lowp", "fp32"], ["bfloat16"], [2**16], tokens=160,
                                text="the quick brown fox jumps over the lazy dog. " * 4, gaps=[40], keys=1)
     lowp, fp32 = text
     assert lowp.kl > 10 * max(lowp.floor_kl, 1e-12) and fp32.kl <= 10 * max(fp32.floor_kl, 1e-12)
@@ -212,13 +212,13 @@ def test_effect_and_config_weights_run_a_gemma3_checkpoint(gemma3_checkpoint):
     from precision_audit.cli import main
 
     r = CliRunner().invoke(main, ["effect", "--model", str(gemma3_checkpoint), "-r", "fp32", "--offset", "0",
-                                  "--tokens", "64", "--gap", "32", "--keys", "1"])
+                                  "--tokens", "160", "--gap", "32", "--keys", "1"])
     assert r.exit_code == 0, r.output
     head = r.output.splitlines()[0]
     assert "model.rotary_emb[full_attention]: " in head and "rope_type=linear, factor=8" in head
     assert "model.rotary_emb[sliding_attention]: " in head and f"(its layers see up to {WINDOW - 1} back)" in head
     r = CliRunner().invoke(main, ["effect", "--model", str(gemma3_checkpoint), "-r", "fp32", "--offset", "0",
-                                  "--tokens", "16", "--gap", "8", "--keys", "1", "--json"])
+                                  "--tokens", "128", "--gap", "8", "--keys", "1", "--json"])
     assert r.exit_code == 0, r.output
     paths = {p["layer_type"]: p for p in json.loads(r.stdout)["rotary_paths"]}
     assert (paths["sliding_attention"]["reach"], paths["full_attention"]["reach"]) == (WINDOW - 1, None)
@@ -246,8 +246,44 @@ def test_effect_says_in_one_line_when_it_runs_eager_attention(gemma3_checkpoint,
 
     monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS, "sdpa", refuse)
     r = CliRunner().invoke(main, ["effect", "--model", str(gemma3_checkpoint), "--model-dtype", "bfloat16", "-r",
-                                  "fp32", "--offset", "0", "--tokens", "16", "--gap", "8", "--keys", "1"])
+                                  "fp32", "--offset", "0", "--tokens", "128", "--gap", "8", "--keys", "1"])
     assert r.exit_code == 0, r.output
     notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
     assert notes == ["note: torch's SDPA refused a bfloat16 forward on this machine (pack_vnni2 is only supported "
                      "when avx512 is supported): eager attention used instead"]
+
+
+def test_questions_from_the_kv_cache_of_sliding_layers_are_the_full_forwards():
+    # effect asks each pass key's question from a copy of the KV cache; Gemma 3's sliding layers keep only their
+    # window there.  Referee: the model run without a cache on each prompt itself, with the same injected tables
+    from precision_audit.effect.measures import _run_window, passkey_window
+
+    _, rm = tiny_gemma3()
+    rm.tokenizer = ByteTokenizer()
+    w = passkey_window(rm.tokenizer, [(5 * i) % 61 + 2 for i in range(300)], 240, 2)
+    gaps, offset = [10, 60, 130], 300
+    tab = rm.tables("exact", "float64", np.arange(offset, offset + w.span(gaps)))
+    asked, forward = [], rm.forward
+
+    def recording(**inputs):  # the question forwards' logits (those run from the cache), in order of depth
+        out = forward(**inputs)
+        if inputs["input_ids"].shape[1] == w.questions.shape[1]:
+            asked.append(out.logits)
+        return out
+
+    rm.forward = recording
+    run = _run_window(rm, w, offset, gaps, False, [tab])[0]
+    rm.forward = forward
+    rm.set_tables([tab], offset)
+    try:
+        for g in gaps:
+            d = w.head + g
+            ids = torch.as_tensor(np.concatenate([w.ids[:, :d], w.questions], axis=1))
+            pos = torch.arange(offset, offset + ids.shape[1])[None].expand(ids.shape[0], -1)
+            with torch.inference_mode():
+                full = rm.forward(input_ids=ids, position_ids=pos).logits
+            assert torch.allclose(asked[gaps.index(g)], full[:, d:], atol=1e-4, rtol=1e-4)
+            lp = full[:, d + w.answer_at - 1:-1]
+            assert run.correct[g] == int((lp.argmax(-1) == torch.as_tensor(w.questions[:, w.answer_at:])).all(-1).sum())
+    finally:
+        rm.set_tables(None)

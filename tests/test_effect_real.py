@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 
 from precision_audit.cli import main  # noqa: E402
 from precision_audit.config import load_config_dict  # noqa: E402
-from precision_audit.effect.measures import measure_model, passkey_prompts  # noqa: E402
+from precision_audit.effect.measures import measure_model, passkey_span, passkey_window  # noqa: E402
 from precision_audit.effect.real import attach, model_files, rope_tables  # noqa: E402
 from precision_audit.rope import RopeSchedule, parse_stages  # noqa: E402
 
@@ -173,7 +173,7 @@ def test_bfloat16_model_reports_what_its_dtype_costs():
     net, rm = tiny()
     net.to(torch.bfloat16)
     rm.dtype = "bfloat16"
-    text, keys = measure_model(rm, ["fp32"], ["bfloat16"], [0], tokens=100, text="abcdefgh" * 20, gaps=[20],
+    text, keys = measure_model(rm, ["fp32"], ["bfloat16"], [0], tokens=160, text="abcdefgh" * 20, gaps=[20],
                                keys=1)
     assert text[0].model_dtype == "bfloat16" and text[0].dtype_kl is not None and text[0].dtype_kl > 0
     assert keys[0].dtype_exact is not None
@@ -205,10 +205,60 @@ def test_a_forward_that_sdpa_refuses_runs_with_eager_attention(monkeypatch):
         rm.forward(input_ids=IDS)
 
 
-def test_passkey_prompts_share_one_length():
-    ids, start, keys = passkey_prompts(ByteTokenizer(), 100, 3)
-    assert ids.shape[0] == 3 and len(set(keys)) == 3 and all(10000 <= k < 100000 for k in keys)
-    assert ids.shape[1] - start == len(f" {keys[0]}".encode())
+def test_passkey_window_rows_share_one_length():
+    text = list(range(1, 301))
+    w = passkey_window(ByteTokenizer(), text, 200, 3)
+    head = len(b"A pass key is hidden in the text below. Remember it. The pass key is 12345. Remember it: 12345.\n")
+    assert w.ids.shape == (3, 200) and w.head == head and len(set(w.values)) == 3
+    assert all(10000 <= k < 100000 for k in w.values)
+    assert (w.ids[:, head:] == np.array(text[:200 - head])).all()  # the text follows each key's sentence
+    q = len(b"\nWhat is the pass key? The pass key is")
+    assert w.answer_at == q and w.questions.shape == (3, q + 6)
+    assert [bytes(r[q:].tolist()).decode() for r in w.questions] == [f" {k}" for k in w.values]
+    assert w.span([60]) == 200 and w.span([150]) == head + 150 + q + 6 == passkey_span(ByteTokenizer(), 150)
+    alone = passkey_window(ByteTokenizer(), text, 50, 3, with_keys=False)
+    assert alone.head == 0 and alone.ids.shape == (1, 50) and alone.values == ()
+
+
+def test_each_question_from_the_kv_cache_is_the_full_forward_of_its_prompt():
+    # referee: the model run without a cache on the prompt itself (key sentence, text up to the gap, question and
+    # answer) with the same injected tables: the cached chunks and the copied cache give the same predictions
+    from precision_audit.effect.measures import _run_window
+
+    _, rm = tiny()
+    rm.tokenizer = ByteTokenizer()
+    w = passkey_window(rm.tokenizer, [(7 * i) % 61 + 2 for i in range(300)], 260, 2)
+    gaps, offset = [20, 90, 150], 1000
+    tab = rm.tables("exact", "float64", np.arange(offset, offset + w.span(gaps)))
+    asked, forward = [], rm.forward
+
+    def recording(**inputs):  # the question forwards' logits (those run from the cache), in order of depth
+        out = forward(**inputs)
+        if inputs["input_ids"].shape[1] == w.questions.shape[1]:
+            asked.append(out.logits)
+        return out
+
+    rm.forward = recording
+    run = _run_window(rm, w, offset, gaps, True, [tab])[0]
+    rm.forward = forward
+    rm.set_tables([tab], offset)
+    try:
+        for g in gaps:
+            d = w.head + g
+            ids = torch.as_tensor(np.concatenate([w.ids[:, :d], w.questions], axis=1))
+            pos = torch.arange(offset, offset + ids.shape[1])[None].expand(ids.shape[0], -1)
+            with torch.inference_mode():
+                full = rm.forward(input_ids=ids, position_ids=pos).logits
+            assert torch.allclose(asked[gaps.index(g)], full[:, d:], atol=1e-4, rtol=1e-4)
+            lp = full[:, d + w.answer_at - 1:-1]
+            want = int((lp.argmax(-1) == torch.as_tensor(w.questions[:, w.answer_at:])).all(-1).sum())
+            assert run.correct[g] == want
+        with torch.inference_mode():
+            full = rm.forward(input_ids=torch.as_tensor(w.ids[:1]),
+                              position_ids=torch.arange(offset, offset + w.ids.shape[1])[None]).logits[0]
+    finally:
+        rm.set_tables(None)
+    assert run.logits.shape == full.shape and torch.allclose(run.logits, full, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -216,10 +266,13 @@ def test_passkey_prompts_share_one_length():
     (dict(gaps=[5000]), "beyond the model's trained context 4096"),
     (dict(paths=["fp16"]), "unknown path 'fp16'"),
     (dict(tokens=-1), "tokens"),
+    (dict(gaps=[60]), "more than the window's 120"),
+    (dict(tokens=0, gaps=[]), "nothing to measure"),
+    (dict(text="x" * 5), "the text has 5 tokens; the window needs 8"),
 ])
 def test_bad_measure_arguments(kw, match):
     _, rm = tiny()
-    args = dict(paths=["fp32"], dtypes=["bfloat16"], offsets=[0], tokens=16, text="x" * 40, gaps=[8], keys=1)
+    args = dict(paths=["fp32"], dtypes=["bfloat16"], offsets=[0], tokens=120, text="x" * 200, gaps=[8], keys=1)
     args.update(kw)
     paths, dtypes, offsets = args.pop("paths"), args.pop("dtypes"), args.pop("offsets")
     with pytest.raises(ValueError, match=match):
@@ -290,7 +343,7 @@ def test_smollm2_exact_path_matches_its_own_rotary_module(smollm2):
 def test_smollm2_measures_bounded(smollm2):
     # Bounds from the measured table (docs/effect.md): lowp collides positions (bf16, spacing 8192 at 1M) and the
     # model loses the text and the key; fp32 angles cast to bf16 stay within a few times the bf16 floor
-    text, keys = measure_model(smollm2, ["lowp", "fp32"], ["bfloat16"], [0, 2**20], tokens=512, gaps=[512], keys=2)
+    text, keys = measure_model(smollm2, ["lowp", "fp32"], ["bfloat16"], [0, 2**20], tokens=1024, gaps=[512], keys=2)
     by = {(r.path, r.offset): r for r in text}
     assert by["lowp", 2**20].top1 < 0.6 and by["lowp", 2**20].kl > 1.0
     for off in (0, 2**20):
@@ -303,7 +356,7 @@ def test_smollm2_measures_bounded(smollm2):
 @real
 @pytest.mark.real_model
 def test_smollm2_cli_json(tmp_path):
-    r = CliRunner().invoke(main, ["effect", "--model", "smollm2", "-r", "fp32", "--offset", "0", "--tokens", "64",
+    r = CliRunner().invoke(main, ["effect", "--model", "smollm2", "-r", "fp32", "--offset", "0", "--tokens", "160",
                                   "--gap", "64", "--keys", "1", "--json"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
@@ -387,7 +440,7 @@ def test_checkpoint_directory_loads_and_measures(checkpoint):
 
     rm = load_real_model(str(checkpoint))
     assert rm.schedule.head_dim == 32 and rm.context == 2048 and rm.layout == "half"
-    text, keys = measure_model(rm, ["fp32"], ["bfloat16"], [0], tokens=64, text="the lamps came on " * 10,
+    text, keys = measure_model(rm, ["fp32"], ["bfloat16"], [0], tokens=160, text="the lamps came on " * 10,
                                gaps=[32], keys=1)
     assert len(text) == 1 and len(keys) == 1 and 0.0 <= text[0].top1 <= 1.0
 
@@ -403,7 +456,7 @@ def test_non_finite_cos_sin_count_as_lost():
     # fp16 positions overflow to inf from 65520 (the largest fp16 is 65504; 65520 rounds up): cos/sin are NaN, the
     # model's outputs too; the row says so (KL inf -> None in JSON, no agreement, no key) instead of failing
     _, rm = tiny()
-    text, keys = measure_model(rm, ["lowp"], ["float16"], [65536], tokens=32, text="abc" * 20, gaps=[8], keys=1)
+    text, keys = measure_model(rm, ["lowp"], ["float16"], [65536], tokens=128, text="abc" * 20, gaps=[8], keys=1)
     assert text[0].kl == float("inf") and text[0].top1 == 0.0 and text[0].to_dict()["kl"] is None
     assert keys[0].correct == 0 and keys[0].exact == 1 or keys[0].exact == 0
 
@@ -442,15 +495,15 @@ def test_report_weights_adds_the_real_model_section(checkpoint, tmp_path):
 
 
 def test_report_weights_adds_the_real_model_section_short_inputs(checkpoint, tmp_path, monkeypatch):
-    """The same report with the real model measured on shorter inputs (128 text tokens, one pass key at gap 64,
-    where the report uses 512 tokens and two keys at gap 1024: 17 of its 35 s here); the report as it runs is in
+    """The same report with the real model measured on shorter inputs (a 160-token window, one pass key at gap 64,
+    where the report uses 1536 tokens and two keys at gap 1024); the report as it runs is in
     the slow pass (test_report_weights_adds_the_real_model_section)."""
     import precision_audit.effect.measures as measures
 
     real = measures.measure_model
 
     def shorter(rm, paths, dtypes, offsets, *, tokens, gaps, keys, **kw):
-        return real(rm, paths, dtypes, offsets, tokens=min(tokens, 128), gaps=[64], keys=1, **kw)
+        return real(rm, paths, dtypes, offsets, tokens=min(tokens, 160), gaps=[64] if gaps else [], keys=1, **kw)
 
     monkeypatch.setattr(measures, "measure_model", shorter)
     _report_weights(checkpoint, tmp_path)

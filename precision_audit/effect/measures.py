@@ -15,11 +15,17 @@ what holding cos/sin in that format costs anyway):
   (tokens that see at least half the window back).  The default text is the
   SmolLM2 model's own seeded continuation of prompts the project wrote
   (``scripts/make_effect_text.py``, package data ``effect_text.txt``);
-* long-range retrieval (:class:`PasskeyRow`): a five-digit key, ``gap``
-  tokens of filler, then the question; the answer counts when every digit is
-  the model's greedy choice (scored in one forward with the answer
-  teacher-forced: greedy decoding yields the key exactly when each of its
-  tokens is the most likely one given the ones before).
+* long-range retrieval (:class:`PasskeyRow`): a sentence with a five-digit
+  key, then the text; ``gap`` tokens after the key, the question; the answer
+  counts when every digit is the model's greedy choice (scored in one forward
+  with the answer teacher-forced: greedy decoding yields the key exactly when
+  each of its tokens is the most likely one given the ones before).
+
+Both read one window per offset (:func:`passkey_window`: the key's sentence,
+then the text; 8192 tokens by default, so the text's second half sees 4K
+tokens back), run once per table: the window is prefilled in chunks that end
+where a question is asked, and each question runs from a copy of the KV cache
+there, so the gaps 1K, 4K and 6K cost one forward of the window per table.
 
 With a model in bfloat16 (or float16) a row also says what the model dtype
 costs: its exact run against the same weights run in float32.
@@ -42,19 +48,18 @@ from ..rows import Row
 from .real import RealModel, cache_format
 
 __all__ = ["DEFAULT_GAPS", "DEFAULT_KEYS", "DEFAULT_MODEL_OFFSETS", "DEFAULT_MODEL_PATHS", "DEFAULT_TOKENS",
-           "PasskeyRow", "TextEffectRow", "default_text", "measure_model", "passkey_prompts", "runs"]
+           "PasskeyRow", "PasskeyWindow", "TextEffectRow", "default_gaps", "default_text", "measure_model",
+           "passkey_span", "passkey_window", "runs"]
 
 DEFAULT_MODEL_PATHS = ("lowp", "lowp-inv-freq", "fp32")
 DEFAULT_MODEL_OFFSETS = (0, 2**20)
-DEFAULT_TOKENS = 1024
-DEFAULT_GAPS = (1024,)
-DEFAULT_KEYS = 4
+DEFAULT_TOKENS = 8192  # the window: its second half sees >= 4K tokens back
+DEFAULT_GAPS = (1024, 4096, 6144)  # up to three quarters of SmolLM2's trained context
+DEFAULT_KEYS = 1  # each key is a window of its own (a forward per table)
 TEXT_FILE = "effect_text.txt"
 _KEY_SEED = 2026
 _BATCH_TOKENS = 4096  # rows of one forward: at most this many tokens (4 x 1024)
 _STATS_BLOCK = 512  # tokens whose float64 log-probabilities are held at once
-_FILLER = ("The lamps along the harbour came on one by one while the boats rocked against the pier, and a cold "
-           "wind carried the smell of salt across the empty square. ")
 _HEAD = "A pass key is hidden in the text below. Remember it. The pass key is {key}. Remember it: {key}.\n"
 _QUESTION = "\nWhat is the pass key? The pass key is"
 
@@ -132,94 +137,119 @@ def default_text() -> str:
     return resources.files(__package__).joinpath(TEXT_FILE).read_text(encoding="utf-8")
 
 
-def passkey_prompts(tokenizer: Any, gap: int, keys: int = DEFAULT_KEYS) -> tuple[np.ndarray, int, list[int]]:
-    """Token ids (keys, n) of the passkey task, the index of the first answer token, and the keys.
+@dataclass(frozen=True)
+class PasskeyWindow:
+    """The token rows effect runs at one offset: one row per pass key, each the key's sentence then the text.
 
-    The keys are five-digit numbers from a fixed seed; the filler is cut at
-    exactly ``gap`` tokens, so every row has the same length when the
-    tokenizer spells five-digit numbers with a fixed count of tokens.
+    ``ids`` (keys, n); ``head``: the tokens before the text (the key's sentence; 0 without keys); ``questions``
+    (keys, m): the question then the answer, asked ``gap`` tokens after the head (the KV cache of the window's
+    first ``head + gap`` tokens, so one forward of the window answers every gap); ``answer_at``: where the answer
+    starts in ``questions``; ``values``: the keys.
     """
-    rng = np.random.default_rng(_KEY_SEED)
-    values = [int(k) for k in rng.integers(10000, 100000, size=keys)]
+
+    ids: np.ndarray
+    head: int
+    questions: np.ndarray
+    answer_at: int
+    values: tuple[int, ...]
+
+    def span(self, gaps: Sequence[int]) -> int:
+        """Positions the window and its questions take."""
+        return max([self.ids.shape[1], *(self.head + g + self.questions.shape[1] for g in gaps)])
+
+
+def passkey_window(tokenizer: Any, text_ids: Sequence[int], length: int, keys: int = DEFAULT_KEYS,
+                   with_keys: bool = True) -> PasskeyWindow:
+    """The window of ``length`` tokens (fewer if the text is shorter): each key's sentence, then ``text_ids``.
+
+    The keys are five-digit numbers from a fixed seed; each row must spell its key's sentence and its answer with
+    the same count of tokens (true of every tokenizer that spells five-digit numbers alike).  ``with_keys``
+    False: one row, the text alone (no pass keys asked).
+    """
     enc = (lambda s: list(tokenizer(s, add_special_tokens=False)["input_ids"]))
-    filler = enc(_FILLER)
-    filler = (filler * (gap // len(filler) + 1))[:gap]
-    rows, start = [], None
-    for k in values:
-        prompt = enc(_HEAD.format(key=k)) + filler + enc(_QUESTION)
-        rows.append(prompt + enc(f" {k}"))
-        start = len(prompt) if start is None else start
-        if len(prompt) != start or len(rows[-1]) != len(rows[0]):
-            raise ValueError("the tokenizer spells the passkey prompts with different lengths; give one key")
-    return np.array(rows, dtype=np.int64), int(start), values
+    rng = np.random.default_rng(_KEY_SEED)
+    values = tuple(int(k) for k in rng.integers(10000, 100000, size=keys)) if with_keys else ()
+    start = list(tokenizer("")["input_ids"])  # what the tokenizer puts before any text (a BOS token, or nothing)
+    heads = [start + enc(_HEAD.format(key=k)) for k in values] or [start]
+    question = enc(_QUESTION)
+    answers = [question + enc(f" {k}") for k in values] or [question]
+    if len({len(h) for h in heads}) > 1 or len({len(a) for a in answers}) > 1:
+        raise ValueError("the tokenizer spells the pass-key sentences with different lengths; give one key")
+    head = len(heads[0])
+    text = list(text_ids)[:max(0, length - head)]
+    return PasskeyWindow(np.array([h + text for h in heads], dtype=np.int64), head,
+                         np.array(answers, dtype=np.int64), len(question), values)
+
+
+def passkey_span(tokenizer: Any, gap: int) -> int:
+    """Positions a pass key ``gap`` tokens back takes: the key's sentence, the text up to the question, the question
+    and the answer."""
+    w = passkey_window(tokenizer, [], 0, 1)
+    return w.head + check_int(gap, "gap", minimum=1) + w.questions.shape[1]
 
 
 def _digest(c: np.ndarray, s: np.ndarray) -> bytes:
     return hashlib.blake2b(c.tobytes() + s.tobytes(), digest_size=16).digest()
 
 
-class _Runner:
-    """Forwards of one token batch at one offset, one per distinct cos/sin table (cached by their bits)."""
+@dataclass
+class _Run:
+    """What one table's forward of a window gives: the logits of its first row's tokens (with text rows) and the
+    keys each gap's question retrieves."""
 
-    def __init__(self, rm: RealModel, ids: np.ndarray, offset: int, keep: int, progress: Callable[[int], None] | None):
-        import torch
+    logits: Any
+    correct: dict[int, int]
 
-        self.rm, self.offset, self.keep, self.progress = rm, offset, keep, progress
-        self.ids = torch.as_tensor(ids, device=rm.device)
-        self.pos = np.arange(offset, offset + ids.shape[1])
-        self.cache: dict[bytes, Any] = {}
 
-    def tables(self, path: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-        return self.rm.tables(path, dtype, self.pos)
+def _run_window(rm: RealModel, w: PasskeyWindow, offset: int, gaps: Sequence[int], text: bool,
+                tables: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[_Run]:
+    """Each table's run of the window, the tables' rows side by side in one forward.
 
-    def logits(self, wanted: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
-        """The model's logits (rows, keep, vocab; float32) for each table pair, each distinct pair run once."""
-        import torch
+    The window is prefilled in chunks that end where a question is asked (the first ``head + gap`` tokens); each
+    question and its answer run from a copy of the KV cache there, so the answer is scored in one forward
+    (teacher-forced: greedy decoding yields the key exactly when each of its tokens is the most likely one).
+    """
+    import copy
 
-        new = {}
-        for c, s in wanted:
-            key = _digest(c, s)
-            if key not in self.cache:
-                new[key] = (c, s)
-        rows = self.ids.shape[0]
-        per = self.per_forward()
-        todo = list(new.items())
-        for i in range(0, len(todo), per):
-            part = todo[i:i + per]
-            tables = [t for _, t in part for _ in range(rows)]
-            self.rm.set_tables(tables, self.offset)
-            ids = self.ids.repeat(len(part), 1)
-            pos = torch.as_tensor(self.pos, device=self.rm.device)[None].expand(ids.shape[0], -1)
-            try:
-                with torch.inference_mode():
-                    logits = self.rm.forward(input_ids=ids, position_ids=pos, logits_to_keep=self.keep).logits
-            finally:
-                self.rm.set_tables(None)
-            out = logits.float().cpu()
-            for j, (key, _) in enumerate(part):
-                self.cache[key] = out[j * rows:(j + 1) * rows]
-        if self.progress is not None:
-            self.progress(len(wanted))
-        return [self.cache[_digest(c, s)] for c, s in wanted]
+    import torch
 
-    def per_forward(self) -> int:
-        """How many tables one forward runs (their rows side by side, :data:`_BATCH_TOKENS` at most)."""
-        return max(1, _BATCH_TOKENS // (self.ids.shape[0] * self.ids.shape[1]))
+    keys, n = w.ids.shape
+    k = len(tables)
+    ids = torch.as_tensor(w.ids, device=rm.device).repeat(k, 1)
+    q = torch.as_tensor(w.questions, device=rm.device).repeat(k, 1)
+    pos = torch.arange(offset, offset + w.span(gaps), device=rm.device)[None].expand(k * keys, -1)
+    depths = sorted({w.head + g for g in gaps})
+    name = _cache_argument(rm.model)
+    logits, correct, cache, start = [], {}, None, 0
+    rm.set_tables([t for t in tables for _ in range(keys)], offset)
+    try:
+        with torch.inference_mode():
+            for end in sorted({*depths, n if text else 0} - {0}):
+                if end > start:
+                    out = rm.forward(input_ids=ids[:, start:end], position_ids=pos[:, start:end],
+                                     **{name: cache}, use_cache=True, logits_to_keep=0 if text else 1)
+                    cache, start = getattr(out, name), end
+                    if text:
+                        logits.append(out.logits[::keys].float().cpu())
+                    del out
+                if end in depths:
+                    lp = rm.forward(input_ids=q, position_ids=pos[:, end:end + q.shape[1]],
+                                    **{name: copy.deepcopy(cache)}, use_cache=True).logits
+                    pred = torch.where(torch.isnan(lp), torch.full_like(lp, -float("inf")), lp)
+                    ok = (pred[:, w.answer_at - 1:-1].argmax(-1) == q[:, w.answer_at:]).all(-1)
+                    correct[end - w.head] = [int(x) for x in ok.view(k, keys).sum(-1)]
+    finally:
+        rm.set_tables(None)
+    whole = torch.cat(logits, dim=1) if text else None
+    return [_Run(whole[j] if whole is not None else None, {g: correct[g][j] for g in correct}) for j in range(k)]
 
-    def forget(self, tables: Sequence[tuple[np.ndarray, np.ndarray]], keep: tuple[np.ndarray, np.ndarray]) -> None:
-        """Drop the logits of these tables (all but ``keep``'s): a long window's are 1.6 GB each."""
-        kept = _digest(*keep)
-        for c, s in tables:
-            if _digest(c, s) != kept:
-                self.cache.pop(_digest(c, s), None)
 
-    def compare(self, paths: Sequence[tuple[str, str]]) -> tuple[dict[str, str], Any, dict[str, Any], list[Any]]:
-        """Each path's cache format, and the logits of the exact run, of each cache format's floor and of each path
-        (one forward per distinct table)."""
-        caches = {p: cache_format(self.rm.schedule, p, d) for p, d in paths}
-        floors = {f: self.tables("floor", f) for f in dict.fromkeys(caches.values())}
-        out = self.logits([self.tables("exact", "float64"), *floors.values(), *(self.tables(p, d) for p, d in paths)])
-        return caches, out[0], dict(zip(floors, out[1:1 + len(floors)])), out[1 + len(floors):]
+def _cache_argument(model: Any) -> str:
+    """The name of the model's KV-cache argument and output: ``cache`` (transformers >= 5.24) or
+    ``past_key_values`` (before, deprecated since)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _log_probs(logits: Any) -> Any:
@@ -265,66 +295,58 @@ def _check_offsets(offsets: Sequence[int], span: int) -> list[int]:
     return list(dict.fromkeys(out))
 
 
-def _text_rows(rm: RealModel, ids: np.ndarray, paths: Sequence[tuple[str, str]], offset: int,
-               f32: dict[int, Any], progress: Callable[[int], None] | None) -> list[TextEffectRow]:
+def _offset_rows(rm: RealModel, w: PasskeyWindow, paths: Sequence[tuple[str, str]], offset: int,
+                 gaps: Sequence[int], text: bool, f32: _Run | None,
+                 progress: Callable[[int], None] | None) -> tuple[list[TextEffectRow], list[PasskeyRow]]:
+    """One offset's rows: the exact run, each cache format's floor and each path, one forward of the window each
+    (distinct tables once; a table's logits reduced to its statistics as soon as its forward is done)."""
     import torch
 
-    run = _Runner(rm, ids[None], offset, 0, progress)
+    span = np.arange(offset, offset + w.span(gaps))
     caches = {p: cache_format(rm.schedule, p, d) for p, d in paths}
-    exact = run.tables("exact", "float64")
-    ref = run.logits([exact])[0][0, :-1]
-    targets = torch.as_tensor(ids[1:])
-    dt = _text_stats(f32[offset], ref, targets) if offset in f32 else None
-    # each table's statistics as soon as its forward is done, its logits then dropped: the floors (once per cache
-    # format), then the paths
-    keys = {t: run.tables(*t) for t in [("floor", f) for f in dict.fromkeys(caches.values())] + list(paths)}
-    digests = {t: _digest(*tab) for t, tab in keys.items()}
-    todo = list({digests[t]: tab for t, tab in keys.items()}.items())  # each distinct table once
-    stats = {}
-    for i in range(0, len(todo), run.per_forward()):
-        part = todo[i:i + run.per_forward()]
-        for (key, _), lp in zip(part, run.logits([tab for _, tab in part])):
-            stats[key] = _text_stats(ref, lp[0, :-1], targets)
-        run.forget([tab for _, tab in part], exact)
-    out = []
+    wanted = [("exact", "float64"), *(("floor", f) for f in dict.fromkeys(caches.values())), *paths]
+    tables = {t: rm.tables(*t, span) for t in wanted}
+    digests = {t: _digest(*tab) for t, tab in tables.items()}
+    todo = list({digests[t]: tables[t] for t in wanted}.items())  # exact first
+    per = max(1, _BATCH_TOKENS // w.ids.size)
+    targets = torch.as_tensor(w.ids[0, 1:])
+    ref, stats, keys = None, {}, {}
+    for i in range(0, len(todo), per):
+        part = todo[i:i + per]
+        for (key, _), run in zip(part, _run_window(rm, w, offset, gaps, text, [tab for _, tab in part])):
+            keys[key] = run.correct
+            if text:
+                ref = run.logits[:-1] if ref is None else ref
+                stats[key] = _text_stats(ref, run.logits[:-1], targets)
+        if progress is not None:
+            progress(len(part))
+    exact = digests["exact", "float64"]
+    dt = _text_stats(f32.logits[:-1], ref, targets) if text and f32 is not None else None
+    text_rows, key_rows = [], []
     for p, d in paths:
-        st = stats[digests[p, d]]
-        f = stats[digests["floor", caches[p]]]
-        out.append(TextEffectRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, len(ids), *st,
-                                 f[0], f[1], f[2], f[3], f[5], f[6], dt[0] if dt else None, dt[1] if dt else None))
-    return out
-
-
-def _passkey_correct(lp: Any, ids: np.ndarray, start: int) -> int:
-    """Keys answered exactly: every answer token is the most likely one (``lp``: logits of the last tokens)."""
-    import torch
-
-    answer = torch.as_tensor(ids[:, start:])
-    pred = torch.where(torch.isnan(lp), torch.full_like(lp, -float("inf")), lp)[:, :-1].argmax(-1)
-    return int((pred == answer).all(-1).sum())
-
-
-def _passkey_rows(rm: RealModel, gap: int, keys: int, paths: Sequence[tuple[str, str]], offset: int,
-                  f32: dict[tuple[int, int], int], progress: Callable[[int], None] | None) -> list[PasskeyRow]:
-    ids, start, _ = passkey_prompts(rm.tokenizer, gap, keys)
-    caches, exact, floors, per_path = _Runner(rm, ids, offset, ids.shape[1] - start + 1, progress).compare(paths)
-    floor = {f: _passkey_correct(lp, ids, start) for f, lp in floors.items()}
-    return [PasskeyRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, gap, keys,
-                       _passkey_correct(lp, ids, start), _passkey_correct(exact, ids, start), floor[caches[p]],
-                       f32.get((gap, offset)))
-            for (p, d), lp in zip(paths, per_path)]
+        mine, floor = digests[p, d], digests["floor", caches[p]]
+        if text:
+            st, f = stats[mine], stats[floor]
+            text_rows.append(TextEffectRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset,
+                                           w.ids.shape[1], *st, f[0], f[1], f[2], f[3], f[5], f[6],
+                                           dt[0] if dt else None, dt[1] if dt else None))
+        key_rows += [PasskeyRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset, g, len(w.values),
+                                keys[mine][g], keys[exact][g], keys[floor][g],
+                                f32.correct[g] if f32 is not None else None) for g in gaps]
+    return text_rows, key_rows
 
 
 def measure_model(rm: RealModel, paths: Sequence[str] = DEFAULT_MODEL_PATHS, dtypes: Sequence[str] = ("bfloat16",),
                   offsets: Sequence[int] = DEFAULT_MODEL_OFFSETS, *, tokens: int = DEFAULT_TOKENS,
                   text: str | None = None, gaps: Sequence[int] = DEFAULT_GAPS, keys: int = DEFAULT_KEYS,
                   progress: Callable[[int], None] | None = None) -> tuple[list[TextEffectRow], list[PasskeyRow]]:
-    """Text rows (``tokens`` > 0) and passkey rows (one per gap) per path, dtype and offset.
+    """Text rows (``tokens`` > 0) and pass-key rows (one per gap) per path, dtype and offset.
 
-    ``text``: the user's text (default :func:`default_text`), its first
-    ``tokens`` tokens; ``gaps``: filler tokens between the key and the
-    question (at most the model's trained context less the prompt);
-    ``progress(k)`` after each batch of ``k`` tables (:func:`runs` counts them all).
+    One window per offset (:func:`passkey_window`): with gaps, each key's sentence and then the text (``text``:
+    the user's; default :func:`default_text`), ``tokens`` long (no text rows: as long as the longest gap needs);
+    each table runs it once, and every gap's question is asked from the KV cache ``gap`` tokens after the key.
+    The text rows read the first key's row.  ``progress(k)`` after each batch of ``k`` tables (:func:`runs`
+    counts them all).
     """
     from ..rope import PRESETS, STACKS
 
@@ -337,29 +359,31 @@ def measure_model(rm: RealModel, paths: Sequence[str] = DEFAULT_MODEL_PATHS, dty
         combos += [(p, get_format(d).name) for d in dict.fromkeys(dtypes)]
     if not combos:
         raise ValueError("paths: none given")
-    gaps = [check_int(g, "gap", minimum=1) for g in dict.fromkeys(gaps)]
+    gaps = sorted(check_int(g, "gap", minimum=1) for g in dict.fromkeys(gaps))
+    if not tokens and not gaps:
+        raise ValueError("nothing to measure: tokens 0 and no gap")
+    text_ids = rm.tokenizer(text if text is not None else default_text(), add_special_tokens=False)["input_ids"]
+    probe = passkey_window(rm.tokenizer, [], 0, keys, with_keys=bool(gaps))
+    need = probe.head + (gaps[-1] if gaps else 0)
     context = rm.context or None
-    ids = None
-    if tokens:
-        ids = np.array(rm.tokenizer(text if text is not None else default_text())["input_ids"][:tokens], np.int64)
-        if len(ids) < 4:
-            raise ValueError(f"the text has {len(ids)} tokens; give at least 4")
-    spans = {g: passkey_prompts(rm.tokenizer, g, 1)[0].shape[1] for g in gaps}
-    for g, n in spans.items():
-        if context and n > context:
-            raise ValueError(f"gap {g}: the passkey prompt is {n} tokens, beyond the model's trained context "
-                             f"{context}")
-    offsets = _check_offsets(offsets, max([len(ids) if ids is not None else 0, *spans.values()]))
-    f32_text: dict[int, Any] = {}
-    f32_key: dict[tuple[int, int], int] = {}
-    if rm.dtype != "float32":
-        _float32_references(rm, ids, gaps, keys, offsets, f32_text, f32_key, progress)
+    if gaps and context and need + probe.questions.shape[1] > context:
+        raise ValueError(f"gap {gaps[-1]}: the pass key, {gaps[-1]} tokens of text and the question take "
+                         f"{need + probe.questions.shape[1]} tokens, beyond the model's trained context {context}")
+    if tokens and gaps and need > tokens:
+        raise ValueError(f"gap {gaps[-1]}: the pass key's sentence and {gaps[-1]} tokens of text take {need} tokens, "
+                         f"more than the window's {tokens} (--tokens)")
+    w = passkey_window(rm.tokenizer, text_ids, tokens or need, keys, with_keys=bool(gaps))
+    if w.ids.shape[1] < need or w.ids.shape[1] - w.head < 4:
+        raise ValueError(f"the text has {len(text_ids)} tokens; the window needs {max(need, w.head + 4) - w.head}")
+    offsets = _check_offsets(offsets, w.span(gaps))
     text_rows, key_rows = [], []
     for o in offsets:
-        if ids is not None:
-            text_rows += _text_rows(rm, ids, combos, o, f32_text, progress)
-        for g in gaps:
-            key_rows += _passkey_rows(rm, g, keys, combos, o, f32_key, progress)
+        f32 = _float32_reference(rm, w, o, gaps, bool(tokens)) if rm.dtype != "float32" else None
+        if f32 is not None and progress is not None:
+            progress(1)
+        t, k = _offset_rows(rm, w, combos, o, gaps, bool(tokens), f32, progress)
+        text_rows += t
+        key_rows += k
     return text_rows, key_rows
 
 
@@ -368,29 +392,33 @@ def runs(rm: RealModel, paths: Sequence[str], dtypes: Sequence[str], offsets: Se
     """How many tables :func:`measure_model` will report to ``progress`` (distinct ones run once)."""
     combos = [(p, d) for p in dict.fromkeys(paths) for d in dict.fromkeys(get_format(x).name for x in dtypes)]
     floors = len({cache_format(rm.schedule, p, d) for p, d in combos})
-    per = (1 + floors + len(combos)) * ((1 if tokens else 0) + len(set(gaps)))
-    extra = (1 if tokens else 0) + len(set(gaps)) if rm.dtype != "float32" else 0
-    return len(set(offsets)) * (per + extra)
+    extra = 1 if rm.dtype != "float32" else 0
+    return len(set(offsets)) * (1 + floors + len(combos) + extra) if tokens or gaps else 0
 
 
-def _float32_references(rm: RealModel, ids: np.ndarray | None, gaps: Sequence[int], keys: int,
-                        offsets: Sequence[int], f32_text: dict[int, Any], f32_key: dict[tuple[int, int], int],
-                        progress: Callable[[int], None] | None) -> None:
-    """The exact runs with the same weights in float32 (the model is cast up and back: both casts are exact)."""
+def default_gaps(tokens: int) -> tuple[int, ...]:
+    """The pass-key gaps a window of ``tokens`` asks by default: :data:`DEFAULT_GAPS` that leave a quarter of it
+    for the key and the question (no window: all of them), else half the window.
+
+    >>> default_gaps(8192), default_gaps(1024), default_gaps(0)
+    ((1024, 4096, 6144), (512,), (1024, 4096, 6144))
+    """
+    tokens = check_int(tokens, "tokens", minimum=0)
+    if not tokens:
+        return DEFAULT_GAPS
+    return tuple(g for g in DEFAULT_GAPS if 4 * g <= 3 * tokens) or (max(1, tokens // 2),)
+
+
+def _float32_reference(rm: RealModel, w: PasskeyWindow, offset: int, gaps: Sequence[int], text: bool) -> _Run:
+    """The exact run with the same weights in float32 (the model is cast up and back: both casts are exact)."""
     import torch
 
     low = rm.dtype
     rm.model.to(torch.float32)
     rm.dtype = "float32"
     try:
-        for o in offsets:
-            if ids is not None:
-                run = _Runner(rm, ids[None], o, 0, progress)
-                f32_text[o] = run.logits([run.tables("exact", "float64")])[0][0, :-1]
-            for g in gaps:
-                pk, start, _ = passkey_prompts(rm.tokenizer, g, keys)
-                run = _Runner(rm, pk, o, pk.shape[1] - start + 1, progress)
-                f32_key[(g, o)] = _passkey_correct(run.logits([run.tables("exact", "float64")])[0], pk, start)
+        span = np.arange(offset, offset + w.span(gaps))
+        return _run_window(rm, w, offset, gaps, text, [rm.tables("exact", "float64", span)])[0]
     finally:
         rm.model.to(getattr(torch, low))
         rm.dtype = low

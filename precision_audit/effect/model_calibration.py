@@ -8,7 +8,7 @@ where it reads that distance, its input ending at L:
 
 * D = 1 (local order): a window of text; the measure is top-1 agreement with the exact-RoPE run, and the loss is
   how far it falls below the cache format's floor (exact cos/sin stored in the format);
-* D > 1: the pass key D filler tokens back; the measure is the fraction of keys retrieved, and the loss is the
+* D > 1: the pass key D tokens of text back; the measure is the fraction of keys retrieved, and the loss is the
   exact run's fraction minus the path's.
 
 A model with several schedules (layer types: Gemma 3's sliding and full layers) has each judged on the distances
@@ -33,7 +33,7 @@ from ..rope import PRESETS, audit, preset, stack
 from ..rows import Row
 from ..verdicts import rope_verdict, worst
 from .calibration import LOSS, NO_LOSS
-from .measures import measure_model, passkey_prompts
+from .measures import measure_model, passkey_span
 from .real import RealModel
 
 __all__ = ["MODEL_CALIBRATION_DISTANCES", "MODEL_CALIBRATION_LENGTHS", "ModelCalibrationRow", "calibrate_model",
@@ -90,7 +90,7 @@ def calibrate_model(rm: RealModel, paths: Sequence[str] = ("lowp", "lowp-inv-fre
         seen = [d for d in dists if d < lens[-1] and rm.sees(schedule, d)]
         recipes = [preset(n, fmt) if n in PRESETS else stack(n, fmt, schedule) for n in names]
         rows += audit(schedule, recipes, lens, distances=seen) if seen else []
-    span = {d: tokens if d == 1 else passkey_prompts(rm.tokenizer, d, 1)[0].shape[1] for d in dists}
+    span = {d: tokens if d == 1 else passkey_span(rm.tokenizer, d) for d in dists}
     measured: dict[tuple[int, int], dict[str, tuple[float, float, float, float | None, float | None]]] = {}
     for length in lens:
         for d in dists:

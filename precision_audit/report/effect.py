@@ -110,6 +110,20 @@ def plot_effect(rows: Sequence[EffectRow], path: str | Path, title: str | None =
     return save_figure(fig, path)
 
 
+def _keys_over_gaps(rows: Sequence[Any]) -> list[Any]:
+    """Pass-key rows summed over their gaps: one per path, dtype, cache and offset (``keys``, ``correct`` and
+    ``floor`` added up)."""
+    import dataclasses
+
+    out: dict[tuple[Any, ...], Any] = {}
+    for r in rows:
+        k = (r.path, r.dtype, r.cache, r.offset)
+        out[k] = r if k not in out else dataclasses.replace(out[k], keys=out[k].keys + r.keys,
+                                                            correct=out[k].correct + r.correct,
+                                                            floor=out[k].floor + r.floor)
+    return list(out.values())
+
+
 def plot_model_effect(text_rows: Sequence[Any], key_rows: Sequence[Any], path: str | Path,
                       title: str | None = None) -> Path:
     """A real model (:func:`precision_audit.effect.measures.measure_model` rows): top-1 agreement with its exact-RoPE run
@@ -118,6 +132,8 @@ def plot_model_effect(text_rows: Sequence[Any], key_rows: Sequence[Any], path: s
     if not text_rows and not key_rows:
         raise ValueError("no rows to plot")
     plt = pyplot()
+    gaps = sorted({r.gap for r in key_rows})
+    key_rows = _keys_over_gaps(key_rows)
     panels = [(rows, value, floor, label) for rows, value, floor, label in (
         (text_rows, lambda r: 100 * r.top1, lambda r: 100 * r.floor_top1, "top-1 agreement with exact RoPE (%)"),
         (key_rows, lambda r: 100 * r.correct / r.keys, lambda r: 100 * r.floor / r.keys, "pass keys retrieved (%)"))
@@ -144,7 +160,8 @@ def plot_model_effect(text_rows: Sequence[Any], key_rows: Sequence[Any], path: s
         ax.set_ylabel(label)
         ax.set_xlabel("offset: position of the first token")
         ax.set_title(f"text, {rows[0].tokens} tokens" if rows is text_rows
-                     else f"a pass key {rows[0].gap} tokens back, {rows[0].keys} keys", fontsize=10)
+                     else f"pass keys {', '.join(map(str, gaps))} tokens back, {rows[0].keys} in all per point",
+                     fontsize=10)
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)

@@ -50,7 +50,7 @@ def real_model_section(weights: str, progress: Callable[[str], None] | None = No
     if progress is not None:
         progress(f"real model {weights}: loading, then three presets at offsets 0, 8K, 1M (minutes on a CPU)")
     rm = load_real_model(weights)
-    text, keys = measure_model(rm, ["lowp", "lowp-inv-freq", "fp32"], ["bfloat16"], REPORT_OFFSETS, tokens=512,
+    text, keys = measure_model(rm, ["lowp", "lowp-inv-freq", "fp32"], ["bfloat16"], REPORT_OFFSETS, tokens=1536,
                                gaps=[1024], keys=2)
     return Section(f"What {rm.name} notices", real_model_blocks(text, keys),
                    {"real_model": {"text": [r.to_dict() for r in text], "passkey": [r.to_dict() for r in keys]}})
