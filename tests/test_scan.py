@@ -327,6 +327,66 @@ def test_package_folder_with_relative_imports(tmp_path: Path) -> None:
     assert [(r.module, r.verdict, r.op) for r in rows] == [("scanme_pkg.rope", "broken", "aten.arange.default")]
 
 
+def _package(tmp_path: Path, name: str, init: str, rope_extra: str = "") -> Path:
+    """A package ``name`` (``__init__`` text ``init``) with a subpackage ``layers`` holding ``rope.py``: the
+    bf16-arange rotary, its base from a sibling by a relative import (and ``rope_extra`` at its top)."""
+    sub = tmp_path / name / "layers"
+    sub.mkdir(parents=True)
+    (tmp_path / name / "__init__.py").write_text(init)
+    (sub / "__init__.py").write_text("")
+    (sub / "consts.py").write_text("BASE = 10000.0\n")
+    (sub / "rope.py").write_text(HEAD.replace("import torch\n", f"import torch\n{rope_extra}\nfrom .consts import "
+                                              "BASE\n", 1).replace("base=10000.0", "base=BASE") + BUGS["bf16_arange"])
+    return sub / "rope.py"
+
+
+def test_file_in_a_package_is_imported_as_its_module(tmp_path: Path) -> None:
+    """A .py file inside package folders is imported as Python imports it (``pkg.layers.rope``, the packages'
+    ``__init__`` first): its relative imports resolve, and no note."""
+    import sys
+
+    from precision_audit.scan import scan
+
+    path = _package(tmp_path, "scanme_okpkg", "MARK = 1\n")
+    rows = [r for r in scan(str(path), length=1024, modes=["bfloat16-inputs"]) if r.callable == "Rotary.forward"]
+    assert [(r.module, r.verdict, r.op, r.note) for r in rows] == [
+        ("scanme_okpkg.layers.rope", "broken", "aten.arange.default", "")]
+    assert sys.modules["scanme_okpkg"].MARK == 1  # the real package, imported as Python imports it
+
+
+def test_file_whose_package_init_does_not_import_is_loaded_with_a_note(tmp_path: Path) -> None:
+    """timm's case (its ``__init__`` needs torchvision, its RoPE file does not): the file is loaded with its
+    packages as namespace stand-ins (the relative import loads the real sibling), each row says so in one line,
+    the text output once; after the scan the stand-ins are gone from ``sys.modules``."""
+    import sys
+
+    from precision_audit.scan import scan
+
+    path = _package(tmp_path, "scanme_badinit", "import scanme_no_such_dependency\n")
+    rows = [r for r in scan(str(path), length=1024, modes=["bfloat16-inputs"]) if r.callable == "Rotary.forward"]
+    note = ("loaded without running the __init__ of scanme_badinit, scanme_badinit.layers (importing "
+            "scanme_badinit.layers.rope raised ModuleNotFoundError: No module named 'scanme_no_such_dependency'): "
+            "namespace stand-ins, so its own imports load the real files")
+    assert [(r.module, r.verdict, r.op, r.note) for r in rows] == [
+        ("scanme_badinit.layers.rope", "broken", "aten.arange.default", note)]
+    assert not [k for k in sys.modules if k.startswith("scanme_badinit")]
+    res = CliRunner().invoke(main, ["scan", str(path), "-l", "1024", "--mode", "bfloat16-inputs"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.count(f"note: scanme_badinit.layers.rope: {note}") == 1
+
+
+def test_file_that_does_not_import_without_its_init_either(tmp_path: Path) -> None:
+    """The file itself needs the missing package: a one-line error naming it, and that it fails the same way
+    with its packages' ``__init__`` not run."""
+    from precision_audit.scan import scan
+
+    path = _package(tmp_path, "scanme_badboth", "import scanme_no_such_dependency\n",
+                    rope_extra="import scanme_no_such_dependency\n")
+    with pytest.raises(ValueError, match=r"import failed: ModuleNotFoundError: No module named "
+                                         r"'scanme_no_such_dependency' \(the same without its packages' __init__\)$"):
+        scan(str(path), length=64)
+
+
 # --------------------------------------------------------------------------- the verdict per output kind
 
 

@@ -11,8 +11,15 @@ each imported and run here (never copied).
   and after the cast, the verdict ``config``'s axial audit gives the same ids on its ids-fp32 path
   (:func:`precision_audit.rope.axial.audit_axial`); ``get_1d_rotary_pos_embed`` is safe in float32.
 
-timm's 2-D RoPE modules and litgpt's ``build_rope_cache`` are not refereed: timm imports torchvision at
-``import timm`` and litgpt imports lightning, neither installable here beside torch 2.13 (docs/scan.md).
+* timm 1.0.31 (``timm/layers/pos_embed_sincos.py``) and litgpt 0.5.13 (``litgpt/model.py``), scanned by path:
+  ``import timm`` needs torchvision and ``import litgpt`` lightning (neither installable here beside torch 2.13),
+  so scan loads each file with its packages as namespace stand-ins (their ``__init__`` not run) and every row
+  carries that note; litgpt's file also imports its checkpoint converter (lightning), stubbed around the scan
+  (:data:`referees._pkgfile.LITGPT_STUBS`).  Both are float32 code: ``RotaryEmbedding`` /
+  ``RotaryEmbeddingCat.get_embed`` safe as built and after ``.to(bfloat16)`` (bands rebuilt in float32 after a
+  cast; a cache built at construction rounded to bf16 only as the finished cos/sin), ``build_rope_cache`` safe
+  in float32, its only mode; each test says why and checks the dtypes on the real module.  The packages are
+  installed with ``--no-deps`` (.ci/run); a missing one skips (fails under CI).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import numpy as np
 import pytest
 
 from referees import need
+from referees._pkgfile import LITGPT_STUBS, package_file, package_folder, stubbed
 from referees._torchtune import FILES, torchtune_module
 
 torch = pytest.importorskip("torch")
@@ -119,3 +127,136 @@ def test_transformers_class_as_hf_scan(family: str, cls: str) -> None:
     for rs in by_type.values():
         (cast,) = [r for r in rs if r.mode == "cast-bfloat16"]
         assert cast.verdict == "degraded" and "inv_freq" in cast.op and cast.where.startswith(f"modeling_{family}.py:")
+
+
+# --------------------------------------------------------------------------- timm's 2-D RoPE, litgpt's cache
+# Both files are scanned by path: their packages' __init__ need torchvision / lightning (not installed here), so
+# scan loads each file with its packages as namespace stand-ins and says so in every row's note.
+
+TIMM_GRID = (32, 32)  # a 32 x 32 patch grid (a 512-pixel image, patch 16) ...
+TIMM_L = TIMM_GRID[0] * TIMM_GRID[1]  # ... whose H * W rows are the scan's positions
+# (a fixed --arg grid does not shrink for scan's 16-position probe, so the grid is kept small: at 8K positions
+# the probe would estimate 8192 / 16 times the values and skip the call)
+
+
+def _timm_file() -> Path:
+    return package_folder("timm") / "layers" / "pos_embed_sincos.py"
+
+
+def _by_mode(rows: list, name: str) -> dict:
+    return {r.mode: r for r in rows if r.callable == name and r.status == "scanned"}
+
+
+def _assert_note(rows: list, package: str, missing: str) -> None:
+    """One note on every row of the file: its packages' __init__ not run, and why (when it does not import here:
+    ``missing`` not installed; where it is, the file is imported as Python imports it, with no note)."""
+    (note,) = {r.note for r in rows}
+    if importlib.util.find_spec(missing) is None:
+        assert note.startswith(f"loaded without running the __init__ of {package}")
+        assert f"No module named '{missing}'" in note and "namespace stand-ins" in note
+
+
+@pytest.mark.parametrize("layout", ["per-call", "cached"])
+def test_timm_rotary_embeddings_are_fp32_code(layout: str) -> None:
+    """timm 1.0.31 ``RotaryEmbedding`` / ``RotaryEmbeddingCat`` as EVA builds them (``in_pixels=False``: an index
+    grid), the table built by ``get_embed(shape)`` at each call (``feat_shape=None``: EVA's dynamic image size)
+    or once at construction (``feat_shape`` given: a fixed image size).
+
+    Why float32 is safe with no culprit: the grid is ``torch.arange(s, dtype=int64).to(float32)`` (integers
+    below 2**24 are exact in float32), the bands ``1 / 10000 ** (arange(0, 16) / 16)`` in float32, their
+    product and sin/cos in float32: angles below 32 rad off by their rounding (2**-20) plus 31 times the bands'
+    (a few 2**-24 relative): below 1e-5 rad, far below pi/8.
+
+    After ``.to(bfloat16)``: timm's ``_apply`` rebuilds ``bands`` in float32 once the cast rounded them
+    (``_freq_buffer_dtype``), and ``get_embed(shape)`` without a dtype builds in float32: the cast run computes
+    the float32 run's bits (the same error).  A cache built at construction is a buffer, so the cast rounds the
+    finished cos/sin table to bf16 (the fix's own recipe: only the final cos/sin in the low dtype): at most 2**-9
+    per value, so an angle read back by atan2 is off by under sqrt(2) * 2**-9 / (1 - sqrt(2) * 2**-9) < 2**-8:
+    safe, and bf16's error, not float32's.
+
+    The vector modes are not run: ``get_embed`` takes no vectors and ``forward(x)`` takes channels-first images
+    ``(B, dim, H, W)``, a layout scan does not try (it is listed as not callable).  What the real ``forward`` does
+    with bf16 vectors is asserted below: it rotates them with the float32 table (type promotion) and rounds the
+    finished rotation once (``apply_rot_embed``'s ``.to(dtype=x.dtype)``), as a float32 run rounded at the end.
+    """
+    from precision_audit.scan import scan
+
+    path = _timm_file()
+    cached = layout == "cached"
+    grid = {"feat_shape": TIMM_GRID} if cached else {"shape": TIMM_GRID}
+    rows = scan(str(path), length=TIMM_L, args={**grid, "in_pixels": False})
+    _assert_note(rows, "timm, timm.layers", "torchvision")
+    for cls in ("RotaryEmbedding", "RotaryEmbeddingCat"):
+        judged = _by_mode(rows, f"{cls}.__init__" if cached else f"{cls}.get_embed")
+        assert {m: (r.kind, r.verdict, r.op) for m, r in judged.items()} == {
+            "float32": ("cos/sin", "safe", None), "cast-bfloat16": ("cos/sin", "safe", None)}
+        assert judged["float32"].error < 1e-5  # float32 rounding of angles below 32 rad
+        if cached:  # the cast rounded the finished table to bf16: bf16's error, not float32's
+            assert 2**-11 < judged["cast-bfloat16"].error < 2**-8
+            (get,) = [r for r in rows if r.callable == f"{cls}.get_embed"]
+            assert get.reason.startswith("nothing to judge")  # it returns the cache: no op makes positions
+        else:  # the cast changed nothing: the same bits
+            assert judged["cast-bfloat16"].error == judged["float32"].error
+        (fwd,) = [r for r in rows if r.callable == f"{cls}.forward"]
+        assert fwd.status == "skipped" and fwd.reason.startswith("cannot call")
+        assert not [r for r in rows if r.callable.startswith(cls + ".") and r.mode.endswith("-inputs")]
+    functions = {r.callable: r.verdict for r in rows if r.callable.startswith("build_") and r.status == "scanned"}
+    assert functions == {"build_sincos2d_pos_embed": "safe", "build_rotary_pos_embed": "safe"}
+
+    # the reasoning, on the real module: which dtype each mode computes in
+    timm_rope = package_file("timm", "layers.pos_embed_sincos")
+    kw = {"in_pixels": False, "feat_shape": list(TIMM_GRID) if cached else None}
+    ref = timm_rope.RotaryEmbeddingCat(64, **kw)
+    cast = timm_rope.RotaryEmbeddingCat(64, **kw).to(torch.bfloat16)
+    assert ref.bands.dtype == cast.bands.dtype == torch.float32
+    table = ref.get_embed(list(TIMM_GRID))
+    assert table.dtype == torch.float32
+    if cached:
+        assert torch.equal(cast.get_embed(), table.to(torch.bfloat16))
+    else:
+        assert torch.equal(cast.get_embed(list(TIMM_GRID)), table)
+    x = torch.randn(1, 64, *TIMM_GRID, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    assert torch.equal(ref(x), ref(x.float()).to(torch.bfloat16))
+
+
+def test_litgpt_build_rope_cache_is_fp32_code() -> None:
+    """litgpt 0.5.13 ``build_rope_cache(seq_len, n_elem)`` (``litgpt/model.py``, its checkpoint converter stubbed:
+    it needs lightning, the RoPE does not; :data:`referees._pkgfile.LITGPT_STUBS`).
+
+    Why float32 is safe with no culprit: positions ``torch.arange(seq_len).float()`` (int64 made float32: exact
+    below 2**24), ``theta = 1 / base ** (arange(0, n_elem, 2).float() / n_elem)`` in float32, ``outer`` and
+    cos/sin in float32: an angle up to 8191 rad is off by its own rounding (at most 2**-12) plus m times theta's
+    (pow within an ulp, the reciprocal half an ulp: 1.5 * 2**-23 relative, theta <= 1): below 2**-9 in all, far
+    below pi/8.
+
+    Only the float32 mode runs, rightly: a function has no ``.to`` (no cast mode) and this one takes no vectors
+    (no vector modes); nothing it computes takes its dtype from an input or from the default dtype (every tensor
+    is made float32 by ``.float()``), so those modes would compute the same bits.  Asserted below on the real
+    function: under ``torch.set_default_dtype(torch.bfloat16)`` (a model built in bf16, as Lightning Fabric's
+    bf16-true ``init_module`` builds it) the cache is float32 and bit-identical.  The model classes hold layers
+    (listed, not built); ``apply_rope`` needs the cos/sin tables (listed: give them with --arg).
+    """
+    from precision_audit.scan import scan
+
+    path = package_folder("litgpt") / "model.py"
+    with stubbed(LITGPT_STUBS):
+        rows = scan(str(path), length=L)
+    _assert_note(rows, "litgpt", "lightning")
+    cache = [r for r in rows if r.callable == "build_rope_cache"]
+    assert [(r.call, r.mode, r.status, r.kind, r.verdict, r.op) for r in cache] == [
+        ("build_rope_cache(seq_len, n_elem)", "float32", "scanned", "cos/sin", "safe", None)]
+    assert cache[0].error < 2**-9
+    skipped = {r.callable: r.reason for r in rows if r.status == "skipped"}
+    assert skipped["apply_rope"].startswith("cannot infer arguments cos, sin")
+    assert skipped["GPT"].startswith("holds layers")
+
+    litgpt_model = package_file("litgpt", "model", stubs=LITGPT_STUBS)
+    fp32 = litgpt_model.build_rope_cache(L, 64)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        bf16_default = litgpt_model.build_rope_cache(L, 64)
+    finally:
+        torch.set_default_dtype(before)
+    assert all(t.dtype == torch.float32 for t in (*fp32, *bf16_default))
+    assert all(torch.equal(a, b) for a, b in zip(fp32, bf16_default))

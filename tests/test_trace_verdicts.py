@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from referees._pkgfile import package_file  # noqa: E402
+from referees._pkgfile import LITGPT_STUBS, package_file  # noqa: E402
 
 from precision_audit.formats import get_format  # noqa: E402
 from precision_audit.trace import run_traced, trace  # noqa: E402
@@ -45,8 +45,7 @@ def _bf16(x):
 
 @pytest.fixture(scope="module")
 def litgpt_model():
-    return package_file("litgpt", "model", stubs={"litgpt.scripts": {},
-                                                  "litgpt.scripts.convert_hf_checkpoint": {"qkv_reassemble": None}})
+    return package_file("litgpt", "model", stubs=LITGPT_STUBS)
 
 
 def test_litgpt_build_rope_cache_is_safe_with_no_culprit(litgpt_model):

@@ -100,6 +100,8 @@ def scan_cmd(targets: tuple[str, ...], length: int, modes: tuple[str, ...], args
         fixes = {(r["op"], r["where"], r["fix"]) for r in dicts if r["fix"]}
         for op, where, fix in sorted(fixes, key=str):
             click.echo(f"fix for {op} at {where}: {fix}")
+        for module, note in dict.fromkeys((r["module"], r["note"]) for r in dicts if r["note"]):
+            click.echo(f"note: {module}: {note}")
         gemms = {g: None for r in dicts for g in r["tf32_gemms"]}
         if gemms:
             from ..trace.report import TF32_FIX, TF32_NOTE

@@ -16,7 +16,9 @@ rotary / rope / position / alibi / sinusoid / bucket.  Nothing is called here: i
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import os
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ..trace.build import importable
+from ..trace.build import importable, package_path
 
 __all__ = ["Candidate", "Loaded", "candidates", "load_target_modules", "mentions_positions", "position_evidence",
            "POSITION_PARAM"]
@@ -48,11 +50,14 @@ _TEXT_RE = re.compile(r"rotary|rope|position|alibi|sinusoid|bucket|freqs_cis", r
 
 @dataclass
 class Loaded:
-    """An imported module (``module``), or the one that failed (``module`` None, ``error`` why)."""
+    """An imported module (``module``), or the one that failed (``module`` None, ``error`` why); ``note``: how
+    it was loaded where that is not how Python imports it (its packages' ``__init__`` not run: why, in one
+    line)."""
 
     name: str
     module: ModuleType | None
     error: str | None = None
+    note: str | None = None
 
 
 @dataclass
@@ -126,6 +131,67 @@ def _import_file(path: str, name: str) -> Loaded:
     return Loaded(label, module)
 
 
+def _stand_in(name: str, folder: str) -> ModuleType:
+    """A package with no ``__init__`` run: a namespace over ``folder``, so its modules import from there."""
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [folder]
+    module = importlib.util.module_from_spec(spec)
+    module.__path__ = [folder]
+    return module
+
+
+@contextlib.contextmanager
+def _package_module(path: str, root: str, parts: list[str]) -> Iterator[Loaded]:
+    """The file ``path`` imported as the module ``parts`` names (``package.module``, ``root`` importable), as
+    Python imports it: its packages' ``__init__`` first.  Where that fails and the file itself imports without
+    them (an ``__init__`` that needs a package not installed here, for code the file does not use), it is loaded
+    with its packages as stand-ins (:func:`_stand_in`: relative and absolute imports of its siblings load the
+    real files), noted in ``Loaded.note``; the stand-ins and the modules loaded under them leave ``sys.modules``
+    when the block ends.  A module of that name from another file: None (the caller loads the file by itself).
+    """
+    full, dotted, top = os.path.abspath(path), ".".join(parts), parts[0]
+
+    def ours() -> dict[str, ModuleType]:
+        return {k: v for k, v in sys.modules.items() if k == top or k.startswith(top + ".")}
+
+    def restore(saved: dict[str, ModuleType]) -> None:
+        for k in [k for k in ours() if k not in saved]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+    saved = ours()
+    with importable(root):
+        loaded = _import(dotted)
+    if loaded.module is not None:
+        same = os.path.abspath(getattr(loaded.module, "__file__", "") or "") == full
+        yield Loaded(dotted, loaded.module) if same else Loaded(dotted, None)
+        return
+    restore(saved)  # what the failed import left half-loaded
+    try:
+        for i in range(1, len(parts)):  # each package not imported (a real one already imported stays)
+            name = ".".join(parts[:i])
+            if name not in sys.modules:
+                sys.modules[name] = _stand_in(name, os.path.join(root, *parts[:i]))
+        with importable(root):
+            again = _import(dotted)
+        if again.module is None or os.path.abspath(getattr(again.module, "__file__", "") or "") != full:
+            err = (loaded.error or "").removeprefix("import failed: ")
+            also = (again.error or "").removeprefix("import failed: ")
+            yield Loaded(dotted, None, f"import failed: {err}" + (
+                " (the same without its packages' __init__)" if also == err else
+                f"; without its packages' __init__: {also}"))
+            return
+        packages = ", ".join(n for n in (".".join(parts[:i]) for i in range(1, len(parts))) if n not in saved)
+        if not packages:  # every package was imported already: it imported now as Python imports it
+            yield Loaded(dotted, again.module)
+            return
+        yield Loaded(dotted, again.module, note=f"loaded without running the __init__ of {packages} (importing "
+                     f"{dotted} raised {(loaded.error or '').removeprefix('import failed: ')}): namespace "
+                     "stand-ins, so its own imports load the real files")
+    finally:
+        restore(saved)
+
+
 def _check_syntax(path: str) -> None:
     try:
         with open(path, encoding="utf-8") as fh:
@@ -166,7 +232,9 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
     """The modules a scan of ``target`` imports: a ``.py`` file, a folder of ``.py`` files (each file whose
     text mentions positions), or an importable module or package (each submodule whose text does).  A target
     that does not exist, does not parse or does not import raises ValueError naming it; a submodule that does
-    not import is yielded with its error (and listed by the scan).
+    not import is yielded with its error (and listed by the scan).  A file inside a package is imported as its
+    module (``package.module``); where a package's ``__init__`` does not import and the file does without it,
+    it is loaded with namespace stand-ins for its packages, with a ``note``, until the iteration moves on.
 
     >>> [(m.name, m.error) for m in load_target_modules("precision_audit.trace.examples")]
     [('precision_audit.trace.examples', None)]
@@ -177,6 +245,14 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
         if not os.path.isfile(target):
             raise ValueError(f"TARGET {target}: no such file")
         _check_syntax(target)
+        root, parts = package_path(target)
+        if len(parts) > 1 and all(p.isidentifier() for p in parts):  # a file inside a package
+            with _package_module(target, root, parts) as loaded:
+                if loaded.error is not None:
+                    raise ValueError(f"TARGET {target}: {loaded.error}")
+                if loaded.module is not None:
+                    yield loaded
+                    return
         name = os.path.basename(target)[:-3] if target.endswith(".py") else os.path.basename(target)
         with importable(os.path.dirname(os.path.abspath(target))):
             loaded = _import_file(target, name)

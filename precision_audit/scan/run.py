@@ -11,6 +11,7 @@ broken, :func:`precision_audit.trace.trace` names the op (or the downcast operan
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import warnings
@@ -54,7 +55,8 @@ class ScanFinding(Row):
     ``tf32_gemms``: each float32 GEMM on a position-derived tensor (``op at file:line``), which tensor-core GPUs
     run in TF32 under ``set_float32_matmul_precision('high')`` (positions exact only to 2048): the flag ``trace``
     gives (:func:`precision_audit.trace.report.tf32_gemms`); on a CPU it computes in float32, so the verdict does
-    not show it.
+    not show it.  ``note``: how the callable's module was loaded where that is not how Python imports it (a file
+    whose packages' ``__init__`` does not import, loaded without running it: why), else empty.
     """
 
     module: str
@@ -74,6 +76,7 @@ class ScanFinding(Row):
     defined: str = ""
     evidence: tuple[str, ...] = ()
     tf32_gemms: tuple[str, ...] = ()
+    note: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, str) or self.status not in ("scanned", "skipped"):
@@ -455,10 +458,14 @@ def scan(targets: str | Iterable[str], *, length: int = 8192, modes: Iterable[st
             cands = candidates(loaded.module)
             found += len(cands)
             if progress is not None and cands:
-                progress(f"scan: {loaded.name}: {len(cands)} position callable{'s' * (len(cands) != 1)}")
+                progress(f"scan: {loaded.name}: {len(cands)} position callable{'s' * (len(cands) != 1)}"
+                         + (f"; {loaded.note}" if loaded.note else ""))
+            before = len(s.rows)
             for c in cands:
                 c.module = loaded.name  # a file's module as its file names it
                 s.candidate(c)
+            if loaded.note:
+                s.rows[before:] = [dataclasses.replace(r, note=loaded.note) for r in s.rows[before:]]
         if not found:
             raise ValueError(f"TARGET {target}: no position code found (no class or function that builds or takes "
                              "positions)")

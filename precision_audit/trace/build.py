@@ -32,7 +32,7 @@ from typing import Any
 from ..checks import describe
 
 __all__ = ["DIM", "INT_DTYPES", "MAX_INPUT_VALUES", "POSITION_NAMES", "import_attribute", "infer_arguments", "is_position_name",
-           "importable", "make_input", "parse_arg", "parse_input"]
+           "importable", "make_input", "package_path", "parse_arg", "parse_input"]
 
 DIM = 64
 """The value a required dim-style argument gets (even and a multiple of 4: 1-D and 2-D RoPE both split it)."""
@@ -235,16 +235,29 @@ def importable(folder: str) -> Iterator[None]:
             sys.path.remove(folder)
 
 
+def package_path(path: str) -> tuple[str, list[str]]:
+    """The folder that ``path``'s outermost package sits in, and the file's dotted name's parts from there: a
+    file inside package folders (each with an ``__init__.py``) is the module ``package.module``; a file outside
+    one is just its stem.
+
+    >>> package_path(os.path.join(os.path.dirname(__file__), "build.py"))[1]
+    ['precision_audit', 'trace', 'build']
+    """
+    full = os.path.abspath(path)
+    root, parts = os.path.dirname(full), [os.path.splitext(os.path.basename(full))[0]]
+    while os.path.isfile(os.path.join(root, "__init__.py")) and os.path.basename(root).isidentifier():
+        parts.insert(0, os.path.basename(root))
+        root = os.path.dirname(root)
+    return root, parts
+
+
 def _module_from_file(path: str, spec: str) -> Any:
     """Import the file ``path`` as a module named after it (its folder importable while it loads)."""
     if not os.path.isfile(path):
         raise ValueError(f"TARGET {spec}: no file {path}")
     full = os.path.abspath(path)
     stem = os.path.splitext(os.path.basename(full))[0]
-    root, parts = os.path.dirname(full), [stem]
-    while os.path.isfile(os.path.join(root, "__init__.py")) and os.path.basename(root).isidentifier():
-        parts.insert(0, os.path.basename(root))  # a file inside a package: imported as package.module
-        root = os.path.dirname(root)
+    root, parts = package_path(full)
     if len(parts) > 1 and stem.isidentifier():
         try:
             with importable(root):
