@@ -137,6 +137,7 @@ def test_a_model_is_the_first_argument(name):
     assert COMMANDS[name].params.index(args[0]) == 0
 
 
+@pytest.mark.slow  # two model reports with figures (20 s): the deprecated spelling's equality, in the slow pass
 def test_report_takes_model_and_out_as_config_does(tmp_path):
     pytest.importorskip("matplotlib")
     model = str(ROOT / "tests" / "data" / "llama-2-7b-hf.json")

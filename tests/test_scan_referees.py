@@ -83,6 +83,7 @@ def test_diffusers_flux_pos_embed_matches_config_audit() -> None:
     assert got == {"float32": expected, "cast-bfloat16": expected} == {"float32": "safe", "cast-bfloat16": "safe"}
 
 
+@pytest.mark.slow  # every function of diffusers.models.embeddings in every mode (13 s): FluxPosEmbed stays default
 def test_diffusers_get_1d_rotary_pos_embed() -> None:
     need("diffusers")
     from precision_audit.scan import scan

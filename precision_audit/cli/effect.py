@@ -62,7 +62,7 @@ _MODEL_ONLY = (("tokens", "--tokens"), ("text_file", "--text"), ("keys", "--keys
 @click.option("--dtype", "-d", "dtypes", type=DTYPE, multiple=True, help=DTYPE_HELP + "  [default: bfloat16]")
 @click.option("--offset", "offsets", type=OffsetType(), multiple=True,
               help="Position of each probe sequence's first token (repeatable): 0, 8k, 1M (k = 1024).  "
-                   "[default: 0 8K 1M]")
+                   "[default: 0 8K 1M; with --model: 0]")
 @click.option("--gap", "gaps", type=click.IntRange(min=1), multiple=True, metavar="G",
               help="Gap task: the distance read (repeatable), one of " + ", ".join(map(str, GAPS))
                    + ".  [default: every trained gap, mixed]  With --model: tokens of text between the pass key and "
@@ -117,8 +117,8 @@ def effect_cmd(recipes: tuple[str, ...], stacks: tuple[str, ...], dtypes: tuple[
 
     With --model, a real pretrained model instead (e.g. --model smollm2): its text predictions (KL, top-1
     agreement, NLL change) and pass-key retrieval with each path's cos/sin against its own exact-RoPE run,
-    each beside the noise floor of the cache format.  [defaults: -r lowp -r lowp-inv-freq -r fp32, offsets 0
-    and 1M, a window of 8192 tokens, gaps 1024 4096 6144, 1 key]
+    each beside the noise floor of the cache format.  [defaults: -r lowp -r lowp-inv-freq -r fp32, offset 0,
+    a window of 8192 tokens, gaps 1024 4096 6144, 1 key]
 
     Example: precision-audit effect -r lowp -r fp32 --offset 64K --task local
     """

@@ -52,7 +52,7 @@ __all__ = ["DEFAULT_GAPS", "DEFAULT_KEYS", "DEFAULT_MODEL_OFFSETS", "DEFAULT_MOD
            "passkey_span", "passkey_window", "runs"]
 
 DEFAULT_MODEL_PATHS = ("lowp", "lowp-inv-freq", "fp32")
-DEFAULT_MODEL_OFFSETS = (0, 2**20)
+DEFAULT_MODEL_OFFSETS = (0,)  # the model where it was trained (--offset 1M and more: positions past its context)
 DEFAULT_TOKENS = 8192  # the window: its second half sees >= 4K tokens back
 DEFAULT_GAPS = (1024, 4096, 6144)  # up to three quarters of SmolLM2's trained context
 DEFAULT_KEYS = 1  # each key is a window of its own (a forward per table)
@@ -315,8 +315,9 @@ def _offset_rows(rm: RealModel, w: PasskeyWindow, paths: Sequence[tuple[str, str
         part = todo[i:i + per]
         for (key, _), run in zip(part, _run_window(rm, w, offset, gaps, text, [tab for _, tab in part])):
             keys[key] = run.correct
-            if text:
-                ref = run.logits[:-1] if ref is None else ref
+            if text and ref is None:  # the exact run (first): the reference, no statistics against itself
+                ref = run.logits[:-1]
+            elif text:
                 stats[key] = _text_stats(ref, run.logits[:-1], targets)
         if progress is not None:
             progress(len(part))
@@ -326,6 +327,8 @@ def _offset_rows(rm: RealModel, w: PasskeyWindow, paths: Sequence[tuple[str, str
     for p, d in paths:
         mine, floor = digests[p, d], digests["floor", caches[p]]
         if text:
+            if exact in (mine, floor) and exact not in stats:  # a table equal to the exact one: against itself
+                stats[exact] = _text_stats(ref, ref, targets)
             st, f = stats[mine], stats[floor]
             text_rows.append(TextEffectRow(rm.name, p, get_format(d).name, caches[p], rm.dtype, offset,
                                            w.ids.shape[1], *st, f[0], f[1], f[2], f[3], f[5], f[6],
