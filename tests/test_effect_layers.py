@@ -255,35 +255,11 @@ def test_effect_says_in_one_line_when_it_runs_eager_attention(gemma3_checkpoint,
 
 def test_questions_from_the_kv_cache_of_sliding_layers_are_the_full_forwards():
     # effect asks each pass key's question from a copy of the KV cache; Gemma 3's sliding layers keep only their
-    # window there.  Referee: the model run without a cache on each prompt itself, with the same injected tables
-    from precision_audit.effect.measures import _run_window, passkey_window
+    # window there.  Referee: the model run without a cache on each prompt itself (tests/_cached_questions.py)
+    from _cached_questions import assert_questions_are_full_forwards
+    from precision_audit.effect.measures import passkey_window
 
     _, rm = tiny_gemma3()
     rm.tokenizer = ByteTokenizer()
     w = passkey_window(rm.tokenizer, [(5 * i) % 61 + 2 for i in range(300)], 240, 2)
-    gaps, offset = [10, 60, 130], 300
-    tab = rm.tables("exact", "float64", np.arange(offset, offset + w.span(gaps)))
-    asked, forward = [], rm.forward
-
-    def recording(**inputs):  # the question forwards' logits (those run from the cache), in order of depth
-        out = forward(**inputs)
-        if inputs["input_ids"].shape[1] == w.questions.shape[1]:
-            asked.append(out.logits)
-        return out
-
-    rm.forward = recording
-    run = _run_window(rm, w, offset, gaps, False, [tab])[0]
-    rm.forward = forward
-    rm.set_tables([tab], offset)
-    try:
-        for g in gaps:
-            d = w.head + g
-            ids = torch.as_tensor(np.concatenate([w.ids[:, :d], w.questions], axis=1))
-            pos = torch.arange(offset, offset + ids.shape[1])[None].expand(ids.shape[0], -1)
-            with torch.inference_mode():
-                full = rm.forward(input_ids=ids, position_ids=pos).logits
-            assert torch.allclose(asked[gaps.index(g)], full[:, d:], atol=1e-4, rtol=1e-4)
-            lp = full[:, d + w.answer_at - 1:-1]
-            assert run.correct[g] == int((lp.argmax(-1) == torch.as_tensor(w.questions[:, w.answer_at:])).all(-1).sum())
-    finally:
-        rm.set_tables(None)
+    assert assert_questions_are_full_forwards(rm, w, [10, 60, 130], 300, False).logits is None

@@ -24,6 +24,7 @@ transformers = pytest.importorskip("transformers")
 from precision_audit.cli import main  # noqa: E402
 from precision_audit.config import load_config_dict  # noqa: E402
 from precision_audit.effect.measures import measure_model, passkey_span, passkey_window  # noqa: E402
+from _cached_questions import assert_questions_are_full_forwards  # noqa: E402  (tests/ helper)
 from precision_audit.effect.real import attach, model_files, rope_tables  # noqa: E402
 from precision_audit.rope import RopeSchedule, parse_stages  # noqa: E402
 
@@ -221,38 +222,16 @@ def test_passkey_window_rows_share_one_length():
 
 
 def test_each_question_from_the_kv_cache_is_the_full_forward_of_its_prompt():
-    # referee: the model run without a cache on the prompt itself (key sentence, text up to the gap, question and
-    # answer) with the same injected tables: the cached chunks and the copied cache give the same predictions
-    from precision_audit.effect.measures import _run_window
-
+    # referee: the model run without a cache on each prompt itself and on the window (tests/_cached_questions.py):
+    # the cached chunks and the copied cache give the same logits and predictions
     _, rm = tiny()
     rm.tokenizer = ByteTokenizer()
     w = passkey_window(rm.tokenizer, [(7 * i) % 61 + 2 for i in range(300)], 260, 2)
-    gaps, offset = [20, 90, 150], 1000
-    tab = rm.tables("exact", "float64", np.arange(offset, offset + w.span(gaps)))
-    asked, forward = [], rm.forward
-
-    def recording(**inputs):  # the question forwards' logits (those run from the cache), in order of depth
-        out = forward(**inputs)
-        if inputs["input_ids"].shape[1] == w.questions.shape[1]:
-            asked.append(out.logits)
-        return out
-
-    rm.forward = recording
-    run = _run_window(rm, w, offset, gaps, True, [tab])[0]
-    rm.forward = forward
+    offset = 1000
+    run = assert_questions_are_full_forwards(rm, w, [20, 90, 150], offset, True)
+    tab = rm.tables("exact", "float64", np.arange(offset, offset + w.ids.shape[1]))
     rm.set_tables([tab], offset)
     try:
-        for g in gaps:
-            d = w.head + g
-            ids = torch.as_tensor(np.concatenate([w.ids[:, :d], w.questions], axis=1))
-            pos = torch.arange(offset, offset + ids.shape[1])[None].expand(ids.shape[0], -1)
-            with torch.inference_mode():
-                full = rm.forward(input_ids=ids, position_ids=pos).logits
-            assert torch.allclose(asked[gaps.index(g)], full[:, d:], atol=1e-4, rtol=1e-4)
-            lp = full[:, d + w.answer_at - 1:-1]
-            want = int((lp.argmax(-1) == torch.as_tensor(w.questions[:, w.answer_at:])).all(-1).sum())
-            assert run.correct[g] == want
         with torch.inference_mode():
             full = rm.forward(input_ids=torch.as_tensor(w.ids[:1]),
                               position_ids=torch.arange(offset, offset + w.ids.shape[1])[None]).logits[0]
