@@ -224,7 +224,7 @@ def _run_window(rm: RealModel, w: PasskeyWindow, offset: int, gaps: Sequence[int
     rm.set_tables([t for t in tables for _ in range(keys)], offset)
     try:
         with torch.inference_mode():
-            for end in sorted({*depths, n if text else 0} - {0}):
+            for end in sorted({*depths, *([n] if text else [])}):  # chunk ends: each question's depth, the window's end
                 if end > start:
                     out = rm.forward(input_ids=ids[:, start:end], position_ids=pos[:, start:end],
                                      **{name: cache}, use_cache=True, logits_to_keep=0 if text else 1)
