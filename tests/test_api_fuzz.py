@@ -22,8 +22,10 @@ is fast.
 from __future__ import annotations
 
 import math
+import os
 import re
 import signal
+import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -210,13 +212,31 @@ def _names(message: str, arg: str, value: Any, synonyms: tuple[str, ...] = ()) -
     return any(re.search(rf"(?<!\w){re.escape(s)}", message) for s in _shown(value))
 
 
+@contextmanager
+def _empty_folder(enter: bool):
+    """Run in an empty folder three levels down a fresh temporary tree: a drawn relative path ('.', '..') names
+    nothing a scan would read for minutes (the repository's own tests and scripts)."""
+    if not enter:
+        yield
+        return
+    with tempfile.TemporaryDirectory() as top:
+        here = os.path.join(top, "a", "b", "c")
+        os.makedirs(here)
+        before = os.getcwd()
+        os.chdir(here)
+        try:
+            yield
+        finally:
+            os.chdir(before)
+
+
 def _outcome(case: str, arg: str, value: Any) -> str | None:
     """Call ``case`` with ``arg=value``; None if the outcome is allowed, else what went wrong."""
     fn, valid = CASES[case]
     kwargs = valid()
     kwargs[arg] = value
     try:
-        with np.errstate(all="ignore"), _time_limit(TIMEOUT):
+        with np.errstate(all="ignore"), _time_limit(TIMEOUT), _empty_folder(case == "scan"):
             fn(**kwargs)
     except (ValueError, TypeError) as e:
         msg = str(e)
@@ -238,7 +258,7 @@ class _Object:
 
 
 POOL: list[Any] = [
-    None, "", "zz", "fp32", "bf16", b"x", math.nan, math.inf, -math.inf, -1, 0, 1, 1.5, -0.5, 2**70, -(2**70),
+    None, "", "zz", "/", ".", "fp32", "bf16", b"x", math.nan, math.inf, -math.inf, -1, 0, 1, 1.5, -0.5, 2**70, -(2**70),
     2**1100, True, [], [None], ["zz"], [math.nan], [-1], [0, 1.5], (), {}, {"a": 1}, _Object(), print,
     np.float32(math.nan), np.int64(-3), np.array([], dtype=np.float64), np.array(["a"]), np.array([1 + 1j]),
     np.array([1.0, 2.0]), np.array([[1, 2], [3, 4]]), np.array([None], dtype=object),

@@ -444,3 +444,26 @@ def test_output_verdict_cos_sin_pairs_against_the_rope_rule() -> None:
             assert res2 == pytest.approx(res, rel=1e-6, abs=1e-9)
         seen.add(v["verdict"])
     assert seen == {"safe", "degraded", "broken"}
+
+
+def test_folder_skips_environments_and_refuses_a_whole_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder scan reads the user's files, not a virtual environment inside it, and refuses a tree past its
+    limits at once (``scan /`` was walked for minutes) with a ValueError naming the target; the CLI exits 2."""
+    from precision_audit.scan import discover, scan
+
+    (tmp_path / "rope.py").write_text(HEAD + BUGS["bf16_arange"])
+    for skipped in ("venv", "site-packages", ".hidden", "node_modules"):
+        (tmp_path / skipped).mkdir()
+        (tmp_path / skipped / "other_rope.py").write_text(HEAD + BUGS["bf16_arange"])
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "kept.py").write_text("x = 1\n")
+    assert discover._folder_files(str(tmp_path)) == [str(tmp_path / "rope.py"), str(tmp_path / "code" / "kept.py")]
+    rows = [r for r in scan(str(tmp_path), length=512, modes=["bfloat16-inputs"]) if r.callable == "Rotary.forward"]
+    assert [(r.module, r.verdict) for r in rows] == [("rope", "broken")]
+
+    monkeypatch.setattr(discover, "MAX_FOLDER_FILES", 1)
+    with pytest.raises(ValueError, match=f"TARGET {tmp_path}: a tree of more than 1 .py files"):
+        list(scan(str(tmp_path)))
+    result = CliRunner().invoke(main, ["scan", str(tmp_path)])
+    assert result.exit_code == 2 and "a tree of more than 1 .py files" in result.output

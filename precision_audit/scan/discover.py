@@ -86,6 +86,9 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 240 else text[:237] + "..."
 
 
+_SKIPPED_DIRS = frozenset({"__pycache__", "site-packages", "node_modules"})
+
+
 def mentions_positions(path: str) -> bool:
     """Whether a source file's text could hold position code (a position-like name, or an ``arange`` beside
     sin / cos / bucket): the files a scan imports."""
@@ -213,12 +216,32 @@ def _walk_package(pkg: ModuleType) -> Iterator[Loaded]:
         yield _import(info.name)
 
 
+MAX_FOLDER_FILES = 5000  # .py files a folder scan reads (a user's code, not a whole disk)
+MAX_FOLDER_DIRS = 5000  # folders it walks
+
+
+def _folder_files(path: str) -> list[str]:
+    """The ``.py`` files under ``path`` in sorted order, skipping hidden folders, ``__pycache__``,
+    ``site-packages``, ``node_modules`` and virtual environments (a folder holding ``pyvenv.cfg``).  A tree
+    past :data:`MAX_FOLDER_FILES` files or :data:`MAX_FOLDER_DIRS` folders raises ValueError as soon as the walk
+    passes the limit, so ``/`` or a home folder is refused in milliseconds instead of walked."""
+    root = os.path.abspath(path)
+    files: list[str] = []
+    dirs = 0
+    for d, subdirs, names in os.walk(root):
+        dirs += 1
+        subdirs[:] = sorted(s for s in subdirs if not s.startswith(".") and s not in _SKIPPED_DIRS
+                            and not os.path.isfile(os.path.join(d, s, "pyvenv.cfg")))
+        files += [os.path.join(d, n) for n in sorted(names) if n.endswith(".py")]
+        if len(files) > MAX_FOLDER_FILES or dirs > MAX_FOLDER_DIRS:
+            raise ValueError(f"TARGET {path}: a tree of more than {MAX_FOLDER_FILES} .py files or "
+                             f"{MAX_FOLDER_DIRS} folders; name a package or a smaller folder of your code")
+    return files
+
+
 def _folder(path: str) -> Iterator[Loaded]:
     root = os.path.abspath(path)
-    files = []
-    for d, subdirs, names in os.walk(root):
-        subdirs[:] = sorted(s for s in subdirs if not s.startswith((".", "__pycache__")))
-        files += [os.path.join(d, n) for n in sorted(names) if n.endswith(".py")]
+    files = _folder_files(path)
     for f in files:
         if not mentions_positions(f):
             continue
