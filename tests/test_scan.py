@@ -387,6 +387,66 @@ def test_file_that_does_not_import_without_its_init_either(tmp_path: Path) -> No
         scan(str(path), length=64)
 
 
+def _stand_in_note(packages: str, what: str) -> str:
+    return (f"loaded without running the __init__ of {packages} (importing {what} raised ModuleNotFoundError: No "
+            "module named 'scanme_no_such_dependency'): namespace stand-ins, so its own imports load the real files")
+
+
+def _forward_rows(rows: list) -> list[tuple]:
+    return [(r.module, r.verdict, r.op, r.note) for r in rows if r.callable == "Rotary.forward"]
+
+
+def test_package_name_whose_init_does_not_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm's case by NAME (``scan timm``: its ``__init__`` needs torchvision): the package's files are found
+    without running it (``find_spec`` of the top package) and each module that mentions positions is loaded
+    with its packages as namespace stand-ins, a note on each row; a module that still does not import is listed
+    with why; a module named directly gives the rows its file gives; the stand-ins are gone afterwards."""
+    import sys
+
+    from precision_audit.scan import scan
+
+    path = _package(tmp_path, "scanme_byname", "import scanme_no_such_dependency\n")
+    (path.parent / "needs.py").write_text("import scanme_no_such_dependency  # a rotary helper needs it\n")
+    monkeypatch.chdir(tmp_path)  # a name imports from the current folder, as python -m finds it
+    kw = dict(length=1024, modes=["bfloat16-inputs"])
+    rows = scan("scanme_byname", **kw)
+    assert _forward_rows(rows) == [("scanme_byname.layers.rope", "broken", "aten.arange.default",
+                                    _stand_in_note("scanme_byname, scanme_byname.layers", "scanme_byname"))]
+    (needs,) = [r for r in rows if r.module == "scanme_byname.layers.needs"]
+    assert needs.status == "skipped" and needs.reason == (
+        "import failed: ModuleNotFoundError: No module named 'scanme_no_such_dependency' (loaded without running "
+        "the __init__ of scanme_byname, scanme_byname.layers: importing scanme_byname raised ModuleNotFoundError: "
+        "No module named 'scanme_no_such_dependency')")
+    assert not [k for k in sys.modules if k.startswith("scanme_byname")]
+    by_name = [r.to_dict() for r in scan("scanme_byname.layers.rope", **kw)]
+    assert by_name == [r.to_dict() for r in scan(str(path), **kw)]
+    assert by_name[0]["note"] == _stand_in_note("scanme_byname, scanme_byname.layers", "scanme_byname.layers.rope")
+    assert [r.to_dict() for r in scan(str(tmp_path / "scanme_byname"), **kw)] == [r.to_dict() for r in rows]
+    assert not [k for k in sys.modules if k.startswith("scanme_byname")]
+    res = CliRunner().invoke(main, ["scan", "scanme_byname", "-l", "1024", "--mode", "bfloat16-inputs"])
+    assert res.exit_code == 0, res.output
+    assert "scan: scanme_byname.layers.needs: import failed" in res.stderr
+    with pytest.raises(ValueError, match=r"^TARGET scanme_byname.nosuch: does not import: ModuleNotFoundError: No "
+                                         r"module named 'scanme_no_such_dependency'; no file for it in "):
+        scan("scanme_byname.nosuch", **kw)
+    with pytest.raises(ValueError, match=r"^TARGET scanme_byname.layers.needs: does not import: ModuleNotFoundError: "
+                                         r".*\(the same without its packages' __init__\)$"):
+        scan("scanme_byname.layers.needs", **kw)
+
+
+def test_subpackage_whose_init_does_not_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package that imports, with a subpackage whose ``__init__`` does not: its modules are loaded without
+    that ``__init__`` (the real package stays), not dropped as ``pkgutil.walk_packages`` drops them."""
+    from precision_audit.scan import scan
+
+    path = _package(tmp_path, "scanme_subbad", "MARK = 1\n")
+    (path.parent / "__init__.py").write_text("import scanme_no_such_dependency\n")
+    monkeypatch.chdir(tmp_path)
+    rows = scan("scanme_subbad", length=1024, modes=["bfloat16-inputs"])
+    assert _forward_rows(rows) == [("scanme_subbad.layers.rope", "broken", "aten.arange.default",
+                                    _stand_in_note("scanme_subbad.layers", "scanme_subbad.layers"))]
+
+
 # --------------------------------------------------------------------------- the verdict per output kind
 
 

@@ -19,7 +19,9 @@ each imported and run here (never copied).
   ``RotaryEmbeddingCat.get_embed`` safe as built and after ``.to(bfloat16)`` (bands rebuilt in float32 after a
   cast; a cache built at construction rounded to bf16 only as the finished cos/sin), ``build_rope_cache`` safe
   in float32, its only mode; each test says why and checks the dtypes on the real module.  The packages are
-  installed with ``--no-deps`` (.ci/run); a missing one skips (fails under CI).
+  installed with ``--no-deps`` (.ci/run); a missing one skips (fails under CI).  By NAME the same:
+  ``scan timm.layers.pos_embed_sincos`` gives the file's rows, and ``scan timm`` finds ``timm/layers``'
+  position code, listing the modules that still do not import with why.
 """
 
 from __future__ import annotations
@@ -217,6 +219,42 @@ def test_timm_rotary_embeddings_are_fp32_code(layout: str) -> None:
         assert torch.equal(cast.get_embed(list(TIMM_GRID)), table)
     x = torch.randn(1, 64, *TIMM_GRID, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     assert torch.equal(ref(x), ref(x.float()).to(torch.bfloat16))
+
+
+def test_timm_by_name_as_by_file() -> None:
+    """``scan timm.layers.pos_embed_sincos`` by NAME: ``import timm`` needs torchvision, so the module is found by
+    ``find_spec("timm")`` (nothing run) and loaded as the file target is, with the same namespace stand-ins: the
+    same rows as :func:`test_timm_rotary_embeddings_are_fp32_code`'s file target, field by field (the note says
+    the module's import raised, as the file's does)."""
+    from precision_audit.scan import scan
+
+    path = _timm_file()
+    kw = dict(length=TIMM_L, args={"shape": TIMM_GRID, "in_pixels": False})
+    by_file = [r.to_dict() for r in scan(str(path), **kw)]
+    by_name = [r.to_dict() for r in scan("timm.layers.pos_embed_sincos", **kw)]
+    assert by_name == by_file
+    assert {r["status"] for r in by_name} == {"scanned", "skipped"}
+
+
+def test_timm_package_by_name() -> None:
+    """``scan timm`` (issue 51 items 1 and 5): its position code in ``timm/layers`` is found without running
+    ``timm``'s ``__init__`` (torchvision), each module with the note naming the packages stood in, and judged;
+    a module that still does not import (a model file that needs ``timm.data``'s names, which only that
+    ``__init__`` provides) is listed with why, never dropped."""
+    from precision_audit.scan import scan
+
+    package_folder("timm")
+    rows = scan("timm", length=TIMM_L, modes=["float32"], args={"shape": TIMM_GRID, "in_pixels": False})
+    modules = {r.module for r in rows}
+    assert {"timm.layers.pos_embed", "timm.layers.pos_embed_rel", "timm.layers.pos_embed_sincos"} <= modules
+    sincos = [r for r in rows if r.module == "timm.layers.pos_embed_sincos"]
+    _assert_note(sincos, "timm, timm.layers", "torchvision")
+    if importlib.util.find_spec("torchvision") is None:
+        assert "(importing timm raised ModuleNotFoundError: No module named 'torchvision')" in sincos[0].note
+        failed = [r for r in rows if r.reason.startswith("import failed")]
+        assert failed and all("loaded without running the __init__ of timm" in r.reason for r in failed)
+    judged = {r.callable: r.verdict for r in sincos if r.status == "scanned"}
+    assert judged["RotaryEmbeddingCat.get_embed"] == judged["build_rotary_pos_embed"] == "safe"
 
 
 def test_litgpt_build_rope_cache_is_fp32_code() -> None:
