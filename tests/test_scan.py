@@ -287,6 +287,25 @@ def test_alibi_bias_from_bf16_positions(tmp_path: Path, dtype: str, verdict: str
         assert (row.op, row.where) == ("aten.arange.default", f"{path.name}:{line}")
 
 
+def test_a_length_by_length_bias_is_estimated_as_one(tmp_path: Path) -> None:
+    """A bias over every query and key (length x length values) grows as the square of the positions: the probe
+    at 16 and 32 positions sees 256 and 1024 values, so at 8192 it estimates 8192**2 = 2**26 values, more than
+    MAX_VALUES (2**25) to shadow: listed with why, never run (a linear estimate, 256 * 512, let it run and
+    hold gigabytes of float64 shadows); at 1024 (2**20 values) it runs."""
+    path, _ = _write(tmp_path, "square_bias", "import torch\n\n\ndef distance_bias(seq_len):\n"
+                                               "    pos = torch.arange(seq_len)\n"
+                                               "    return (pos[None, :] - pos[:, None]).float().abs().neg()\n")
+    from precision_audit.scan import scan
+    from precision_audit.scan.run import MAX_VALUES
+
+    (row,) = scan(str(path), length=8192)
+    assert 8192**2 > MAX_VALUES and row.status == "skipped"
+    assert row.reason == (f"returns 256 values at 16 positions and 1024 at 32, about {8192**2} at 8192: more than "
+                          f"{MAX_VALUES} to shadow in float64 (give a smaller --length)")
+    (row,) = scan(str(path), length=1024)
+    assert row.status == "scanned"
+
+
 def test_constructor_that_raises_is_listed(tmp_path: Path) -> None:
     path, _ = _write(tmp_path, "raises", "import torch\n\n\nclass RotaryEmbedding(torch.nn.Module):\n"
                                          "    def __init__(self, dim):\n        raise RuntimeError('no GPU here')\n\n"

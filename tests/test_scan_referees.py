@@ -131,6 +131,21 @@ def test_transformers_class_as_hf_scan(family: str, cls: str) -> None:
         assert cast.verdict == "degraded" and "inv_freq" in cast.op and cast.where.startswith(f"modeling_{family}.py:")
 
 
+def test_transformers_model_classes_are_not_built() -> None:
+    """A ``PreTrainedModel`` is a model, however its ``__init__`` makes its layers: Qwen2-VL's ``Qwen2VLModel``
+    makes them by ``_from_config`` (no ``nn.Linear(`` in its text), and built from its default config it is the
+    8B model (a scan of the file at 8K ran out of 23 GB): listed as holding layers, never built; its rotary
+    class is built and judged."""
+    from _thirdparty import private
+    from precision_audit.scan import candidates
+
+    private("transformers.models.qwen2_vl.modeling_qwen2_vl", "Qwen2VLModel")
+    import transformers.models.qwen2_vl.modeling_qwen2_vl as qwen2_vl
+
+    layers = {c.name: c.layers for c in candidates(qwen2_vl)}
+    assert layers["Qwen2VLModel"] and not layers["Qwen2VLRotaryEmbedding"]
+
+
 # --------------------------------------------------------------------------- timm's 2-D RoPE, litgpt's cache
 # Both files are scanned by path: their packages' __init__ need torchvision / lightning (not installed here), so
 # scan loads each file with its packages as namespace stand-ins and says so in every row's note.

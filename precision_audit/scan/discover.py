@@ -65,8 +65,9 @@ class Candidate:
     """A class or function with position evidence: where it is, and why it was picked.
 
     ``kind``: ``class`` (an ``nn.Module`` subclass) or ``function``; ``where``: ``file:line`` of its definition;
-    ``evidence``: the signs found; ``layers``: a class that holds layers (Linear, Conv, attention blocks): a model
-    or a layer, not position code by itself (listed, not built)."""
+    ``evidence``: the signs found; ``layers``: a class that holds layers (Linear, Conv, attention blocks; or a
+    transformers ``PreTrainedModel``, whose default config builds a whole model): a model or a layer, not
+    position code by itself (listed, not built)."""
 
     module: str
     name: str
@@ -483,6 +484,13 @@ def _is_module_class(obj: Any) -> bool:
     return torch is not None and inspect.isclass(obj) and issubclass(obj, torch.nn.Module)
 
 
+def _pretrained_model(cls: type) -> bool:
+    """A transformers model class (``PreTrainedModel`` in its bases): built from its default config it is a
+    whole model (Qwen2-VL's: 8B parameters), however its ``__init__`` makes its layers (``_from_config``)."""
+    return any(b.__name__ == "PreTrainedModel" and b.__module__.startswith("transformers.")
+               for b in inspect.getmro(cls)[1:])
+
+
 def candidates(module: ModuleType, keep: Callable[[str], bool] | None = None) -> list[Candidate]:
     """The classes and functions defined in ``module`` (not imported into it) with position evidence, in
     definition order; ``keep``: only these names.
@@ -505,7 +513,7 @@ def candidates(module: ModuleType, keep: Callable[[str], bool] | None = None) ->
             if ev:
                 init = _source(vars(obj)["__init__"]) if "__init__" in vars(obj) else ""
                 out.append(Candidate(module.__name__, name, obj, "class", _where(obj), ev,
-                                     layers=bool(_LAYER_RE.search(init))))
+                                     layers=bool(_LAYER_RE.search(init)) or _pretrained_model(obj)))
         elif inspect.isfunction(obj):
             ev = position_evidence(_source(obj), name, _params(obj))
             if ev:
