@@ -460,10 +460,15 @@ def test_subpackage_whose_init_does_not_import(tmp_path: Path, monkeypatch: pyte
 
     path = _package(tmp_path, "scanme_subbad", "MARK = 1\n")
     (path.parent / "__init__.py").write_text("import scanme_no_such_dependency\n")
+    (tmp_path / "scanme_subbad" / "needs.py").write_text("import scanme_no_such_dependency  # rotary\n")
     monkeypatch.chdir(tmp_path)
     rows = scan("scanme_subbad", length=1024, modes=["bfloat16-inputs"])
     assert _forward_rows(rows) == [("scanme_subbad.layers.rope", "broken", "aten.arange.default",
                                     _stand_in_note("scanme_subbad.layers", "scanme_subbad.layers"))]
+    # a module whose packages import fails on its own: the error, no second try without them
+    with pytest.raises(ValueError, match=r"^TARGET scanme_subbad.needs: does not import: ModuleNotFoundError: No "
+                                         r"module named 'scanme_no_such_dependency'$"):
+        scan("scanme_subbad.needs", length=1024)
 
 
 # --------------------------------------------------------------------------- the verdict per output kind

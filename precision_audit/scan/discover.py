@@ -409,8 +409,8 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
 def _by_name_without_inits(target: str, e: BaseException | None) -> Iterator[Loaded]:
     """A module or package named ``target`` whose import raised ``e``: where that is an ImportError and the
     files are found without running any of them (``find_spec`` of the top package: its folder), a package's
-    modules as :func:`_without_inits` loads them, a module as a file target is (:func:`_package_module`);
-    else ValueError naming the target and the error."""
+    modules as :func:`_without_inits` loads them, a module whose packages do not all import as a file target is
+    (:func:`_package_module`); else ValueError naming the target and the error."""
     err = _one_line(e) if e is not None else "unknown error"
     parts = target.split(".")
     folder = None
@@ -426,7 +426,8 @@ def _by_name_without_inits(target: str, e: BaseException | None) -> Iterator[Loa
     if folder is not None and os.path.isfile(os.path.join(folder, "__init__.py")):
         yield from _without_inits(target, folder, err)
         return
-    if folder is not None and os.path.isfile(folder + ".py"):
+    if folder is not None and os.path.isfile(folder + ".py") and not all(
+            ".".join(parts[:i]) in sys.modules for i in range(1, len(parts))):  # else its packages import: its own
         root = os.path.dirname(locations[0])
         with _package_module(folder + ".py", root, parts, failed=f"import failed: {err}") as loaded:
             if loaded.module is not None:
@@ -434,7 +435,7 @@ def _by_name_without_inits(target: str, e: BaseException | None) -> Iterator[Loa
                 return
             raise ValueError(f"TARGET {target}: {(loaded.error or err).replace('import failed', 'does not import')}")
     raise ValueError(f"TARGET {target}: does not import: {err}" + (
-        f"; no file for it in {locations[0]}" if folder is not None else ""))
+        f"; no file for it in {locations[0]}" if folder is not None and not os.path.isfile(folder + ".py") else ""))
 
 
 def _source(obj: Any) -> str:
