@@ -146,6 +146,47 @@ def test_transformers_model_classes_are_not_built() -> None:
     assert layers["Qwen2VLModel"] and not layers["Qwen2VLRotaryEmbedding"]
 
 
+def _hf_verdict(rows: list) -> str:
+    """:func:`_as_hf_scan` where all four modes were judged, else why not (the first skipped row's reason)."""
+    modes = {r.mode: r for r in rows if r.status == "scanned"}
+    if set(modes) != {"float32", "bfloat16-inputs", "float16-inputs", "cast-bfloat16"}:
+        return "not judged: " + next((r.reason for r in rows if r.status == "skipped"), f"modes {sorted(modes)}")
+    return _as_hf_scan(list(modes.values()))
+
+
+@pytest.mark.slow
+def test_scan_transformers_is_hf_scan_class_by_class() -> None:
+    """Issue 51 item 1, the whole package: ``scan transformers`` (every module whose text mentions positions, as
+    the CLI runs it, less naming the op of a non-safe row, which does not change its verdict) finds every class
+    ``hf-scan`` lists, and gives ``hf-scan``'s verdict (bfloat16, 8K) for
+    each class and layer type that ``hf-scan`` audits, read from its four modes as :func:`_as_hf_scan` reads
+    them.  ``hf-scan`` is its own implementation (``precision_audit.hf.scan``: the ``*RotaryEmbedding`` classes
+    of the ``modeling_*.py`` files, audited against their config's schedule), not an alias: this is the check
+    that the two agree.  The classes ``hf-scan`` skips (vision 2-D rotary, M-RoPE, another forward) are not
+    compared: scan calls them in the ways they take, where ``hf-scan`` does not."""
+    pytest.importorskip("transformers")
+    from precision_audit.hf import rotary_classes
+    from precision_audit.hf import scan as hf_scan
+    from precision_audit.scan import scan
+
+    classes = rotary_classes()
+    want = {(f.module, f.name, r.layer_type): r.verdict for f in classes
+            for r in hf_scan(length=L, classes=[f]) if r.status == "audited"}
+    assert len(want) >= 100
+    rows = scan("transformers", length=L, locate=False)  # the verdicts only: no second trace naming the op
+    found: set = set()
+    by_key: dict = {}
+    for r in rows:
+        cls = r.callable.split(".")[0]
+        found.add((r.module, cls))
+        if r.callable == f"{cls}.forward":
+            lt = r.call.split("layer_type=")[1].strip("')") if "layer_type=" in r.call else None
+            by_key.setdefault((r.module, cls, lt), []).append(r)
+    assert {(f.module, f.name) for f in classes if f.cls is not None} - found == set()
+    got = {k: _hf_verdict(by_key.get(k, [])) for k in want}
+    assert {k: (v, got[k]) for k, v in want.items() if got[k] != v} == {}
+
+
 # --------------------------------------------------------------------------- timm's 2-D RoPE, litgpt's cache
 # Both files are scanned by path: their packages' __init__ need torchvision / lightning (not installed here), so
 # scan loads each file with its packages as namespace stand-ins and says so in every row's note.
