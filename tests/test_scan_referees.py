@@ -19,7 +19,9 @@ each imported and run here (never copied).
   ``RotaryEmbeddingCat.get_embed`` safe as built and after ``.to(bfloat16)`` (bands rebuilt in float32 after a
   cast; a cache built at construction rounded to bf16 only as the finished cos/sin), ``build_rope_cache`` safe
   in float32, its only mode; each test says why and checks the dtypes on the real module.  The packages are
-  installed with ``--no-deps`` (.ci/run); a missing one skips (fails under CI).
+  installed with ``--no-deps`` (.ci/run); a missing one skips (fails under CI).  By NAME the same:
+  ``scan timm.layers.pos_embed_sincos`` gives the file's rows, and ``scan timm`` finds ``timm/layers``'
+  position code, listing the modules that still do not import with why.
 """
 
 from __future__ import annotations
@@ -130,6 +132,62 @@ def test_transformers_class_as_hf_scan(family: str, cls: str) -> None:
         assert cast.verdict == "degraded" and "inv_freq" in cast.op and cast.where.startswith(f"modeling_{family}.py:")
 
 
+def test_transformers_model_classes_are_not_built() -> None:
+    """A ``PreTrainedModel`` is a model, however its ``__init__`` makes its layers: Qwen2-VL's ``Qwen2VLModel``
+    makes them by ``_from_config`` (no ``nn.Linear(`` in its text), and built from its default config it is the
+    8B model (a scan of the file at 8K ran out of 23 GB): listed as holding layers, never built; its rotary
+    class is built and judged."""
+    from _thirdparty import private
+    from precision_audit.scan import candidates
+
+    private("transformers.models.qwen2_vl.modeling_qwen2_vl", "Qwen2VLModel")
+    import transformers.models.qwen2_vl.modeling_qwen2_vl as qwen2_vl
+
+    layers = {c.name: c.layers for c in candidates(qwen2_vl)}
+    assert layers["Qwen2VLModel"] and not layers["Qwen2VLRotaryEmbedding"]
+
+
+def _hf_verdict(rows: list) -> str:
+    """:func:`_as_hf_scan` where all four modes were judged, else why not (the first skipped row's reason)."""
+    modes = {r.mode: r for r in rows if r.status == "scanned"}
+    if set(modes) != {"float32", "bfloat16-inputs", "float16-inputs", "cast-bfloat16"}:
+        return "not judged: " + next((r.reason for r in rows if r.status == "skipped"), f"modes {sorted(modes)}")
+    return _as_hf_scan(list(modes.values()))
+
+
+@pytest.mark.slow
+def test_scan_transformers_is_hf_scan_class_by_class() -> None:
+    """Issue 51 item 1, the whole package: ``scan transformers`` (every module whose text mentions positions, as
+    the CLI runs it, less naming the op of a non-safe row, which does not change its verdict) finds every class
+    ``hf-scan`` lists, and gives ``hf-scan``'s verdict (bfloat16, 8K) for
+    each class and layer type that ``hf-scan`` audits, read from its four modes as :func:`_as_hf_scan` reads
+    them.  ``hf-scan`` is its own implementation (``precision_audit.hf.scan``: the ``*RotaryEmbedding`` classes
+    of the ``modeling_*.py`` files, audited against their config's schedule), not an alias: this is the check
+    that the two agree.  The classes ``hf-scan`` skips (vision 2-D rotary, M-RoPE, another forward) are not
+    compared: scan calls them in the ways they take, where ``hf-scan`` does not."""
+    pytest.importorskip("transformers")
+    from precision_audit.hf import rotary_classes
+    from precision_audit.hf import scan as hf_scan
+    from precision_audit.scan import scan
+
+    classes = rotary_classes()
+    want = {(f.module, f.name, r.layer_type): r.verdict for f in classes
+            for r in hf_scan(length=L, classes=[f]) if r.status == "audited"}
+    assert len(want) >= 100
+    rows = scan("transformers", length=L, locate=False)  # the verdicts only: no second trace naming the op
+    found: set = set()
+    by_key: dict = {}
+    for r in rows:
+        cls = r.callable.split(".")[0]
+        found.add((r.module, cls))
+        if r.callable == f"{cls}.forward":
+            lt = r.call.split("layer_type=")[1].strip("')") if "layer_type=" in r.call else None
+            by_key.setdefault((r.module, cls, lt), []).append(r)
+    assert {(f.module, f.name) for f in classes if f.cls is not None} - found == set()
+    got = {k: _hf_verdict(by_key.get(k, [])) for k in want}
+    assert {k: (v, got[k]) for k, v in want.items() if got[k] != v} == {}
+
+
 # --------------------------------------------------------------------------- timm's 2-D RoPE, litgpt's cache
 # Both files are scanned by path: their packages' __init__ need torchvision / lightning (not installed here), so
 # scan loads each file with its packages as namespace stand-ins and says so in every row's note.
@@ -218,6 +276,42 @@ def test_timm_rotary_embeddings_are_fp32_code(layout: str) -> None:
         assert torch.equal(cast.get_embed(list(TIMM_GRID)), table)
     x = torch.randn(1, 64, *TIMM_GRID, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     assert torch.equal(ref(x), ref(x.float()).to(torch.bfloat16))
+
+
+def test_timm_by_name_as_by_file() -> None:
+    """``scan timm.layers.pos_embed_sincos`` by NAME: ``import timm`` needs torchvision, so the module is found by
+    ``find_spec("timm")`` (nothing run) and loaded as the file target is, with the same namespace stand-ins: the
+    same rows as :func:`test_timm_rotary_embeddings_are_fp32_code`'s file target, field by field (the note says
+    the module's import raised, as the file's does)."""
+    from precision_audit.scan import scan
+
+    path = _timm_file()
+    kw = dict(length=TIMM_L, args={"shape": TIMM_GRID, "in_pixels": False})
+    by_file = [r.to_dict() for r in scan(str(path), **kw)]
+    by_name = [r.to_dict() for r in scan("timm.layers.pos_embed_sincos", **kw)]
+    assert by_name == by_file
+    assert {r["status"] for r in by_name} == {"scanned", "skipped"}
+
+
+def test_timm_package_by_name() -> None:
+    """``scan timm`` (issue 51 items 1 and 5): its position code in ``timm/layers`` is found without running
+    ``timm``'s ``__init__`` (torchvision), each module with the note naming the packages stood in, and judged;
+    a module that still does not import (a model file that needs ``timm.data``'s names, which only that
+    ``__init__`` provides) is listed with why, never dropped."""
+    from precision_audit.scan import scan
+
+    package_folder("timm")
+    rows = scan("timm", length=TIMM_L, modes=["float32"], args={"shape": TIMM_GRID, "in_pixels": False})
+    modules = {r.module for r in rows}
+    assert {"timm.layers.pos_embed", "timm.layers.pos_embed_rel", "timm.layers.pos_embed_sincos"} <= modules
+    sincos = [r for r in rows if r.module == "timm.layers.pos_embed_sincos"]
+    _assert_note(sincos, "timm, timm.layers", "torchvision")
+    if importlib.util.find_spec("torchvision") is None:
+        assert "(importing timm raised ModuleNotFoundError: No module named 'torchvision')" in sincos[0].note
+        failed = [r for r in rows if r.reason.startswith("import failed")]
+        assert failed and all("loaded without running the __init__ of timm" in r.reason for r in failed)
+    judged = {r.callable: r.verdict for r in sincos if r.status == "scanned"}
+    assert judged["RotaryEmbeddingCat.get_embed"] == judged["build_rotary_pos_embed"] == "safe"
 
 
 def test_litgpt_build_rope_cache_is_fp32_code() -> None:

@@ -65,8 +65,9 @@ class Candidate:
     """A class or function with position evidence: where it is, and why it was picked.
 
     ``kind``: ``class`` (an ``nn.Module`` subclass) or ``function``; ``where``: ``file:line`` of its definition;
-    ``evidence``: the signs found; ``layers``: a class that holds layers (Linear, Conv, attention blocks): a model
-    or a layer, not position code by itself (listed, not built)."""
+    ``evidence``: the signs found; ``layers``: a class that holds layers (Linear, Conv, attention blocks; or a
+    transformers ``PreTrainedModel``, whose default config builds a whole model): a model or a layer, not
+    position code by itself (listed, not built)."""
 
     module: str
     name: str
@@ -100,15 +101,20 @@ def mentions_positions(path: str) -> bool:
     return bool(_TEXT_RE.search(text)) or ("arange" in text and bool(_TRIG_RE.search(text)))
 
 
-def _import(name: str) -> Loaded:
+def _try_import(name: str) -> tuple[ModuleType | None, BaseException | None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return Loaded(name, importlib.import_module(name))
+            return importlib.import_module(name), None
     except BaseException as e:  # noqa: BLE001 - SystemExit / KeyboardInterrupt-free: a module's import failing
         if isinstance(e, KeyboardInterrupt):
             raise
-        return Loaded(name, None, f"import failed: {_one_line(e)}")
+        return None, e
+
+
+def _import(name: str) -> Loaded:
+    module, e = _try_import(name)
+    return Loaded(name, module) if e is None else Loaded(name, None, f"import failed: {_one_line(e)}")
 
 
 def _import_file(path: str, name: str) -> Loaded:
@@ -143,33 +149,46 @@ def _stand_in(name: str, folder: str) -> ModuleType:
     return module
 
 
+def _under(package: str) -> dict[str, ModuleType]:
+    """``package`` and its modules as ``sys.modules`` holds them now."""
+    return {k: v for k, v in sys.modules.items() if k == package or k.startswith(package + ".")}
+
+
+def _restore(package: str, saved: dict[str, ModuleType]) -> None:
+    """``package`` and its modules in ``sys.modules`` back to ``saved`` (what a failed import left half-loaded,
+    stand-ins and the modules loaded under them removed)."""
+    for k in [k for k in _under(package) if k not in saved]:
+        del sys.modules[k]
+    sys.modules.update(saved)
+
+
+def _note(packages: str, what: str, err: str) -> str:
+    return (f"loaded without running the __init__ of {packages} (importing {what} raised {err}): namespace "
+            "stand-ins, so its own imports load the real files")
+
+
 @contextlib.contextmanager
-def _package_module(path: str, root: str, parts: list[str]) -> Iterator[Loaded]:
+def _package_module(path: str, root: str, parts: list[str], failed: str | None = None) -> Iterator[Loaded]:
     """The file ``path`` imported as the module ``parts`` names (``package.module``, ``root`` importable), as
     Python imports it: its packages' ``__init__`` first.  Where that fails and the file itself imports without
     them (an ``__init__`` that needs a package not installed here, for code the file does not use), it is loaded
     with its packages as stand-ins (:func:`_stand_in`: relative and absolute imports of its siblings load the
     real files), noted in ``Loaded.note``; the stand-ins and the modules loaded under them leave ``sys.modules``
     when the block ends.  A module of that name from another file: None (the caller loads the file by itself).
+    ``failed``: the error (``import failed: ...``) that importing it raised already (not tried again).
     """
     full, dotted, top = os.path.abspath(path), ".".join(parts), parts[0]
-
-    def ours() -> dict[str, ModuleType]:
-        return {k: v for k, v in sys.modules.items() if k == top or k.startswith(top + ".")}
-
-    def restore(saved: dict[str, ModuleType]) -> None:
-        for k in [k for k in ours() if k not in saved]:
-            del sys.modules[k]
-        sys.modules.update(saved)
-
-    saved = ours()
-    with importable(root):
-        loaded = _import(dotted)
-    if loaded.module is not None:
-        same = os.path.abspath(getattr(loaded.module, "__file__", "") or "") == full
-        yield Loaded(dotted, loaded.module) if same else Loaded(dotted, None)
-        return
-    restore(saved)  # what the failed import left half-loaded
+    saved = _under(top)
+    if failed is None:
+        with importable(root):
+            loaded = _import(dotted)
+        if loaded.module is not None:
+            same = os.path.abspath(getattr(loaded.module, "__file__", "") or "") == full
+            yield Loaded(dotted, loaded.module) if same else Loaded(dotted, None)
+            return
+        _restore(top, saved)  # what the failed import left half-loaded
+    else:
+        loaded = Loaded(dotted, None, failed)
     try:
         for i in range(1, len(parts)):  # each package not imported (a real one already imported stays)
             name = ".".join(parts[:i])
@@ -188,11 +207,10 @@ def _package_module(path: str, root: str, parts: list[str]) -> Iterator[Loaded]:
         if not packages:  # every package was imported already: it imported now as Python imports it
             yield Loaded(dotted, again.module)
             return
-        yield Loaded(dotted, again.module, note=f"loaded without running the __init__ of {packages} (importing "
-                     f"{dotted} raised {(loaded.error or '').removeprefix('import failed: ')}): namespace "
-                     "stand-ins, so its own imports load the real files")
+        yield Loaded(dotted, again.module, note=_note(packages, dotted,
+                                                      (loaded.error or "").removeprefix("import failed: ")))
     finally:
-        restore(saved)
+        _restore(top, saved)
 
 
 def _check_syntax(path: str) -> None:
@@ -206,14 +224,103 @@ def _check_syntax(path: str) -> None:
 
 
 def _walk_package(pkg: ModuleType) -> Iterator[Loaded]:
+    """``pkg`` and each of its modules whose text mentions positions, imported; the modules of a subpackage whose
+    ``__init__`` raised ImportError are loaded without it (:func:`_without_inits`), another error is listed."""
     yield Loaded(pkg.__name__, pkg)
-    for info in sorted(pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."), key=lambda i: i.name):
+    failed: dict[str, tuple[str, BaseException | None]] = {}
+    finders: dict[str, Any] = {}
+    infos = []
+
+    def onerror(name: str) -> None:  # a subpackage that did not import: walk_packages skips its modules
+        failed[name] = (os.path.join(getattr(finders.get(name), "path", ""), name.rsplit(".", 1)[1]),
+                        sys.exc_info()[1])
+
+    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".", onerror=onerror):
+        finders[info.name] = info.module_finder
+        infos.append(info)
+    for info in sorted(infos, key=lambda i: i.name):
         if info.ispkg:
             continue
         path = os.path.join(getattr(info.module_finder, "path", ""), info.name.rsplit(".", 1)[1] + ".py")
         if os.path.isfile(path) and not mentions_positions(path):
             continue
         yield _import(info.name)
+    for name, (folder, e) in sorted(failed.items()):
+        if isinstance(e, ImportError) and os.path.isdir(folder):
+            yield from _without_inits(name, folder, _one_line(e))
+        else:
+            yield Loaded(name, None, f"import failed: {_one_line(e) if e is not None else 'unknown error'}")
+
+
+def _package_files(folder: str, package: str) -> list[tuple[str, str]]:
+    """(dotted name, file) of each ``.py`` file of the package ``package`` in ``folder`` and its subpackages
+    (folders with an ``__init__.py``), sorted by name; an ``__init__.py`` is named by its package."""
+    out = []
+    for d, subdirs, names in os.walk(folder):
+        subdirs[:] = [s for s in subdirs if s.isidentifier() and os.path.isfile(os.path.join(d, s, "__init__.py"))]
+        rel = os.path.relpath(d, folder)
+        base = package if rel == os.curdir else package + "." + rel.replace(os.sep, ".")
+        for n in names:
+            if n.endswith(".py") and n[:-3].isidentifier():
+                out.append((base if n == "__init__.py" else f"{base}.{n[:-3]}", os.path.join(d, n)))
+    return sorted(out)
+
+
+def _defines(path: str) -> bool:
+    """Whether a file defines a function or class at its top level (an ``__init__`` that only imports does not)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            tree = ast.parse(fh.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return True
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in tree.body)
+
+
+def _without_inits(package: str, folder: str, err: str) -> Iterator[Loaded]:
+    """The modules of ``package`` (its files in ``folder``), whose import raised ``err`` (an ImportError: an
+    ``__init__`` that needs a package not installed here), each file whose text mentions positions loaded with
+    every package of the tree (and those above it that are not imported) as namespace stand-ins, as a file
+    target is (:func:`_package_module`), each with the note; a module that still does not import is yielded
+    with why.  An ``__init__`` that defines position code of its own is listed as not run.  The stand-ins and
+    the modules loaded under them leave ``sys.modules`` when the iteration ends.
+    """
+    parts = package.split(".")
+    root = os.path.abspath(folder)
+    for _ in parts:
+        root = os.path.dirname(root)
+    for k in _under(package):  # what the failed import left half-loaded
+        del sys.modules[k]
+    saved = _under(parts[0])
+    files = _package_files(folder, package)
+    made: set[str] = set()
+    try:
+        packages = [".".join(parts[:i]) for i in range(1, len(parts))] + [n for n, f in files
+                                                                        if f.endswith("__init__.py")]
+        for name in packages:
+            if name not in sys.modules:
+                sys.modules[name] = _stand_in(name, os.path.join(root, *name.split(".")))
+                made.add(name)
+        for dotted, path in files:
+            if path.endswith("__init__.py"):
+                if mentions_positions(path) and _defines(path):
+                    yield Loaded(dotted, None, f"not run: importing {package} raised {err} (its modules are "
+                                               "scanned with namespace stand-ins for its packages)")
+                continue
+            if not mentions_positions(path):
+                continue
+            stood = ", ".join(n for n in (".".join(dotted.split(".")[:i]) for i in range(1, dotted.count(".") + 1))
+                              if n in made)
+            with importable(root):
+                loaded = _import(dotted)
+            if loaded.module is None:
+                yield Loaded(dotted, None, f"{loaded.error} (loaded without running the __init__ of {stood}: "
+                                           f"importing {package} raised {err})")
+            elif os.path.abspath(getattr(loaded.module, "__file__", "") or "") != os.path.abspath(path):
+                yield Loaded(dotted, None, f"import failed: {dotted} is another module than {path}")
+            else:
+                yield Loaded(dotted, loaded.module, note=_note(stood, package, err) if stood else None)
+    finally:
+        _restore(parts[0], saved)
 
 
 MAX_FOLDER_FILES = 5000  # .py files a folder scan reads (a user's code, not a whole disk)
@@ -257,7 +364,11 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
     that does not exist, does not parse or does not import raises ValueError naming it; a submodule that does
     not import is yielded with its error (and listed by the scan).  A file inside a package is imported as its
     module (``package.module``); where a package's ``__init__`` does not import and the file does without it,
-    it is loaded with namespace stand-ins for its packages, with a ``note``, until the iteration moves on.
+    it is loaded with namespace stand-ins for its packages, with a ``note``, until the iteration moves on.  A
+    name, or a package folder, whose import raises ImportError (an ``__init__`` that needs a package not
+    installed here, as timm's needs torchvision) is found by ``find_spec`` of its top package (its folder;
+    nothing runs) and its module files are loaded the same way, each with the note; a subpackage whose
+    ``__init__`` raises, the same (:func:`_without_inits`).
 
     >>> [(m.name, m.error) for m in load_target_modules("precision_audit.trace.examples")]
     [('precision_audit.trace.examples', None)]
@@ -286,27 +397,68 @@ def load_target_modules(target: str) -> Iterator[Loaded]:
     if os.path.isdir(target) and os.path.isfile(os.path.join(target, "__init__.py")):
         root = os.path.abspath(target)
         name = os.path.basename(root)
+        saved = _under(name)
         with importable(os.path.dirname(root)):  # a package folder: imported as a package (relative imports work)
-            loaded = _import(name)
-            if loaded.module is None or os.path.dirname(os.path.abspath(loaded.module.__file__ or "")) != root:
-                raise ValueError(f"TARGET {target}: " + (loaded.error.replace("import failed", "does not import")
-                                                         if loaded.error else f"another package {name} is "
-                                                         "imported first: scan it by name"))
-            yield from _walk_package(loaded.module)
+            module, e = _try_import(name)
+            if module is None and isinstance(e, ImportError) and name.isidentifier():
+                _restore(name, saved)
+                yield from _without_inits(name, root, _one_line(e))
+                return
+            if module is None or os.path.dirname(os.path.abspath(module.__file__ or "")) != root:
+                raise ValueError(f"TARGET {target}: " + (f"does not import: {_one_line(e)}" if e is not None
+                                                         else f"another package {name} is imported first: scan "
+                                                         "it by name"))
+            yield from _walk_package(module)
         return
     if os.path.isdir(target):
         yield from _folder(target)
         return
     if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", target):
         raise ValueError(f"TARGET {target!r} is neither a .py file, a folder nor a module name")
+    top = target.split(".")[0]
+    saved = _under(top)
     with importable(os.getcwd()):  # a module of the current folder, as python -m finds it
-        loaded = _import(target)
-    if loaded.module is None:
-        raise ValueError(f"TARGET {target}: {loaded.error.replace('import failed', 'does not import')}")
-    if hasattr(loaded.module, "__path__"):
-        yield from _walk_package(loaded.module)
+        module, e = _try_import(target)
+    if module is None:
+        _restore(top, saved)
+        yield from _by_name_without_inits(target, e)
+        return
+    if hasattr(module, "__path__"):
+        yield from _walk_package(module)
     else:
-        yield loaded
+        yield Loaded(target, module)
+
+
+def _by_name_without_inits(target: str, e: BaseException | None) -> Iterator[Loaded]:
+    """A module or package named ``target`` whose import raised ``e``: where that is an ImportError and the
+    files are found without running any of them (``find_spec`` of the top package: its folder), a package's
+    modules as :func:`_without_inits` loads them, a module whose packages do not all import as a file target is
+    (:func:`_package_module`); else ValueError naming the target and the error."""
+    err = _one_line(e) if e is not None else "unknown error"
+    parts = target.split(".")
+    folder = None
+    if isinstance(e, ImportError) and e.name != target:  # not the target missing: something it imports
+        with importable(os.getcwd()):
+            try:
+                spec = importlib.util.find_spec(parts[0])  # a top-level name: nothing runs
+            except (ImportError, ValueError):
+                spec = None
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        if len(locations) == 1:
+            folder = os.path.join(locations[0], *parts[1:])
+    if folder is not None and os.path.isfile(os.path.join(folder, "__init__.py")):
+        yield from _without_inits(target, folder, err)
+        return
+    if folder is not None and os.path.isfile(folder + ".py") and not all(
+            ".".join(parts[:i]) in sys.modules for i in range(1, len(parts))):  # else its packages import: its own
+        root = os.path.dirname(locations[0])
+        with _package_module(folder + ".py", root, parts, failed=f"import failed: {err}") as loaded:
+            if loaded.module is not None:
+                yield loaded
+                return
+            raise ValueError(f"TARGET {target}: {(loaded.error or err).replace('import failed', 'does not import')}")
+    raise ValueError(f"TARGET {target}: does not import: {err}" + (
+        f"; no file for it in {locations[0]}" if folder is not None and not os.path.isfile(folder + ".py") else ""))
 
 
 def _source(obj: Any) -> str:
@@ -356,6 +508,13 @@ def _is_module_class(obj: Any) -> bool:
     return torch is not None and inspect.isclass(obj) and issubclass(obj, torch.nn.Module)
 
 
+def _pretrained_model(cls: type) -> bool:
+    """A transformers model class (``PreTrainedModel`` in its bases): built from its default config it is a
+    whole model (Qwen2-VL's: 8B parameters), however its ``__init__`` makes its layers (``_from_config``)."""
+    return any(b.__name__ == "PreTrainedModel" and b.__module__.startswith("transformers.")
+               for b in inspect.getmro(cls)[1:])
+
+
 def candidates(module: ModuleType, keep: Callable[[str], bool] | None = None) -> list[Candidate]:
     """The classes and functions defined in ``module`` (not imported into it) with position evidence, in
     definition order; ``keep``: only these names.
@@ -378,7 +537,7 @@ def candidates(module: ModuleType, keep: Callable[[str], bool] | None = None) ->
             if ev:
                 init = _source(vars(obj)["__init__"]) if "__init__" in vars(obj) else ""
                 out.append(Candidate(module.__name__, name, obj, "class", _where(obj), ev,
-                                     layers=bool(_LAYER_RE.search(init))))
+                                     layers=bool(_LAYER_RE.search(init)) or _pretrained_model(obj)))
         elif inspect.isfunction(obj):
             ev = position_evidence(_source(obj), name, _params(obj))
             if ev:

@@ -38,8 +38,9 @@ _CAST_FIX = "keep the frequencies float32 through the cast (precision_audit.fix.
             "model.to(dtype)), cast only the final cos/sin"
 _PROBE = 16
 MAX_VALUES = 2**25
-"""The most values a call may return at the scan's length (estimated from its output at 16 positions): each has
-a float64 shadow, and a scan calls many callables."""
+"""The most values a call may return at the scan's length (estimated from its outputs at 16 and 32 positions, as
+the power of the positions they grow by: :func:`_estimate`): each has a float64 shadow, and a scan calls many
+callables."""
 _NOTHING = "nothing to judge"
 
 
@@ -189,11 +190,12 @@ def _numel(out: Any) -> int:
     return sum(t.numel() for t in tree_flatten(out)[0] if hasattr(t, "numel") and callable(t.numel))
 
 
-def _probe(fn: Any, plan: CallPlan, owner: Any, small: CallPlan | None = None
-           ) -> tuple[int | None, dict[str, tuple[int, ...]], int]:
+def _probe(fn: Any, plan: CallPlan, owner: Any, small: CallPlan | None = None, double: CallPlan | None = None
+           ) -> tuple[int | None, dict[str, tuple[int, ...]], int, int]:
     """The vector layout (an index into :func:`_x_shapes`) and the position shapes the callable accepts (tried
-    at :data:`_PROBE` positions), and how many values it returned there; ValueError with the last error when
-    none works."""
+    at :data:`_PROBE` positions), how many values it returned there, and at twice as many positions (``double``:
+    the plan there; the same count where that call raises or there is no such plan); ValueError with the last
+    error when no layout works."""
     import itertools
 
     import torch
@@ -201,17 +203,42 @@ def _probe(fn: Any, plan: CallPlan, owner: Any, small: CallPlan | None = None
     xs: list[Any] = _x_shapes(owner, _PROBE) if plan.vectors else [None]
     options = [[(p, s) for s in (plan.pos_shapes.get(p) or [(_PROBE,)])] for p in plan.positions]
     last: Exception | None = None
+
+    def call(n: int, chosen: CallPlan, i: int | None, combo: tuple) -> int:
+        x = _x_shapes(owner, n)[i] if i is not None else (1,)
+        shapes = {p: tuple(n if d == max(s) else d for d in s) for p, s in combo}  # at n positions
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _numel(fn(**chosen.inputs(torch.float32, n, x, shapes)))
+
     for i, x in enumerate(xs):
         for combo in itertools.product(*options) if options else [()]:
-            shapes = {p: tuple(_PROBE if d == max(s) else d for d in s) for p, s in combo}  # at 16 positions
+            layout = i if x is not None else None
             try:
-                with torch.no_grad(), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    out = fn(**(small or plan).inputs(torch.float32, _PROBE, x or (1,), shapes))
-                return (i if x is not None else None), {p: s for p, s in combo}, _numel(out)
+                size = call(_PROBE, small or plan, layout, combo)
             except Exception as e:  # the callable's own error: try the next layout
                 last = e
+                continue
+            twice = size
+            if double is not None:
+                try:
+                    twice = call(2 * _PROBE, double, layout, combo)
+                except Exception:  # noqa: BLE001 - no second size: the estimate stays linear
+                    pass
+            return layout, {p: s for p, s in combo}, size, twice
     raise ValueError(f"every call layout raised; last: {type(last).__name__}: {' '.join(str(last).split())[:200]}")
+
+
+def _estimate(size: int, twice: int, length: int) -> int:
+    """The values a call returns at ``length`` positions from ``size`` at :data:`_PROBE` and ``twice`` at twice
+    as many: growing as the observed power of the positions (at least linearly: a table of positions), so a
+    call that returns a length x length mask or bias is estimated as one.
+
+    >>> _estimate(16 * 64, 32 * 64, 8192), _estimate(16 * 16, 32 * 32, 8192)
+    (524288, 67108864)
+    """
+    power = max(1.0, math.log2(twice / size)) if size > 0 and twice > size else 1.0
+    return int(size * (length / _PROBE) ** power)
 
 
 class _Scanner:
@@ -307,23 +334,29 @@ class _Scanner:
             return
         modes = tuple(m for m in self.modes if owner is not None or m != "cast-bfloat16")
         small = call_plans(fn, _PROBE, self.overrides, name.rsplit(".", 1)[-1])  # the same plans at 16 positions
-        self.run_plans(c, name, get, plans, owner, modes, small if len(small) == len(plans) else None)
+        double = call_plans(fn, 2 * _PROBE, self.overrides, name.rsplit(".", 1)[-1])  # and at 32: how it grows
+        self.run_plans(c, name, get, plans, owner, modes, small if len(small) == len(plans) else None,
+                       double if len(double) == len(plans) else None)
 
     def run_plans(self, c: Candidate, name: str, get: Callable[[str], tuple[Any, Any]], plans: list[CallPlan],
-                  owner: Any, modes: tuple[str, ...], small: list[CallPlan] | None = None) -> None:
+                  owner: Any, modes: tuple[str, ...], small: list[CallPlan] | None = None,
+                  double: list[CallPlan] | None = None) -> None:
         for k, plan in enumerate(plans):
             fn0, own0 = get("float32")
             try:
-                x_shape, pos_shapes, size = _probe(fn0, plan, own0 if own0 is not None else owner,
-                                                   small[k] if small else None) \
-                    if (plan.vectors or plan.positions or small) else (None, {}, 0)
+                x_shape, pos_shapes, size, twice = _probe(
+                    fn0, plan, own0 if own0 is not None else owner, small[k] if small else None,
+                    double[k] if small and double else None) \
+                    if (plan.vectors or plan.positions or small) else (None, {}, 0, 0)
             except ValueError as e:
                 self.skip(c, name, f"cannot call: {e}", plan.label)
                 continue
-            if size * self.length > MAX_VALUES * _PROBE:  # it grows with the positions: estimated at length
-                self.skip(c, name, f"returns {size} values at {_PROBE} positions, about {size * self.length // _PROBE}"
-                          f" at {self.length}: more than {MAX_VALUES} to shadow in float64 (give a smaller "
-                          "--length)", plan.label)
+            estimate = _estimate(size, twice, self.length)
+            if estimate > MAX_VALUES:  # it grows with the positions: estimated at length
+                self.skip(c, name, f"returns {size} values at {_PROBE} positions"
+                          + (f" and {twice} at {2 * _PROBE}" if twice != size else "")
+                          + f", about {estimate} at {self.length}: more than {MAX_VALUES} to shadow in float64 "
+                          "(give a smaller --length)", plan.label)
                 continue
             x_shape = None if x_shape is None else _x_shapes(own0 if own0 is not None else owner, self.length)[x_shape]
             pos = {p: tuple(self.length if d == max(s) else d for d in s) for p, s in pos_shapes.items()}
