@@ -21,6 +21,13 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 settings.register_profile("random", derandomize=False, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: the cores shared among the workers, none oversubscribed
+    import torch
+
+    # torch's OpenMP threads beside another busy process wait on each other at every parallel op (a forward took
+    # several times its time on 2 cores with 2 workers of 2 threads each): each worker gets its share of the cores.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
 
 @pytest.fixture(scope="session")
 def incident_results() -> dict[str, Any]:

@@ -48,26 +48,42 @@ def _example(name: str) -> list[str]:
 LONG_EXAMPLES = {"report": ["--max-length", "8K"]}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LONG_EXAMPLES else n
-                                  for n in COMMANDS])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(COMMANDS))
 def test_help_example_runs_in_a_fresh_process(name, tmp_path):
+    """Each ``--help`` example as shown, in a fresh interpreter as a shell runs it (about 3 s of start each: the
+    slow pass; the default pass runs each in this process, :func:`test_help_example_runs`)."""
     _example_runs(name, tmp_path, [])
 
 
+@pytest.mark.parametrize("name", [n for n in COMMANDS if n not in LONG_EXAMPLES])
+def test_help_example_runs(name, tmp_path, monkeypatch):
+    """Each ``--help`` example as shown, run in this process from a fresh folder: exit 0, no exception."""
+    _example_runs(name, tmp_path, [], monkeypatch)
+
+
 @pytest.mark.parametrize("name", sorted(LONG_EXAMPLES))
-def test_long_help_example_runs_shorter_in_a_fresh_process(name, tmp_path):
+def test_long_help_example_runs_shorter(name, tmp_path, monkeypatch):
     """The slow examples as shown, with a shorter length added (the example as shown: the slow pass)."""
-    _example_runs(name, tmp_path, LONG_EXAMPLES[name])
+    _example_runs(name, tmp_path, LONG_EXAMPLES[name], monkeypatch)
 
 
-def _example_runs(name: str, tmp_path: Path, extra: list[str]) -> None:
+def _example_runs(name: str, tmp_path: Path, extra: list[str], monkeypatch: pytest.MonkeyPatch | None = None
+                  ) -> None:
+    """``name``'s example (with ``extra``) from a folder holding only ``tests/data``: in a fresh process, or in
+    this one (through click's runner) where ``monkeypatch`` is given to move into that folder."""
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "data").symlink_to(ROOT / "tests" / "data")  # examples name tests/data/... configs
-    proc = _shell(_example(name) + extra, tmp_path)
-    assert proc.returncode == 0, f"`{name}` example failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-    assert "Traceback" not in proc.stderr
+    if monkeypatch is None:
+        proc = _shell(_example(name) + extra, tmp_path)
+        assert proc.returncode == 0, f"`{name}` example failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        assert "Traceback" not in proc.stderr
+        return
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, _example(name) + extra)
+    assert result.exit_code == 0 and result.exception is None, f"`{name}` example failed:\n{result.output[-2000:]}"
 
 
 def _shown_statuses(page: Path) -> list[tuple[str, int]]:
