@@ -21,7 +21,7 @@ DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 QUICK_START = (
     "pip install torch==2.13.0 . && precision-audit reproduce baichuan     # install + the headline\n"
-    "pip install torch==2.13.0 -e '.[test]' && pytest                      # install + the tests\n"
+    "pip install torch==2.13.0 -e '.[test]' && pytest -n auto              # install + the tests\n"
 )
 
 
@@ -57,7 +57,7 @@ def test_readme_is_short_and_keeps_the_quick_start():
     # the quick start's test command is the one CI runs as "the README's test command"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     test_command = ci[ci.index("# The README's test command:") + 1]
-    assert QUICK_START.splitlines()[1].split("&&")[1].split("#")[0].strip() == test_command == "pytest"
+    assert QUICK_START.splitlines()[1].split("&&")[1].split("#")[0].strip() == test_command == "pytest -n auto"
     # the front page's sections, in this order (others may sit between them); "Where to read more" ends it
     headings = re.findall(r"^## (.+)$", text, re.M)
     required = ["Quick start", "Is my model safe?", "The fix", "Guard your model in CI", "Python", "Where to read more"]
