@@ -220,7 +220,7 @@ def _run_window(rm: RealModel, w: PasskeyWindow, offset: int, gaps: Sequence[int
     pos = torch.arange(offset, offset + w.span(gaps), device=rm.device)[None].expand(k * keys, -1)
     depths = sorted({w.head + g for g in gaps})
     name = _cache_argument(rm.model)
-    logits, correct, cache, start = [], {}, None, 0
+    whole, correct, cache, start = None, {}, None, 0  # whole: each table's logits (k, n, V), filled chunk by chunk
     rm.set_tables([t for t in tables for _ in range(keys)], offset)
     try:
         with torch.inference_mode():
@@ -228,9 +228,11 @@ def _run_window(rm: RealModel, w: PasskeyWindow, offset: int, gaps: Sequence[int
                 if end > start:
                     out = rm.forward(input_ids=ids[:, start:end], position_ids=pos[:, start:end],
                                      **{name: cache}, use_cache=True, logits_to_keep=0 if text else 1)
+                    if text:  # written in place: a list joined at the end held each table's logits twice
+                        if whole is None:
+                            whole = torch.empty((k, n, out.logits.shape[-1]), dtype=torch.float32)
+                        whole[:, start:end] = out.logits[::keys]
                     cache, start = getattr(out, name), end
-                    if text:
-                        logits.append(out.logits[::keys].float().cpu())
                     del out
                 if end in depths:
                     lp = rm.forward(input_ids=q, position_ids=pos[:, end:end + q.shape[1]],
@@ -240,7 +242,6 @@ def _run_window(rm: RealModel, w: PasskeyWindow, offset: int, gaps: Sequence[int
                     correct[end - w.head] = [int(x) for x in ok.view(k, keys).sum(-1)]
     finally:
         rm.set_tables(None)
-    whole = torch.cat(logits, dim=1) if text else None
     return [_Run(whole[j] if whole is not None else None, {g: correct[g][j] for g in correct}) for j in range(k)]
 
 
