@@ -27,7 +27,7 @@ import re
 import signal
 import tempfile
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -213,12 +213,9 @@ def _names(message: str, arg: str, value: Any, synonyms: tuple[str, ...] = ()) -
 
 
 @contextmanager
-def _empty_folder(enter: bool):
+def _empty_folder():
     """Run in an empty folder three levels down a fresh temporary tree: a drawn relative path ('.', '..') names
     nothing a scan would read for minutes (the repository's own tests and scripts)."""
-    if not enter:
-        yield
-        return
     with tempfile.TemporaryDirectory() as top:
         here = os.path.join(top, "a", "b", "c")
         os.makedirs(here)
@@ -236,7 +233,7 @@ def _outcome(case: str, arg: str, value: Any) -> str | None:
     kwargs = valid()
     kwargs[arg] = value
     try:
-        with np.errstate(all="ignore"), _time_limit(TIMEOUT), _empty_folder(case == "scan"):
+        with np.errstate(all="ignore"), _time_limit(TIMEOUT), _empty_folder() if case == "scan" else nullcontext():
             fn(**kwargs)
     except (ValueError, TypeError) as e:
         msg = str(e)

@@ -155,13 +155,11 @@ def _hf_verdict(rows: list) -> str:
     return _as_hf_scan(list(modes.values()))
 
 
-def _hf_modules() -> list[str]:
-    """Every fourth module (sorted) of those holding a class ``hf-scan`` audits, plus Llama's and Gemma 3's: a
-    sample spread over the package (the whole package, 227 classes, takes 34 minutes on 2 cores; it agreed on
-    187 of 187 when run once, issue 51's closing note)."""
-    from precision_audit.hf import rotary_classes
-
-    mods = sorted({f.module for f in rotary_classes() if f.cls is not None})
+def _hf_modules(classes: list) -> list[str]:
+    """Every fourth module (sorted) of those holding one of ``classes`` (``hf-scan``'s), plus Llama's and
+    Gemma 3's: a sample spread over the package (the whole package, 227 classes, takes 34 minutes on 2 cores; it
+    agreed on 187 of 187 when run once, issue 51's closing note)."""
+    mods = sorted({f.module for f in classes if f.cls is not None})
     return sorted(set(mods[::4]) | {m for m in mods if m.endswith((".modeling_llama", ".modeling_gemma3"))})
 
 
@@ -180,11 +178,12 @@ def test_scan_transformers_is_hf_scan_class_by_class() -> None:
     from precision_audit.hf import scan as hf_scan
     from precision_audit.scan import scan
 
-    modules = _hf_modules()
+    every = rotary_classes()
+    modules = _hf_modules(every)
     assert len(modules) >= 45
     missing, differ, compared = set(), {}, 0
     for module in modules:
-        classes = [f for f in rotary_classes() if f.module == module]
+        classes = [f for f in every if f.module == module]
         want = {(f.module, f.name, r.layer_type): r.verdict for f in classes
                 for r in hf_scan(length=L, classes=[f]) if r.status == "audited"}
         found: set = set()

@@ -87,9 +87,6 @@ def _one_line(e: BaseException) -> str:
     return text if len(text) <= 240 else text[:237] + "..."
 
 
-_SKIPPED_DIRS = frozenset({"__pycache__", "site-packages", "node_modules"})
-
-
 def mentions_positions(path: str) -> bool:
     """Whether a source file's text could hold position code (a position-like name, or an ``arange`` beside
     sin / cos / bucket): the files a scan imports."""
@@ -325,13 +322,14 @@ def _without_inits(package: str, folder: str, err: str) -> Iterator[Loaded]:
 
 MAX_FOLDER_FILES = 5000  # .py files a folder scan reads (a user's code, not a whole disk)
 MAX_FOLDER_DIRS = 5000  # folders it walks
+_SKIPPED_DIRS = frozenset({"__pycache__", "site-packages", "node_modules"})
 
 
 def _folder_files(path: str) -> list[str]:
     """The ``.py`` files under ``path`` in sorted order, skipping hidden folders, ``__pycache__``,
     ``site-packages``, ``node_modules`` and virtual environments (a folder holding ``pyvenv.cfg``).  A tree
     past :data:`MAX_FOLDER_FILES` files or :data:`MAX_FOLDER_DIRS` folders raises ValueError as soon as the walk
-    passes the limit, so ``/`` or a home folder is refused in milliseconds instead of walked."""
+    passes the limit, so ``/`` or a home folder is refused in a fraction of a second instead of walked."""
     root = os.path.abspath(path)
     files: list[str] = []
     dirs = 0
