@@ -166,16 +166,16 @@ def test_bad_arguments_name_themselves(bad: dict, match: str) -> None:
 @pytest.mark.parametrize("switch", [False, True])
 def test_threaded_pass_gives_the_same_bits_and_restores_torch_threads(monkeypatch: Any, switch: bool) -> None:
     """Where no core is spare beside torch's threads the pass may go threaded after two chunks, torch on one
-    thread fewer (hf.modules._ThreadPlan): the rows are those of the serial pass, bit for bit (a kernel whose
+    thread fewer (hf.rotation._ThreadPlan): the rows are those of the serial pass, bit for bit (a kernel whose
     bf16 positions collide and overflow nothing: collisions, pair errors and means all exercised), the kernel
     ran on the lowered thread count, and torch's threads are restored after the pass, also when it raises."""
-    from precision_audit.hf import modules
+    from precision_audit.hf import rotation
 
     n0 = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        monkeypatch.setattr(modules, "_spare_core", lambda: False)
-        monkeypatch.setattr(modules.os, "cpu_count", lambda: 2)
+        monkeypatch.setattr(rotation, "_spare_core", lambda: False)
+        monkeypatch.setattr(rotation.os, "cpu_count", lambda: 2)
         s = RopeSchedule(head_dim=32)
         inv = torch.tensor(s.inv_freq_in("float32"))
         kernel, seen = _neox(inv, torch.bfloat16), []
@@ -184,11 +184,11 @@ def test_threaded_pass_gives_the_same_bits_and_restores_torch_threads(monkeypatc
             seen.append(torch.get_num_threads())
             return kernel(q, k, p)
 
-        monkeypatch.setattr(modules._ThreadPlan, "switches", staticmethod(lambda m, r, c: False))
+        monkeypatch.setattr(rotation._ThreadPlan, "switches", staticmethod(lambda m, r, c: False))
         serial = audit_rotary_kernel(rope, s, [3000, 20000], chunk=1024)
         assert set(seen) == {2}
         seen.clear()
-        monkeypatch.setattr(modules._ThreadPlan, "switches", staticmethod(lambda m, r, c: switch))
+        monkeypatch.setattr(rotation._ThreadPlan, "switches", staticmethod(lambda m, r, c: switch))
         rows = audit_rotary_kernel(rope, s, [3000, 20000], chunk=1024)
         assert rows == serial and serial[-1].colliding_positions > 0
         assert set(seen[3:]) == ({1} if switch else {2}) and torch.get_num_threads() == 2
@@ -210,7 +210,7 @@ def test_a_kernel_writing_into_its_own_buffers_is_read_before_its_next_call(monk
     """A kernel that returns the same output buffers every call (as a CUDA-graph-friendly kernel does): its
     output is read before the next call overwrites it, so the rows equal those of the same kernel returning
     fresh tensors, with the reductions threaded from the start or after the switch."""
-    from precision_audit.hf import modules
+    from precision_audit.hf import rotation
 
     s = RopeSchedule(head_dim=32)
     inv = torch.tensor(s.inv_freq_in("float32"))
@@ -222,8 +222,8 @@ def test_a_kernel_writing_into_its_own_buffers_is_read_before_its_next_call(monk
         buf = out.setdefault(q.shape[0], (torch.empty_like(a), torch.empty_like(b)))
         return buf[0].copy_(a), buf[1].copy_(b)
 
-    monkeypatch.setattr(modules, "_spare_core", lambda: spare)
-    monkeypatch.setattr(modules._ThreadPlan, "switches", staticmethod(lambda m, r, c: True))
+    monkeypatch.setattr(rotation, "_spare_core", lambda: spare)
+    monkeypatch.setattr(rotation._ThreadPlan, "switches", staticmethod(lambda m, r, c: True))
     n0 = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -236,9 +236,9 @@ def test_a_kernel_writing_into_its_own_buffers_is_read_before_its_next_call(monk
 
 
 def test_collisions_equal_the_definition() -> None:
-    """hf.modules._collisions (a first-column filter, then whole rows) against the definition: every element
+    """hf.rotation._collisions (a first-column filter, then whole rows) against the definition: every element
     equal to the row before's, nan equal to nan, -0 equal to 0; rows with few and with most collisions."""
-    from precision_audit.hf.modules import _collisions
+    from precision_audit.hf.rotation import _collisions
 
     rng = np.random.default_rng(7)
     for share in (0.0, 0.05, 0.5, 0.95):
