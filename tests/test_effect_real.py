@@ -549,3 +549,45 @@ def test_smollm2_calibration_has_no_inconsistent_row_and_the_bottom_line_says_th
         audit_config(cfg, [8192], ["bfloat16"], stacks=["transformers", "transformers-cast"], positions=False),
         key="recipe")}
     assert (summary["transformers-cast"], summary["transformers"]) == (worst["lowp-inv-freq"], worst["fp32"])
+
+
+def test_text_statistics_against_their_definition_and_kept_reference(monkeypatch):
+    """measures._text_stats on random logits in several blocks (NaN rows, an inf logit, a -inf target logit):
+    against the definitions computed here in numpy float64 (KL(exact || path) per token, top-1 agreement with a
+    NaN row disagreeing, the target's NLL change; within 1e-12), and with a kept reference (the exact run's argmax
+    and target log-probabilities kept from one path to the next) the same bits as without."""
+    from precision_audit.effect import measures
+
+    monkeypatch.setattr(measures, "_STATS_BLOCK", 100)
+    g = torch.Generator().manual_seed(1)
+    T, V = 337, 1001
+    ref = torch.randn(T, V, generator=g) * 4
+    targets = torch.randint(0, V, (T,), generator=g)
+    paths = [ref + torch.randn(T, V, generator=g) * s for s in (0.0, 0.1, 0.3, 0.3)]
+    paths[2][5, 7] = float("nan")
+    paths[2][200:210] = float("nan")
+    paths[2][300, 3] = float("inf")
+    paths[3][10, int(targets[10])] = -float("inf")
+    kept = measures._Reference()
+
+    def log_probs(x: np.ndarray) -> np.ndarray:
+        m = x.max(-1, keepdims=True)
+        return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+    r = log_probs(ref.double().numpy())
+    tn = targets.numpy()
+    for x in paths:
+        plain, fast = measures._text_stats(ref, x, targets), measures._text_stats(ref, x, targets, kept)
+        assert np.array_equal(np.array(plain), np.array(fast), equal_nan=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lp = log_probs(x.double().numpy())
+            kl = (np.exp(r) * (r - lp)).sum(-1)
+        kl = np.where(np.isnan(kl), np.inf, np.maximum(kl, 0.0))
+        nan_row = np.isnan(lp).any(-1)
+        agree = (r.argmax(-1) == np.where(np.isnan(lp), -np.inf, lp).argmax(-1)) & ~nan_row
+        nll = -(lp[np.arange(T), tn] - r[np.arange(T), tn])
+        nll = np.where(np.isnan(nll), np.inf, nll)
+        h = T // 2
+        want = (kl.mean(), agree.mean(), nll.mean(), kl[h:].mean(), agree[h:].mean(), kl.max())
+        for got, w in zip(fast, want):
+            assert got == w or abs(got - w) <= 1e-12 * max(1.0, abs(w)), (got, w)
