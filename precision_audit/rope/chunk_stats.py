@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import Format, get_format, round_to
-from . import float32_cache, narrow_cache
+from . import float32_cache, fused, narrow_cache
 from .engine import _angle_into, _cache_into, _Rows, _trig_into, _Work
 from .formulas import AngleMaker
 from .oracle import _TWO_PI, F64, _oracle_into, _wrap_into
@@ -273,7 +273,7 @@ def _chunk_stats(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             b = min(stop, a + block)
             w = work.rows(b - a)
             m = np.arange(a, b, dtype=np.float64)
-            _oracle_into(m, hi, lo, w)
+            _oracle(m, hi, lo, w)
             pos = {f: round_to(m, f) for f in plan.position_formats}
             for job in plan.jobs:
                 _angle_block(job, pos[job.recipe.positions], plan, w, a - start, live)
@@ -347,7 +347,7 @@ def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
             b = min(stop, a + block)
             w = work.rows(b - a)
             m = np.arange(a - d, b - d, dtype=np.float64)
-            _oracle_into(m, hi, lo, w)
+            _oracle(m, hi, lo, w)
             pos = {f: round_to(m, f) for f in plan.position_formats}
             for job in plan.jobs:
                 if not any(cj.signed is not None for cj in job.caches):
@@ -448,11 +448,29 @@ def _bounded(pos: F64, job: _AngleJob) -> bool:
     return top < min(narrow_cache._MAX_ANGLE, job.angle_max) / 2  # nan fails
 
 
+def _use_fused(a: F64) -> bool:
+    """Whether a block goes to the fused kernels (:mod:`.fused`): numba here, two columns or more (one column is
+    summed pairwise by numpy), C-contiguous."""
+    return fused.enabled() and a.ndim == 2 and a.shape[1] >= 2 and a.flags.c_contiguous
+
+
+def _oracle(m: F64, hi: F64, lo: F64, w: _Rows) -> None:
+    """:func:`._oracle_into`, fused where :func:`_use_fused` (the same bits)."""
+    if _use_fused(w.p1):
+        fused.oracle_into(m, hi, lo, w.p1, w.p2, w.ex)
+    else:
+        _oracle_into(m, hi, lo, w)
+
+
 def _angle_errors(angle: F64, w: _Rows, job: _AngleJob) -> None:
     """Per frequency: max and sum of ``|wrap(angle - p1 - p2)|`` (non-finite: pi); in ``w.k``, scratch ``w.t``.
 
     Wrapping changes no error below pi, so it is skipped when no error needs it (and done at once for
     the blocks after one that needed it: large errors stay large)."""
+    if _use_fused(angle) and w.p1.flags.c_contiguous:
+        bmax, job.ang.sum, job.wraps = fused.angle_errors(angle, w.p1, w.p2, job.wraps, _WRAP_T, job.ang.sum)
+        job.ang.max = bmax if job.ang.max is None else np.maximum(job.ang.max, bmax)
+        return
     d = w.k
     np.subtract(angle, w.p1, out=d)
     np.subtract(d, w.p2, out=d)
