@@ -4,18 +4,34 @@ blocks that need no wrap, need one first in a later block, or hold nan and inf."
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import numpy as np
 import pytest
 
 from precision_audit.rope import fused
-from precision_audit.rope.chunk_stats import _WRAP_T, _AngleJob, _angle_errors, _Reduction
+from precision_audit.rope.chunk_stats import _WRAP_T, _AngleJob, _angle_errors, _CacheJob, _Reduction, _rotation_errors
 from precision_audit.rope.engine import _Work
 from precision_audit.rope.oracle import _oracle_into, _split
 from precision_audit.rope.schedules import RopeSchedule
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason="numba not installed")
+
+
+@contextlib.contextmanager
+def _numpy_stages():
+    """The engine's numpy stages (the fused kernels off), the reference."""
+    old = os.environ.get("PRECISION_AUDIT_FUSED")
+    os.environ["PRECISION_AUDIT_FUSED"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PRECISION_AUDIT_FUSED"]
+        else:
+            os.environ["PRECISION_AUDIT_FUSED"] = old
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -46,7 +62,7 @@ def _numpy_angle_errors(blocks, p1s, p2s):
         n, nf = angle.shape
         w = _Work(n, nf).rows(n)
         w.p1[:], w.p2[:] = p1, p2
-        with np.errstate(invalid="ignore", over="ignore"):  # as the engine calls it
+        with np.errstate(invalid="ignore", over="ignore"), _numpy_stages():  # as the engine calls it
             _angle_errors(angle, w, job)
         out.append((job.ang.max.copy(), job.ang.sum.copy(), job.wraps))
     return out
@@ -70,3 +86,36 @@ def test_angle_errors_same_bits() -> None:
         assert wraps == wwraps
         assert np.array_equal(_bits(gmax), _bits(wmax))
         assert np.array_equal(_bits(acc), _bits(wsum))
+
+
+@pytest.mark.parametrize("keep", [False, True])
+@pytest.mark.parametrize("with_job", [False, True])
+def test_rotation_errors_same_bits(keep: bool, with_job: bool) -> None:
+    rng = np.random.default_rng(1)
+    n, nf = 129, 6
+    exs = [rng.uniform(-math.pi, math.pi, (n, nf)) for _ in range(4)]
+    rots = [np.arctan2(np.sin(e + rng.normal(0, 1e-3, e.shape)), np.cos(e)) for e in exs]
+    rots[1][3, 2] = -rots[1][3, 2] if abs(exs[1][3, 2]) > 3.1 else math.pi - 1e-3  # near the branch cut
+    exs[1][3, 2] = -math.pi + 1e-4
+    rots[2][4, 4] = np.nan
+    rots[3][0, 0] = exs[3][0, 0]  # a zero error
+    job_np = _CacheJob.__new__(_CacheJob) if with_job else None
+    job_fu = _CacheJob.__new__(_CacheJob) if with_job else None
+    for j in (job_np, job_fu):
+        if j is not None:
+            j.wraps = False
+    red_np, red_fu = _Reduction(), _Reduction()
+    for rot, ex in zip(rots, exs):
+        w = _Work(n, nf).rows(n)
+        w.ex[:] = ex
+        s_np, s_fu = (np.full((n, nf), 7.0) if keep else None for _ in range(2))
+        with np.errstate(invalid="ignore", over="ignore"), _numpy_stages():
+            nan_np = _rotation_errors(rot, w, red_np, job_np, s_np)
+        nan_fu = _rotation_errors(rot, w, red_fu, job_fu, s_fu)
+        assert nan_np == nan_fu
+        assert np.array_equal(_bits(red_np.max), _bits(red_fu.max))
+        assert np.array_equal(_bits(red_np.sum), _bits(red_fu.sum))
+        if with_job:
+            assert job_np.wraps == job_fu.wraps
+        if keep:
+            assert np.array_equal(_bits(s_np), _bits(s_fu))

@@ -501,6 +501,14 @@ def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction, job: _CacheJob | None 
     ``x -+ 2pi`` (exact) above: ``|wrap(x)| = |2pi - |x||``, the same bits (T is pi).  As for the angle errors, the
     wrap is skipped while no error exceeds T (and done at once for a cache job's blocks after one that
     needed it).  ``signed``: where to keep ``wrap(rot - exact)`` (within [-T, T]), or None."""
+    if (_use_fused(rot) and w.ex.flags.c_contiguous and (signed is None or signed.flags.c_contiguous)
+            and rot.shape == w.ex.shape):
+        bmax, acc.sum, wrapped, has_nan = fused.rotation_errors(rot, w.ex, signed, job is None or job.wraps,
+                                                                 _WRAP_T, acc.sum)
+        if job is not None:
+            job.wraps = wrapped
+        acc.max = bmax if acc.max is None else np.maximum(acc.max, bmax)
+        return has_nan
     r, t = w.k, w.t
     if signed is None:
         np.subtract(rot, w.ex, out=r)

@@ -101,7 +101,47 @@ def _kernels() -> Any:
                     acc[j] = acc[j] + d
         return wraps
 
-    return oracle, angle_errors
+    @jit
+    def rotation_errors(rot: F64, ex: F64, signed: F64, keep: bool, wraps: bool, t: float, two_pi: float,
+                        pi: float, bmax: F64, acc: F64, fresh: bool) -> tuple[bool, bool]:
+        n, nf = rot.shape
+        if not wraps:  # |rot - ex| while none exceeds t (nor is nan)
+            for i in range(n):
+                for j in range(nf):
+                    if not abs(rot[i, j] - ex[i, j]) <= t:
+                        wraps = True
+                        break
+                if wraps:
+                    break
+        for j in range(nf):
+            bmax[j] = -np.inf
+        has_nan = False
+        for i in range(n):
+            for j in range(nf):
+                x = rot[i, j] - ex[i, j]
+                if keep:
+                    if wraps:
+                        x = x - np.rint(x / two_pi) * two_pi
+                    signed[i, j] = x
+                    a = abs(x)
+                else:
+                    a = abs(x)
+                    if wraps:
+                        b = two_pi - a
+                        if b < a:  # numpy's minimum: a nan stays
+                            a = b
+                if not math.isfinite(a):
+                    has_nan = True
+                    a = pi
+                if a > bmax[j]:
+                    bmax[j] = a
+                if fresh and i == 0:
+                    acc[j] = a
+                else:
+                    acc[j] = acc[j] + a
+        return wraps, has_nan
+
+    return oracle, angle_errors, rotation_errors
 
 
 def oracle_into(m: F64, hi: F64, lo: F64, p1: F64, p2: F64, ex: F64) -> None:
@@ -124,3 +164,20 @@ def angle_errors(angle: F64, p1: F64, p2: F64, wraps: bool, t: float, acc: F64 |
     out = np.empty(nf) if acc is None else acc
     wrapped = _kernels()[1](angle, p1, p2, wraps, t, _TWO_PI, math.pi, bmax, out, acc is None)
     return bmax, out, bool(wrapped)
+
+
+def rotation_errors(rot: F64, ex: F64, signed: F64 | None, wraps: bool, t: float,
+                    acc: F64 | None) -> tuple[F64, F64, bool, bool]:
+    """The rotation errors of a block in one pass (two where a wrap is first found needed): per column the max of
+    ``|wrap(rot - ex)|`` (nan: pi), the running column sum continued from ``acc`` (None: the first block), whether
+    the block wrapped and whether a nan occurred; ``signed`` (or None) receives ``wrap(rot - ex)`` (unwrapped
+    where no wrap was needed, nan kept).  The same bits as :func:`.chunk_stats._rotation_errors`."""
+    from .oracle import _TWO_PI
+
+    nf = rot.shape[1]
+    bmax = np.empty(nf)
+    out = np.empty(nf) if acc is None else acc
+    keep = signed is not None
+    wrapped, has_nan = _kernels()[2](rot, ex, signed if keep else rot, keep, wraps, t, _TWO_PI, math.pi, bmax, out,
+                                     acc is None)
+    return bmax, out, bool(wrapped), bool(has_nan)
