@@ -310,9 +310,9 @@ PINNED = ("transformers",)  # the packages whose version changes an output block
 # The docs site's builder: no output block depends on it, so --check does not compare it; pinned so that CI's
 # `mkdocs build --strict` runs the version the pages were last built with (kept from the file when not installed).
 SITE_PINNED = ("mkdocs", "mkdocs-material")
-# The tests' referees whose version CI pins (diffusers' FluxPipeline and rotary modules): no output block depends on
-# them either; kept from the file when not installed.
-REFEREE_PINNED = ("diffusers",)
+# The tests' referees whose version CI pins (diffusers' FluxPipeline and rotary modules), and numba (the fused RoPE
+# kernels, held to the numpy engine): no output block depends on them either; kept from the file when not installed.
+REFEREE_PINNED = ("diffusers", "numba")
 
 
 def _installed(names: Sequence[str] = PINNED) -> dict[str, str]:

@@ -1,12 +1,13 @@
-"""The fused kernels (precision_audit.rope.fused, numba) against the numpy stages they replace, bit for bit: the
-oracle over whole 1M-position passes of several schedules (wrapped blocks included), and the angle errors of
-blocks that need no wrap, need one first in a later block, or hold nan and inf."""
+"""The fused kernels (precision_audit.rope.fused, numba) against the numpy stages they replace, bit for bit (the
+numpy stages are the reference: every figure is specified by them): the oracle over blocks of several schedules
+(wrapped blocks included); the angle, rotation and pair errors of blocks that need no wrap, need one first in a
+later block, or hold nan and inf; the narrow-cache estimate and its rounding for every eligible cache format,
+with and without an attention factor; and whole audits, the kernels forced on against off."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,20 +19,6 @@ from precision_audit.rope.oracle import _oracle_into, _split
 from precision_audit.rope.schedules import RopeSchedule
 
 pytestmark = pytest.mark.skipif(not fused.available(), reason="numba not installed")
-
-
-@contextlib.contextmanager
-def _numpy_stages():
-    """The engine's numpy stages (the fused kernels off), the reference."""
-    old = os.environ.get("PRECISION_AUDIT_FUSED")
-    os.environ["PRECISION_AUDIT_FUSED"] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["PRECISION_AUDIT_FUSED"]
-        else:
-            os.environ["PRECISION_AUDIT_FUSED"] = old
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -62,7 +49,7 @@ def _numpy_angle_errors(blocks, p1s, p2s):
         n, nf = angle.shape
         w = _Work(n, nf).rows(n)
         w.p1[:], w.p2[:] = p1, p2
-        with np.errstate(invalid="ignore", over="ignore"), _numpy_stages():  # as the engine calls it
+        with np.errstate(invalid="ignore", over="ignore"):  # as the engine calls it (w.fused off: numpy)
             _angle_errors(angle, w, job)
         out.append((job.ang.max.copy(), job.ang.sum.copy(), job.wraps))
     return out
@@ -106,12 +93,12 @@ def test_rotation_errors_same_bits(keep: bool, with_job: bool) -> None:
             j.wraps = False
     red_np, red_fu = _Reduction(), _Reduction()
     for rot, ex in zip(rots, exs):
-        w = _Work(n, nf).rows(n)
-        w.ex[:] = ex
+        w, wf = _Work(n, nf).rows(n), _Work(n, nf, fused=True).rows(n)
+        w.ex[:] = wf.ex[:] = ex
         s_np, s_fu = (np.full((n, nf), 7.0) if keep else None for _ in range(2))
-        with np.errstate(invalid="ignore", over="ignore"), _numpy_stages():
+        with np.errstate(invalid="ignore", over="ignore"):
             nan_np = _rotation_errors(rot, w, red_np, job_np, s_np)
-        nan_fu = _rotation_errors(rot, w, red_fu, job_fu, s_fu)
+        nan_fu = _rotation_errors(rot, wf, red_fu, job_fu, s_fu)
         assert nan_np == nan_fu
         assert np.array_equal(_bits(red_np.max), _bits(red_fu.max))
         assert np.array_equal(_bits(red_np.sum), _bits(red_fu.sum))
@@ -119,3 +106,116 @@ def test_rotation_errors_same_bits(keep: bool, with_job: bool) -> None:
             assert job_np.wraps == job_fu.wraps
         if keep:
             assert np.array_equal(_bits(s_np), _bits(s_fu))
+
+
+_NARROW = ["bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]  # the cache formats on the narrow-cache path
+
+
+def _angles(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Angles as the engine meets them: large ones, near multiples of pi/2 (a zero cos or sin, a sign change), tiny
+    ones (the exact path below the smallest normal number), ties of the cache format (cos and sin of float32 angles
+    rounded from cos and sin near a midpoint are found among many values)."""
+    big = rng.uniform(-2.0**25, 2.0**25, n)
+    near = np.round(rng.uniform(-1e5, 1e5, n)) * (math.pi / 2) + rng.normal(0, 1e-6, n)
+    tiny = rng.uniform(-1e-6, 1e-6, n)
+    f32 = rng.uniform(0, 2.0**20, n).astype(np.float32).astype(np.float64)
+    return np.concatenate([big, near, tiny, f32, [0.0, -0.0, 2.0**-30]])
+
+
+@pytest.mark.parametrize("cache", _NARROW)
+@pytest.mark.parametrize("trig", ["float32", "float64"])
+@pytest.mark.parametrize("scale", [1.0, 0.7071067811865476, 512.0])
+def test_narrow_cache_same_bits(cache: str, trig: str, scale: float) -> None:
+    from precision_audit.formats import get_format
+    from precision_audit.rope import narrow_cache as nc
+
+    ft, fc = get_format(trig), get_format(cache)
+    assert nc.eligible(ft, fc, scale)
+    a = _angles(np.random.default_rng(2), 5000)
+    n = a.size
+    got = {}
+    for fuse in (False, True):
+        est_buf = np.empty(n)
+        scratch3 = tuple(np.full(n, 3.0) for _ in range(3))
+        est = nc.estimate(a, est_buf, scratch3, False, fuse)
+        assert est is not None
+        out = np.full(2 * n, 5.0)
+        nc.stored_into(est, ft, fc, scale, out, tuple(np.full(n, 3.0) for _ in range(4)), fuse)
+        got[fuse] = (est.both.copy(), out)
+    assert np.array_equal(got[False][0], got[True][0])  # the float32 estimates, bit for bit
+    assert np.array_equal(_bits(got[False][1]), _bits(got[True][1]))  # the stored values
+    # and both are the exactly computed values (the path's own guarantee, checked here on its inputs)
+    want = np.concatenate([nc.exact_stored(a, "cos", ft, fc, scale), nc.exact_stored(a, "sin", ft, fc, scale)])
+    assert np.array_equal(_bits(got[True][1]), _bits(want))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 2.0**26, -(2.0**27)])
+def test_narrow_estimate_refuses_like_numpy(bad: float) -> None:
+    from precision_audit.rope import narrow_cache as nc
+
+    a = np.array([0.5, 1.0, bad, 2.0])
+    for fuse in (False, True):
+        assert nc.estimate(a, np.empty(4), tuple(np.empty(4) for _ in range(3)), False, fuse) is None
+
+
+def _numpy_fold(cur: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, float]:
+    from precision_audit.rope.pairs import fold_pairs
+
+    x = np.empty_like(cur)
+    np.subtract(cur, prev, out=x)
+    with np.errstate(invalid="ignore"):
+        mx, sm, _ = fold_pairs(x, np.empty_like(cur))
+    return mx, sm
+
+
+@pytest.mark.parametrize("shape", [(1, 2), (7, 3), (4096, 64), (1000, 5)])
+@pytest.mark.parametrize("case", ["small", "wrap", "nan"])
+def test_pair_fold_same_bits(shape: tuple[int, int], case: str) -> None:
+    rng = np.random.default_rng(3)
+    scale = 1e-3 if case == "small" else math.pi
+    cur, prev = (np.clip(rng.uniform(-scale, scale, shape), -math.pi, math.pi) for _ in range(2))
+    if case == "wrap":
+        cur[0, 0], prev[0, 0] = math.pi, -math.pi + 1e-9
+    if case == "nan":
+        cur[-1, -1] = np.nan
+    want_max, want_sum = _numpy_fold(cur, prev)
+    x = np.full(shape, 9.0)
+    got_max, got_sum, wrapped = fused.pair_fold(cur, prev, x)
+    assert np.array_equal(_bits(got_max), _bits(want_max))
+    assert float(got_sum).hex() == float(want_sum).hex()
+    assert wrapped == (case != "small")
+
+
+def _hexed(v: Any) -> Any:
+    """A row's dict with every float as its hex form (nan equal to nan, -0.0 told from 0.0)."""
+    if isinstance(v, float):
+        return v.hex()
+    if isinstance(v, dict):
+        return {k: _hexed(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_hexed(x) for x in v]
+    return v
+
+
+def test_whole_audits_same_rows_with_the_kernels_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every stage through the kernels (the size threshold at 0) against the numpy engine: the four presets in
+    # two cache dtypes, stacks with a float32 cache and with the YaRN attention factor, pairwise errors at the
+    # default distances (carried, recomputed and twin chunks), several lengths and workers
+    from precision_audit.rope import audit, preset, stack
+
+    calls: list[str] = []
+    for name in ("oracle_into", "angle_errors", "rotation_errors", "estimate", "stored", "pair_fold"):
+        orig = getattr(fused, name)
+        monkeypatch.setattr(fused, name, lambda *a, _o=orig, _n=name: calls.append(_n) or _o(*a))
+    s = RopeSchedule(head_dim=32, scaling="yarn", factor=8, original_max_position_embeddings=4096)
+    recipes = [preset(n, d) for n in ("lowp", "lowp-inv-freq", "fp32", "fp64") for d in ("bf16", "fp16")]
+    recipes += [stack(n, "bf16", s) for n in ("transformers", "sglang", "llama.cpp-cpu")]
+    lengths = [1000, 9000, 40000]
+    monkeypatch.setattr(fused, "MIN_ANGLES", 0)
+    on = _hexed([r.to_dict() for r in audit(s, recipes, lengths, workers=2, chunk=4096)])
+    assert set(calls) == {"oracle_into", "angle_errors", "rotation_errors", "estimate", "stored", "pair_fold"}
+    monkeypatch.setenv("PRECISION_AUDIT_FUSED", "0")
+    calls.clear()
+    off = _hexed([r.to_dict() for r in audit(s, recipes, lengths, workers=2, chunk=4096)])
+    assert not calls
+    assert on == off

@@ -189,7 +189,7 @@ def _pass(
     workers = max(1, min(int(workers), len(units)))
     spare: queue.SimpleQueue[tuple[_Work, _Plan | None]] = queue.SimpleQueue()
     for _ in range(workers):
-        spare.put((_Work(block, nf), plan.fresh(nf) if plan is not None else None))
+        spare.put((_Work(block, nf, plan is not None and plan.fused), plan.fresh(nf) if plan is not None else None))
 
     links = _Links(spec.carried, spec.carry) if spec is not None else None
 

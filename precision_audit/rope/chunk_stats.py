@@ -184,6 +184,7 @@ class _Plan:
     atan2_fast: bool
     pairs: _PairSpec | None = None
     buffers: "_Buffers" = field(default_factory=lambda: _Buffers())  # signed-error buffers, shared by the workers
+    fused: bool = False  # the stages run as fused kernels (:mod:`.fused`: a pass long enough, numba here)
 
     @staticmethod
     def build(recipes: Sequence[Recipe], invs: Sequence[Any], scale: float, angles: int,
@@ -209,7 +210,8 @@ class _Plan:
                 job.caches.append(cj)
             cj.members.append(i)
         return _Plan(list(by_angle.values()), len(recipes), scale,
-                     list(dict.fromkeys(r.positions for r in recipes)), atan2_fast, pairs)
+                     list(dict.fromkeys(r.positions for r in recipes)), atan2_fast, pairs,
+                     fused=angles >= fused.MIN_ANGLES and fused.enabled())
 
     def fresh(self, nf: int) -> "_Plan":
         """A copy with empty running reductions (one per worker), and a signed-error buffer per cache
@@ -221,7 +223,8 @@ class _Plan:
             for cj in (c for j in jobs for c in j.caches):
                 if self.pairs.recipes.intersection(cj.members):
                     cj.signed = np.empty((self.pairs.rows, nf))
-        return _Plan(jobs, self.n_recipes, self.scale, self.position_formats, self.atan2_fast, self.pairs, self.buffers)
+        return _Plan(jobs, self.n_recipes, self.scale, self.position_formats, self.atan2_fast, self.pairs, self.buffers,
+                     self.fused)
 
 
 class _Buffers:
@@ -315,15 +318,20 @@ def _block_pairs(cj: _CacheJob, off: int, n: int, w: _Rows, live: Sequence[int])
         a = max(off, d)
         if a < off + n:
             r = off + n - a
-            _pair_rows(cj.signed[a : off + n], cj.signed[a - d : off + n - d], w.k[:r], w.t[:r], cj, d)
+            _pair_rows(cj.signed[a : off + n], cj.signed[a - d : off + n - d], w.k[:r], w.t[:r], cj, d, w.fused)
 
 
-def _pair_rows(cur: F64, prev: F64, x: F64, t: F64, cj: _CacheJob, d: int) -> None:
+def _pair_rows(cur: F64, prev: F64, x: F64, t: F64, cj: _CacheJob, d: int, fuse: bool = False) -> None:
     """Fold ``|wrap(cur - prev)|`` (wrapped signed errors of positions m and m - d) into the cache job's reduction
     for distance ``d`` (:func:`.pairs.fold_pairs`; the wrap done at once for a job's blocks after one that
-    needed it); in ``x`` and ``t``, scratch buffers of ``cur``'s shape."""
-    np.subtract(cur, prev, out=x)
-    mx, sm, cj.pair_wraps[d] = fold_pairs(x, t, cj.pair_wraps.get(d, False))
+    needed it); in ``x`` and ``t``, scratch buffers of ``cur``'s shape.  ``fuse``: in one fused kernel
+    (:func:`.fused.pair_fold`, the same bits) where the layout allows."""
+    if fuse and cur.size and cur.shape[1] >= 2 and cur.flags.c_contiguous and x.flags.c_contiguous:
+        mx, sm, wrapped = fused.pair_fold(cur, prev, x)
+        cj.pair_wraps[d] = cj.pair_wraps.get(d, False) or wrapped
+    else:
+        np.subtract(cur, prev, out=x)
+        mx, sm, cj.pair_wraps[d] = fold_pairs(x, t, cj.pair_wraps.get(d, False))
     cj.pair_red.setdefault(d, _Total()).add(mx, sm)
 
 
@@ -359,14 +367,14 @@ def _chunk_pairs(plan: _Plan, hi: F64, lo: F64, start: int, stop: int, work: _Wo
                         continue
                     _, _, rot = stored.of(cj)
                     _signed_into(rot, w)  # position m - d's signed error, in w.p1 (free here)
-                    _pair_rows(cj.signed[a - start : b - start], w.p1, w.k, w.t, cj, d)
+                    _pair_rows(cj.signed[a - start : b - start], w.p1, w.k, w.t, cj, d, w.fused)
 
 
 def _twin_pairs(plan: _Plan, a: int, b: int, off: int, w: _Rows, d: int) -> None:
     """Pair the block of the chunk's rows ``off..`` (positions ``a + d..b + d - 1``) at distance ``d`` with the
     signed rows of positions a..b-1 kept from its twin chunk, right after the block's signed errors were written."""
     for cj in (c for job in plan.jobs for c in job.caches if c.signed is not None):
-        _pair_rows(cj.signed[off : off + b - a], _kept(cj.twin, a, b), w.k, w.t, cj, d)
+        _pair_rows(cj.signed[off : off + b - a], _kept(cj.twin, a, b), w.k, w.t, cj, d, w.fused)
 
 
 def _kept(parts: Sequence[tuple[int, F64]], a: int, b: int) -> F64:
@@ -394,7 +402,7 @@ class _Stored:
         self.bounded = _bounded(pos, job)
         self.small: bool | None = None
         if any(c.fast for c in job.caches):
-            self.est = narrow_cache.estimate(angle, w.est, (w.s1, w.s2, w.t), self.bounded)
+            self.est = narrow_cache.estimate(angle, w.est, (w.s1, w.s2, w.t), self.bounded, w.fused)
 
     def _small(self) -> bool:
         """Every angle of the block is finite and below :data:`float32_cache.MAX_ANGLE` (checked once)."""
@@ -411,7 +419,8 @@ class _Stored:
             return cj.table.lookup(self.angle, w)
         if cj.fast and self.est is not None:
             cc, ss = w.cc, w.ss
-            narrow_cache.stored_into(self.est, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t, w.rot))
+            narrow_cache.stored_into(self.est, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t, w.rot),
+                                     w.fused)
         elif cj.f32 and self._small():
             cc, ss = w.cc, w.ss
             float32_cache.stored_into(self.angle, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t))
@@ -448,15 +457,15 @@ def _bounded(pos: F64, job: _AngleJob) -> bool:
     return top < min(narrow_cache._MAX_ANGLE, job.angle_max) / 2  # nan fails
 
 
-def _use_fused(a: F64) -> bool:
-    """Whether a block goes to the fused kernels (:mod:`.fused`): numba here, two columns or more (one column is
-    summed pairwise by numpy), C-contiguous."""
-    return fused.enabled() and a.ndim == 2 and a.shape[1] >= 2 and a.flags.c_contiguous
+def _use_fused(w: _Rows, a: F64) -> bool:
+    """Whether a block goes to the fused kernels (:mod:`.fused`): a pass that uses them (``w.fused``), two columns
+    or more (one column is summed pairwise by numpy), C-contiguous."""
+    return w.fused and a.ndim == 2 and a.shape[1] >= 2 and a.flags.c_contiguous
 
 
 def _oracle(m: F64, hi: F64, lo: F64, w: _Rows) -> None:
     """:func:`._oracle_into`, fused where :func:`_use_fused` (the same bits)."""
-    if _use_fused(w.p1):
+    if _use_fused(w, w.p1):
         fused.oracle_into(m, hi, lo, w.p1, w.p2, w.ex)
     else:
         _oracle_into(m, hi, lo, w)
@@ -467,7 +476,7 @@ def _angle_errors(angle: F64, w: _Rows, job: _AngleJob) -> None:
 
     Wrapping changes no error below pi, so it is skipped when no error needs it (and done at once for
     the blocks after one that needed it: large errors stay large)."""
-    if _use_fused(angle) and w.p1.flags.c_contiguous:
+    if _use_fused(w, angle) and w.p1.flags.c_contiguous:
         bmax, job.ang.sum, job.wraps = fused.angle_errors(angle, w.p1, w.p2, job.wraps, _WRAP_T, job.ang.sum)
         job.ang.max = bmax if job.ang.max is None else np.maximum(job.ang.max, bmax)
         return
@@ -501,7 +510,7 @@ def _rotation_errors(rot: F64, w: _Rows, acc: _Reduction, job: _CacheJob | None 
     ``x -+ 2pi`` (exact) above: ``|wrap(x)| = |2pi - |x||``, the same bits (T is pi).  As for the angle errors, the
     wrap is skipped while no error exceeds T (and done at once for a cache job's blocks after one that
     needed it).  ``signed``: where to keep ``wrap(rot - exact)`` (within [-T, T]), or None."""
-    if (_use_fused(rot) and w.ex.flags.c_contiguous and (signed is None or signed.flags.c_contiguous)
+    if (_use_fused(w, rot) and w.ex.flags.c_contiguous and (signed is None or signed.flags.c_contiguous)
             and rot.shape == w.ex.shape):
         bmax, acc.sum, wrapped, has_nan = fused.rotation_errors(rot, w.ex, signed, job is None or job.wraps,
                                                                  _WRAP_T, acc.sum)

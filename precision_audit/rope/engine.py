@@ -50,7 +50,8 @@ def _huge_region(size: int) -> F64:
 
 
 class _Work:
-    """Reused float64 buffers of one worker: ``rows`` x ``nf`` each (no allocation per chunk).
+    """Reused float64 buffers of one worker: ``rows`` x ``nf`` each (no allocation per chunk); ``fused``: its
+    stages may run as fused kernels (:mod:`.fused`).
 
     ``k`` has one more row in front (``kz``): a running column sum written there continues the
     sequential axis-0 sum of the rows below it (see :mod:`.chunk`).  ``cc`` and ``ss`` are the two
@@ -58,8 +59,8 @@ class _Work:
 
     NAMES = ("p1", "p2", "ex", "t", "angle", "c", "s", "s1", "s2", "est", "rot")
 
-    def __init__(self, rows: int, nf: int) -> None:
-        self.size, self.nf = rows, nf
+    def __init__(self, rows: int, nf: int, fused: bool = False) -> None:
+        self.size, self.nf, self.fused = rows, nf, fused
         n = rows * nf
         sizes = [n] * len(self.NAMES) + [(rows + 1) * nf, 2 * n]
         region = self._region = _huge_region(sum(sizes))
@@ -83,7 +84,9 @@ class _Work:
         views["ccss"] = self.pair[: 2 * size]
         views["cc"] = self.pair[:size].reshape(n, self.nf)
         views["ss"] = self.pair[size : 2 * size].reshape(n, self.nf)
-        return _Rows(views)
+        rows = _Rows(views)
+        rows.fused = self.fused
+        return rows
 
 
 class _Rows:
@@ -108,6 +111,7 @@ class _Rows:
     s2: F64
     est: F64
     rot: F64
+    fused: bool  # stages may run as fused kernels (:mod:`.fused`): a long pass, numba here
 
 
 def _trig_into(angle: F64, ft: Format, w: _Rows) -> tuple[F64, F64]:

@@ -1,9 +1,13 @@
 """Fused kernels (numba) for the RoPE engine's stages: each does in one pass over a block what the numpy stage does
 in several, with the same IEEE operations in the same order, so the same bits (issue 52).
 
-Work in progress on branch ``fused``: the oracle (:func:`oracle_into`, 13 numpy passes) and the angle errors
-(:func:`angle_errors`, 6 to 12 passes).  numba is optional: :func:`available` says whether it imports; the
-numpy stages stay the reference the tests hold these to, bit for bit.
+The oracle (:func:`oracle_into`, 13 numpy passes), the angle errors (:func:`angle_errors`, 6 to 12), the rotation
+errors (:func:`rotation_errors`, 4 to 9), the narrow-cache estimate's arithmetic around numpy's float32 ``sin``
+(:func:`estimate`, 15) and its rounding to the cache (:func:`stored`, 10 over both halves), the pair errors at one
+distance (:func:`pair_fold`, 4 to 7; numpy's pairwise sum kept).  numba is optional (``pip install
+precision-audit[fast]``): the engine uses the kernels for passes of :data:`MIN_ANGLES` angles or more when numba
+imports (``PRECISION_AUDIT_FUSED=0`` turns them off); the numpy stages stay the reference the tests hold these to,
+bit for bit (tests/test_fused.py), and serve every shorter pass and every machine without numba.
 
 What keeps the bits: ``fastmath=False`` (no reassociation, no contraction of a product and a sum into an FMA);
 ``np.rint`` rounds half to even as numpy's does; the wrap is done where numpy's stage does it (on a whole block,
@@ -22,29 +26,38 @@ import numpy.typing as npt
 
 F64 = npt.NDArray[np.float64]
 
+# angles in a pass from which the kernels pay for numba's import and their load from the disk cache
+MIN_ANGLES = 2**24  # measured: 2**22 angles (64K x 64) 0.3 s slower with them, 2**24 0.2 s faster, 2**26 1.7 s
+
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """Whether numba imports here (the kernels compile on first use, cached on disk after)."""
+    """Whether numba imports here and compiles (not ``NUMBA_DISABLE_JIT``); the kernels compile on first use,
+    cached on disk after."""
     try:
-        import numba  # noqa: F401
+        import numba
     except ImportError:
         return False
-    return True
+    return not numba.config.DISABLE_JIT
 
 
 def enabled() -> bool:
     """Whether the engine uses the kernels: numba imports and ``PRECISION_AUDIT_FUSED`` is not ``0`` (A/B timing)."""
     import os
 
-    return available() and os.environ.get("PRECISION_AUDIT_FUSED", "1") != "0"
+    return os.environ.get("PRECISION_AUDIT_FUSED", "1") != "0" and available()
 
 
 @functools.lru_cache(maxsize=1)
 def _kernels() -> Any:
     import numba
 
-    jit = functools.partial(numba.njit, cache=True, nogil=True, fastmath=False, error_model="numpy")
+    try:  # compiled once per install: cached beside this file, or in numba's user-wide cache
+        numba.njit(cache=True)(lambda: None)
+        cache = True
+    except RuntimeError:  # no cache directory can be written: compile once per process
+        cache = False
+    jit = functools.partial(numba.njit, cache=cache, nogil=True, fastmath=False, error_model="numpy")
 
     @jit
     def oracle(m: F64, hi: F64, lo: F64, p1: F64, p2: F64, ex: F64, two_pi: float, c1: float, c2: float,
@@ -141,7 +154,68 @@ def _kernels() -> Any:
                     acc[j] = acc[j] + a
         return wraps, has_nan
 
-    return oracle, angle_errors, rotation_errors
+    @jit
+    def estimate_args(a: F64, c32: Any, s32: Any, sign: Any, bounded: bool, max_angle: float, inv_pi: float,
+                      p1: float, p2: float) -> bool:
+        n = a.size
+        if not bounded:  # every angle finite and below max_angle, or the caller computes exactly
+            for i in range(n):
+                if not abs(a[i]) < max_angle:
+                    return False
+        hp1, hp2 = p1 / 2, p2 / 2
+        for i in range(n):
+            q = np.rint(a[i] * inv_pi)
+            x = (a[i] - q * p1) - q * p2
+            s32[i] = np.float32(x)
+            c32[i] = np.float32((hp1 - abs(x)) + hp2)
+            sign[i] = np.uint32(np.int32(q) & 1) << np.uint32(31)
+        return True
+
+    @jit
+    def apply_sign(both: Any, sign: Any) -> None:
+        n = sign.size
+        for i in range(n):
+            both[i] ^= sign[i]
+            both[n + i] ^= sign[i]
+
+    @jit
+    def stored(bits: Any, scale: Any, scaled: bool, half: Any, mask: Any, guard: Any, lo: Any, hi: Any,
+               out: F64, flag: Any) -> int:
+        flagged = 0
+        keep = ~mask
+        top = np.uint32(0x7FFFFFFF)
+        two = guard + guard
+        for i in range(bits.size):
+            b = np.uint32(bits[i])
+            if scaled:
+                b = np.float32(np.uint32(b).view(np.float32) * scale).view(np.uint32)
+            u = np.uint32(b + half)
+            x = b & top
+            f = ((np.uint32(u + guard) & mask) <= two) | (x < lo) | (x >= hi)
+            flag[i] = f
+            flagged += f
+            out[i] = np.uint32(u & keep).view(np.float32)
+        return flagged
+
+    @jit
+    def pair_fold(cur: F64, prev: F64, x: F64, two_pi: float, pi: float, bmax: F64) -> bool:
+        n, nf = cur.shape
+        for j in range(nf):
+            bmax[j] = 0.0
+        wrapped = False
+        for i in range(n):
+            for j in range(nf):
+                a = abs(cur[i, j] - prev[i, j])
+                b = two_pi - a
+                wrapped |= not a <= pi
+                a = a if a <= b else b  # numpy's minimum: a nan stays
+                a = a if abs(a) < np.inf else pi  # nan (or inf) as pi
+                x[i, j] = a
+                m = bmax[j]
+                bmax[j] = a if a > m else m
+        return wrapped
+
+    return oracle, angle_errors, rotation_errors, estimate_args, apply_sign, stored, pair_fold
 
 
 def oracle_into(m: F64, hi: F64, lo: F64, p1: F64, p2: F64, ex: F64) -> None:
@@ -181,3 +255,43 @@ def rotation_errors(rot: F64, ex: F64, signed: F64 | None, wraps: bool, t: float
     wrapped, has_nan = _kernels()[2](rot, ex, signed if keep else rot, keep, wraps, t, _TWO_PI, math.pi, bmax, out,
                                      acc is None)
     return bmax, out, bool(wrapped), bool(has_nan)
+
+
+def estimate(a: F64, halves: Any, sign: Any, bounded: bool, consts: tuple[float, float, float, float]) -> bool:
+    """:func:`.narrow_cache.estimate` with its arithmetic fused (numpy's float32 ``sin`` kept: a SIMD kernel):
+    the cos then the sin bit patterns of ``a``'s angles in ``halves`` (float32, twice ``a.size``), signs applied;
+    ``sign``: a uint32 scratch of ``a.size``.  False where some angle is not finite or too large (unless
+    ``bounded``).  ``consts``: the largest angle, 1/pi, and pi in two parts (:mod:`.narrow_cache`).  The same
+    bits as the numpy stage."""
+    n = a.size
+    k = _kernels()
+    c32, s32 = halves[:n], halves[n : 2 * n]
+    if not k[3](a, c32, s32, sign, bounded, *consts):
+        return False
+    np.sin(c32, out=c32)
+    np.sin(s32, out=s32)
+    k[4](halves[: 2 * n].view(np.uint32), sign)
+    return True
+
+
+def stored(bits: Any, scale: float, half: int, mask: int, guard: int, lo: Any, hi: Any, out: F64,
+           flag: Any) -> int:
+    """:func:`.narrow_cache.stored_into`'s rounding in one pass: the cache values of the estimate ``bits``
+    (uint32, cos then sin) times ``scale`` in float32 (when not 1) into ``out``, rounded half up at ``mask``'s
+    bits, and in ``flag`` the elements to compute exactly (near a midpoint within ``guard``, below ``lo``, at or
+    above ``hi`` when given); returns how many."""
+    u32 = np.uint32
+    return int(_kernels()[5](bits, np.float32(scale), scale != 1.0, u32(half), u32(mask), u32(guard), u32(lo),
+                             u32(0xFFFFFFFF if hi is None else hi), out, flag))
+
+
+def pair_fold(cur: F64, prev: F64, x: F64) -> tuple[F64, float, bool]:
+    """:func:`.pairs.fold_pairs` of ``cur - prev`` in one pass and numpy's sum: per column the max of
+    ``|wrap(cur - prev)|`` (nan: pi), their sum (numpy's pairwise ``add.reduce`` over ``x``, C-contiguous of
+    ``cur``'s shape, which receives the values), and whether some pair needed the wrap.  Wrapping as
+    ``min(|x|, 2 pi - |x|)`` changes no value up to pi, so it is done on every value: the same bits."""
+    from .oracle import _TWO_PI
+
+    bmax = np.empty(cur.shape[1])
+    wrapped = _kernels()[6](cur, prev, x, _TWO_PI, math.pi, bmax)
+    return bmax, float(np.add.reduce(x, axis=None)), bool(wrapped)

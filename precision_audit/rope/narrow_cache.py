@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..formats import Format, round_to
+from . import fused
 from .oracle import F64
 
 U32 = npt.NDArray[np.uint32]
@@ -94,14 +95,22 @@ class _Estimate:
     both: U32
 
 
-def estimate(angle: F64, out: F64, scratch: tuple[F64, F64, F64], bounded: bool = False) -> _Estimate | None:
+def estimate(angle: F64, out: F64, scratch: tuple[F64, F64, F64], bounded: bool = False,
+             fuse: bool = False) -> _Estimate | None:
     """Estimate cos and sin of ``angle`` (C-contiguous float64) into ``out`` (float64 buffer of the same size,
     used as two float32 halves); None if some angle is not finite or too large (then compute exactly).
-    ``bounded``: the caller knows every angle is finite and below ``_MAX_ANGLE``."""
+    ``bounded``: the caller knows every angle is finite and below ``_MAX_ANGLE``; ``fuse``: the arithmetic in one
+    fused kernel (:func:`.fused.estimate`, the same bits)."""
     a = angle.reshape(-1)
     n = a.size
     if n == 0:
         return None
+    if fuse:  # the same arithmetic in one pass (numpy's float32 sin kept)
+        halves = out.reshape(-1).view(np.float32)
+        if not fused.estimate(a, halves, scratch[0].reshape(-1).view(np.uint32)[:n], bounded,
+                              (_MAX_ANGLE, _INV_PI, _P1, _P2)):
+            return None
+        return _Estimate(a, halves[: 2 * n].view(np.uint32))
     if not bounded:
         top, bottom = np.max(a), np.min(a)
         if not (abs(top) < _MAX_ANGLE and abs(bottom) < _MAX_ANGLE):  # nan fails too
@@ -133,10 +142,11 @@ def estimate(angle: F64, out: F64, scratch: tuple[F64, F64, F64], bounded: bool 
 
 
 def stored_into(est: _Estimate, trig: Format, cache: Format, scale: float, out: F64,
-                scratch: tuple[F64, F64, F64, F64]) -> None:
+                scratch: tuple[F64, F64, F64, F64], fuse: bool = False) -> None:
     """The stored cos and sin of the estimate's angles in ``cache`` into ``out`` (flat float64: the cos, then
     the sin, each in the angles' layout), as the engine computes them: every stored value is the exactly
-    computed one (see the module docstring).  ``scratch``: four float64 buffers of the angles' size."""
+    computed one (see the module docstring).  ``scratch``: four float64 buffers of the angles' size; ``fuse``: the
+    rounding and the flags in one fused kernel (:func:`.fused.stored`, the same bits)."""
     n = est.angle.size
     n2 = 2 * n
     scaled, u, x = (b.reshape(-1).view(np.uint32)[:n2] for b in scratch[:3])
@@ -146,6 +156,12 @@ def stored_into(est: _Estimate, trig: Format, cache: Format, scale: float, out: 
     drop = 24 - cache.significand_bits  # float32 significand bits below the cache format's last one
     half, mask = 1 << (drop - 1), (1 << drop) - 1
     bits = est.both
+    lo = np.float32(max(2.0**cache.min_exponent, _TINY * s)).view(np.uint32)
+    hi = np.float32(cache.max_finite).view(np.uint32) if cache.max_finite < 2.0 * max(s, 1.0) else None
+    if fuse:  # the same rounding and flags in one pass
+        if fused.stored(bits, s, half, mask, _GUARD_ULPS, lo, hi, out[:n2], flag):
+            _fix_flagged(est.angle, np.flatnonzero(flag), trig, cache, scale, out)
+        return
     if s != 1.0:  # the estimate times the factor, rounded to float32 (2**-24 more, inside the guard)
         np.multiply(bits.view(np.float32), np.float32(s), out=scaled.view(np.float32))
         bits = scaled
@@ -158,9 +174,7 @@ def stored_into(est: _Estimate, trig: Format, cache: Format, scale: float, out: 
     np.less_equal(x, np.uint32(2 * _GUARD_ULPS), out=flag)
     np.bitwise_and(u, np.uint32(~mask & 0xFFFFFFFF), out=u)
     np.copyto(out[:n2], u.view(np.float32))
-    # out of the cache format's normal range (or so small that the reduction's error could matter)
-    lo = np.float32(max(2.0**cache.min_exponent, _TINY * s)).view(np.uint32)
-    hi = np.float32(cache.max_finite).view(np.uint32) if cache.max_finite < 2.0 * max(s, 1.0) else None
+    # out of the cache format's normal range (or so small that the reduction's error could matter): lo, hi
     np.bitwise_and(bits, np.uint32(0x7FFFFFFF), out=x)
     if hi is not None or np.min(x) < lo:
         np.less(x, lo, out=more)
