@@ -112,7 +112,7 @@ print(err.abs().max().item(), err.abs().mean().item())
 """
 
 
-def measured(args: list[str]) -> tuple[float, float, float, str]:
+def measured(args: list[str], extra_env: dict[str, str] | None = None) -> tuple[float, float, float, str]:
     """Run ``python args`` in a fresh process; (wall s, its peak RSS in MiB, its CPU s, stdout).
 
     A wrapper process starts it, so RUSAGE_CHILDREN of the wrapper is this one
@@ -127,7 +127,7 @@ def measured(args: list[str]) -> tuple[float, float, float, str]:
         "print(wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime, p.returncode)\n"
         "print(p.stdout, end='')\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(extra_env or {}))
     p = subprocess.run([sys.executable, "-c", wrapper, *args], capture_output=True, text=True, env=env, cwd=ROOT)
     head, _, rest = p.stdout.partition("\n")
     wall, rss, cpu, rc = head.split() if p.returncode == 0 else ("0", "0", "0", "1")
@@ -249,6 +249,19 @@ def say(text: str = "") -> None:
     OUT.append(text)
 
 
+def _engine() -> str:
+    """Which RoPE engine the long passes run: the fused kernels (numba installed) or numpy's stages."""
+    sys.path.insert(0, str(ROOT))
+    from precision_audit.rope import fused
+
+    if not fused.enabled():
+        return "numpy stages (numba not installed, or PRECISION_AUDIT_FUSED=0)"
+    import numba
+
+    return (f"fused kernels (numba {numba.__version__}) for passes of 2**{fused.MIN_ANGLES.bit_length() - 1} angles "
+            "or more, numpy stages below")
+
+
 def best(args: list[str]) -> tuple[float, float, float, str]:
     """The faster of two runs of ``measured(args)`` (a targeted line: one slow run is noise, not the code)."""
     return min(measured(args), measured(args), key=lambda r: r[0])
@@ -327,12 +340,14 @@ def _run(a: argparse.Namespace) -> None:
     k = 14 if a.quick else 20  # RoPE: 2**k positions x 64 frequencies
     n = 2**k
     cores = os.cpu_count()
+    engine = _engine()
     say(f"precision_audit benchmark: {cores} cores, python {sys.version.split()[0]}, "
         f"RoPE 2**{k} positions x 64 frequencies (head_dim 128)" + (" (--quick: small sizes)" if a.quick else ""))
     say("wall: seconds of a fresh process, start and imports (from bytecode) included (the floor: its"
         " computation only); cpu: that process's user + system seconds; /floor: ratio to the floor's wall or cpu;"
         f" RSS: that process's peak; load average at start {os.getloadavg()[0]:.1f} (1 min),"
         f" {os.getloadavg()[1]:.1f} (5 min)")
+    say(f"RoPE engine: {engine}")
     say("targets of issue 52 are on (wall - a bare --help start) / the torch floor, those of issues 20 and 29 on"
         " wall / numpy's floor, all measured in this one run; a line with a target is the faster of two runs")
     say()
@@ -352,6 +367,9 @@ def _run(a: argparse.Namespace) -> None:
         line(f"rope --recipe {name} -d bf16 -l 2**{k}", run, **rope, target=2.0, start=START[0])
     run = best(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128"])
     line(f"rope -d bf16 -l 2**{k}: the four presets in one run", run, **rope, target=3.0, start=START[0])
+    if engine.startswith("fused"):
+        run = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128"], {"PRECISION_AUDIT_FUSED": "0"})
+        line("  the same on the numpy engine (PRECISION_AUDIT_FUSED=0)", run, **rope)
     run = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128", "--no-pairs"])
     line("  the same without the pairwise errors (--no-pairs)", run, **rope)
     run = measured(["-c", CLI, "rope", "-l", str(n), "-d", "bf16", "--head-dim", "128", "--distance", "1"])
