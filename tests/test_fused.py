@@ -149,6 +149,28 @@ def test_narrow_cache_same_bits(cache: str, trig: str, scale: float) -> None:
     assert np.array_equal(_bits(got[True][1]), _bits(want))
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.7071067811865476, 3.0])
+def test_float32_cache_same_bits(scale: float) -> None:
+    # the float32 cache's polynomial estimate, its flags and rounding in one kernel against the numpy stage, and
+    # both against the engine's definition (float64 np.cos / np.sin, then every rounding)
+    from precision_audit.formats import get_format
+    from precision_audit.rope import float32_cache as fc
+    from precision_audit.rope import narrow_cache as nc
+
+    f32 = get_format("float32")
+    a = _angles(np.random.default_rng(4), 5000)
+    a = a[np.abs(a) < fc.MAX_ANGLE]
+    n = a.size
+    got = {}
+    for fuse in (False, True):
+        out = np.full(2 * n, 5.0)
+        fc.stored_into(a, f32, f32, scale, out, tuple(np.full(n, 3.0) for _ in range(3)), fuse)
+        got[fuse] = out
+    assert np.array_equal(_bits(got[False]), _bits(got[True]))
+    want = np.concatenate([nc.exact_stored(a, "cos", f32, f32, scale), nc.exact_stored(a, "sin", f32, f32, scale)])
+    assert np.array_equal(_bits(got[True]), _bits(want))
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, 2.0**26, -(2.0**27)])
 def test_narrow_estimate_refuses_like_numpy(bad: float) -> None:
     from precision_audit.rope import narrow_cache as nc
@@ -204,7 +226,7 @@ def test_whole_audits_same_rows_with_the_kernels_on(monkeypatch: pytest.MonkeyPa
     from precision_audit.rope import audit, preset, stack
 
     calls: list[str] = []
-    for name in ("oracle_into", "angle_errors", "rotation_errors", "estimate", "stored", "pair_fold"):
+    for name in ("oracle_into", "angle_errors", "rotation_errors", "estimate", "stored", "pair_fold", "f32_stored"):
         orig = getattr(fused, name)
         monkeypatch.setattr(fused, name, lambda *a, _o=orig, _n=name: calls.append(_n) or _o(*a))
     s = RopeSchedule(head_dim=32, scaling="yarn", factor=8, original_max_position_embeddings=4096)
@@ -213,7 +235,7 @@ def test_whole_audits_same_rows_with_the_kernels_on(monkeypatch: pytest.MonkeyPa
     lengths = [1000, 9000, 40000]
     monkeypatch.setattr(fused, "MIN_ANGLES", 0)
     on = _hexed([r.to_dict() for r in audit(s, recipes, lengths, workers=2, chunk=4096)])
-    assert set(calls) == {"oracle_into", "angle_errors", "rotation_errors", "estimate", "stored", "pair_fold"}
+    assert set(calls) == {"oracle_into", "angle_errors", "rotation_errors", "estimate", "stored", "pair_fold", "f32_stored"}
     monkeypatch.setenv("PRECISION_AUDIT_FUSED", "0")
     calls.clear()
     off = _hexed([r.to_dict() for r in audit(s, recipes, lengths, workers=2, chunk=4096)])

@@ -423,7 +423,8 @@ class _Stored:
                                      w.fused)
         elif cj.f32 and self._small():
             cc, ss = w.cc, w.ss
-            float32_cache.stored_into(self.angle, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t))
+            float32_cache.stored_into(self.angle, job.trig, cj.cache, self.plan.scale, w.ccss, (w.s1, w.s2, w.t),
+                                      w.fused)
         else:
             if self.trig is None:
                 self.trig = _trig_into(self.angle, job.trig, w)

@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..formats import Format
+from . import fused
 from .narrow_cache import _opmath_scale, exact_chain
 from .oracle import F64
 
@@ -52,6 +53,9 @@ MAX_ANGLE = 2.0**26
 _GUARD = 2**11  # float64 ulps around a float32 midpoint that are computed exactly
 _SMALL = 2.0**-6  # estimates below this magnitude are computed exactly
 _DROP = 52 - 23  # float64 fraction bits below float32's last one
+# the fused kernel's constants (:func:`.fused.f32_stored`), in the order it takes them
+_FUSED_CONSTS = (_TWO_OVER_PI, _P1, _P2, *_SIN, np.uint64((1 << (_DROP - 1)) + _GUARD),
+                 np.uint64((1 << _DROP) - 1), np.uint64(2 * _GUARD), np.float64(_SMALL).view(np.uint64))
 
 
 def eligible(trig: Format, cache: Format, scale: float) -> bool:
@@ -109,13 +113,19 @@ def estimate(angle: F64, cos: F64, sin: F64, scratch: tuple[F64, F64, F64]) -> N
 
 
 def stored_into(angle: F64, trig: Format, cache: Format, scale: float, out: F64,
-                scratch: tuple[F64, F64, F64]) -> None:
+                scratch: tuple[F64, F64, F64], fuse: bool = False) -> None:
     """The stored cos and sin of ``angle`` (C-contiguous float64, finite, below :data:`MAX_ANGLE`) in a float32
     cache into ``out`` (flat float64: the cos, then the sin), exactly as the engine computes them.
-    ``scratch``: three float64 buffers of the angles' size."""
+    ``scratch``: three float64 buffers of the angles' size; ``fuse``: the estimate, the flags and the rounding in
+    one fused kernel (:func:`.fused.f32_stored`, the same bits)."""
     a = angle.reshape(-1)
     n = a.size
     both = out[: 2 * n]
+    if fuse:
+        flags = scratch[0].reshape(-1).view(np.bool_)[: 2 * n]
+        if fused.f32_stored(a, both, flags, _opmath_scale(trig.name, scale), _FUSED_CONSTS):
+            _fix(a, np.flatnonzero(flags), trig, cache, scale, both)
+        return
     estimate(a, both[:n], both[n:], scratch)
     bits = both.view(np.uint64)
     u = scratch[0].reshape(-1)[:n].view(np.uint64)
@@ -138,6 +148,12 @@ def stored_into(angle: F64, trig: Format, cache: Format, scale: float, out: F64,
     np.copyto(both, v32)
     idx = np.flatnonzero(flag)
     if idx.size:
-        split = int(np.searchsorted(idx, n))
-        v = np.concatenate([np.cos(a[idx[:split]]), np.sin(a[idx[split:] - n])])
-        both[idx] = exact_chain(v, trig, cache, scale)
+        _fix(a, idx, trig, cache, scale, both)
+
+
+def _fix(a: F64, idx: npt.NDArray[np.intp], trig: Format, cache: Format, scale: float, both: F64) -> None:
+    """Overwrite the flagged elements of ``both`` (``idx`` sorted; below ``a.size`` the cos, from it on the sin)
+    with the engine's values."""
+    split = int(np.searchsorted(idx, a.size))
+    v = np.concatenate([np.cos(a[idx[:split]]), np.sin(a[idx[split:] - a.size])])
+    both[idx] = exact_chain(v, trig, cache, scale)

@@ -3,8 +3,9 @@ in several, with the same IEEE operations in the same order, so the same bits (i
 
 The oracle (:func:`oracle_into`, 13 numpy passes), the angle errors (:func:`angle_errors`, 6 to 12), the rotation
 errors (:func:`rotation_errors`, 4 to 9), the narrow-cache estimate's arithmetic around numpy's float32 ``sin``
-(:func:`estimate`, 15) and its rounding to the cache (:func:`stored`, 10 over both halves), the pair errors at one
-distance (:func:`pair_fold`, 4 to 7; numpy's pairwise sum kept).  numba is optional (``pip install
+(:func:`estimate`, 15) and its rounding to the cache (:func:`stored`, 10 over both halves), the float32 cache's
+polynomial cos/sin, flags and rounding (:func:`f32_stored`, about 45), the pair errors at one distance
+(:func:`pair_fold`, 4 to 7; numpy's pairwise sum kept).  numba is optional (``pip install
 precision-audit[fast]``): the engine uses the kernels for passes of :data:`MIN_ANGLES` angles or more when numba
 imports (``PRECISION_AUDIT_FUSED=0`` turns them off); the numpy stages stay the reference the tests hold these to,
 bit for bit (tests/test_fused.py), and serve every shorter pass and every machine without numba.
@@ -215,7 +216,51 @@ def _kernels() -> Any:
                 bmax[j] = a if a > m else m
         return wrapped
 
-    return oracle, angle_errors, rotation_errors, estimate_args, apply_sign, stored, pair_fold
+    @jit
+    def _f32_flag(v: float, half_guard: Any, low: Any, two_guard: Any, small: Any) -> bool:
+        b = np.float64(v).view(np.uint64)
+        return ((np.uint64(b + half_guard) & low) <= two_guard) | ((b & np.uint64(0x7FFFFFFFFFFFFFFF)) < small)
+
+    @jit
+    def f32_stored(a: F64, cos: F64, sin: F64, flag: Any, scale: float, scaled: bool, two_over_pi: float, p1: float,
+                   p2: float, c0: float, c1: float, c2: float, c3: float, c4: float, c5: float, c6: float,
+                   half_guard: Any, low: Any, two_guard: Any, small: Any) -> int:
+        n = a.size
+        flagged = 0
+        for i in range(n):
+            q = np.rint(a[i] * two_over_pi)
+            x = (a[i] - q * p1) - q * p2
+            x2 = x * x
+            p = x2 * c6
+            p = (p + c5) * x2
+            p = (p + c4) * x2
+            p = (p + c3) * x2
+            p = (p + c2) * x2
+            p = (p + c1) * x2
+            p = (p + c0) * x2
+            s = p * x + x  # sin x = x + x * (x2 * P(x2))
+            c = math.sqrt(1.0 - s * s)  # cos x >= sqrt(1/2)
+            quad = np.int64(q) & 3  # q mod 4: (sin a, cos a) = (s, c), (c, -s), (-s, -c), (-c, s)
+            if quad & 1:
+                s, c = c, s
+            if quad & 2:
+                s = -s
+            if (quad + 1) & 2:
+                c = -c
+            fc = _f32_flag(c, half_guard, low, two_guard, small)
+            fs = _f32_flag(s, half_guard, low, two_guard, small)
+            flag[i] = fc
+            flag[n + i] = fs
+            flagged += fc + fs
+            c32, s32 = np.float32(c), np.float32(s)
+            if scaled:  # the float32 product: exact in float64, rounded once
+                c32 = np.float32(np.float64(c32) * scale)
+                s32 = np.float32(np.float64(s32) * scale)
+            cos[i] = c32
+            sin[i] = s32
+        return flagged
+
+    return oracle, angle_errors, rotation_errors, estimate_args, apply_sign, stored, pair_fold, f32_stored
 
 
 def oracle_into(m: F64, hi: F64, lo: F64, p1: F64, p2: F64, ex: F64) -> None:
@@ -295,3 +340,13 @@ def pair_fold(cur: F64, prev: F64, x: F64) -> tuple[F64, float, bool]:
     bmax = np.empty(cur.shape[1])
     wrapped = _kernels()[6](cur, prev, x, _TWO_PI, math.pi, bmax)
     return bmax, float(np.add.reduce(x, axis=None)), bool(wrapped)
+
+
+def f32_stored(a: F64, out: F64, flag: Any, scale: float, consts: tuple[Any, ...]) -> int:
+    """:func:`.float32_cache.stored_into`'s estimate, flags and float32 rounding in one pass: the float32 cache's
+    cos then sin of ``a``'s angles (flat, finite, below its largest angle) into ``out`` (float64, twice ``a.size``),
+    times ``scale`` in float32 when not 1, and in ``flag`` the elements to compute exactly; returns how many.
+    ``consts``: 2/pi, pi/2 in two parts, the sine's coefficients and the flags' bit constants
+    (:mod:`.float32_cache`).  The same bits as the numpy stage."""
+    n = a.size
+    return int(_kernels()[7](a, out[:n], out[n : 2 * n], flag, scale, scale != 1.0, *consts))
