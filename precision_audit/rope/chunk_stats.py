@@ -30,7 +30,7 @@ from ..formats import Format, get_format, round_to
 from . import float32_cache, fused, narrow_cache
 from .engine import _angle_into, _cache_into, _Rows, _trig_into, _Work
 from .formulas import AngleMaker
-from .oracle import _TWO_PI, F64, _oracle_into, _wrap_into
+from .oracle import _TWO_PI, _WRAP_T, F64, _oracle_into, _wrap_into
 from .pairs import column_max, fold_pairs
 from .recipes import Recipe
 from . import lookup
@@ -38,20 +38,6 @@ from .lookup import _AngleTable, has_codes, _PairTable
 from .torch_engine import torch_stages
 
 BLOCK_ELEMS = 2**18  # angles per block of rows: 2 MiB float64 arrays, few calls per block (2**17: ~4 % slower here)
-
-
-def _wrap_threshold() -> float:
-    """The largest float64 x with ``x / 2pi <= 0.5`` after rounding: ``rint(x / 2pi)`` is 0 exactly for
-    ``|x| <= T`` (so :func:`wrap` leaves x unchanged), and not 0 above."""
-    x = math.pi
-    while x / _TWO_PI > 0.5:
-        x = math.nextafter(x, 0.0)
-    while math.nextafter(x, math.inf) / _TWO_PI <= 0.5:
-        x = math.nextafter(x, math.inf)
-    return x
-
-
-_WRAP_T = _wrap_threshold()
 
 
 def _fast_atan2() -> bool:

@@ -62,7 +62,7 @@ def _kernels() -> Any:
 
     @jit
     def oracle(m: F64, hi: F64, lo: F64, p1: F64, p2: F64, ex: F64, two_pi: float, c1: float, c2: float,
-               c3: float) -> None:
+               c3: float, t: float) -> None:
         n, nf = p1.shape
         needs = False
         for i in range(n):
@@ -74,8 +74,7 @@ def _kernels() -> Any:
                 p1[i, j] = x1
                 p2[i, j] = x2
                 ex[i, j] = r
-                if not (r / two_pi <= 0.5 and r / two_pi >= -0.5):
-                    needs = True
+                needs |= not abs(r) <= t  # r / 2pi within [-0.5, 0.5] after rounding (nan: no)
         if needs:  # numpy's stage: wrap the whole block when some value needs it
             for i in range(n):
                 for j in range(nf):
@@ -84,17 +83,27 @@ def _kernels() -> Any:
 
     @jit
     def angle_errors(angle: F64, p1: F64, p2: F64, wraps: bool, t: float, two_pi: float, pi: float,
-                     bmax: F64, acc: F64, fresh: bool) -> bool:
+                     bmax: F64, acc: F64, fresh: bool, tmp: F64) -> bool:
         n, nf = angle.shape
-        if not wraps:  # |angle - p1 - p2| while none exceeds t (nor is nan)
-            for i in range(n):
+        if not wraps:  # |angle - p1 - p2| into bmax and tmp, kept if none exceeds t (nor is nan)
+            over = False
+            for j in range(nf):
+                d = abs((angle[0, j] - p1[0, j]) - p2[0, j])
+                over |= not d <= t
+                bmax[j] = d
+                tmp[j] = d if fresh else acc[j] + d
+            for i in range(1, n):
                 for j in range(nf):
                     d = abs((angle[i, j] - p1[i, j]) - p2[i, j])
-                    if not d <= t:
-                        wraps = True
-                        break
-                if wraps:
-                    break
+                    over |= not d <= t
+                    m = bmax[j]
+                    bmax[j] = d if d > m else m
+                    tmp[j] = tmp[j] + d
+            if not over:
+                for j in range(nf):
+                    acc[j] = tmp[j]
+                return False
+            wraps = True
         for j in range(nf):
             bmax[j] = -np.inf
         for i in range(n):
@@ -117,16 +126,33 @@ def _kernels() -> Any:
 
     @jit
     def rotation_errors(rot: F64, ex: F64, signed: F64, keep: bool, wraps: bool, t: float, two_pi: float,
-                        pi: float, bmax: F64, acc: F64, fresh: bool) -> tuple[bool, bool]:
+                        pi: float, bmax: F64, acc: F64, fresh: bool, tmp: F64) -> tuple[bool, bool]:
         n, nf = rot.shape
-        if not wraps:  # |rot - ex| while none exceeds t (nor is nan)
-            for i in range(n):
+        if not wraps:  # |rot - ex| into bmax and tmp (signed: rot - ex), kept if none exceeds t (nor is nan)
+            over = False
+            for j in range(nf):
+                x = rot[0, j] - ex[0, j]
+                if keep:
+                    signed[0, j] = x
+                a = abs(x)
+                over |= not a <= t
+                bmax[j] = a
+                tmp[j] = a if fresh else acc[j] + a
+            for i in range(1, n):
                 for j in range(nf):
-                    if not abs(rot[i, j] - ex[i, j]) <= t:
-                        wraps = True
-                        break
-                if wraps:
-                    break
+                    x = rot[i, j] - ex[i, j]
+                    if keep:
+                        signed[i, j] = x
+                    a = abs(x)
+                    over |= not a <= t
+                    m = bmax[j]
+                    bmax[j] = a if a > m else m
+                    tmp[j] = tmp[j] + a
+            if not over:
+                for j in range(nf):
+                    acc[j] = tmp[j]
+                return False, False
+            wraps = True
         for j in range(nf):
             bmax[j] = -np.inf
         has_nan = False
@@ -266,13 +292,13 @@ def _kernels() -> Any:
 def oracle_into(m: F64, hi: F64, lo: F64, p1: F64, p2: F64, ex: F64) -> None:
     """:func:`.oracle._oracle_into` in one pass: ``p1``, ``p2`` and the wrapped exact angle ``ex`` (C-contiguous
     float64 buffers of ``m.size`` x ``hi.size``), the same bits."""
-    from .oracle import _TWO_PI, _TWO_PI_C1, _TWO_PI_C2, _TWO_PI_C3
+    from .oracle import _TWO_PI, _TWO_PI_C1, _TWO_PI_C2, _TWO_PI_C3, _WRAP_T
 
-    _kernels()[0](m, hi, lo, p1, p2, ex, _TWO_PI, _TWO_PI_C1, _TWO_PI_C2, _TWO_PI_C3)
+    _kernels()[0](m, hi, lo, p1, p2, ex, _TWO_PI, _TWO_PI_C1, _TWO_PI_C2, _TWO_PI_C3, _WRAP_T)
 
 
 def angle_errors(angle: F64, p1: F64, p2: F64, wraps: bool, t: float, acc: F64 | None) -> tuple[F64, F64, bool]:
-    """The angle errors of a block in one pass (two where a wrap is first found needed): per column the max of
+    """The angle errors of a block in one pass (a second where a wrap is first found needed): per column the max of
     ``|wrap(angle - p1 - p2)|`` (non-finite: pi; the wrap only where ``wraps`` or some error exceeds ``t``), the
     running column sum continued from ``acc`` (None: the first block) row after row, and whether the block
     wrapped.  The same bits as :func:`.chunk_stats._angle_errors` with its :class:`._Reduction`."""
@@ -281,13 +307,13 @@ def angle_errors(angle: F64, p1: F64, p2: F64, wraps: bool, t: float, acc: F64 |
     nf = angle.shape[1]
     bmax = np.empty(nf)
     out = np.empty(nf) if acc is None else acc
-    wrapped = _kernels()[1](angle, p1, p2, wraps, t, _TWO_PI, math.pi, bmax, out, acc is None)
+    wrapped = _kernels()[1](angle, p1, p2, wraps, t, _TWO_PI, math.pi, bmax, out, acc is None, np.empty(nf))
     return bmax, out, bool(wrapped)
 
 
 def rotation_errors(rot: F64, ex: F64, signed: F64 | None, wraps: bool, t: float,
                     acc: F64 | None) -> tuple[F64, F64, bool, bool]:
-    """The rotation errors of a block in one pass (two where a wrap is first found needed): per column the max of
+    """The rotation errors of a block in one pass (a second where a wrap is first found needed): per column the max of
     ``|wrap(rot - ex)|`` (nan: pi), the running column sum continued from ``acc`` (None: the first block), whether
     the block wrapped and whether a nan occurred; ``signed`` (or None) receives ``wrap(rot - ex)`` (unwrapped
     where no wrap was needed, nan kept).  The same bits as :func:`.chunk_stats._rotation_errors`."""
@@ -298,7 +324,7 @@ def rotation_errors(rot: F64, ex: F64, signed: F64 | None, wraps: bool, t: float
     out = np.empty(nf) if acc is None else acc
     keep = signed is not None
     wrapped, has_nan = _kernels()[2](rot, ex, signed if keep else rot, keep, wraps, t, _TWO_PI, math.pi, bmax, out,
-                                     acc is None)
+                                     acc is None, np.empty(nf))
     return bmax, out, bool(wrapped), bool(has_nan)
 
 

@@ -11,6 +11,7 @@ Every error the rope auditor reports is measured against these angles.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import numpy as np
@@ -39,6 +40,20 @@ _TWO_PI = float.fromhex("0x1.921fb54442d18p+2")
 _TWO_PI_C1 = float.fromhex("0x1.921fb5p+2")
 _TWO_PI_C2 = _TWO_PI - _TWO_PI_C1  # exact: the low 27 bits of float64(2*pi)
 _TWO_PI_C3 = float.fromhex("0x1.1a62633145c07p-52")  # 2*pi - float64(2*pi)
+
+
+def _wrap_threshold() -> float:
+    """The largest float64 x with ``x / 2pi <= 0.5`` after rounding: ``rint(x / 2pi)`` is 0 exactly for
+    ``|x| <= T`` (so :func:`wrap` leaves x unchanged), and not 0 above."""
+    x = math.pi
+    while x / _TWO_PI > 0.5:
+        x = math.nextafter(x, 0.0)
+    while math.nextafter(x, math.inf) / _TWO_PI <= 0.5:
+        x = math.nextafter(x, math.inf)
+    return x
+
+
+_WRAP_T = _wrap_threshold()
 
 
 def wrap(x: npt.ArrayLike) -> F64:
