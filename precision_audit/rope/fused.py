@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 from typing import Any
 
 import numpy as np
@@ -103,26 +104,22 @@ def _kernels() -> Any:
                 for j in range(nf):
                     acc[j] = tmp[j]
                 return False
-            wraps = True
+        # wrapped (a block that needs it, or any block after one that did)
         for j in range(nf):
             bmax[j] = -np.inf
         for i in range(n):
             for j in range(nf):
                 d = (angle[i, j] - p1[i, j]) - p2[i, j]
-                if wraps:
-                    d = d - np.rint(d / two_pi) * two_pi
-                    d = abs(d)
-                    if not math.isfinite(d):
-                        d = pi
-                else:
-                    d = abs(d)
+                d = abs(d - np.rint(d / two_pi) * two_pi)
+                if not math.isfinite(d):
+                    d = pi
                 if d > bmax[j]:
                     bmax[j] = d
                 if fresh and i == 0:
                     acc[j] = d
                 else:
                     acc[j] = acc[j] + d
-        return wraps
+        return True
 
     @jit
     def rotation_errors(rot: F64, ex: F64, signed: F64, keep: bool, wraps: bool, t: float, two_pi: float,
@@ -152,7 +149,7 @@ def _kernels() -> Any:
                 for j in range(nf):
                     acc[j] = tmp[j]
                 return False, False
-            wraps = True
+        # wrapped (a block that needs it, or any block after one that did)
         for j in range(nf):
             bmax[j] = -np.inf
         has_nan = False
@@ -160,16 +157,14 @@ def _kernels() -> Any:
             for j in range(nf):
                 x = rot[i, j] - ex[i, j]
                 if keep:
-                    if wraps:
-                        x = x - np.rint(x / two_pi) * two_pi
+                    x = x - np.rint(x / two_pi) * two_pi
                     signed[i, j] = x
                     a = abs(x)
                 else:
                     a = abs(x)
-                    if wraps:
-                        b = two_pi - a
-                        if b < a:  # numpy's minimum: a nan stays
-                            a = b
+                    b = two_pi - a
+                    if b < a:  # numpy's minimum: a nan stays
+                        a = b
                 if not math.isfinite(a):
                     has_nan = True
                     a = pi
@@ -179,7 +174,7 @@ def _kernels() -> Any:
                     acc[j] = a
                 else:
                     acc[j] = acc[j] + a
-        return wraps, has_nan
+        return True, has_nan
 
     @jit
     def estimate_args(a: F64, c32: Any, s32: Any, sign: Any, bounded: bool, max_angle: float, inv_pi: float,
@@ -286,7 +281,9 @@ def _kernels() -> Any:
             sin[i] = s32
         return flagged
 
-    return oracle, angle_errors, rotation_errors, estimate_args, apply_sign, stored, pair_fold, f32_stored
+    return types.SimpleNamespace(oracle=oracle, angle_errors=angle_errors, rotation_errors=rotation_errors,
+                                 estimate_args=estimate_args, apply_sign=apply_sign, stored=stored,
+                                 pair_fold=pair_fold, f32_stored=f32_stored)
 
 
 def oracle_into(m: F64, hi: F64, lo: F64, p1: F64, p2: F64, ex: F64) -> None:
@@ -294,7 +291,7 @@ def oracle_into(m: F64, hi: F64, lo: F64, p1: F64, p2: F64, ex: F64) -> None:
     float64 buffers of ``m.size`` x ``hi.size``), the same bits."""
     from .oracle import _TWO_PI, _TWO_PI_C1, _TWO_PI_C2, _TWO_PI_C3, _WRAP_T
 
-    _kernels()[0](m, hi, lo, p1, p2, ex, _TWO_PI, _TWO_PI_C1, _TWO_PI_C2, _TWO_PI_C3, _WRAP_T)
+    _kernels().oracle(m, hi, lo, p1, p2, ex, _TWO_PI, _TWO_PI_C1, _TWO_PI_C2, _TWO_PI_C3, _WRAP_T)
 
 
 def angle_errors(angle: F64, p1: F64, p2: F64, wraps: bool, t: float, acc: F64 | None) -> tuple[F64, F64, bool]:
@@ -307,7 +304,7 @@ def angle_errors(angle: F64, p1: F64, p2: F64, wraps: bool, t: float, acc: F64 |
     nf = angle.shape[1]
     bmax = np.empty(nf)
     out = np.empty(nf) if acc is None else acc
-    wrapped = _kernels()[1](angle, p1, p2, wraps, t, _TWO_PI, math.pi, bmax, out, acc is None, np.empty(nf))
+    wrapped = _kernels().angle_errors(angle, p1, p2, wraps, t, _TWO_PI, math.pi, bmax, out, acc is None, np.empty(nf))
     return bmax, out, bool(wrapped)
 
 
@@ -323,7 +320,7 @@ def rotation_errors(rot: F64, ex: F64, signed: F64 | None, wraps: bool, t: float
     bmax = np.empty(nf)
     out = np.empty(nf) if acc is None else acc
     keep = signed is not None
-    wrapped, has_nan = _kernels()[2](rot, ex, signed if keep else rot, keep, wraps, t, _TWO_PI, math.pi, bmax, out,
+    wrapped, has_nan = _kernels().rotation_errors(rot, ex, signed if keep else rot, keep, wraps, t, _TWO_PI, math.pi, bmax, out,
                                      acc is None, np.empty(nf))
     return bmax, out, bool(wrapped), bool(has_nan)
 
@@ -337,11 +334,11 @@ def estimate(a: F64, halves: Any, sign: Any, bounded: bool, consts: tuple[float,
     n = a.size
     k = _kernels()
     c32, s32 = halves[:n], halves[n : 2 * n]
-    if not k[3](a, c32, s32, sign, bounded, *consts):
+    if not k.estimate_args(a, c32, s32, sign, bounded, *consts):
         return False
     np.sin(c32, out=c32)
     np.sin(s32, out=s32)
-    k[4](halves[: 2 * n].view(np.uint32), sign)
+    k.apply_sign(halves[: 2 * n].view(np.uint32), sign)
     return True
 
 
@@ -352,7 +349,7 @@ def stored(bits: Any, scale: float, half: int, mask: int, guard: int, lo: Any, h
     bits, and in ``flag`` the elements to compute exactly (near a midpoint within ``guard``, below ``lo``, at or
     above ``hi`` when given); returns how many."""
     u32 = np.uint32
-    return int(_kernels()[5](bits, np.float32(scale), scale != 1.0, u32(half), u32(mask), u32(guard), u32(lo),
+    return int(_kernels().stored(bits, np.float32(scale), scale != 1.0, u32(half), u32(mask), u32(guard), u32(lo),
                              u32(0xFFFFFFFF if hi is None else hi), out, flag))
 
 
@@ -364,7 +361,7 @@ def pair_fold(cur: F64, prev: F64, x: F64) -> tuple[F64, float, bool]:
     from .oracle import _TWO_PI
 
     bmax = np.empty(cur.shape[1])
-    wrapped = _kernels()[6](cur, prev, x, _TWO_PI, math.pi, bmax)
+    wrapped = _kernels().pair_fold(cur, prev, x, _TWO_PI, math.pi, bmax)
     return bmax, float(np.add.reduce(x, axis=None)), bool(wrapped)
 
 
@@ -375,4 +372,4 @@ def f32_stored(a: F64, out: F64, flag: Any, scale: float, consts: tuple[Any, ...
     ``consts``: 2/pi, pi/2 in two parts, the sine's coefficients and the flags' bit constants
     (:mod:`.float32_cache`).  The same bits as the numpy stage."""
     n = a.size
-    return int(_kernels()[7](a, out[:n], out[n : 2 * n], flag, scale, scale != 1.0, *consts))
+    return int(_kernels().f32_stored(a, out[:n], out[n : 2 * n], flag, scale, scale != 1.0, *consts))
